@@ -1,0 +1,86 @@
+"""The exceptions letagents-trio raises, one tree rooted at LetAgentsError.
+
+::
+
+    LetAgentsError
+    ├── ApiError                 the room answered a call with a non-2xx status
+    ├── RoomUnreachable          no answer at all: network error or the room is too slow
+    ├── StreamProtocolError      a stream broke the SSE rules we enforce (oversized line or event)
+    ├── StateError               the local state file cannot be used
+    │   ├── StateUnavailable     it is damaged or unreadable: nothing is written over it
+    │   └── StateLockTimeout     another process held its lock for too long
+    └── WorkerError              a worker-handle rule refused the call (texts of PROTOCOL §5.2)
+
+Errors are translated at the boundary (``raise RoomUnreachable(...) from exc``), so
+callers never need to know which HTTP stack or file API sat underneath. No message
+ever contains an owner token, a session token or a bearer: messages are built
+from statuses, bodies the room sent (redacted) and paths.
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+__all__ = [
+    "ApiError",
+    "LetAgentsError",
+    "RoomUnreachable",
+    "StateError",
+    "StateLockTimeout",
+    "StateUnavailable",
+    "StreamProtocolError",
+    "WorkerError",
+]
+
+
+class LetAgentsError(Exception):
+    """The root of every error letagents-trio raises on purpose."""
+
+
+@final
+class ApiError(LetAgentsError):
+    """The room answered with a non-2xx status.
+
+    The message is ``API error <status>: <body>``, the text upstream tools show,
+    with any secret the request carried redacted from the body.
+
+    Attributes:
+        status: the HTTP status code.
+        body: the response body as text (redacted).
+    """
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"API error {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+@final
+class RoomUnreachable(LetAgentsError):
+    """The room could not be reached, or did not answer in time."""
+
+
+@final
+class StreamProtocolError(LetAgentsError):
+    """A stream broke a rule the decoder enforces (for example an oversized event)."""
+
+
+class StateError(LetAgentsError):
+    """The local state file cannot be used."""
+
+
+@final
+class StateUnavailable(StateError):
+    """The state file exists but cannot be read as a JSON object.
+
+    Nothing is written over a damaged file: restore or remove it first.
+    """
+
+
+@final
+class StateLockTimeout(StateError):
+    """Another process held the state file's lock for longer than the lock timeout."""
+
+
+class WorkerError(LetAgentsError):
+    """A worker-handle rule refused the call; the message is the exact upstream text."""

@@ -1,0 +1,84 @@
+"""The single entry point for checks: ``nox -s tests lint typing docs nurseries``.
+
+Each session installs the project and one PEP 735 dependency group from
+pyproject.toml, so the lists of tools live in one place.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "lint", "typing", "docs", "nurseries"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+def install(session: nox.Session, *groups: str) -> None:
+    session.install("--upgrade", "pip")
+    deps: list[str] = []
+    for group in groups:
+        deps.extend(nox.project.dependency_groups(PYPROJECT, group))
+    session.install("-e", ".", *deps)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (the README's test command runs this)."""
+    install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff with the ASYNC rules, then flake8-async for the rules ruff lacks."""
+    install(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run(
+        "flake8",
+        "--select=ASYNC",
+        "--startable-in-context-manager=serve_connection_manager,serve_room",
+        "letagents_trio",
+        "nurseries",
+        "tests",
+        "bench",
+    )
+
+
+@nox.session
+def typing(session: nox.Session) -> None:
+    """mypy --strict over the package, nurseries, tests and benchmarks."""
+    install(session, "typing")
+    session.run("mypy")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the docs with warnings as errors and nitpicky references."""
+    install(session, "docs")
+    session.run("sphinx-build", "-W", "-n", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+
+
+@nox.session
+def nurseries(session: nox.Session) -> None:
+    """Run every example program in nurseries/."""
+    install(session)
+    for program in sorted(__import__("pathlib").Path("nurseries").glob("*.py")):
+        session.run("python", str(program))
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: the demo against the embedded reference room."""
+    install(session)
+    session.run("letagents-trio", "demo", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks that print figures (never timed tests)."""
+    install(session)
+    for program in sorted(__import__("pathlib").Path("bench").glob("bench_*.py")):
+        session.run("python", str(program), *session.posargs)
