@@ -47,12 +47,14 @@ class ApiError(LetAgentsError):
     Attributes:
         status: the HTTP status code.
         body: the response body as text (redacted).
+        retry_after: seconds the room asked us to wait (``Retry-After``), if it did.
     """
 
-    def __init__(self, status: int, body: str) -> None:
+    def __init__(self, status: int, body: str, *, retry_after: float | None = None) -> None:
         super().__init__(f"API error {status}: {body}")
         self.status = status
         self.body = body
+        self.retry_after = retry_after
 
 
 @final

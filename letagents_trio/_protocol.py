@@ -63,8 +63,7 @@ EVENT_STREAM: Final = "text/event-stream"
 
 AGENT_SESSION_ENDED_ERROR: Final = "This agent session has ended."
 AGENT_SESSION_ENDED_ADVICE: Final = (
-    AGENT_SESSION_ENDED_ERROR
-    + " Call register_agent_session again to go on working in this room."
+    AGENT_SESSION_ENDED_ERROR + " Call register_agent_session again to go on working in this room."
     " If the same error returns, register with a new registration_key,"
     " or have the LetAgents MCP server restarted and register once more."
 )

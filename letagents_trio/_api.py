@@ -1,0 +1,364 @@
+"""The room API client: one ``httpx2.AsyncClient``, the letagents rules around it.
+
+What :class:`RoomClient` adds to plain HTTP (PROTOCOL §2, §5.7, §10):
+
+* **Paths.** A room id is percent-encoded per ``/``-separated segment (so
+  ``owner/repo`` stays two segments); a session id is percent-encoded whole.
+* **Credentials.** The owner token goes out as ``Authorization: Bearer``; a
+  session's id and token as ``X-LetAgents-Agent-Session-Id`` / ``-Token``.
+  Neither ever reaches a repr, a log line or an exception message: bodies the
+  room echoes back are redacted before they are shown.
+* **The process stream.** ``GET …/process`` with ``Accept: text/event-stream``
+  and no read timeout: on that stream silence is the holder's business.
+* **Ended sessions.** A 401 whose body says ``This agent session has ended.``
+  marks the stored session ended (guarded by its token) before the error is
+  raised, so the next registration starts afresh instead of reusing it.
+* **Owner logout.** A 401 on an owner call (no worker credential anywhere in
+  the request) clears the stored owner auth; a 401 on a worker call never does.
+* **Busy retries.** :meth:`RoomClient.call_when_free` retries a 503 after 1 s
+  and then 2 s, or later when ``Retry-After`` asks for more (capped at 30 s).
+
+The state file is reached only through the small :class:`StateHooks` protocol,
+which :class:`letagents_trio.LocalStateStore` satisfies.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol, final
+from urllib.parse import quote
+
+import httpx2
+import trio
+
+from . import _protocol
+from ._errors import ApiError, RoomUnreachable
+
+if TYPE_CHECKING:
+    from ._session import AgentSession
+
+__all__ = ["RoomClient", "StateHooks", "encode_room_path", "encode_session_path"]
+
+logger = logging.getLogger("letagents_trio.api")
+
+# Body keys that carry a worker credential: a 401 on such a request is about
+# the worker, never about the owner, so it must not log the owner out.
+_WORKER_CREDENTIAL_KEYS = ("agent_session_token", "replace_agent_session_token", "connection_token")
+# Body keys whose values are secrets, redacted from anything shown.
+_SECRET_KEYS = (*_WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
+_REDACTED = "[redacted]"
+
+
+class StateHooks(Protocol):
+    """What the client needs from the local state file (PROTOCOL §5.7, §6.5)."""
+
+    async def end_session(self, session_id: str, ended_at: str, expected_token: str) -> object:
+        """Mark a stored session ended, unless a newer token replaced it."""
+
+    async def clear_auth(self) -> object:
+        """Forget the stored owner auth."""
+
+
+def encode_room_path(room_id: str) -> str:
+    """Percent-encode a room id for a path, keeping ``/`` between segments."""
+    return "/".join(quote(segment, safe="") for segment in room_id.split("/"))
+
+
+def encode_session_path(session_id: str) -> str:
+    """Percent-encode a session id whole, for a path."""
+    return quote(session_id, safe="")
+
+
+def _iso_now() -> str:
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for, or None when absent or garbage."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value[:12])
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - time.time())
+
+
+@final
+class RoomClient:
+    """A client for one letagents room API.
+
+    Use it as an async context manager (it closes its HTTP client on exit), or
+    call :meth:`aclose` yourself.
+
+    Args:
+        api_url: the room API's base URL; trailing slashes are removed.
+        owner_token: the owner's bearer token, if the process acts for an owner.
+        transport: an ``httpx2.AsyncBaseTransport`` to use instead of the network
+            (for example :class:`letagents_trio.testing.StreamingASGITransport`).
+        state: where ended sessions and owner logouts are recorded; None records nothing.
+    """
+
+    def __init__(
+        self,
+        api_url: str = _protocol.DEFAULT_API_URL,
+        *,
+        owner_token: str | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        state: StateHooks | None = None,
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self._owner_token = owner_token or None
+        self._state = state
+        self._http = httpx2.AsyncClient(
+            transport=transport,
+            timeout=httpx2.Timeout(
+                connect=_protocol.CONNECT_TIMEOUT,
+                read=None,
+                write=_protocol.CONNECT_TIMEOUT,
+                pool=_protocol.CONNECT_TIMEOUT,
+            ),
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        owner = "set" if self._owner_token else "none"
+        return f"<RoomClient api_url={self.api_url!r} owner_token={owner}>"
+
+    @property
+    def has_owner_token(self) -> bool:
+        """Whether requests carry an owner bearer token."""
+        return self._owner_token is not None
+
+    async def __aenter__(self) -> RoomClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and every connection it pooled.
+
+        Cancellation:
+            Connections are closed even when cancelled (httpx2 closes forcefully).
+        """
+        await self._http.aclose()
+
+    # --- paths and headers ---------------------------------------------------
+
+    def session_url(self, session: AgentSession, suffix: str = "") -> str:
+        """The URL of ``session``'s agent-session resource, plus ``suffix``."""
+        return (
+            f"{self.api_url}/rooms/{encode_room_path(session.room_id)}"
+            f"/agent-sessions/{encode_session_path(session.session_id)}{suffix}"
+        )
+
+    def _headers(self, session: AgentSession | None, *, json_body: bool) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if json_body:
+            headers["Content-Type"] = "application/json"
+        if self._owner_token:
+            headers["Authorization"] = f"Bearer {self._owner_token}"
+        if session is not None:
+            headers[_protocol.SESSION_ID_HEADER] = session.session_id
+            headers[_protocol.SESSION_TOKEN_HEADER] = session.session_token
+        return headers
+
+    def _redact(self, text: str, secrets: Sequence[str]) -> str:
+        for secret in secrets:
+            if secret and len(secret) >= 4:
+                text = text.replace(secret, _REDACTED)
+        return text
+
+    def _secrets(self, session: AgentSession | None, body: object) -> list[str]:
+        secrets = [self._owner_token or ""]
+        if session is not None:
+            secrets.append(session.session_token)
+        if isinstance(body, Mapping):
+            secrets.extend(str(body[k]) for k in _SECRET_KEYS if isinstance(body.get(k), str))
+        return secrets
+
+    # --- the process connection ------------------------------------------------
+
+    @asynccontextmanager
+    async def open_process_stream(self, session: AgentSession) -> AsyncIterator[httpx2.Response]:
+        """Open ``GET …/process`` for ``session`` and yield the response, unread.
+
+        The response is yielded whatever its status; the caller classifies it.
+        Reads have no timeout: the caller owns silence.
+
+        Raises:
+            RoomUnreachable: the request failed at the network level.
+
+        Cancellation:
+            A checkpoint. Leaving the block, by cancellation or otherwise,
+            closes the response and its connection.
+        """
+        headers = self._headers(session, json_body=False)
+        headers["Accept"] = _protocol.EVENT_STREAM
+        headers["Cache-Control"] = "no-store"
+        try:
+            async with self._http.stream(
+                "GET", self.session_url(session, "/process"), headers=headers
+            ) as response:
+                yield response
+        except httpx2.TransportError as exc:
+            raise RoomUnreachable(
+                f"process stream to {self.api_url} failed: {type(exc).__name__}"
+            ) from exc
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
+
+        Returns:
+            Whether the room recorded the exit.
+
+        Raises:
+            ApiError: the room answered with a non-2xx status.
+            RoomUnreachable: the request failed at the network level.
+
+        Cancellation:
+            A checkpoint; cancelled mid-way, the room may or may not have
+            recorded the exit. Callers bound it with a deadline.
+        """
+        body = {
+            "agent_session_id": session.session_id,
+            "agent_session_token": session.session_token,
+            "process_connection_id": connection_id,
+        }
+        answer = await self.call(
+            "POST", self.session_url(session, "/process/exit"), json=body, session=session
+        )
+        return isinstance(answer, Mapping) and answer.get("recorded") is True
+
+    # --- generic calls -----------------------------------------------------------
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: object = None,
+        session: AgentSession | None = None,
+    ) -> Any:
+        """Call the room API and return the parsed JSON answer (None for an empty body).
+
+        Args:
+            method: the HTTP method.
+            path: a path under the API URL (``/rooms/…``), or a full URL.
+            json: the JSON request body, if any.
+            session: send this session's credentials in the session headers.
+
+        Raises:
+            ApiError: a non-2xx answer, after recording an ended session or an
+                owner logout as PROTOCOL §5.7 says.
+            RoomUnreachable: the request failed at the network level, or the
+                answer was not JSON.
+
+        Cancellation:
+            A checkpoint. Cancelled while the request is in flight, the
+            connection is closed; the room may have acted on the request.
+        """
+        url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
+        content = None if json is None else _dumps(json)
+        headers = self._headers(session, json_body=True)
+        try:
+            response = await self._http.request(method, url, content=content, headers=headers)
+        except httpx2.TransportError as exc:
+            raise RoomUnreachable(f"{method} {_path_of(url)} failed: {type(exc).__name__}") from exc
+        text = response.text
+        if not response.is_success:
+            await self._after_refusal(response.status_code, text, session, json)
+            raise ApiError(
+                response.status_code,
+                self._redact(text, self._secrets(session, json)),
+                retry_after=_retry_after(response.headers.get("Retry-After")),
+            )
+        if not text.strip():
+            return None
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise RoomUnreachable(f"{method} {_path_of(url)} answered with invalid JSON") from exc
+
+    async def call_when_free(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: object = None,
+        session: AgentSession | None = None,
+    ) -> Any:
+        """Like :meth:`call`, but retry while the room is busy for a moment (503).
+
+        For requests the room turns away only while another registration is
+        committing, and that changed nothing when turned away. A 503 is retried
+        after 1 s and then 2 s (3 attempts in all), or after what ``Retry-After``
+        asks for when that is longer, capped at 30 s. Any other answer is final.
+
+        Cancellation:
+            A checkpoint; every wait between attempts can be cancelled, and a
+            cancelled attempt is not retried.
+        """
+        for delay in (*_protocol.BUSY_RETRY_DELAYS, None):
+            try:
+                return await self.call(method, path, json=json, session=session)
+            except ApiError as exc:
+                if exc.status != 503 or delay is None:
+                    raise
+                wait = delay if exc.retry_after is None else max(delay, exc.retry_after)
+                wait = min(wait, _protocol.BUSY_RETRY_MAX_DELAY)
+                logger.info("room busy on %s %s; retrying in %.1f s", method, path, wait)
+                await trio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _after_refusal(
+        self, status: int, text: str, session: AgentSession | None, body: object
+    ) -> None:
+        if status != 401 or self._state is None:
+            return
+        worker_call = session is not None or (
+            isinstance(body, Mapping) and any(k in body for k in _WORKER_CREDENTIAL_KEYS)
+        )
+        try:
+            if not worker_call and self._owner_token:
+                logger.warning("the room refused the owner token; forgetting stored owner auth")
+                await self._state.clear_auth()
+            if _protocol.AGENT_SESSION_ENDED_ERROR in text:
+                ids = _session_credentials(session, body)
+                if ids is not None:
+                    await self._state.end_session(ids[0], _iso_now(), ids[1])
+        except trio.Cancelled:
+            raise
+        except Exception:
+            logger.warning("could not record the room's refusal in local state", exc_info=True)
+
+
+def _session_credentials(session: AgentSession | None, body: object) -> tuple[str, str] | None:
+    if session is not None:
+        return session.session_id, session.session_token
+    if isinstance(body, Mapping):
+        sid, token = body.get("agent_session_id"), body.get("agent_session_token")
+        if isinstance(sid, str) and sid and isinstance(token, str) and token:
+            return sid, token
+    return None
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _path_of(url: str) -> str:
+    return httpx2.URL(url).path

@@ -1,0 +1,258 @@
+"""An httpx2 transport that serves an ASGI app in-process, streaming.
+
+httpx2's own ``ASGITransport`` runs the app to completion and buffers the whole
+body, so it cannot carry an endless Server-Sent-Events stream. This transport
+runs each request's app call as a task in a nursery and hands the response back
+as soon as the app sends ``http.response.start``; the body then flows through a
+trio memory channel, chunk by chunk, as the app sends it. Nothing touches a
+socket or a thread, so ``trio.testing.MockClock(autojump_threshold=0)`` sees
+every wait and timing tests stay exact.
+
+Life of one request:
+
+1. The request body is read whole (our requests are small JSON documents).
+2. The app is started in the transport's nursery with a ``receive`` that gives
+   the body once, then waits until the client goes away and answers
+   ``http.disconnect`` (as a real server does).
+3. ``handle_async_request`` returns when the response starts. If the app
+   finishes without starting one, or fails before it, the client gets a 500
+   (as from a real server) and the error is logged; an ``httpx2.TransportError``
+   the app raises on purpose reaches the client unchanged, which lets a fake
+   room simulate a refused connection or a reset.
+4. The body ends when the app sends its last chunk or returns. An
+   ``httpx2.TransportError`` raised after the start reaches the client as a read
+   error; any other exception ends the body with ``httpx2.ReadError``.
+5. When the client closes the response (or cancels the request), the app's
+   ``receive`` answers ``http.disconnect`` and later sends are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any, final
+
+import attrs
+import httpx2
+import trio
+
+__all__ = ["ASGIApp", "StreamingASGITransport", "open_streaming_transport"]
+
+logger = logging.getLogger("letagents_trio.testing")
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+
+# Chunks the app may send ahead of a client that is not reading. Small, like a
+# socket buffer, so a slow reader slows the app down instead of growing memory.
+BODY_BUFFER_CHUNKS = 16
+
+
+@final
+@attrs.define(eq=False)
+class _Exchange:
+    """The state one request shares between the client side and the app task."""
+
+    started: trio.Event = attrs.field(factory=trio.Event)
+    app_done: trio.Event = attrs.field(factory=trio.Event)
+    disconnected: trio.Event = attrs.field(factory=trio.Event)
+    status: int = 500
+    headers: list[tuple[bytes, bytes]] = attrs.field(factory=list)
+    body_send: trio.MemorySendChannel[bytes] | None = None
+    failure: httpx2.TransportError | None = None
+    body_error: httpx2.TransportError | None = None
+
+    def finish_body(self, error: httpx2.TransportError | None = None) -> None:
+        """End the body; with ``error``, the client's read fails once it drains."""
+        if error is not None and self.body_error is None:
+            self.body_error = error
+        channel, self.body_send = self.body_send, None
+        if channel is not None:
+            channel.close()
+
+
+def _answer_internal_error(exchange: _Exchange) -> None:
+    exchange.status = 500
+    exchange.headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    if exchange.body_send is not None:
+        # Nothing was sent yet, so the buffer has room.
+        exchange.body_send.send_nowait(b"Internal Server Error")
+
+
+@final
+class _ChannelByteStream(httpx2.AsyncByteStream):
+    def __init__(
+        self,
+        receive: trio.MemoryReceiveChannel[bytes],
+        exchange: _Exchange,
+    ) -> None:
+        self._receive = receive
+        self._exchange = exchange
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._receive:
+            yield chunk
+        if self._exchange.body_error is not None:
+            raise self._exchange.body_error
+
+    async def aclose(self) -> None:
+        self._exchange.disconnected.set()
+        await self._receive.aclose()
+
+
+@final
+class StreamingASGITransport(httpx2.AsyncBaseTransport):
+    """Serve an ASGI app to an ``httpx2.AsyncClient``, streaming response bodies.
+
+    Args:
+        app: the ASGI application.
+        nursery: where each request's app task runs. It must outlive every
+            response the client holds; :func:`open_streaming_transport` opens one.
+        client: the ``(host, port)`` the app sees as the peer.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        nursery: trio.Nursery,
+        client: tuple[str, int] = ("127.0.0.1", 50000),
+    ) -> None:
+        self._app = app
+        self._nursery = nursery
+        self._client = client
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Start the app for ``request`` and return once the response starts.
+
+        Cancellation:
+            A checkpoint. Cancelled before the response starts, the app is told
+            the client disconnected; nothing else is left behind.
+        """
+        if self._closed:
+            raise httpx2.ConnectError("the in-process transport is closed", request=request)
+        body = b"".join([chunk async for chunk in request.stream])  # type: ignore[union-attr]
+        exchange = _Exchange()
+        send_channel, receive_channel = trio.open_memory_channel[bytes](BODY_BUFFER_CHUNKS)
+        exchange.body_send = send_channel
+        self._nursery.start_soon(self._run_app, self._scope(request), body, exchange)
+        try:
+            await exchange.started.wait()
+        except BaseException:
+            exchange.disconnected.set()
+            await receive_channel.aclose()
+            raise
+        if exchange.failure is not None:
+            await receive_channel.aclose()
+            raise exchange.failure
+        return httpx2.Response(
+            exchange.status,
+            headers=exchange.headers,
+            stream=_ChannelByteStream(receive_channel, exchange),
+            request=request,
+        )
+
+    def _scope(self, request: httpx2.Request) -> dict[str, Any]:
+        url = request.url
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.4"},
+            "http_version": "1.1",
+            "method": request.method,
+            "scheme": url.scheme,
+            "path": url.path,
+            "raw_path": url.raw_path.split(b"?")[0],
+            "query_string": url.query,
+            "root_path": "",
+            "headers": [(k.lower(), v) for k, v in request.headers.raw],
+            "server": (url.host, url.port or (443 if url.scheme == "https" else 80)),
+            "client": self._client,
+        }
+
+    async def _run_app(self, scope: dict[str, Any], body: bytes, exchange: _Exchange) -> None:
+        body_given = False
+
+        async def receive() -> Message:
+            nonlocal body_given
+            if not body_given:
+                body_given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await exchange.disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                if exchange.started.is_set():
+                    raise RuntimeError("the app started its response twice")
+                exchange.status = int(message["status"])
+                exchange.headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
+                exchange.started.set()
+            elif kind == "http.response.body":
+                if not exchange.started.is_set():
+                    raise RuntimeError("the app sent a body before starting its response")
+                chunk = bytes(message.get("body", b""))
+                channel = exchange.body_send
+                if channel is not None and chunk and not exchange.disconnected.is_set():
+                    try:
+                        await channel.send(chunk)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        exchange.disconnected.set()
+                if not message.get("more_body", False):
+                    exchange.finish_body()
+            else:
+                await trio.lowlevel.checkpoint()
+
+        try:
+            await self._app(scope, receive, send)
+        except httpx2.TransportError as exc:
+            if exchange.started.is_set():
+                exchange.finish_body(exc)
+            else:
+                exchange.failure = exc
+        except Exception:
+            logger.exception("in-process app failed on %s %s", scope["method"], scope["path"])
+            if exchange.started.is_set():
+                exchange.finish_body(httpx2.ReadError("the app failed mid-response"))
+            else:
+                _answer_internal_error(exchange)
+        finally:
+            if not exchange.started.is_set() and exchange.failure is None:
+                # The app returned without answering: a real server says 500.
+                _answer_internal_error(exchange)
+            exchange.started.set()
+            exchange.finish_body()
+            exchange.app_done.set()
+
+    async def aclose(self) -> None:
+        """Refuse new requests; responses already open keep streaming.
+
+        Cancellation:
+            A checkpoint only; nothing to clean up.
+        """
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+
+@asynccontextmanager
+async def open_streaming_transport(
+    app: ASGIApp, *, client: tuple[str, int] = ("127.0.0.1", 50000)
+) -> AsyncIterator[StreamingASGITransport]:
+    """Open a :class:`StreamingASGITransport` with a nursery of its own.
+
+    On leaving the block, app tasks still running (endless streams) are cancelled.
+
+    Cancellation:
+        Leaving the block cancels every app task the transport started.
+    """
+    async with trio.open_nursery() as nursery:
+        transport = StreamingASGITransport(app, nursery=nursery, client=client)
+        try:
+            yield transport
+        finally:
+            transport._closed = True
+            nursery.cancel_scope.cancel(reason="in-process transport closed")
