@@ -1,0 +1,1 @@
+"""The reference letagents room server: store, presence rules, name allocation, routes."""
