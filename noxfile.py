@@ -37,9 +37,8 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
-        "flake8",
-        "--select=ASYNC",
-        "--startable-in-context-manager=serve_connection_manager,serve_room",
+        "flake8-async",
+        "--startable-in-context-manager=serve_connection_manager,serve_room,run",
         "letagents_trio",
         "nurseries",
         "tests",

@@ -1,0 +1,388 @@
+"""One worker session's process connection, held for as long as the process runs.
+
+The room learns that this process still exists from one long-lived connection
+per worker session (PROTOCOL §4). A :class:`ProcessHolder` is the task that
+holds it. Its loop, one pass per attempt:
+
+1. **Attempt**, inside a fresh ``CancelScope`` (``_attempt_scope``). Its deadline
+   is first the *answer timeout* (10 s) until the room accepts the connection;
+   from then on it is a *sliding silence deadline* (45 s), re-armed
+   (``scope.relative_deadline = silence``) each time a chunk of bytes arrives,
+   comment-only heartbeats included. Opening resets every backoff counter.
+   The ``open`` event names the connection; an ``ended`` event ends the attempt
+   at once. The attempt's outcome:
+
+   =====================================================  ==============
+   what happened                                          outcome
+   =====================================================  ==============
+   410, or an ``ended`` event                             ``ended``
+   404 or 405                                             ``unsupported``
+   5xx, network error, either timeout, the stream ending  ``dropped``
+   any other answer, or a body that is no event stream    ``refused``
+   =====================================================  ==============
+
+2. **After** the attempt the connection id is cleared. ``ended``: the holder
+   leaves the manager, runs the ``on_ended`` hook and stops for good.
+   ``refused`` / ``unsupported``: the ``still_ours`` hook is asked whether the
+   session still belongs to this process (another process may have taken it
+   over); if not, the holder stops.
+3. **Backoff**: the policy's delay for that outcome and its counter, slept in
+   its own ``CancelScope`` (``_backoff_scope``) so that :meth:`reconnect_now`
+   can cut it short; then that outcome's counter goes up by one.
+
+Stopping (release, replacement, shutdown) cancels the holder's outer scope:
+whatever it is doing, attempt or backoff, ends at the next checkpoint, and the
+stream is closed on the way out. Nothing here polls, and every wait is on
+trio's clock, so ``MockClock`` drives it exactly.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import final
+
+import attrs
+import trio
+
+from ._errors import RoomUnreachable, StreamProtocolError
+from ._events import EventKind, HolderEvent
+from ._policy import HoldPolicy, Outcome
+from ._session import AgentSession
+from ._transport import AttemptRejected, ProcessConnector
+
+__all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder", "is_eligible"]
+
+logger = logging.getLogger("letagents_trio.holder")
+
+SessionHook = Callable[[AgentSession], Awaitable[object]]
+StillOurs = Callable[[AgentSession], Awaitable[bool]]
+Emit = Callable[[HolderEvent], None]
+
+_RETRIED = (Outcome.DROPPED, Outcome.REFUSED, Outcome.UNSUPPORTED)
+
+
+class HolderStatus(enum.Enum):
+    """Where a :class:`ProcessHolder` is in its life."""
+
+    CONNECTING = "connecting"
+    """An attempt is under way: waiting for the room to answer."""
+    OPEN = "open"
+    """The stream is open: the room sees this process."""
+    WAITING = "waiting"
+    """Between attempts, in a backoff wait."""
+    ENDED = "ended"
+    """The room ended the session; the holder is done."""
+    STOPPED = "stopped"
+    """The holder was stopped (released, replaced, shut down, or no longer ours)."""
+
+    def __repr__(self) -> str:
+        return f"HolderStatus.{self.name}"
+
+
+def is_eligible(session: AgentSession, *, owner_mode: bool = True) -> bool:
+    """Whether a process connection is held for ``session`` at all (PROTOCOL §4.1).
+
+    Only live worker sessions of hosted rooms with a token are held, and only
+    by a process acting for the owner (not under a worker bearer or supervisor).
+    """
+    return (
+        owner_mode
+        and session.session_kind == "worker"
+        and not session.ended_at
+        and bool(session.session_token)
+        and not session.is_local
+    )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HolderStatistics:
+    """A snapshot of one holder.
+
+    Attributes:
+        session_id: the session held.
+        status: the holder's status when the snapshot was taken.
+        connection_id: the open connection's id, if the room named it.
+        attempts: finished attempts, by outcome.
+        opens: how many attempts opened a stream.
+        last_outcome: the outcome of the latest finished attempt.
+        opened_at: when the latest stream opened (trio time), if one did.
+        next_attempt_at: when the next attempt starts (trio time), while waiting.
+    """
+
+    session_id: str
+    status: HolderStatus
+    connection_id: str | None
+    attempts: Mapping[Outcome, int]
+    opens: int
+    last_outcome: Outcome | None
+    opened_at: float | None
+    next_attempt_at: float | None
+
+
+@final
+class ProcessHolder:
+    """Holds the process connection of one worker session.
+
+    Holders are made by :meth:`ConnectionManager.hold`, which runs each in the
+    manager's nursery; there is no public constructor contract.
+    """
+
+    def __init__(
+        self,
+        session: AgentSession,
+        *,
+        connector: ProcessConnector,
+        policy: HoldPolicy,
+        emit: Emit,
+        on_ended: SessionHook,
+        still_ours: StillOurs,
+        forget: Callable[[ProcessHolder], None],
+    ) -> None:
+        self._session = session
+        self._connector = connector
+        self._policy = policy
+        self._emit = emit
+        self._on_ended = on_ended
+        self._still_ours = still_ours
+        self._forget = forget
+        self._scope = trio.CancelScope()
+        self._attempt_scope: trio.CancelScope | None = None
+        self._backoff_scope: trio.CancelScope | None = None
+        self._status = HolderStatus.CONNECTING
+        self._status_lot = trio.lowlevel.ParkingLot()
+        self._connection_id: str | None = None
+        self._counters = dict.fromkeys(_RETRIED, 0)
+        self._attempts = dict.fromkeys(Outcome, 0)
+        self._opens = 0
+        self._last_outcome: Outcome | None = None
+        self._opened_at: float | None = None
+        self._next_attempt_at: float | None = None
+        self._stop_reason = "stopped"
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProcessHolder session_id={self._session.session_id!r} "
+            f"status={self._status.value} connection_id={self._connection_id!r}>"
+        )
+
+    # --- observing ---------------------------------------------------------------
+
+    @property
+    def session(self) -> AgentSession:
+        """The session held."""
+        return self._session
+
+    @property
+    def status(self) -> HolderStatus:
+        """The holder's current status."""
+        return self._status
+
+    @property
+    def connection_id(self) -> str | None:
+        """The id the room gave the open connection; None between attempts."""
+        return self._connection_id
+
+    def statistics(self) -> HolderStatistics:
+        """A frozen snapshot of the holder's state and counts."""
+        return HolderStatistics(
+            session_id=self._session.session_id,
+            status=self._status,
+            connection_id=self._connection_id,
+            attempts=MappingProxyType(dict(self._attempts)),
+            opens=self._opens,
+            last_outcome=self._last_outcome,
+            opened_at=self._opened_at,
+            next_attempt_at=self._next_attempt_at,
+        )
+
+    async def wait_status(self, *statuses: HolderStatus) -> HolderStatus:
+        """Wait until the holder's status is one of ``statuses``; return it.
+
+        ``wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)`` returns once the
+        holder is done and its stream is closed.
+
+        Cancellation:
+            A checkpoint, even when the status already matches; cancelling it
+            changes nothing about the holder.
+        """
+        if not statuses:
+            raise ValueError("wait_status needs at least one status")
+        while self._status not in statuses:
+            await self._status_lot.park()
+        await trio.lowlevel.checkpoint()
+        return self._status
+
+    # --- steering ------------------------------------------------------------------
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Stop holding: cancel the attempt or the backoff under way, close the stream.
+
+        Idempotent. The holder's status becomes ``STOPPED`` once its task has
+        unwound; :meth:`wait_status` tells when.
+        """
+        if not self._scope.cancel_called:
+            self._stop_reason = reason
+        self._scope.cancel(reason=f"process holder: {reason}")
+
+    def reconnect_now(self) -> bool:
+        """Cut a backoff wait short and attempt at once.
+
+        Returns:
+            Whether the holder was waiting (and so was woken).
+        """
+        if self._status is HolderStatus.WAITING and self._backoff_scope is not None:
+            self._backoff_scope.cancel(reason="reconnect requested")
+            return True
+        return False
+
+    # --- the loop ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the connection until stopped, ended, or no longer ours.
+
+        Calls ``task_status.started()`` before the first attempt: startup never
+        waits on the network.
+
+        Cancellation:
+            Cancelling the task (or :meth:`stop`) ends the attempt or backoff
+            under way and closes the stream; the status becomes ``STOPPED``.
+            No exit is announced here: that is the manager's job.
+        """
+        try:
+            with self._scope:
+                task_status.started()
+                await self._loop()
+        finally:
+            self._connection_id = None
+            self._next_attempt_at = None
+            if self._status is not HolderStatus.ENDED:
+                self._set_status(HolderStatus.STOPPED)
+                self._event(EventKind.STOPPED, detail=self._stop_reason)
+
+    async def _loop(self) -> None:
+        while True:
+            self._set_status(HolderStatus.CONNECTING)
+            self._event(EventKind.ATTEMPT)
+            outcome, detail = await self._attempt()
+            closed_id, self._connection_id = self._connection_id, None
+            self._attempts[outcome] += 1
+            self._last_outcome = outcome
+            self._event(EventKind.CLOSED, outcome=outcome, connection_id=closed_id, detail=detail)
+            logger.info(
+                "process connection of %s: %s (%s)",
+                self._session.session_id,
+                outcome.value,
+                detail,
+            )
+            if outcome is Outcome.ENDED:
+                await self._end()
+                return
+            if outcome in (Outcome.REFUSED, Outcome.UNSUPPORTED) and not await self._ours():
+                self._stop_reason = "no longer ours"
+                self._forget(self)
+                return
+            delay = self._policy.delay(outcome, self._counters[outcome])
+            await self._backoff(outcome, delay)
+            self._counters[outcome] += 1
+
+    async def _attempt(self) -> tuple[Outcome, str]:
+        opened = False
+        with trio.CancelScope() as scope:
+            self._attempt_scope = scope
+            scope.relative_deadline = self._policy.answer_timeout
+            try:
+                async with self._connector.open(self._session) as news_stream:
+                    opened = True
+                    self._opened()
+                    scope.relative_deadline = self._policy.silence_timeout
+                    async for news in news_stream:
+                        scope.relative_deadline = self._policy.silence_timeout
+                        if news.connection_id is not None:
+                            self._connection_id = news.connection_id
+                            self._event(EventKind.CONNECTION, connection_id=news.connection_id)
+                        if news.ended:
+                            return Outcome.ENDED, "ended event"
+                    return Outcome.DROPPED, "stream end"
+            except AttemptRejected as exc:
+                return exc.outcome, exc.detail
+            except RoomUnreachable:
+                return Outcome.DROPPED, "unreachable"
+            except StreamProtocolError as exc:
+                logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
+                return Outcome.DROPPED, "protocol error"
+            finally:
+                self._attempt_scope = None
+        # Only this scope's own deadline gets here: a stop cancels the outer scope.
+        return Outcome.DROPPED, "silence" if opened else "answer timeout"
+
+    def _opened(self) -> None:
+        for outcome in _RETRIED:
+            self._counters[outcome] = 0
+        self._opens += 1
+        self._opened_at = trio.current_time()
+        self._set_status(HolderStatus.OPEN)
+        self._event(EventKind.OPEN)
+
+    async def _backoff(self, outcome: Outcome, delay: float) -> None:
+        self._next_attempt_at = trio.current_time() + delay
+        self._set_status(HolderStatus.WAITING)
+        self._event(EventKind.BACKOFF, outcome=outcome, delay=delay)
+        with trio.CancelScope(deadline=self._next_attempt_at) as scope:
+            self._backoff_scope = scope
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._backoff_scope = None
+        self._next_attempt_at = None
+
+    async def _end(self) -> None:
+        self._forget(self)
+        self._set_status(HolderStatus.ENDED)
+        self._event(EventKind.ENDED)
+        try:
+            await self._on_ended(self._session)
+        except Exception:
+            logger.exception("on_ended hook failed for %s", self._session.session_id)
+
+    async def _ours(self) -> bool:
+        try:
+            return bool(await self._still_ours(self._session))
+        except Exception:
+            logger.warning(
+                "still_ours hook failed for %s; treating it as not ours",
+                self._session.session_id,
+                exc_info=True,
+            )
+            return False
+
+    # --- bookkeeping --------------------------------------------------------------------
+
+    def _set_status(self, status: HolderStatus) -> None:
+        if status is not self._status:
+            self._status = status
+            self._status_lot.unpark_all()
+
+    def _event(
+        self,
+        kind: EventKind,
+        *,
+        outcome: Outcome | None = None,
+        delay: float | None = None,
+        connection_id: str | None = None,
+        detail: str = "",
+    ) -> None:
+        self._emit(
+            HolderEvent(
+                time=trio.current_time(),
+                session_id=self._session.session_id,
+                kind=kind,
+                outcome=outcome,
+                delay=delay,
+                connection_id=connection_id,
+                detail=detail,
+            )
+        )

@@ -1,0 +1,430 @@
+"""The connection manager: a root nursery of holders, and a bounded goodbye.
+
+:func:`open_connection_manager` owns one nursery. Each :meth:`~ConnectionManager.hold`
+starts a :class:`~letagents_trio.ProcessHolder` in it, one per worker session;
+holders for thousands of sessions cost one task and a few objects each.
+
+Shutdown is the reason this module exists. However the block is left (normal
+exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
+
+1. takes a snapshot of every holder and its current connection id, and forgets
+   them all, so a second announcement sends nothing;
+2. for every holder at once: stops it and waits for its stream to close (so
+   nothing the room sends back is read as news), then POSTs
+   ``…/process/exit`` with ``{agent_session_id, agent_session_token,
+   process_connection_id}`` (the id of the stream that was open, or null);
+3. does all of step 2 under ONE shielded deadline,
+   ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
+   black-holed room never holds the process past it. Failures are logged
+   and reported, never raised.
+
+Then the nursery is cancelled and every remaining task unwinds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from types import MappingProxyType
+from typing import TYPE_CHECKING, NoReturn, Protocol, final
+
+import attrs
+import trio
+
+from ._errors import ApiError, RoomUnreachable
+from ._events import EventKind, HolderEvent
+from ._holder import HolderStatus, ProcessHolder, is_eligible
+from ._policy import HoldPolicy
+from ._transport import ProcessConnector, SSEConnector
+
+if TYPE_CHECKING:
+    from ._api import RoomClient
+    from ._session import AgentSession
+
+__all__ = [
+    "ConnectionManager",
+    "ExitAnnouncement",
+    "HolderStateHooks",
+    "ManagerStatistics",
+    "open_connection_manager",
+    "serve_connection_manager",
+]
+
+logger = logging.getLogger("letagents_trio.manager")
+
+# A process running under a worker bearer speaks for a supervisor, not an
+# owner, and holds no process connections (PROTOCOL §4.1).
+WORKER_BEARER_ENV = "LETAGENTS_AGENT_SESSION_BEARER"
+
+
+class HolderStateHooks(Protocol):
+    """What ``state=`` must offer (:class:`~letagents_trio.LocalStateStore` does)."""
+
+    async def mark_ended(self, session: AgentSession) -> object: ...
+    async def is_still_ours(self, session: AgentSession) -> bool: ...
+
+
+async def _nothing(session: AgentSession) -> None:
+    await trio.lowlevel.checkpoint()
+
+
+async def _always_ours(session: AgentSession) -> bool:
+    await trio.lowlevel.checkpoint()
+    return True
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ExitAnnouncement:
+    """How the exit announcement for one session went.
+
+    Attributes:
+        session_id: the session announced.
+        connection_id: the ``process_connection_id`` sent (None when no stream was open).
+        recorded: the room's answer; None when no answer came.
+        error: why no answer came (``"deadline"``, ``"HTTP 503"``, ``"unreachable"``), if so.
+        finished_at: when it finished, in seconds on trio's clock.
+    """
+
+    session_id: str
+    connection_id: str | None
+    recorded: bool | None
+    error: str | None
+    finished_at: float
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ManagerStatistics:
+    """A snapshot of a :class:`ConnectionManager`.
+
+    Attributes:
+        holders: sessions held now.
+        by_status: how many holders are in each status.
+        events_dropped: events not delivered because a subscriber's buffer was full.
+        closing: whether shutdown (the exit announcement) has begun.
+    """
+
+    holders: int
+    by_status: Mapping[HolderStatus, int]
+    events_dropped: int
+    closing: bool
+
+
+@final
+class ConnectionManager:
+    """Holds the process connections of many worker sessions.
+
+    Made by :func:`open_connection_manager` or :func:`serve_connection_manager`,
+    which own its nursery; there is no public constructor contract.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        connector: ProcessConnector,
+        policy: HoldPolicy,
+        on_ended: Callable[[AgentSession], Awaitable[object]],
+        still_ours: Callable[[AgentSession], Awaitable[bool]],
+        owner_mode: bool,
+    ) -> None:
+        self._nursery = nursery
+        self._connector = connector
+        self.policy = policy
+        self._on_ended = on_ended
+        self._still_ours = still_ours
+        self._owner_mode = owner_mode
+        self._holders: dict[str, ProcessHolder] = {}
+        self._subscribers: list[trio.MemorySendChannel[HolderEvent]] = []
+        self._events_dropped = 0
+        self._closing = False
+        self._announced: tuple[ExitAnnouncement, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"<ConnectionManager holders={len(self._holders)} closing={self._closing}>"
+
+    # --- holding ---------------------------------------------------------------------
+
+    @property
+    def holders(self) -> Mapping[str, ProcessHolder]:
+        """The holders now running, by session id (a read-only live view)."""
+        return MappingProxyType(self._holders)
+
+    def hold(self, session: AgentSession) -> ProcessHolder | None:
+        """Hold ``session``'s process connection from now on.
+
+        Non-blocking. Returns the holder, or None when the session is not
+        eligible (PROTOCOL §4.1: only live worker sessions of hosted rooms, held
+        by an owner process). Holding the same session id with the same token
+        again returns the running holder; with another token, the old holder is
+        stopped and a new one started.
+
+        Raises:
+            trio.ClosedResourceError: the manager is shutting down.
+        """
+        if self._closing:
+            raise trio.ClosedResourceError("the connection manager is shutting down")
+        if not is_eligible(session, owner_mode=self._owner_mode):
+            return None
+        current = self._holders.get(session.session_id)
+        if current is not None:
+            if current.session.session_token == session.session_token:
+                return current
+            current.stop("replaced by a new token")
+        holder = ProcessHolder(
+            session,
+            connector=self._connector,
+            policy=self.policy,
+            emit=self._emit,
+            on_ended=self._on_ended,
+            still_ours=self._still_ours,
+            forget=self._forget,
+        )
+        self._holders[session.session_id] = holder
+        self._nursery.start_soon(holder.run, name=f"process holder {session.session_id}")
+        return holder
+
+    def release(self, session_id: str) -> bool:
+        """Stop holding ``session_id`` without announcing an exit.
+
+        Non-blocking: the holder's stream closes as its task unwinds. Returns
+        whether a holder was running.
+        """
+        holder = self._holders.pop(session_id, None)
+        if holder is None:
+            return False
+        holder.stop("released")
+        return True
+
+    def _forget(self, holder: ProcessHolder) -> None:
+        if self._holders.get(holder.session.session_id) is holder:
+            del self._holders[holder.session.session_id]
+
+    # --- the timeline ----------------------------------------------------------------
+
+    @contextmanager
+    def subscribe(
+        self, max_buffer_size: float = 1000
+    ) -> Iterator[trio.MemoryReceiveChannel[HolderEvent]]:
+        """Receive every :class:`HolderEvent` from now on, while the block runs.
+
+        Events are never waited for: a subscriber whose buffer is full misses
+        events (counted in :meth:`statistics`). Pass ``math.inf`` to miss none.
+        """
+        send, receive = trio.open_memory_channel[HolderEvent](max_buffer_size)
+        self._subscribers.append(send)
+        try:
+            yield receive
+        finally:
+            self._subscribers.remove(send)
+            send.close()
+
+    def _emit(self, event: HolderEvent) -> None:
+        for channel in self._subscribers:
+            try:
+                channel.send_nowait(event)
+            except (trio.WouldBlock, trio.BrokenResourceError):
+                self._events_dropped += 1
+
+    def statistics(self) -> ManagerStatistics:
+        """A frozen snapshot: holders by status, events dropped, closing or not."""
+        by_status = dict.fromkeys(HolderStatus, 0)
+        for holder in self._holders.values():
+            by_status[holder.status] += 1
+        return ManagerStatistics(
+            holders=len(self._holders),
+            by_status=MappingProxyType(by_status),
+            events_dropped=self._events_dropped,
+            closing=self._closing,
+        )
+
+    # --- the goodbye -----------------------------------------------------------------
+
+    async def announce_exits(self) -> tuple[ExitAnnouncement, ...]:
+        """Close every held stream, then announce every exit, within the exit deadline.
+
+        The manager stops taking new sessions. A second call sends nothing and
+        returns the first call's report.
+
+        Returns:
+            One :class:`ExitAnnouncement` per session that was held.
+
+        Cancellation:
+            Shielded: it runs to the end of ``policy.exit_deadline`` even when the
+            caller is cancelled, then returns. Announcements still in flight at
+            the deadline are abandoned and reported with ``error="deadline"``.
+        """
+        with trio.move_on_after(self.policy.exit_deadline, shield=True) as scope:
+            await self._announce_all()
+        if scope.cancelled_caught:
+            logger.warning(
+                "exit deadline of %.1f s passed before every exit was announced",
+                self.policy.exit_deadline,
+            )
+        return self._announced or ()
+
+    async def _announce_all(self) -> None:
+        if self._announced is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closing = True
+        snapshot = [(holder, holder.connection_id) for holder in self._holders.values()]
+        self._holders.clear()
+        results: dict[str, ExitAnnouncement] = {}
+        self._announced = ()
+        try:
+            async with trio.open_nursery() as nursery:
+                for holder, connection_id in snapshot:
+                    nursery.start_soon(self._announce_one, holder, connection_id, results)
+        finally:
+            now = trio.current_time()
+            self._announced = tuple(
+                results.get(holder.session.session_id)
+                or ExitAnnouncement(
+                    session_id=holder.session.session_id,
+                    connection_id=connection_id,
+                    recorded=None,
+                    error="deadline",
+                    finished_at=now,
+                )
+                for holder, connection_id in snapshot
+            )
+
+    async def _announce_one(
+        self,
+        holder: ProcessHolder,
+        connection_id: str | None,
+        results: dict[str, ExitAnnouncement],
+    ) -> None:
+        session = holder.session
+        holder.stop("process exit")
+        await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
+        recorded: bool | None = None
+        error: str | None = None
+        try:
+            recorded = await self._connector.announce_exit(session, connection_id)
+        except ApiError as exc:
+            error = f"HTTP {exc.status}"
+        except RoomUnreachable:
+            error = "unreachable"
+        if error is not None:
+            logger.warning("exit of %s not announced: %s", session.session_id, error)
+        result = ExitAnnouncement(
+            session_id=session.session_id,
+            connection_id=connection_id,
+            recorded=recorded,
+            error=error,
+            finished_at=trio.current_time(),
+        )
+        results[session.session_id] = result
+        self._emit(
+            HolderEvent(
+                time=result.finished_at,
+                session_id=session.session_id,
+                kind=EventKind.EXIT,
+                connection_id=connection_id,
+                detail=error or ("recorded" if recorded else "not recorded"),
+            )
+        )
+
+
+def _owner_mode_from_env() -> bool:
+    return not os.environ.get(WORKER_BEARER_ENV)
+
+
+@asynccontextmanager
+async def open_connection_manager(
+    client: RoomClient,
+    *,
+    policy: HoldPolicy | None = None,
+    state: HolderStateHooks | None = None,
+    on_ended: Callable[[AgentSession], Awaitable[object]] | None = None,
+    still_ours: Callable[[AgentSession], Awaitable[bool]] | None = None,
+    connector: ProcessConnector | None = None,
+    owner_mode: bool | None = None,
+) -> AsyncIterator[ConnectionManager]:
+    """Open a :class:`ConnectionManager` whose holders live as long as the block.
+
+    Args:
+        client: the room client the holders use.
+        policy: timing; the Node client's defaults when omitted.
+        state: a :class:`~letagents_trio.LocalStateStore` (or anything with its
+            ``mark_ended`` and ``is_still_ours``): wires the two hooks below.
+        on_ended: called with a session the room ended (default: ``state.mark_ended``,
+            or nothing).
+        still_ours: asked, after a refusal, whether the session still belongs to
+            this process (default: ``state.is_still_ours``, or always yes).
+        connector: how process connections are made (default: :class:`SSEConnector`).
+        owner_mode: whether this process acts for an owner; default: true unless
+            ``LETAGENTS_AGENT_SESSION_BEARER`` is set. Without it nothing is held.
+
+    Leaving the block, for any reason, closes every held stream and announces
+    every exit within ``policy.exit_deadline`` (see :meth:`ConnectionManager.announce_exits`).
+    The block may raise ``BaseExceptionGroup`` when a holder fails with a bug.
+
+    Cancellation:
+        The embedder may cancel the block from outside: the exits are still
+        announced, shielded, within the deadline; then the cancellation goes on.
+    """
+    policy = policy or HoldPolicy()
+    if on_ended is None:
+        on_ended = state.mark_ended if state is not None else _nothing
+    if still_ours is None:
+        still_ours = state.is_still_ours if state is not None else _always_ours
+    if connector is None:
+        connector = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
+    async with trio.open_nursery() as nursery:
+        manager = ConnectionManager(
+            nursery,
+            connector=connector,
+            policy=policy,
+            on_ended=on_ended,
+            still_ours=still_ours,
+            owner_mode=_owner_mode_from_env() if owner_mode is None else owner_mode,
+        )
+        try:
+            yield manager
+        finally:
+            with trio.move_on_after(policy.exit_deadline, shield=True):
+                await manager.announce_exits()
+            nursery.cancel_scope.cancel(reason="connection manager closed")
+
+
+async def serve_connection_manager(
+    client: RoomClient,
+    *,
+    policy: HoldPolicy | None = None,
+    state: HolderStateHooks | None = None,
+    on_ended: Callable[[AgentSession], Awaitable[object]] | None = None,
+    still_ours: Callable[[AgentSession], Awaitable[bool]] | None = None,
+    connector: ProcessConnector | None = None,
+    owner_mode: bool | None = None,
+    task_status: trio.TaskStatus[ConnectionManager] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Run a connection manager as a task of the embedder's nursery.
+
+    ``manager = await nursery.start(serve_connection_manager, client)``. Takes
+    the keyword options of :func:`open_connection_manager`. Reports the
+    manager through ``task_status.started`` at once (no network wait), then runs
+    until cancelled.
+
+    Cancellation:
+        Cancelling the task (for example the embedder's nursery) closes every
+        stream and announces every exit within ``policy.exit_deadline``, then
+        the task ends.
+    """
+    async with open_connection_manager(
+        client,
+        policy=policy,
+        state=state,
+        on_ended=on_ended,
+        still_ours=still_ours,
+        connector=connector,
+        owner_mode=owner_mode,
+    ) as manager:
+        task_status.started(manager)
+        await trio.sleep_forever()
+    raise AssertionError("unreachable")  # pragma: no cover

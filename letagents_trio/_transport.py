@@ -1,0 +1,186 @@
+"""What a holder needs from a transport: open a process connection, hear news.
+
+The holder knows nothing of HTTP or SSE. It asks a :class:`ProcessConnector`
+to open the process connection for a session, inside the holder's own cancel
+scope, and reads :class:`StreamNews` from it, one item per chunk of bytes the
+room wrote (so a comment-only heartbeat still counts as news and re-arms the
+silence deadline). A connector reports a refusal by raising
+:class:`AttemptRejected` with the attempt's :class:`~letagents_trio.Outcome`, and a
+network failure by raising :class:`~letagents_trio.RoomUnreachable`.
+
+:class:`SSEConnector` is the connector for the room's HTTP route
+(PROTOCOL §2.1 R4, §3): status 200 with a ``text/event-stream`` body opens the
+connection; 410 means ended; 404 and 405 mean the room lacks the route; 5xx
+counts as dropped; any other answer is a refusal. The ``open`` event's data is
+parsed as JSON for ``connection_id``; an ``ended`` event ends the session. A
+WebSocket connector would implement the same two methods.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from typing import TYPE_CHECKING, Protocol, final
+
+import attrs
+import httpx2
+
+from . import _protocol
+from ._errors import LetAgentsError, RoomUnreachable
+from ._policy import Outcome
+from ._sse import SSEDecoder, is_event_stream
+
+if TYPE_CHECKING:
+    from ._api import RoomClient
+    from ._session import AgentSession
+
+__all__ = ["AttemptRejected", "ProcessConnector", "SSEConnector", "StreamNews", "classify_status"]
+
+logger = logging.getLogger("letagents_trio.transport")
+
+# Connection ids are UUIDs; anything longer is not one and is not kept.
+_MAX_CONNECTION_ID = 128
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StreamNews:
+    """What one read from an open process connection brought.
+
+    Attributes:
+        connection_id: the id the room gave this connection, if this read named one.
+        ended: the room said the session has ended.
+    """
+
+    connection_id: str | None = None
+    ended: bool = False
+
+
+@final
+class AttemptRejected(LetAgentsError):
+    """The room answered, but did not open the process connection.
+
+    Attributes:
+        outcome: how the attempt counts (ended, unsupported, dropped or refused).
+        detail: a short, secret-free description, such as ``HTTP 401``.
+    """
+
+    def __init__(self, outcome: Outcome, detail: str) -> None:
+        super().__init__(f"{outcome.value}: {detail}")
+        self.outcome = outcome
+        self.detail = detail
+
+
+class ProcessConnector(Protocol):
+    """A way to hold a process connection and to announce a process's exit."""
+
+    def open(self, session: AgentSession) -> AbstractAsyncContextManager[AsyncIterator[StreamNews]]:
+        """Open the process connection; the block's value yields news until it closes.
+
+        Entering returns once the room has accepted the connection. Raises
+        :class:`AttemptRejected` when the room refuses it and
+        :class:`~letagents_trio.RoomUnreachable` when it cannot be reached;
+        iterating may raise those or :class:`~letagents_trio.StreamProtocolError`.
+        """
+        ...
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """Tell the room this process is gone; return whether it recorded that."""
+        ...
+
+
+def classify_status(status: int, content_type: str | None) -> Outcome | None:
+    """The outcome of a process-route answer, or None when it opens the stream."""
+    if status == 410:
+        return Outcome.ENDED
+    if status in (404, 405):
+        return Outcome.UNSUPPORTED
+    if status >= 500:
+        return Outcome.DROPPED
+    if status != 200 or not is_event_stream(content_type):
+        return Outcome.REFUSED
+    return None
+
+
+@final
+class _SSENews:
+    """Turns the chunks of an SSE body into :class:`StreamNews`, one per chunk."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], decoder: SSEDecoder) -> None:
+        self._chunks = chunks
+        self._decoder = decoder
+
+    def __aiter__(self) -> _SSENews:
+        return self
+
+    async def __anext__(self) -> StreamNews:
+        try:
+            chunk = await anext(self._chunks)
+        except StopAsyncIteration:
+            self._decoder.close()
+            raise
+        except httpx2.TransportError as exc:
+            raise RoomUnreachable(f"process stream broke: {type(exc).__name__}") from exc
+        connection_id: str | None = None
+        ended = False
+        for event in self._decoder.feed(chunk):
+            if event.event == "open":
+                connection_id = _connection_id(event.data) or connection_id
+            elif event.event == "ended":
+                ended = True
+        return StreamNews(connection_id=connection_id, ended=ended)
+
+
+def _connection_id(data: str) -> str | None:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        logger.debug("ignoring an open event whose data is not JSON")
+        return None
+    value = parsed.get("connection_id") if isinstance(parsed, dict) else None
+    if isinstance(value, str) and 0 < len(value) <= _MAX_CONNECTION_ID:
+        return value
+    return None
+
+
+@final
+class SSEConnector:
+    """The process connection over the room's Server-Sent-Events route.
+
+    Args:
+        client: the room client whose HTTP client and credentials are used.
+        max_event_bytes: the largest line or event accepted on the stream.
+    """
+
+    def __init__(
+        self, client: RoomClient, *, max_event_bytes: int = _protocol.MAX_EVENT_BYTES
+    ) -> None:
+        self._client = client
+        self._max_event_bytes = max_event_bytes
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        """Open ``GET …/process`` for ``session`` (see :class:`ProcessConnector`).
+
+        Cancellation:
+            A checkpoint. Cancelled or left, the response and its socket are closed.
+        """
+        async with self._client.open_process_stream(session) as response:
+            outcome = classify_status(response.status_code, response.headers.get("content-type"))
+            if outcome is not None:
+                raise AttemptRejected(outcome, f"HTTP {response.status_code}")
+            decoder = SSEDecoder(
+                max_line_bytes=self._max_event_bytes, max_event_bytes=self._max_event_bytes
+            )
+            async with aclosing(response.aiter_bytes()) as chunks:
+                yield _SSENews(chunks, decoder)
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """POST the exit announcement (see :meth:`RoomClient.announce_exit`).
+
+        Cancellation:
+            A checkpoint; callers bound it with the exit deadline.
+        """
+        return await self._client.announce_exit(session, connection_id)
