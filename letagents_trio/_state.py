@@ -1,0 +1,614 @@
+"""The local state file: one JSON object shared by every MCP server on the machine.
+
+The file (``~/.letagents/mcp-state.json``, or ``$LETAGENTS_STATE_PATH``) holds the
+owner's sign-in, the host id, the stored agent sessions and the worker handles
+(PROTOCOL §6.3). The Node client reads and writes the same file, so this module
+follows its protocol exactly; a Python and a Node server on one machine then
+never lose each other's updates.
+
+Reading needs no lock. Every write replaces the whole file by a rename, so a
+reader sees the old file or the new one, never a mix. Three outcomes:
+
+* the file is missing: an empty state, *complete* (nothing was ever stored);
+* it cannot be read, is not valid JSON, or is not a JSON object: an empty
+  state, *incomplete*. Nothing is ever written over such a file; every write
+  path raises :class:`StateUnavailable` so the user can restore it;
+* otherwise the object, with every key kept, known or not.
+
+Writing is only ever a locked read-modify-write (:meth:`LocalStateStore.update`);
+an unlocked whole-file write would silently undo another process's update.
+
+The lock is the file ``<path>.lock``, taken by an exclusive create:
+
+1. create the parent directory;
+2. try ``open(lock, O_CREAT | O_EXCL)``. On success, run the update, then close
+   and delete the lock file (in ``finally``: also on errors);
+3. if the lock exists and its mtime is more than 10 s old, its holder died:
+   delete it and retry at once;
+4. else, once 2 s have passed since the first try, raise
+   :class:`StateLockTimeout` naming the lock path; otherwise wait for the next
+   25 ms poll and retry.
+
+Polls sit on a fixed grid (start + n x 25 ms) measured with
+:func:`trio.current_time`, so waiting is cancellable and exact under a
+``MockClock``, and a slow poll never stretches the 2 s budget. The stale check
+compares the lock file's mtime, a wall-clock time, with the store's injectable
+``wall_clock``.
+
+Inside the lock everything is synchronous: re-read the file, refuse if it is
+incomplete, call the update function on the parsed object, and write only if
+the JSON changed, so a no-op or failed update leaves the file byte for byte
+as it was. The write goes to ``<path>.<pid>.<12 hex>.tmp`` (mode 0600), is
+flushed and fsynced, renamed over the target, and the temp file is removed in
+``finally``. Because no checkpoint happens while the lock is held, two trio
+tasks of one process never contend for it, and a cancelled update has either
+done nothing or everything.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import os
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, NoReturn, TypeVar, final
+
+import attrs
+import trio
+
+from ._errors import StateError, StateLockTimeout, StateUnavailable
+from ._names import is_durable_worker_id
+from ._session import AgentSession
+
+__all__ = [
+    "LOCK_POLL_INTERVAL",
+    "LOCK_STALE_AFTER",
+    "LOCK_TIMEOUT",
+    "STATE_PATH_ENV",
+    "STATE_UNAVAILABLE_MESSAGE",
+    "LocalStateStore",
+    "OwnerAuth",
+    "StateSnapshot",
+    "default_state_path",
+    "ensure_mapping",
+    "format_iso",
+    "iso_now",
+    "mapping_at",
+]
+
+logger = logging.getLogger("letagents_trio.state")
+
+T = TypeVar("T")
+
+# The Node client's variable: both clients must find the same file.
+STATE_PATH_ENV: Final = "LETAGENTS_STATE_PATH"
+# The Node client's lock poll: short next to a ~ms update, cheap next to 2 s.
+LOCK_POLL_INTERVAL: Final = 0.025
+# The Node client's give-up: an update holds the lock for milliseconds, so 2 s
+# of waiting means a stuck or dead holder.
+LOCK_TIMEOUT: Final = 2.0
+# The Node client's stale age: a lock file this old was left by a dead process.
+LOCK_STALE_AFTER: Final = 10.0
+# The exact upstream text worker handles show for a damaged state file.
+STATE_UNAVAILABLE_MESSAGE: Final = "Worker state is unavailable; restore it before reconnecting."
+# Owner-only: the file holds the owner's token and session tokens.
+_FILE_MODE: Final = 0o600
+# 12 hex characters of randomness in temp names, as the Node client uses.
+_TEMP_RANDOM_BYTES: Final = 6
+
+
+def default_state_path() -> Path:
+    """The state file path: ``$LETAGENTS_STATE_PATH``, else ``~/.letagents/mcp-state.json``.
+
+    An empty variable counts as unset, as in the Node client.
+    """
+    configured = os.environ.get(STATE_PATH_ENV)
+    if configured:
+        return Path(configured)
+    return Path.home() / ".letagents" / "mcp-state.json"
+
+
+def _to_path(value: os.PathLike[str] | str | None) -> Path:
+    return default_state_path() if value is None else Path(value)
+
+
+def format_iso(seconds: float) -> str:
+    """Format a Unix time like JavaScript's ``Date.prototype.toISOString``.
+
+    UTC, milliseconds (truncated, as ``Date`` keeps whole milliseconds) and a
+    ``Z``: ``2026-11-30T20:41:02.123Z``.
+    """
+    millis = math.floor(seconds * 1000)
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
+
+
+def iso_now(wall_clock: Callable[[], float] = time.time) -> str:
+    """The current time (from ``wall_clock``) as :func:`format_iso` writes it."""
+    return format_iso(wall_clock())
+
+
+def _parse_iso(text: str) -> float | None:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def mapping_at(parent: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    """The JSON object under ``key``, for reading.
+
+    Returns ``None`` when the key is absent *or* holds something other than an
+    object, so a wrong-typed part of a damaged file never crashes a reader.
+    """
+    value = parent.get(key)
+    return value if isinstance(value, dict) else None
+
+
+def ensure_mapping(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """The JSON object under ``key``, for writing inside :meth:`LocalStateStore.update`.
+
+    Creates an empty object when the key is absent.
+
+    Raises:
+        StateUnavailable: the key holds something other than an object; it is
+            left as it is rather than replaced.
+    """
+    value = parent.get(key)
+    if value is None and key not in parent:
+        created: dict[str, Any] = {}
+        parent[key] = created
+        return created
+    if isinstance(value, dict):
+        return value
+    error = StateUnavailable(STATE_UNAVAILABLE_MESSAGE)
+    error.add_note(f"{key!r} in the state file is {_json_type(value)}, not an object")
+    raise error
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _reject_constant(name: str) -> NoReturn:
+    # JSON.parse rejects NaN and Infinity; so do we, so both clients agree.
+    raise ValueError(f"{name} is not JSON")
+
+
+def _encode(state: Mapping[str, Any]) -> bytes:
+    """2-space JSON plus a newline, keys in insertion order, like JSON.stringify."""
+    text = json.dumps(state, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be UTF-8; the escaped form is the same JSON.
+        return (json.dumps(state, indent=2, allow_nan=False) + "\n").encode("ascii")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class StateSnapshot:
+    """One read of the state file.
+
+    Attributes:
+        data: the parsed object (empty when the file is missing or damaged).
+            It holds secrets, so it is not shown in ``repr``. Treat as read-only.
+        complete: ``False`` when the file exists but could not be used.
+        problem: why the snapshot is incomplete, or ``None``.
+    """
+
+    data: Mapping[str, Any] = attrs.field(repr=False)
+    complete: bool
+    problem: str | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OwnerAuth:
+    """The owner's stored sign-in (the ``auth`` record).
+
+    Attributes:
+        token: the owner's bearer token (never shown in ``repr``).
+        expires_at: ISO time after which the token is void, or ``None``.
+        account: the account the room reported (``login`` and so on), or ``None``.
+        stored_at: ISO time the record was saved, or ``None`` if not recorded.
+        source: how the token was obtained (``"device_flow"``), or ``None``.
+    """
+
+    token: str = attrs.field(repr=False)
+    expires_at: str | None = None
+    account: Mapping[str, Any] | None = None
+    stored_at: str | None = None
+    source: str | None = None
+
+
+def _auth_expired(record: Mapping[str, Any], now: float) -> bool:
+    expires_at = record.get("expires_at")
+    if not isinstance(expires_at, str) or not expires_at:
+        return False
+    # An unparseable expiry is not an expiry (JavaScript's NaN compares false);
+    # the room will answer 401 if the token is void, which clears it.
+    deadline = _parse_iso(expires_at)
+    return deadline is not None and deadline < now
+
+
+def _drop_expired_auth(state: dict[str, Any], now: float) -> bool:
+    record = mapping_at(state, "auth")
+    if record is not None and _auth_expired(record, now):
+        del state["auth"]
+        return True
+    return False
+
+
+@final
+@attrs.define(eq=False)
+class LocalStateStore:
+    """The local state file, shared with other processes through its lock.
+
+    Args:
+        path: the state file; ``None`` means :func:`default_state_path` at
+            construction time.
+        wall_clock: Unix time source for timestamps, auth expiry and the stale
+            lock check (tests pass one that follows a ``MockClock``).
+    """
+
+    path: Path = attrs.field(default=None, converter=_to_path)
+    wall_clock: Callable[[], float] = attrs.field(default=time.time, kw_only=True, repr=False)
+
+    @property
+    def lock_path(self) -> Path:
+        """``<path>.lock``, the lock file shared with the Node client."""
+        return self.path.with_name(self.path.name + ".lock")
+
+    # --- reading -------------------------------------------------------------
+
+    def read(self) -> StateSnapshot:
+        """Read the file without the lock (writes are atomic renames).
+
+        A short synchronous file read. A missing file gives an empty, complete
+        snapshot; an unreadable, invalid or non-object file gives an empty,
+        incomplete one with the reason in ``problem``.
+        """
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return StateSnapshot(data={}, complete=True)
+        except OSError as exc:
+            return StateSnapshot(data={}, complete=False, problem=f"unreadable: {exc}")
+        try:
+            data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        except (UnicodeDecodeError, ValueError) as exc:
+            return StateSnapshot(data={}, complete=False, problem=f"not valid JSON: {exc}")
+        if not isinstance(data, dict):
+            return StateSnapshot(
+                data={}, complete=False, problem=f"not a JSON object but {_json_type(data)}"
+            )
+        return StateSnapshot(data=data, complete=True)
+
+    def stored_session(self, session_id: str) -> AgentSession | None:
+        """The stored record of a session, or ``None``.
+
+        ``None`` also when the file is damaged or the record is malformed,
+        as the Node client's plain read gives an empty state then.
+        """
+        sessions = mapping_at(self.read().data, "agent_sessions")
+        record = None if sessions is None else mapping_at(sessions, session_id)
+        if record is None:
+            return None
+        try:
+            return AgentSession.from_json(record)
+        except ValueError:
+            return None
+
+    async def is_still_ours(self, session: AgentSession) -> bool:
+        """True while the session is stored, not ended, and has the same token.
+
+        The connection manager asks this before each attempt: a session that
+        another process replaced, or that was marked ended, is no longer held.
+        Any problem reading the file counts as "not ours".
+
+        Cancellation:
+            A checkpoint, then a short synchronous read; nothing to clean up.
+        """
+        await trio.lowlevel.checkpoint()
+        stored = self.stored_session(session.session_id)  # read() absorbs every read error
+        return (
+            stored is not None
+            and stored.ended_at is None
+            and secrets.compare_digest(stored.session_token, session.session_token)
+        )
+
+    def auth(self) -> OwnerAuth | None:
+        """The owner's sign-in, or ``None`` when absent, malformed, expired or unreadable.
+
+        An expired record is removed by the next locked update, or at once by
+        :meth:`clear_expired_auth`.
+        """
+        record = mapping_at(self.read().data, "auth")
+        if record is None or _auth_expired(record, self.wall_clock()):
+            return None
+        token = record.get("token")
+        if not isinstance(token, str) or not token:
+            return None
+        account = mapping_at(record, "account")
+
+        def text(key: str) -> str | None:
+            value = record.get(key)
+            return value if isinstance(value, str) else None
+
+        return OwnerAuth(
+            token=token,
+            expires_at=text("expires_at"),
+            account=dict(account) if account is not None else None,
+            stored_at=text("stored_at"),
+            source=text("source"),
+        )
+
+    # --- writing -------------------------------------------------------------
+
+    async def update(self, fn: Callable[[dict[str, Any]], T]) -> T:
+        """Apply ``fn`` to the state under the lock and write the result back.
+
+        ``fn`` receives the freshly re-read state object, changes it in place and
+        returns any value, which ``update`` returns. The file is written only if
+        the JSON changed. An expired owner ``auth`` record is dropped on the way.
+
+        Raises:
+            StateUnavailable: the file exists but is damaged or unreadable; ``fn``
+                is not called and nothing is written.
+            StateLockTimeout: another process held the lock for 2 s.
+            StateError: the new file could not be written (the old one stays).
+            Exception: whatever ``fn`` raises; nothing is written then.
+
+        Cancellation:
+            A checkpoint first; cancellation can also land while waiting for
+            another process's lock, before anything was done. Once the lock is
+            taken the read-modify-write runs synchronously to the end, so a
+            cancelled update never leaves a half-done change or a lock file.
+        """
+        await trio.lowlevel.checkpoint()
+        return await self._with_lock(lambda: self._update_locked(fn))
+
+    async def end_session(self, session_id: str, ended_at: str, expected_token: str) -> bool:
+        """Mark a stored session ended, guarded by its token (PROTOCOL §6.5).
+
+        Nothing happens if the record is missing, or if it belongs to a durable
+        worker (``agent_instance_id`` is a worker id) and ``expected_token`` is
+        not its token: a late answer about a predecessor cannot end its
+        successor. Otherwise ``ended_at``, ``updated_at`` and ``last_seen_at``
+        become ``ended_at`` and the id leaves ``current_agent_session_ids``.
+
+        Returns:
+            True if the record was marked ended.
+
+        Raises:
+            StateUnavailable, StateLockTimeout, StateError: as :meth:`update`.
+
+        Cancellation:
+            As :meth:`update`.
+        """
+
+        def end(state: dict[str, Any]) -> bool:
+            sessions = mapping_at(state, "agent_sessions")
+            record = None if sessions is None else sessions.get(session_id)
+            if not isinstance(record, dict):
+                return False
+            stored_token = record.get("session_token")
+            instance_id = record.get("agent_instance_id")
+            durable = isinstance(instance_id, str) and is_durable_worker_id(instance_id)
+            if durable and not (
+                isinstance(stored_token, str)
+                and secrets.compare_digest(stored_token, expected_token)
+            ):
+                return False
+            record["ended_at"] = record["updated_at"] = record["last_seen_at"] = ended_at
+            current = mapping_at(state, "current_agent_session_ids")
+            if current is not None:
+                for room_id in [k for k, v in current.items() if v == session_id]:
+                    del state["current_agent_session_ids"][room_id]
+            return True
+
+        return await self.update(end)
+
+    async def mark_ended(self, session: AgentSession) -> None:
+        """The connection manager's ``on_ended`` hook: the room says this session ended.
+
+        Ends the stored record now, guarded by the session's own token. Errors
+        are logged (without secrets), never raised: the room has already spoken.
+
+        Cancellation:
+            As :meth:`update`; a cancellation is re-raised, not logged.
+        """
+        try:
+            await self.end_session(
+                session.session_id, iso_now(self.wall_clock), session.session_token
+            )
+        except (StateError, OSError) as exc:
+            logger.warning(
+                "could not mark session %s ended in %s: %s", session.session_id, self.path, exc
+            )
+
+    async def save_auth(
+        self,
+        token: str,
+        *,
+        expires_at: str | None = None,
+        account: Mapping[str, Any] | None = None,
+        source: str = "device_flow",
+    ) -> None:
+        """Store the owner's sign-in, replacing the known fields of any previous one.
+
+        Unknown keys of an existing record are kept.
+
+        Raises:
+            StateUnavailable: the file is damaged, or ``auth`` is not an object.
+            StateLockTimeout, StateError: as :meth:`update`.
+
+        Cancellation:
+            As :meth:`update`.
+        """
+        stored_at = iso_now(self.wall_clock)
+
+        def save(state: dict[str, Any]) -> None:
+            record = ensure_mapping(state, "auth")
+            for key in ("token", "expires_at", "account", "stored_at", "source"):
+                record.pop(key, None)
+            record["token"] = token
+            if expires_at is not None:
+                record["expires_at"] = expires_at
+            if account is not None:
+                record["account"] = dict(account)
+            record["stored_at"] = stored_at
+            record["source"] = source
+
+        await self.update(save)
+
+    async def clear_auth(self) -> bool:
+        """Forget the owner's sign-in (after a 401 on an owner call).
+
+        Returns:
+            True if a record was removed.
+
+        Cancellation:
+            As :meth:`update`.
+        """
+
+        def clear(state: dict[str, Any]) -> bool:
+            return state.pop("auth", None) is not None
+
+        return await self.update(clear)
+
+    async def clear_expired_auth(self) -> bool:
+        """Remove the owner's sign-in if it has expired.
+
+        Returns:
+            True if an expired record was removed.
+
+        Cancellation:
+            As :meth:`update`.
+        """
+        await trio.lowlevel.checkpoint()
+        return await self._with_lock(
+            lambda: self._update_locked(
+                lambda state: _drop_expired_auth(state, self.wall_clock()), drop_expired=False
+            )
+        )
+
+    # --- the lock and the atomic write ---------------------------------------
+
+    async def _with_lock(self, callback: Callable[[], T]) -> T:
+        lock = self.lock_path
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._unavailable(f"cannot create {lock.parent}: {exc}") from exc
+        start = trio.current_time()
+        polls = 0
+        while (fd := self._try_lock()) is None:
+            if trio.current_time() - start >= LOCK_TIMEOUT:
+                raise StateLockTimeout(f"Timed out acquiring local state lock at {lock}")
+            polls += 1
+            await trio.sleep_until(start + polls * LOCK_POLL_INTERVAL)
+        return self._run_holding(fd, callback)
+
+    def _try_lock(self) -> int | None:
+        """One try for the lock: its descriptor, or ``None`` while a live process holds it.
+
+        A stale lock is deleted and the create retried at once.
+        """
+        lock = self.lock_path
+        while True:
+            try:
+                return os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _FILE_MODE)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise self._unavailable(f"cannot create the lock {lock}: {exc}") from exc
+            try:
+                age = self.wall_clock() - lock.stat().st_mtime
+            except FileNotFoundError:
+                continue  # released between our two calls: try again at once
+            if age <= LOCK_STALE_AFTER:
+                return None
+            logger.warning("breaking a stale state lock (%.1f s old) at %s", age, lock)
+            lock.unlink(missing_ok=True)
+
+    def _run_holding(self, fd: int, callback: Callable[[], T]) -> T:
+        lock = self.lock_path
+        try:
+            ours = os.fstat(fd)
+            return callback()
+        finally:
+            os.close(fd)
+            # Remove the lock only if it is still ours: after a stale break,
+            # the file at this path may belong to another process.
+            try:
+                current = os.stat(lock)
+            except FileNotFoundError:
+                pass
+            else:
+                if (current.st_dev, current.st_ino) == (ours.st_dev, ours.st_ino):
+                    lock.unlink(missing_ok=True)
+
+    def _update_locked(self, fn: Callable[[dict[str, Any]], T], *, drop_expired: bool = True) -> T:
+        snapshot = self.read()
+        if not snapshot.complete:
+            raise self._unavailable(snapshot.problem)
+        state = dict(snapshot.data)
+        before = _encode(state)
+        if drop_expired:
+            _drop_expired_auth(state, self.wall_clock())
+        result = fn(state)
+        after = _encode(state)
+        if after != before:
+            self._write_atomic(after)
+        return result
+
+    def _write_atomic(self, payload: bytes) -> None:
+        temp = self.path.with_name(
+            f"{self.path.name}.{os.getpid()}.{secrets.token_hex(_TEMP_RANDOM_BYTES)}.tmp"
+        )
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            try:
+                if hasattr(os, "fchmod"):  # POSIX: whatever the umask, exactly 0600
+                    os.fchmod(fd, _FILE_MODE)
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, self.path)
+        except OSError as exc:
+            reason = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
+            raise StateError(
+                f"Could not write the local state file {self.path} ({reason}: {exc.strerror});"
+                " it is unchanged"
+            ) from exc
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def _unavailable(self, problem: str | None) -> StateUnavailable:
+        error = StateUnavailable(STATE_UNAVAILABLE_MESSAGE)
+        error.add_note(f"state file {self.path}: {problem}")
+        return error

@@ -1,0 +1,838 @@
+"""Tests of the local state file: reads, the lock, atomic writes, damaged files.
+
+Rules: timing tests take ``autojump_clock`` and assert exact trio times; the
+store's wall clock is then ``WALL_BASE + trio.current_time()`` so the stale
+lock check follows the MockClock too. Tests with OS processes use the real
+clock, bounded by ``trio.fail_after``. This machine runs tests as root, which
+ignores file permissions: a directory in place of the file stands in for an
+unreadable file, and the chmod-based tests skip under root.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from letagents_trio._errors import StateError, StateLockTimeout, StateUnavailable
+from letagents_trio._session import AgentSession
+from letagents_trio._state import (
+    LOCK_POLL_INTERVAL,
+    LOCK_STALE_AFTER,
+    LOCK_TIMEOUT,
+    STATE_UNAVAILABLE_MESSAGE,
+    LocalStateStore,
+    OwnerAuth,
+    default_state_path,
+    ensure_mapping,
+    format_iso,
+    iso_now,
+    mapping_at,
+)
+
+# A wall-clock origin exactly representable as a float, so mtime arithmetic
+# in the stale-lock tests is exact.
+WALL_BASE = 1_000_000.0
+WORKER_ID = "worker_" + "ab" * 16
+STATE_WORKER = Path(__file__).with_name("state_worker.py")
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def mock_wall() -> float:
+    return WALL_BASE + trio.current_time()
+
+
+@pytest.fixture
+def state_path(tmp_path: Path) -> Path:
+    return tmp_path / "letagents" / "mcp-state.json"
+
+
+@pytest.fixture
+def store(state_path: Path) -> LocalStateStore:
+    return LocalStateStore(state_path, wall_clock=mock_wall)
+
+
+def write_raw(path: Path, raw: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(raw)
+
+
+def write_json(path: Path, data: Any) -> bytes:
+    raw = (json.dumps(data, indent=2) + "\n").encode()
+    write_raw(path, raw)
+    return raw
+
+
+def read_bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def load(path: Path) -> Any:
+    return json.loads(path.read_bytes())
+
+
+def leftovers(path: Path) -> list[str]:
+    """Lock and temp files beside the state file."""
+    return sorted(p.name for p in path.parent.iterdir() if p.name != path.name)
+
+
+def session_record(session_id: str = "s1", token: str = "tok-1", **extra: Any) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "session_token": token,
+        "room_id": "owner/repo",
+        "session_kind": "worker",
+        "agent_instance_id": WORKER_ID,
+        "display_name": "RiverValley",
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "updated_at": "2026-01-01T00:00:00.000Z",
+        "last_seen_at": "2026-01-01T00:00:00.000Z",
+        **extra,
+    }
+
+
+def must_not_run(state: dict[str, Any]) -> None:
+    raise AssertionError("the update function ran")
+
+
+# --- path ------------------------------------------------------------------------
+
+
+def test_state_path_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LETAGENTS_STATE_PATH", str(tmp_path / "s.json"))
+    assert default_state_path() == tmp_path / "s.json"
+    assert LocalStateStore().path == tmp_path / "s.json"
+    assert LocalStateStore().lock_path == tmp_path / "s.json.lock"
+
+
+def test_state_path_defaults_under_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LETAGENTS_STATE_PATH", "")  # empty counts as unset
+    assert default_state_path() == tmp_path / ".letagents" / "mcp-state.json"
+
+
+# --- reading -----------------------------------------------------------------------
+
+
+def test_missing_file_is_empty_and_complete(store: LocalStateStore) -> None:
+    snapshot = store.read()
+    assert snapshot.complete
+    assert dict(snapshot.data) == {}
+    assert snapshot.problem is None
+
+
+DAMAGED = {
+    "corrupt": b"{not json",
+    "truncated": b'{\n  "agent_sessions": {\n    "s1": {"session_id": "s',
+    "empty": b"",
+    "array": b"[]\n",
+    "string": b'"state"\n',
+    "null": b"null\n",
+    "number": b"3\n",
+    "nan": b'{"x": NaN}\n',
+    "bad utf-8": b'{"x": "\xff"}\n',
+    "bom": b'\xef\xbb\xbf{"x": 1}\n',
+}
+
+
+@pytest.mark.parametrize("raw", DAMAGED.values(), ids=DAMAGED.keys())
+async def test_damaged_file_is_incomplete_and_never_written(
+    store: LocalStateStore, state_path: Path, raw: bytes
+) -> None:
+    write_raw(state_path, raw)
+    snapshot = store.read()
+    assert not snapshot.complete
+    assert dict(snapshot.data) == {}
+    assert snapshot.problem
+    with pytest.raises(StateUnavailable) as caught:
+        await store.update(must_not_run)
+    assert str(caught.value) == STATE_UNAVAILABLE_MESSAGE
+    assert any(str(state_path) in note for note in caught.value.__notes__)
+    for attempt in (
+        store.end_session("s1", "2026-01-01T00:00:00.000Z", "tok"),
+        store.save_auth("owner-token"),
+        store.clear_auth(),
+        store.clear_expired_auth(),
+    ):
+        with pytest.raises(StateUnavailable):
+            await attempt
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
+async def test_unreadable_file_is_incomplete(store: LocalStateStore, state_path: Path) -> None:
+    # Root reads any file, so a directory stands in for "cannot be read".
+    os.makedirs(state_path)
+    snapshot = store.read()
+    assert not snapshot.complete
+    assert snapshot.problem is not None
+    assert snapshot.problem.startswith("unreadable")
+    with pytest.raises(StateUnavailable):
+        await store.update(must_not_run)
+    assert os.listdir(state_path) == []
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root ignores file permissions")
+async def test_permission_denied_is_incomplete(store: LocalStateStore, state_path: Path) -> None:
+    write_json(state_path, {"x": 1})
+    os.chmod(state_path, 0)
+    try:
+        assert not store.read().complete
+        with pytest.raises(StateUnavailable):
+            await store.update(must_not_run)
+    finally:
+        os.chmod(state_path, 0o600)
+
+
+async def test_unusable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    store = LocalStateStore(blocker / "mcp-state.json")
+    with pytest.raises(StateUnavailable) as caught:
+        await store.update(must_not_run)
+    assert str(caught.value) == STATE_UNAVAILABLE_MESSAGE
+    assert blocker.read_text() == "x"
+
+
+async def test_wrong_typed_parts_do_not_crash_readers_and_are_not_overwritten(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    raw = write_json(
+        state_path,
+        {
+            "agent_sessions": ["s1"],
+            "current_agent_session_ids": "owner/repo",
+            "auth": ["token"],
+        },
+    )
+    assert store.read().complete
+    assert store.stored_session("s1") is None
+    assert store.auth() is None
+    assert await store.end_session("s1", "2026-01-01T00:00:00.000Z", "tok") is False
+    with pytest.raises(StateUnavailable) as caught:
+        await store.save_auth("owner-token")
+    assert "'auth' in the state file is an array, not an object" in caught.value.__notes__
+    with pytest.raises(StateUnavailable):
+        await store.update(lambda state: ensure_mapping(state, "agent_sessions").clear())
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
+def test_mapping_helpers() -> None:
+    state: dict[str, Any] = {"a": {"x": 1}, "b": [], "c": None}
+    assert mapping_at(state, "a") == {"x": 1}
+    assert mapping_at(state, "b") is None
+    assert mapping_at(state, "missing") is None
+    created = ensure_mapping(state, "d")
+    assert state["d"] is created
+    assert ensure_mapping(state, "a") is state["a"]
+    for key in ("b", "c"):
+        with pytest.raises(StateUnavailable):
+            ensure_mapping(state, key)
+    assert state["b"] == []
+    assert state["c"] is None
+
+
+# --- writing -----------------------------------------------------------------------
+
+
+async def test_update_writes_two_space_json_with_a_newline(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    def fill(state: dict[str, Any]) -> str:
+        state["zeta"] = 1
+        state["alpha"] = {"name": "Zoë", "list": [1, 2]}
+        return "done"
+
+    assert await store.update(fill) == "done"
+    assert read_bytes(state_path).decode() == (
+        '{\n  "zeta": 1,\n  "alpha": {\n    "name": "Zoë",\n    "list": [\n      1,\n'
+        "      2\n    ]\n  }\n}\n"
+    )
+
+
+async def test_lone_surrogates_are_written_escaped(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    write_raw(state_path, b'{"x": "\\ud800"}')
+    await store.update(lambda state: state.update(y=1))
+    assert load(state_path) == {"x": "\ud800", "y": 1}
+    assert b"\\ud800" in read_bytes(state_path)
+
+
+async def test_unknown_keys_are_kept(store: LocalStateStore, state_path: Path) -> None:
+    original = {
+        "pending_device_auth": {"code": "X"},
+        "agent_identity_leases": [1, 2],
+        "agent_sessions": {"s1": session_record(owner_account_id="acct", future={"a": [1]})},
+        "mcp_workers": {WORKER_ID: {"worker_id": WORKER_ID, "rooms": {}, "extra": True}},
+        "current_room": "owner/repo",
+    }
+    write_json(state_path, original)
+    await store.update(lambda state: state.update(local_host_id="host_" + "0" * 32))
+    assert load(state_path) == {
+        **original,
+        "local_host_id": "host_" + "0" * 32,
+    }
+
+
+async def test_no_op_update_leaves_the_file_alone(store: LocalStateStore, state_path: Path) -> None:
+    raw = b'{"compact":true,"agent_sessions":{}}'
+    write_raw(state_path, raw)
+    before = os.stat(state_path)
+    assert await store.update(lambda state: len(state)) == 2
+    after = os.stat(state_path)
+    assert read_bytes(state_path) == raw
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert leftovers(state_path) == []
+
+
+async def test_written_file_is_mode_0600(store: LocalStateStore, state_path: Path) -> None:
+    write_json(state_path, {"x": 1})
+    os.chmod(state_path, 0o644)
+    old_umask = os.umask(0)
+    try:
+        await store.update(lambda state: state.update(x=2))
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(os.stat(state_path).st_mode) == 0o600
+
+
+async def test_first_write_creates_the_directory(store: LocalStateStore, state_path: Path) -> None:
+    assert not state_path.parent.exists()
+    await store.update(lambda state: state.update(x=1))
+    assert load(state_path) == {"x": 1}
+    assert leftovers(state_path) == []
+
+
+async def test_failing_update_function_writes_nothing_and_unlocks(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    raw = write_json(state_path, {"x": 1})
+
+    def half_done(state: dict[str, Any]) -> None:
+        state["x"] = 2
+        raise ValueError("changed my mind")
+
+    with pytest.raises(ValueError, match="changed my mind"):
+        await store.update(half_done)
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
+async def test_unserialisable_change_writes_nothing(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    raw = write_json(state_path, {"x": 1})
+    with pytest.raises(TypeError):
+        await store.update(lambda state: state.update(x=object()))
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
+class Interrupt(BaseException):
+    """Stands in for KeyboardInterrupt inside the locked section."""
+
+
+async def test_lock_released_on_base_exception(store: LocalStateStore, state_path: Path) -> None:
+    raw = write_json(state_path, {"x": 1})
+
+    def interrupted(state: dict[str, Any]) -> None:
+        assert store.lock_path.exists()
+        raise Interrupt
+
+    with pytest.raises(Interrupt):
+        await store.update(interrupted)
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+async def test_failed_write_keeps_the_old_file_and_removes_the_temp(
+    store: LocalStateStore, state_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    # Root writes into read-only directories, so the failure is injected.
+    raw = write_json(state_path, {"x": 1})
+    temps: list[str] = []
+
+    def fail(*args: Any) -> None:
+        temps.extend(p.name for p in state_path.parent.glob("*.tmp"))
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, failing, fail)
+    with pytest.raises(StateError, match="EROFS") as caught:
+        await store.update(lambda state: state.update(x=2))
+    monkeypatch.undo()
+    assert not isinstance(caught.value, StateUnavailable)
+    assert str(state_path) in str(caught.value)
+    assert len(temps) == 1
+    assert temps[0].startswith(f"mcp-state.json.{os.getpid()}.")
+    assert len(temps[0].split(".")[-2]) == 12
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root writes into read-only directories")
+async def test_read_only_directory(store: LocalStateStore, state_path: Path) -> None:
+    raw = write_json(state_path, {"x": 1})
+    state_path.parent.chmod(0o500)
+    try:
+        with pytest.raises(StateError):
+            await store.update(lambda state: state.update(x=2))
+    finally:
+        state_path.parent.chmod(0o700)
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.dictionaries(
+        st.text(max_size=8).filter(lambda k: k != "added"),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+        max_size=6,
+    )
+)
+def test_any_object_survives_an_update(tmp_path: Path, data: dict[str, Any]) -> None:
+    path = tmp_path / "h" / "state.json"
+    store = LocalStateStore(path)
+    raw = (json.dumps(data) + "\n").encode()
+    write_raw(path, raw)
+    trio.run(store.update, lambda state: None)
+    assert path.read_bytes() == raw
+    trio.run(store.update, lambda state: state.update(added=True))
+    assert json.loads(path.read_bytes()) == {**data, "added": True}
+
+
+# --- the lock ------------------------------------------------------------------------
+
+
+def hold_lock(store: LocalStateStore, mtime: float) -> None:
+    store.lock_path.parent.mkdir(parents=True, exist_ok=True)
+    store.lock_path.write_bytes(b"")
+    os.utime(store.lock_path, (mtime, mtime))
+
+
+async def test_live_lock_times_out_at_exactly_two_seconds(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    start = trio.current_time()
+    hold_lock(store, WALL_BASE)
+    with pytest.raises(StateLockTimeout) as caught:
+        await store.update(must_not_run)
+    # Polls at start + n x 25 ms; the 80th poll is the first with 2 s elapsed.
+    assert trio.current_time() == start + LOCK_TIMEOUT
+    assert trio.current_time() == start + 80 * LOCK_POLL_INTERVAL
+    assert str(caught.value) == f"Timed out acquiring local state lock at {store.lock_path}"
+    assert store.lock_path.exists()  # someone else's: left alone
+    assert os.listdir(state_path.parent) == [store.lock_path.name]  # no state file
+
+
+async def test_stale_lock_is_broken_at_once(
+    autojump_clock: trio.testing.MockClock,
+    store: LocalStateStore,
+    state_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    start = trio.current_time()
+    hold_lock(store, WALL_BASE - LOCK_STALE_AFTER - 1)
+    with caplog.at_level(logging.WARNING, logger="letagents_trio.state"):
+        await store.update(lambda state: state.update(x=1))
+    assert trio.current_time() == start
+    assert load(state_path) == {"x": 1}
+    assert leftovers(state_path) == []
+    assert "breaking a stale state lock" in caplog.text
+
+
+async def test_lock_that_goes_stale_while_waited_for_is_broken(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    start = trio.current_time()
+    # 9 s old now: stale once more than 1 s has passed, i.e. at the 41st poll.
+    hold_lock(store, WALL_BASE + start - 9.0)
+    await store.update(lambda state: state.update(x=1))
+    assert trio.current_time() == start + 41 * LOCK_POLL_INTERVAL
+    assert load(state_path) == {"x": 1}
+
+
+async def test_lock_released_by_its_holder_is_taken_at_the_next_poll(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    start = trio.current_time()
+    hold_lock(store, WALL_BASE)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.update, lambda state: state.update(x=1))
+        await trio.sleep(0.51)
+        store.lock_path.unlink()
+    assert trio.current_time() == start + 21 * LOCK_POLL_INTERVAL
+    assert load(state_path) == {"x": 1}
+    assert leftovers(state_path) == []
+
+
+async def test_cancelled_while_waiting_leaves_the_other_lock(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    start = trio.current_time()
+    hold_lock(store, WALL_BASE)
+    with trio.move_on_after(0.5) as scope:
+        await store.update(must_not_run)
+    assert scope.cancelled_caught
+    assert trio.current_time() == start + 0.5
+    assert leftovers(state_path) == [store.lock_path.name]
+    assert store.lock_path.stat().st_mtime == WALL_BASE
+
+
+async def test_cancelled_before_the_lock_does_nothing(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    with trio.CancelScope() as scope:
+        scope.cancel(reason="test")
+        await store.update(must_not_run)
+    assert not state_path.parent.exists()
+
+
+async def test_a_lock_taken_over_meanwhile_is_not_removed(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    # Another process broke our lock as stale and took its own: ours to keep.
+    def taken_over(state: dict[str, Any]) -> None:
+        store.lock_path.unlink()
+        store.lock_path.write_bytes(b"other")
+        state["x"] = 1
+
+    await store.update(taken_over)
+    assert store.lock_path.read_bytes() == b"other"
+
+
+async def test_updates_of_one_process_never_wait_for_each_other(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    start = trio.current_time()
+
+    def bump(state: dict[str, Any]) -> None:
+        state["n"] = state.get("n", 0) + 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(store.update, bump)
+    assert trio.current_time() == start
+    assert load(state_path) == {"n": 20}
+
+
+# --- sessions --------------------------------------------------------------------
+
+
+ENDED = "2026-11-30T20:41:02.123Z"
+
+
+async def test_end_session_with_the_right_token(store: LocalStateStore, state_path: Path) -> None:
+    write_json(
+        state_path,
+        {
+            "agent_sessions": {"s1": session_record(), "s2": session_record("s2", "tok-2")},
+            "current_agent_session_ids": {"owner/repo": "s1", "other/room": "s1", "x/y": "s2"},
+        },
+    )
+    assert await store.end_session("s1", ENDED, "tok-1") is True
+    state = load(state_path)
+    record = state["agent_sessions"]["s1"]
+    assert (record["ended_at"], record["updated_at"], record["last_seen_at"]) == (ENDED,) * 3
+    assert record["created_at"] == "2026-01-01T00:00:00.000Z"
+    assert "ended_at" not in state["agent_sessions"]["s2"]
+    assert state["current_agent_session_ids"] == {"x/y": "s2"}
+
+
+async def test_end_session_of_a_durable_worker_needs_its_token(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    raw = write_json(state_path, {"agent_sessions": {"s1": session_record(token="successor")}})
+    assert await store.end_session("s1", ENDED, "predecessor") is False
+    assert read_bytes(state_path) == raw
+
+
+async def test_end_session_of_a_non_durable_session_ignores_the_token(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    record = session_record(agent_instance_id="6f1c3e0a-2b6d-4b7e-9a55-0d6c1f2e3a4b")
+    write_json(state_path, {"agent_sessions": {"s1": record}})
+    assert await store.end_session("s1", ENDED, "anything") is True
+    assert load(state_path)["agent_sessions"]["s1"]["ended_at"] == ENDED
+
+
+async def test_end_session_of_a_missing_record_writes_nothing(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    raw = write_json(state_path, {"agent_sessions": {}, "current_agent_session_ids": {"r": "s1"}})
+    assert await store.end_session("s1", ENDED, "tok-1") is False
+    assert read_bytes(state_path) == raw
+
+
+async def test_stored_session_and_still_ours(store: LocalStateStore, state_path: Path) -> None:
+    write_json(state_path, {"agent_sessions": {"s1": session_record(), "bad": {"x": 1}}})
+    stored = store.stored_session("s1")
+    assert stored is not None
+    assert stored.session_token == "tok-1"
+    assert stored.extra["agent_instance_id"] == WORKER_ID
+    assert store.stored_session("bad") is None
+    assert store.stored_session("missing") is None
+
+    ours = AgentSession.from_json(session_record())
+    assert await store.is_still_ours(ours)
+    replaced = AgentSession.from_json(session_record(token="old"))
+    assert not await store.is_still_ours(replaced)
+    assert not await store.is_still_ours(AgentSession.from_json(session_record("missing")))
+    await store.end_session("s1", ENDED, "tok-1")
+    assert not await store.is_still_ours(ours)
+
+
+async def test_still_ours_is_false_when_the_file_is_damaged(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    write_raw(state_path, b"{")
+    assert not await store.is_still_ours(AgentSession.from_json(session_record()))
+
+
+async def test_mark_ended_uses_now_and_the_sessions_token(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    write_json(state_path, {"agent_sessions": {"s1": session_record()}})
+    await trio.sleep(1.5)
+    await store.mark_ended(AgentSession.from_json(session_record()))
+    record = load(state_path)["agent_sessions"]["s1"]
+    assert record["ended_at"] == format_iso(mock_wall())
+    assert record["ended_at"] == "1970-01-12T13:46:41.500Z"
+
+
+async def test_mark_ended_logs_errors_without_secrets(
+    store: LocalStateStore, state_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = b"[]"
+    write_raw(state_path, raw)
+    with caplog.at_level(logging.WARNING, logger="letagents_trio.state"):
+        await store.mark_ended(AgentSession.from_json(session_record(token="secret-token")))
+    assert "could not mark session s1 ended" in caplog.text
+    assert "secret-token" not in caplog.text
+    assert read_bytes(state_path) == raw
+
+
+# --- owner auth ------------------------------------------------------------------
+
+
+async def test_auth_round_trip(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    assert store.auth() is None
+    await store.save_auth(
+        "owner-secret", expires_at="1970-01-13T00:00:00.000Z", account={"login": "Ada"}
+    )
+    auth = store.auth()
+    assert auth == OwnerAuth(
+        token="owner-secret",
+        expires_at="1970-01-13T00:00:00.000Z",
+        account={"login": "Ada"},
+        stored_at=format_iso(WALL_BASE),
+        source="device_flow",
+    )
+    assert "owner-secret" not in repr(auth)
+    assert "owner-secret" not in repr(store.read())
+    assert await store.clear_auth() is True
+    assert store.auth() is None
+    assert "auth" not in load(state_path)
+    assert await store.clear_auth() is False
+
+
+async def test_save_auth_keeps_unknown_keys_and_drops_stale_known_ones(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    write_json(state_path, {"auth": {"token": "old", "account": {"login": "x"}, "scopes": ["a"]}})
+    await store.save_auth("new")
+    assert load(state_path)["auth"] == {
+        "scopes": ["a"],
+        "token": "new",
+        "stored_at": format_iso(WALL_BASE),
+        "source": "device_flow",
+    }
+
+
+async def test_expired_auth_is_absent_and_cleared_by_the_next_update(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    # WALL_BASE is 1970-01-12T13:46:40Z.
+    write_json(state_path, {"auth": {"token": "t", "expires_at": "1970-01-12T13:46:39.999Z"}})
+    assert store.auth() is None
+    assert "auth" in load(state_path)
+    await store.update(lambda state: state.update(x=1))
+    assert load(state_path) == {"x": 1}
+
+
+async def test_clear_expired_auth(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    live = {"token": "t", "expires_at": "1970-01-12T13:46:41Z"}
+    raw = write_json(state_path, {"auth": live})
+    assert store.auth() is not None
+    assert await store.clear_expired_auth() is False
+    assert read_bytes(state_path) == raw
+    write_json(state_path, {"auth": {**live, "expires_at": "1970-01-12T13:46:00+00:00"}})
+    assert await store.clear_expired_auth() is True
+    assert load(state_path) == {}
+
+
+async def test_unparseable_expiry_and_bad_tokens(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    write_json(state_path, {"auth": {"token": "t", "expires_at": "soon"}})
+    assert store.auth() is not None
+    assert await store.clear_expired_auth() is False
+    write_json(state_path, {"auth": {"token": ""}})
+    assert store.auth() is None
+
+
+# --- timestamps --------------------------------------------------------------------
+
+
+def test_iso_timestamps_match_javascript() -> None:
+    # Values from node: new Date(1796071262123).toISOString() (and .9 ms).
+    assert format_iso(1796071262.123) == "2026-11-30T20:41:02.123Z"
+    assert format_iso(1796071262.1239) == "2026-11-30T20:41:02.123Z"
+    assert format_iso(0) == "1970-01-01T00:00:00.000Z"
+    assert iso_now(lambda: 1796071262.5) == "2026-11-30T20:41:02.500Z"
+
+
+# --- several OS processes --------------------------------------------------------
+
+
+def python(*args: str) -> list[str]:
+    return [sys.executable, str(STATE_WORKER), *args]
+
+
+async def read_all(stream: trio.abc.ReceiveStream) -> bytes:
+    data = b""
+    while chunk := await stream.receive_some():
+        data += chunk
+    return data
+
+
+async def read_line(stream: trio.abc.ReceiveStream) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = await stream.receive_some(1)
+        assert chunk, "the process exited"
+        data += chunk
+    return data
+
+
+@pytest.mark.slow
+async def test_four_processes_lose_no_update(state_path: Path) -> None:
+    """4 processes x 200 locked increments; a reader never sees a broken file."""
+    workers, per_worker = 4, 200
+    pause = 0.01  # up to 10 ms of other work between two updates of one writer
+    target = workers * per_worker
+    state_path.parent.mkdir(parents=True)
+    results: dict[str, bytes] = {}
+
+    async def reader() -> None:
+        done = await trio.run_process(
+            python("read", str(state_path), str(target)), capture_stdout=True
+        )
+        results["reader"] = done.stdout
+
+    async def collect(name: str, process: trio.Process) -> None:
+        assert process.stdout is not None
+        results[name] = await read_all(process.stdout)
+        assert await process.wait() == 0
+
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            processes = []
+            for i in range(workers):
+                process = await trio.lowlevel.open_process(
+                    python("count", str(state_path), f"w{i}", str(per_worker), str(pause)),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                )
+                assert process.stdout is not None
+                assert await read_line(process.stdout) == b"ready\n"
+                processes.append(process)
+            for i, process in enumerate(processes):
+                assert process.stdin is not None
+                await process.stdin.send_all(b"go\n")
+                nursery.start_soon(collect, f"w{i}", process)
+    state = load(state_path)
+    assert state["counter"] == target
+    assert state["workers"] == {f"w{i}": per_worker for i in range(workers)}
+    assert sum(run for _, run in state["order"]) == target
+    assert len(state["order"]) > workers  # the writers really interleaved
+    reader_report = json.loads(results["reader"])
+    assert reader_report["invalid"] == 0
+    assert reader_report["reads"] > 0
+    assert reader_report["last"] == target
+    assert leftovers(state_path) == []
+
+
+def kill_rounds() -> Iterator[int]:
+    rng = random.Random(20261130)
+    for _ in range(12):
+        yield rng.randint(1, 6)
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_update_leaves_old_or_new_file(state_path: Path) -> None:
+    """A writer killed inside its update leaves a whole file: the old or the new one."""
+    state_path.parent.mkdir(parents=True)
+    pad = 2_000_000  # big enough that the kill lands during the write
+    locks_left = 0
+    for round_, wait_for in enumerate(kill_rounds()):
+        before = load(state_path)["counter"] if round_ > 0 else 0
+        with trio.fail_after(30):
+            process = await trio.lowlevel.open_process(
+                python("churn", str(state_path), str(pad)), stdout=subprocess.PIPE
+            )
+            assert process.stdout is not None
+            seen = b""
+            while seen.count(b"\n") < wait_for:
+                chunk = await process.stdout.receive_some()
+                assert chunk, "the writer exited"
+                seen += chunk
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+            await process.stdout.aclose()
+        announced = int(seen.splitlines()[wait_for - 1].split()[1])
+        state = load(state_path)  # never partial
+        assert state["counter"] in (announced - 1, announced)
+        assert state["counter"] >= before
+        assert state["padding"] == str(state["counter"] % 10) * pad
+        if state_path.with_name(state_path.name + ".lock").exists():
+            locks_left += 1
+            # Age the dead writer's lock so the next writer breaks it as stale.
+            old = os.stat(state_path).st_mtime - LOCK_STALE_AFTER - 5
+            os.utime(state_path.with_name(state_path.name + ".lock"), (old, old))
+        for temp in state_path.parent.glob("*.tmp"):
+            assert temp.name.startswith(f"{state_path.name}.{process.pid}.")
+            temp.unlink()
+    assert locks_left > 0, "no kill landed inside an update"
