@@ -1,1 +1,51 @@
-"""The reference letagents room server: store, presence rules, name allocation, routes."""
+"""The reference letagents room: a faithful single-node room server.
+
+See ``docs/room-server.md`` for what it implements and how its rules map to
+PROTOCOL.md. Build a :class:`Room` over a store and a clock, serve it with
+:func:`serve_room` (hypercorn's trio worker), or mount :func:`create_app`
+in-process with ``letagents_trio.testing``'s streaming transport.
+"""
+
+from __future__ import annotations
+
+from ._app import create_app as create_app
+from ._clock import RoomClock as RoomClock
+from ._clock import SystemClock as SystemClock
+from ._clock import TrioClock as TrioClock
+from ._config import RoomConfig as RoomConfig
+from ._room import CloseMode as CloseMode
+from ._room import Credentials as Credentials
+from ._room import ProcessStream as ProcessStream
+from ._room import Reply as Reply
+from ._room import Room as Room
+from ._room import RoomStatistics as RoomStatistics
+from ._store import Account as Account
+from ._store import LeaseRow as LeaseRow
+from ._store import MemoryStore as MemoryStore
+from ._store import MessageRow as MessageRow
+from ._store import RoomStore as RoomStore
+from ._store import SessionRow as SessionRow
+from ._store import SQLiteStore as SQLiteStore
+from ._store import TaskRow as TaskRow
+
+__all__ = [
+    "Account",
+    "CloseMode",
+    "Credentials",
+    "LeaseRow",
+    "MemoryStore",
+    "MessageRow",
+    "ProcessStream",
+    "Reply",
+    "Room",
+    "RoomClock",
+    "RoomConfig",
+    "RoomStatistics",
+    "RoomStore",
+    "SQLiteStore",
+    "SessionRow",
+    "SystemClock",
+    "TaskRow",
+    "TrioClock",
+    "create_app",
+]

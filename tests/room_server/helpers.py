@@ -1,0 +1,135 @@
+"""Shared helpers for the room-server tests: request bodies and an SSE frame reader."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+from .paths import process_path
+
+if TYPE_CHECKING:
+    import httpx2
+
+EPOCH: Final = 1_800_000_000_000
+OWNER_TOKEN: Final = "owner-test-token"
+OTHER_TOKEN: Final = "other-owner-token"
+ROOM: Final = "room_shared"
+UUID4: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def worker_id() -> str:
+    return "worker_" + uuid.uuid4().hex
+
+
+def connection_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def owner_headers(token: str = OWNER_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def session_headers(session: dict[str, Any], token: str = OWNER_TOKEN) -> dict[str, str]:
+    return {
+        "Authorization": f"Bearer {token}",
+        "X-LetAgents-Agent-Session-Id": session["session_id"],
+        "X-LetAgents-Agent-Session-Token": session["session_token"],
+    }
+
+
+def registration(
+    *,
+    name: str = "FieldMeadow",
+    instance: str | None = None,
+    token: str | None = None,
+    host: str | None = "host_a",
+    login: str = "owner",
+    actor: str | None = None,
+    replace: dict[str, Any] | None = None,
+    ide_label: str | None = "claude-code",
+) -> dict[str, Any]:
+    """A durable worker's registration body (§5.3 step 8)."""
+    instance = instance or worker_id()
+    return {
+        "actor_key": actor or f"{login}/{instance.replace('_', '-')}",
+        "agent_instance_id": instance,
+        "display_name": name,
+        "requested_base_display_name": name,
+        "session_kind": "worker",
+        "runtime": "python",
+        "ide_label": ide_label,
+        "repo_branch": None,
+        "registration_liveness": {
+            "host_id": host,
+            "host_kind": "machine",
+            "host_label": None,
+            "liveness_capability": "process_connection",
+            "tool_bridge_id": None,
+        },
+        "process_host_id": host,
+        "connection_token": token or connection_token(),
+        "replace_agent_session_id": replace["session_id"] if replace else None,
+        "replace_agent_session_token": replace["session_token"] if replace else None,
+    }
+
+
+async def register(
+    client: httpx2.AsyncClient, body: dict[str, Any], *, room: str = ROOM, owner: str = OWNER_TOKEN
+) -> httpx2.Response:
+    return await client.post(
+        f"/rooms/{room}/agent-sessions", json=body, headers=owner_headers(owner)
+    )
+
+
+async def registered(
+    client: httpx2.AsyncClient, body: dict[str, Any], *, room: str = ROOM
+) -> dict[str, Any]:
+    response = await register(client, body, room=room)
+    assert response.status_code == 201, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+class FrameReader:
+    """Reads an SSE body as frames (text up to each blank line), comments included."""
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+        self._chunks = response.aiter_raw()
+        self._buffer = b""
+        self.eof = False
+
+    async def next(self) -> str | None:
+        """Return the next frame without its blank line, or ``None`` at end of body."""
+        while b"\n\n" not in self._buffer:
+            try:
+                chunk = await anext(self._chunks)
+            except StopAsyncIteration:
+                self.eof = True
+                return None
+            self._buffer += chunk
+        frame, self._buffer = self._buffer.split(b"\n\n", 1)
+        return frame.decode("utf-8")
+
+
+@asynccontextmanager
+async def open_process(
+    client: httpx2.AsyncClient,
+    session: dict[str, Any],
+    *,
+    headers: dict[str, str] | None = None,
+    room: str = ROOM,
+) -> AsyncIterator[FrameReader]:
+    """Open a session's process stream and read it frame by frame."""
+    async with client.stream(
+        "GET",
+        process_path(session, room),
+        headers=session_headers(session) if headers is None else headers,
+    ) as response:
+        reader = FrameReader(response)
+        async with aclosing(reader._chunks):
+            yield reader

@@ -1,0 +1,348 @@
+"""Accounts (R1, R2) and registration (R3): PROTOCOL.md §2.1, §5.3, §7.1, §7.3, §10."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+import trio.testing
+
+from .helpers import (
+    EPOCH,
+    ROOM,
+    connection_token,
+    open_process,
+    owner_headers,
+    register,
+    registered,
+    registration,
+    worker_id,
+)
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from letagents_trio.room_server import Room
+
+SESSION_FIELDS = {
+    "session_id",
+    "room_id",
+    "session_kind",
+    "runtime",
+    "host_id",
+    "host_kind",
+    "host_label",
+    "liveness_capability",
+    "tool_bridge_id",
+    "actor_label",
+    "agent_key",
+    "agent_instance_id",
+    "display_name",
+    "assigned_base_display_name",
+    "owner_account_id",
+    "supervisor_grant_id",
+    "owner_label",
+    "ide_label",
+    "repo_branch",
+    "created_at",
+    "updated_at",
+    "last_seen_at",
+    "ended_at",
+    "end_reason",
+    "session_token",
+    "worker_bearer",
+}
+BUSY = {"error": "Agent session registration is busy. Retry shortly."}
+
+
+async def test_agents_me_and_canonical_key(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    r = await client.get("/agents/me", headers=owner_headers())
+    assert r.status_code == 200
+    me = r.json()
+    assert me["account"]["login"] == "owner"
+    assert me["account"]["id"].startswith("acct_")
+    assert me["agents"] == []
+    r = await client.post(
+        "/agents",
+        json={"name": "worker-abc", "display_name": "FieldMeadow", "owner_label": "Owner"},
+        headers=owner_headers(),
+    )
+    assert r.status_code == 200
+    assert r.json()["canonical_key"] == "owner/worker-abc"
+    r = await client.get("/agents/me", headers=owner_headers())
+    assert [a["canonical_key"] for a in r.json()["agents"]] == ["owner/worker-abc"]
+    assert (await client.get("/agents/me")).status_code == 401
+    assert (await client.get("/agents/me", headers=owner_headers("wrong"))).status_code == 401
+    r = await client.post("/agents", json={}, headers=owner_headers())
+    assert (r.status_code, r.json()) == (400, {"error": "name is required"})
+
+
+async def test_201_body_of_a_durable_worker(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    body = registration(name="FieldMeadow")
+    r = await register(client, body)
+    assert r.status_code == 201
+    data = r.json()
+    assert set(data) == SESSION_FIELDS
+    assert data["session_token"] == body["connection_token"]
+    assert data["worker_bearer"] is None
+    assert data["agent_instance_id"] == body["agent_instance_id"]
+    assert data["agent_key"] == body["actor_key"]
+    assert data["room_id"] == ROOM
+    assert data["ended_at"] is None
+    assert data["display_name"] == "FieldMeadow"
+    assert data["assigned_base_display_name"] == "FieldMeadow"
+    assert data["actor_label"] == "FieldMeadow | owner's agent | Claude Code"
+    assert data["created_at"] == "2027-01-15T08:00:00.000Z"
+    assert data["host_id"] == "host_a"
+    row = room.session(data["session_id"])
+    assert row is not None
+    assert row.agent_heard_at == EPOCH
+    assert row.process_host_id == "host_a"
+    assert row.process_seen_at is None
+    assert body["connection_token"] not in repr(row)
+
+
+async def test_lost_response_retry_returns_the_same_session(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    body = registration()
+    first = await registered(client, body)
+    await trio.sleep(3)
+    again = await registered(client, body)
+    assert again == first
+    assert len(room.store.room_sessions(ROOM)) == 1
+
+
+async def test_durable_reregistration_with_proof_rotates_the_same_row(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    instance = worker_id()
+    first = await registered(client, registration(instance=instance))
+    async with open_process(client, first) as reader:
+        assert await reader.next() == ": connected"
+    await trio.testing.wait_all_tasks_blocked()
+    room.end_session(first["session_id"])
+    await trio.sleep(2)
+    token = connection_token()
+    second = await registered(
+        client, registration(instance=instance, token=token, replace=first, host="host_z")
+    )
+    assert second["session_id"] == first["session_id"]
+    assert second["session_token"] == token
+    assert second["ended_at"] is None
+    row = room.session(first["session_id"])
+    assert row is not None
+    assert (row.process_seen_at, row.process_connection_id, row.process_disconnected_at) == (
+        None,
+        None,
+        None,
+    )
+    assert row.process_host_id == "host_z"
+    assert row.agent_heard_at == EPOCH + 2_000
+    assert row.ended_at is None
+    assert len(room.store.room_sessions(ROOM)) == 1
+
+
+async def test_durable_without_proof_is_409(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    instance = worker_id()
+    first = await registered(client, registration(instance=instance))
+    r = await register(client, registration(instance=instance))
+    assert r.status_code == 409
+    assert r.json() == {
+        "error": "This exact agent instance is already active on another live transport.",
+        "code": "agent_instance_already_active",
+        "active_session_id": first["session_id"],
+    }
+    wrong = dict(first, session_token=connection_token())
+    r = await register(client, registration(instance=instance, replace=wrong))
+    assert r.status_code == 409
+
+
+async def test_lost_response_retry_of_an_ended_row_is_409(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    body = registration()
+    first = await registered(client, body)
+    room.end_session(first["session_id"])
+    r = await register(client, body)
+    assert r.status_code == 409
+    assert r.json()["code"] == "agent_instance_already_active"
+
+
+async def test_non_durable_instance_replacement(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    instance = "3f0c9f57-6f44-4a55-9e0e-3d0c1c4f2a11"
+    body = registration(instance=instance, actor="owner/legacy")
+    del body["connection_token"]
+    first = await registered(client, body)
+    r = await register(client, body)
+    assert r.status_code == 409
+    assert r.json()["active_session_id"] == first["session_id"]
+    # With proof: a new session, the predecessor ended.
+    second = await registered(client, dict(body, **_proof(first)))
+    assert second["session_id"] != first["session_id"]
+    old = room.session(first["session_id"])
+    assert old is not None
+    assert old.ended_at == EPOCH
+    # Without proof once the predecessor has been unseen for 100 s.
+    await trio.sleep(99.999)
+    assert (await register(client, body)).status_code == 409
+    await trio.sleep(0.001)
+    third = await registered(client, body)
+    assert third["session_id"] not in (first["session_id"], second["session_id"])
+
+
+def _proof(session: dict[str, str]) -> dict[str, str]:
+    return {
+        "replace_agent_session_id": session["session_id"],
+        "replace_agent_session_token": session["session_token"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "expected"),
+    [
+        ({"actor_key": None}, 400, {"error": "actor_key is required"}),
+        ({"actor_key": "  "}, 400, {"error": "actor_key is required"}),
+        (
+            {"connection_token": None},
+            400,
+            {"error": "A durable worker requires a valid prepared connection credential."},
+        ),
+        (
+            {"connection_token": "short"},
+            400,
+            {"error": "A durable worker requires a valid prepared connection credential."},
+        ),
+        (
+            {"replace_agent_session_id": "abc"},
+            400,
+            {
+                "error": "replace_agent_session_id and replace_agent_session_token must be"
+                " supplied together.",
+                "code": "invalid_agent_session_replacement_proof",
+            },
+        ),
+        (
+            {"display_name": "x" * 129},
+            400,
+            {
+                "error": "Agent identity fields exceed the supported message-routing bounds.",
+                "code": "agent_identity_too_long",
+            },
+        ),
+        (
+            {"actor_key": "owner/" + "k" * 300},
+            400,
+            {
+                "error": "Agent identity fields exceed the supported message-routing bounds.",
+                "code": "agent_identity_too_long",
+            },
+        ),
+        ({"actor_key": "other/worker-1"}, 403, {"error": "actor_key is not owned by this account"}),
+    ],
+)
+async def test_registration_refusals(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    change: dict[str, object],
+    status: int,
+    expected: dict[str, str],
+) -> None:
+    r = await register(client, dict(registration(), **change))
+    assert (r.status_code, r.json()) == (status, expected)
+    assert room.store.room_sessions(ROOM) == []
+
+
+async def test_registration_needs_an_owner(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    for headers in ({}, owner_headers("wrong-token"), {"Authorization": "Basic abc"}):
+        r = await client.post(f"/rooms/{ROOM}/agent-sessions", json=registration(), headers=headers)
+        assert (r.status_code, r.json()) == (
+            401,
+            {"error": "Agent session registration requires authenticated owner context."},
+        )
+    assert room.store.room_sessions(ROOM) == []
+
+
+async def test_busy_on_demand(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    room.busy_registrations = 2
+    body = registration()
+    for _ in range(2):
+        r = await register(client, body)
+        assert (r.status_code, r.json(), r.headers["retry-after"]) == (503, BUSY, "1")
+    assert room.store.room_sessions(ROOM) == []
+    assert (await register(client, body)).status_code == 201
+
+
+async def test_busy_when_the_registration_lock_is_held_5_s(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    async with room.registration_lock(ROOM):
+        r = await register(client, registration())
+        assert (r.status_code, r.json(), r.headers["retry-after"]) == (503, BUSY, "1")
+        assert trio.current_time() == 5
+    assert room.store.room_sessions(ROOM) == []
+
+
+async def test_concurrent_registrations_for_one_name(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    instance = worker_id()
+    body = registration(instance=instance, name="Alpha")
+    others = [registration(name="Alpha") for _ in range(3)]
+    replies: list[tuple[int, httpx2.Response]] = []
+
+    async def one(index: int, b: dict[str, object]) -> None:
+        replies.append((index, await register(client, dict(b))))
+
+    async with trio.open_nursery() as nursery:
+        for index, b in enumerate([body, body, *others]):
+            nursery.start_soon(one, index, b)
+    assert all(r.status_code == 201 for _, r in replies)
+    durable = {r.json()["session_id"] for i, r in replies if i < 2}
+    assert len(durable) == 1  # one instance, one session (the second is a lost-response retry)
+    live = [s for s in room.store.room_sessions(ROOM) if s.live]
+    assert len(live) == 4
+    names = [s.display_name for s in live]
+    assert names.count("Alpha") == 1
+    assert len(set(names)) == 4
+
+
+async def test_bad_json_and_sizes(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    path = f"/rooms/{ROOM}/agent-sessions"
+    headers = dict(owner_headers(), **{"Content-Type": "application/json"})
+    r = await client.post(path, content=b"{not json", headers=headers)
+    assert (r.status_code, r.json()) == (400, {"error": "Request body must be valid JSON."})
+    r = await client.post(path, content=b"[1, 2]", headers=headers)
+    assert (r.status_code, r.json()) == (400, {"error": "Request body must be a JSON object."})
+    r = await client.post(path, content=b"\xff\xfe", headers=headers)
+    assert r.status_code == 400
+    r = await client.post(path, content=b"[" * 100_000, headers=headers)
+    assert r.status_code == 400
+    r = await client.post(path, content=b"{" + b" " * (1024 * 1024) + b"}", headers=headers)
+    assert (r.status_code, r.json()) == (413, {"error": "Request body is too large."})
+    r = await client.post(
+        f"/rooms/{'r' * 300}/agent-sessions", json=registration(), headers=headers
+    )
+    assert (r.status_code, r.json()) == (404, {"error": "Room not found"})
+    r = await client.get(path, headers=headers)
+    assert r.status_code == 405
+    assert r.headers["allow"] == "POST"
+    r = await client.get("/nothing/here")
+    assert r.status_code == 404
+    assert room.store.room_ids() == []
