@@ -97,6 +97,9 @@ LOCK_TIMEOUT: Final = 2.0
 LOCK_STALE_AFTER: Final = 10.0
 # The exact upstream text worker handles show for a damaged state file.
 STATE_UNAVAILABLE_MESSAGE: Final = "Worker state is unavailable; restore it before reconnecting."
+# JavaScript's array indices are 0 .. 2**32 - 2; such keys come first in its objects.
+_MAX_ARRAY_INDEX: Final = 2**32 - 1
+_MAX_INDEX_DIGITS: Final = len(str(_MAX_ARRAY_INDEX))
 # Owner-only: the file holds the owner's token and session tokens.
 _FILE_MODE: Final = 0o600
 # 12 hex characters of randomness in temp names, as the Node client uses.
@@ -194,14 +197,48 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
+def _is_array_index(key: str) -> bool:
+    # "0", "7", "10", ... up to 2**32 - 2: the keys JavaScript objects list first.
+    if key == "0":
+        return True
+    return (
+        key.isascii()
+        and key.isdigit()
+        and key[0] != "0"
+        and len(key) <= _MAX_INDEX_DIGITS
+        and int(key) < _MAX_ARRAY_INDEX
+    )
+
+
+def _js_ordered(value: Any) -> Any:
+    """The value with each object's keys in the order a JavaScript object keeps them.
+
+    JavaScript lists integer-like keys first, ascending, then the others in
+    insertion order; ordering ours the same way makes our file byte for byte
+    what the Node client would write for the same data.
+    """
+    if isinstance(value, dict):
+        items = [(key, _js_ordered(item)) for key, item in value.items()]
+        if any(_is_array_index(key) for key, _ in items):
+            indexed = sorted(
+                (kv for kv in items if _is_array_index(kv[0])), key=lambda kv: int(kv[0])
+            )
+            items = indexed + [kv for kv in items if not _is_array_index(kv[0])]
+        return dict(items)
+    if isinstance(value, list):
+        return [_js_ordered(item) for item in value]
+    return value
+
+
 def _encode(state: Mapping[str, Any]) -> bytes:
-    """2-space JSON plus a newline, keys in insertion order, like JSON.stringify."""
-    text = json.dumps(state, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """2-space JSON plus a newline, keys in JavaScript's order, as JSON.stringify writes it."""
+    ordered = _js_ordered(state)
+    text = json.dumps(ordered, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate cannot be UTF-8; the escaped form is the same JSON.
-        return (json.dumps(state, indent=2, allow_nan=False) + "\n").encode("ascii")
+        return (json.dumps(ordered, indent=2, allow_nan=False) + "\n").encode("ascii")
 
 
 @final

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
@@ -165,6 +166,8 @@ async def test_damaged_file_is_incomplete_and_never_written(
         await store.update(must_not_run)
     assert str(caught.value) == STATE_UNAVAILABLE_MESSAGE
     assert any(str(state_path) in note for note in caught.value.__notes__)
+    assert store.auth() is None
+    assert store.stored_session("s1") is None
     for attempt in (
         store.end_session("s1", "2026-01-01T00:00:00.000Z", "tok"),
         store.save_auth("owner-token"),
@@ -266,6 +269,32 @@ async def test_update_writes_two_space_json_with_a_newline(
         '{\n  "zeta": 1,\n  "alpha": {\n    "name": "Zoë",\n    "list": [\n      1,\n'
         "      2\n    ]\n  }\n}\n"
     )
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+async def test_written_bytes_match_node_json_stringify(
+    store: LocalStateStore, state_path: Path
+) -> None:
+    """The file is byte for byte what the Node client writes for the same object."""
+    data = {
+        "zeta": {"é": "Zoë ✓", "empty": {}, "list": [], "nested": [1, [2, {"a": None}]]},
+        "alpha": True,
+        "10": "integer-like keys go first, as in a JavaScript object",
+        "9": {"b": 1, "4294967294": "max index", "4294967295": "not an index", "01": "nor this"},
+        "-1": "not an index either",
+        "quote": 'a "b" \\ \n \t \u0001',
+    }
+    await store.update(lambda state: state.update(data))
+    script = "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>" + (
+        "process.stdout.write(JSON.stringify(JSON.parse(s), null, 2) + '\\n'))"
+    )
+    node = shutil.which("node")
+    assert node is not None
+    with trio.fail_after(30):
+        done = await trio.run_process(
+            [node, "-e", script], stdin=read_bytes(state_path), capture_stdout=True
+        )
+    assert done.stdout == read_bytes(state_path)
 
 
 async def test_lone_surrogates_are_written_escaped(
@@ -614,6 +643,8 @@ async def test_still_ours_is_false_when_the_file_is_damaged(
 ) -> None:
     write_raw(state_path, b"{")
     assert not await store.is_still_ours(AgentSession.from_json(session_record()))
+    assert store.stored_session("s1") is None
+    assert store.auth() is None
 
 
 async def test_mark_ended_uses_now_and_the_sessions_token(
