@@ -20,6 +20,8 @@ from typing import Final, final
 
 import attrs
 
+from .._names import MAX_DISPLAY_NAME_COLLISION_OFFSET
+
 __all__ = [
     "DEFAULT_LIVENESS_NOTICE_AFTER_MS",
     "DEFAULT_POLL_MAX_MS",
@@ -82,6 +84,8 @@ class RoomConfig:
         registration_lock_timeout: seconds a registration waits for the
             room's registration lock before answering 503 busy (5 s).
         max_body_bytes: request bodies above this answer 413.
+        max_name_offset: the last codename offset a registration scans
+            (upstream's 1 024); a test may lower it to reach "exhausted".
     """
 
     heartbeat_interval: float = 15.0
@@ -91,6 +95,7 @@ class RoomConfig:
     liveness_sweep_interval: float = 60.0
     registration_lock_timeout: float = 5.0
     max_body_bytes: int = 1024 * 1024
+    max_name_offset: int = MAX_DISPLAY_NAME_COLLISION_OFFSET
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RoomConfig:

@@ -821,7 +821,9 @@ class Room:
         }
         reserved = {name_key(segment) for segment in other_keys}
 
-        def blocked(name: str, *, takeover: bool, live_only: bool = False) -> bool:
+        def blocked(
+            name: str, *, takeover: bool, live_only: bool = False, seniority: bool = False
+        ) -> bool:
             key = name_key(name)
             if key in reserved:
                 return True
@@ -833,7 +835,8 @@ class Room:
                 if takeover and s.session_id in releasable:
                     continue
                 if (
-                    rotate is not None
+                    seniority
+                    and rotate is not None
                     and rotate.live
                     and s.live
                     and (s.created_at, s.session_id) > (rotate.created_at, rotate.session_id)
@@ -855,7 +858,7 @@ class Room:
             current = rotate.display_name
             if name_key(requested) != name_key(current) and not blocked(requested, takeover=True):
                 return requested, requested, takeover_of(requested)
-            if not blocked(current, takeover=True, live_only=True):
+            if not blocked(current, takeover=True, live_only=True, seniority=True):
                 return current, requested, takeover_of(current)
             base = requested
         else:
@@ -865,7 +868,9 @@ class Room:
                 req.actor_key,
             )
         base_key = name_key(base)
-        for candidate in allocation_candidates(base, req.actor_key):
+        for candidate in allocation_candidates(
+            base, req.actor_key, max_offset=self.config.max_name_offset
+        ):
             takeover = name_key(candidate) == base_key
             if not blocked(candidate, takeover=takeover):
                 return candidate, base, takeover_of(candidate) if takeover else []

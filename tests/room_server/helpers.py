@@ -9,6 +9,9 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
+import trio
+import trio.testing
+
 from .paths import process_path
 
 if TYPE_CHECKING:
@@ -86,9 +89,9 @@ async def register(
 
 
 async def registered(
-    client: httpx2.AsyncClient, body: dict[str, Any], *, room: str = ROOM
+    client: httpx2.AsyncClient, body: dict[str, Any], *, room: str = ROOM, owner: str = OWNER_TOKEN
 ) -> dict[str, Any]:
-    response = await register(client, body, room=room)
+    response = await register(client, body, room=room, owner=owner)
     assert response.status_code == 201, response.text
     data: dict[str, Any] = response.json()
     return data
@@ -123,13 +126,64 @@ async def open_process(
     *,
     headers: dict[str, str] | None = None,
     room: str = ROOM,
+    owner: str = OWNER_TOKEN,
 ) -> AsyncIterator[FrameReader]:
     """Open a session's process stream and read it frame by frame."""
     async with client.stream(
         "GET",
         process_path(session, room),
-        headers=session_headers(session) if headers is None else headers,
+        headers=session_headers(session, owner) if headers is None else headers,
     ) as response:
         reader = FrameReader(response)
         async with aclosing(reader._chunks):
             yield reader
+
+
+async def hold(
+    client: httpx2.AsyncClient,
+    session: dict[str, Any],
+    owner: str = OWNER_TOKEN,
+    *,
+    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Hold a session's process stream, reading every frame, until cancelled.
+
+    ``await nursery.start(hold, client, session)`` returns the scope; cancelling
+    it drops the stream as a vanished client would.
+    """
+    with trio.CancelScope() as scope:
+        async with open_process(client, session, owner=owner) as reader:
+            assert await reader.next() == ": connected"
+            assert (await reader.next() or "").startswith("event: open")
+            task_status.started(scope)
+            while await reader.next() is not None:
+                pass
+
+
+async def drop(scope: trio.CancelScope) -> None:
+    """Drop a stream held by :func:`hold` and let the room record it."""
+    scope.cancel()
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def say(client: httpx2.AsyncClient, session: dict[str, Any], text: str = "hi") -> None:
+    """Post a message as the session (the agent is heard)."""
+    r = await client.post(
+        f"/rooms/{ROOM}/messages", json={"text": text}, headers=session_headers(session)
+    )
+    assert r.status_code == 201, r.text
+
+
+async def announce_exit(client: httpx2.AsyncClient, session: dict[str, Any]) -> bool:
+    """Post the process exit (no connection id) and return ``recorded``."""
+    r = await client.post(
+        process_path(session) + "/exit",
+        json={
+            "agent_session_id": session["session_id"],
+            "agent_session_token": session["session_token"],
+            "process_connection_id": None,
+        },
+    )
+    assert r.status_code == 200
+    recorded: bool = r.json()["recorded"]
+    return recorded
