@@ -22,7 +22,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -45,6 +45,9 @@ from letagents_trio._state import (
     iso_now,
     mapping_at,
 )
+
+if TYPE_CHECKING:
+    from letagents_trio._manager import HolderStateHooks
 
 # A wall-clock origin exactly representable as a float, so mtime arithmetic
 # in the stale-lock tests is exact.
@@ -618,6 +621,12 @@ async def test_end_session_of_a_missing_record_writes_nothing(
     raw = write_json(state_path, {"agent_sessions": {}, "current_agent_session_ids": {"r": "s1"}})
     assert await store.end_session("s1", ENDED, "tok-1") is False
     assert read_bytes(state_path) == raw
+
+
+def test_store_offers_the_connection_manager_hooks(store: LocalStateStore) -> None:
+    hooks: HolderStateHooks = store  # mypy checks the protocol
+    assert hooks.mark_ended == store.mark_ended
+    assert hooks.is_still_ours == store.is_still_ours
 
 
 async def test_stored_session_and_still_ours(store: LocalStateStore, state_path: Path) -> None:
