@@ -1,0 +1,135 @@
+"""Liveness notices (§7.5): only for workers holding work, texts word for word."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio.room_server import MemoryStore, Room, RoomConfig, TrioClock
+from letagents_trio.room_server._room import format_offline_duration, offline_text
+
+from .helpers import EPOCH, OWNER_TOKEN, ROOM, drop, hold, registered, registration, session_headers
+
+if TYPE_CHECKING:
+    import httpx2
+
+LABEL = "Builder | owner's agent | Claude Code"
+TAIL = (
+    ". It may still be working; reassign only after it or its supervisor confirms it has"
+    " stopped, or a human directs the transfer."
+)
+
+
+async def worker_with_work(
+    client: httpx2.AsyncClient, *, tasks: int = 1
+) -> tuple[dict[str, Any], list[str]]:
+    s = await registered(client, registration(name="Builder"))
+    ids = []
+    for i in range(tasks):
+        r = await client.post(
+            f"/rooms/{ROOM}/tasks", json={"title": f"t{i}"}, headers=session_headers(s)
+        )
+        task_id = r.json()["task_id"]
+        r = await client.post(
+            f"/rooms/{ROOM}/tasks/{task_id}/leases", json={}, headers=session_headers(s)
+        )
+        assert r.status_code == 201
+        ids.append(task_id)
+    return s, ids
+
+
+async def test_offline_after_exactly_the_grace_then_recovery(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    s, (task,) = await worker_with_work(client)
+    await drop(await nursery.start(hold, client, s))
+    await trio.sleep(1799.999)
+    assert room.sweep_liveness() == []
+    await trio.sleep(0.001)
+    (notice,) = room.sweep_liveness()
+    assert notice.text == f"[status] {LABEL} has been offline for 30m while holding {task}{TAIL}"
+    assert (notice.sender, notice.source, notice.prompt_kind) == (
+        "letagents",
+        "agent_liveness",
+        "auto",
+    )
+    assert notice.dedupe_id == f"agent_liveness:offline:{s['session_id']}:{EPOCH}"
+    await trio.sleep(60)
+    assert room.sweep_liveness() == []  # once per outage
+    await nursery.start(hold, client, s)
+    (back,) = room.sweep_liveness()
+    assert back.text == f"[status] {LABEL} is connected to the room again."
+    announced = EPOCH + 1_800_000
+    assert back.dedupe_id == f"agent_liveness:recovered:{s['session_id']}:{announced}"
+    assert room.sweep_liveness() == []
+
+
+async def test_no_notice_without_work_or_for_ended_sessions(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    idle = await registered(client, registration(name="Idle"))
+    await drop(await nursery.start(hold, client, idle))
+    ended, _ = await worker_with_work(client)
+    room.end_session(ended["session_id"])
+    await trio.sleep(1800)
+    assert room.sweep_liveness() == []
+
+
+async def test_never_after_60_min_and_task_list_is_shortened(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    _s, tasks = await worker_with_work(client, tasks=5)
+    await trio.sleep(3600.001)
+    assert room.sweep_liveness() == []
+    assert offline_text(LABEL, 1_800_000, tasks).startswith(
+        f"[status] {LABEL} has been offline for 30m while holding"
+        f" {tasks[0]}, {tasks[1]}, {tasks[2]} and 2 more. It may"
+    )
+
+
+async def test_the_periodic_sweep_posts_at_the_grace(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    room = Room(
+        store=MemoryStore(),
+        clock=TrioClock(EPOCH),
+        owner_tokens={OWNER_TOKEN: "owner"},
+        config=RoomConfig(liveness_notice_after_ms=120_000),
+    )
+    await nursery.start(room.run_liveness_sweeps)
+    body = registration(name="Builder")
+    created = await room.register(OWNER_TOKEN, ROOM, body)
+    session = dict(created.body)
+    task = room.create_task(ROOM, _creds(session), {"title": "t"}).body["task_id"]
+    assert room.take_lease(ROOM, task, _creds(session), {}).status == 201
+    await trio.sleep(60)
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.store.messages_after(ROOM, 0, 10) == []  # the sweep at 60 s: too early
+    await trio.sleep(60)
+    await trio.testing.wait_all_tasks_blocked()
+    (notice,) = room.store.messages_after(ROOM, 0, 10)
+    assert notice.created_at == EPOCH + 120_000
+    assert "has been offline for 2m while holding" in notice.text
+
+
+def _creds(session: dict[str, Any]) -> Any:
+    from letagents_trio.room_server import Credentials
+
+    return Credentials(session_id=session["session_id"], session_token=session["session_token"])
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [(0, "1m"), (59_999, "1m"), (120_000, "2m"), (3_600_000, "1h"), (4_500_000, "1h 15m")],
+)
+def test_durations(ms: int, text: str) -> None:
+    assert format_offline_duration(ms) == text
