@@ -9,6 +9,7 @@ in-process with ``letagents_trio.testing``'s streaming transport.
 from __future__ import annotations
 
 from ._app import create_app as create_app
+from ._cli import main as main
 from ._clock import RoomClock as RoomClock
 from ._clock import SystemClock as SystemClock
 from ._clock import TrioClock as TrioClock
@@ -19,6 +20,7 @@ from ._room import ProcessStream as ProcessStream
 from ._room import Reply as Reply
 from ._room import Room as Room
 from ._room import RoomStatistics as RoomStatistics
+from ._serve import serve_room as serve_room
 from ._store import Account as Account
 from ._store import LeaseRow as LeaseRow
 from ._store import MemoryStore as MemoryStore
@@ -48,4 +50,6 @@ __all__ = [
     "TaskRow",
     "TrioClock",
     "create_app",
+    "main",
+    "serve_room",
 ]

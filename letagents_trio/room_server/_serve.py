@@ -1,0 +1,108 @@
+"""Serve a :class:`Room` over TCP with hypercorn's trio worker.
+
+:func:`serve_room` binds (port 0 picks a free port), reports the URL through
+``task_status.started(url)``, runs the liveness sweep beside the server, and
+serves until cancelled. Cancellation is turned into a graceful stop, as
+upstream's server does on restart:
+
+1. every held process stream is closed silently (nothing is recorded; the
+   clients see the stream end, count it as ``dropped`` and reconnect);
+2. hypercorn's shutdown trigger fires, so it stops accepting and gives open
+   requests up to :data:`GRACEFUL_TIMEOUT` to finish (long polls included);
+3. a hard backstop, :data:`SHUTDOWN_TIMEOUT`, bounds the whole stop.
+
+Hypercorn runs inside a shielded scope so that the caller's cancellation
+reaches it only as the shutdown trigger, never as a mid-write cancel.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Final, NoReturn
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from ._app import create_app
+
+if TYPE_CHECKING:
+    from ._room import Room
+
+__all__ = ["GRACEFUL_TIMEOUT", "SHUTDOWN_TIMEOUT", "serve_room"]
+
+logger = logging.getLogger("letagents_trio.room_server")
+
+# Open requests get this long to finish once the server stops accepting: a
+# poll or a registration in flight can answer, a held stream is already closed.
+GRACEFUL_TIMEOUT: Final = 2.0
+# The whole stop never takes longer than this, whatever a connection does.
+SHUTDOWN_TIMEOUT: Final = 5.0
+
+
+async def _run_hypercorn(
+    room: Room,
+    config: Config,
+    stop: trio.Event,
+    backstop: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with backstop:
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(
+                partial(
+                    serve,
+                    create_app(room),  # type: ignore[arg-type]
+                    config,
+                    shutdown_trigger=stop.wait,
+                    mode="asgi",
+                )
+            )
+            task_status.started(binds)
+
+
+async def serve_room(
+    room: Room,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 3001,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve ``room`` over HTTP until cancelled, then stop gracefully.
+
+    Args:
+        room: the room to serve.
+        host: the address to bind (loopback by default).
+        port: the port; 0 picks a free one.
+        task_status: receives the bound URL, e.g. ``"http://127.0.0.1:3001"``.
+
+    Cancellation:
+        Serves until cancelled. Cancelled, it closes every held process stream
+        silently, stops accepting, lets open requests finish for up to
+        :data:`GRACEFUL_TIMEOUT` seconds, and returns (re-raising the
+        cancellation) within :data:`SHUTDOWN_TIMEOUT` seconds.
+    """
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.graceful_timeout = GRACEFUL_TIMEOUT
+    config.accesslog = None
+    config.errorlog = logging.getLogger("letagents_trio.room_server.http")
+    stop = trio.Event()
+    backstop = trio.CancelScope(shield=True)
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(_run_hypercorn, room, config, stop, backstop)
+        )
+        await nursery.start(room.run_liveness_sweeps)
+        url = binds[0]
+        logger.info("room serving on %s", url)
+        task_status.started(url)
+        try:
+            await trio.sleep_forever()
+        finally:
+            logger.info("room on %s stopping", url)
+            room.close_all_process_streams()
+            stop.set()
+            backstop.deadline = trio.current_time() + SHUTDOWN_TIMEOUT
