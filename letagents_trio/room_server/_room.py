@@ -809,17 +809,25 @@ class Room:
         now: int,
     ) -> tuple[str, str, list[SessionRow]]:
         """Return (name, base name asked for, live holders to end)."""
-        releasable = {
-            s.session_id
-            for s in others
-            if is_releasable(self._holder(s, now), registrant=registrant, now=now)
-        }
-        other_keys = {
-            s.agent_key.rsplit("/", 1)[-1]
+        by_key: dict[str, list[SessionRow]] = {}
+        for s in others:
+            by_key.setdefault(name_key(s.display_name), []).append(s)
+        releasable_cache: dict[str, bool] = {}
+
+        def releasable(s: SessionRow) -> bool:
+            # Evidence is built only for holders of a name actually asked about.
+            if s.session_id not in releasable_cache:
+                holder = self._holder(s, now)
+                releasable_cache[s.session_id] = is_releasable(
+                    holder, registrant=registrant, now=now
+                )
+            return releasable_cache[s.session_id]
+
+        reserved = {
+            name_key(s.agent_key.rsplit("/", 1)[-1])
             for s in sessions
             if s.live and s.agent_key and s.agent_key != req.actor_key
         }
-        reserved = {name_key(segment) for segment in other_keys}
 
         def blocked(
             name: str, *, takeover: bool, live_only: bool = False, seniority: bool = False
@@ -827,12 +835,10 @@ class Room:
             key = name_key(name)
             if key in reserved:
                 return True
-            for s in others:
-                if name_key(s.display_name) != key:
-                    continue
+            for s in by_key.get(key, ()):
                 if live_only and not s.live:
                     continue
-                if takeover and s.session_id in releasable:
+                if takeover and releasable(s):
                     continue
                 if (
                     seniority
@@ -846,12 +852,7 @@ class Room:
             return False
 
         def takeover_of(name: str) -> list[SessionRow]:
-            key = name_key(name)
-            return [
-                s
-                for s in others
-                if s.live and s.session_id in releasable and name_key(s.display_name) == key
-            ]
+            return [s for s in by_key.get(name_key(name), ()) if s.live and releasable(s)]
 
         if rotate is not None:
             requested = rotate.assigned_base_display_name or rotate.display_name

@@ -237,6 +237,7 @@ class MemoryStore:
     _accounts: dict[str, Account] = attrs.field(factory=dict)
     _rooms: dict[str, RoomRow] = attrs.field(factory=dict)
     _sessions: dict[str, SessionRow] = attrs.field(factory=dict)
+    _room_session_ids: dict[str, set[str]] = attrs.field(factory=dict)
     _messages: dict[str, list[MessageRow]] = attrs.field(factory=dict)
     _next_message_id: int = 1
     _tasks: dict[str, TaskRow] = attrs.field(factory=dict)
@@ -262,12 +263,11 @@ class MemoryStore:
 
     def put_session(self, session: SessionRow) -> None:
         self._sessions[session.session_id] = session
+        self._room_session_ids.setdefault(session.room_id, set()).add(session.session_id)
 
     def room_sessions(self, room_id: str) -> list[SessionRow]:
-        return sorted(
-            (s for s in self._sessions.values() if s.room_id == room_id),
-            key=lambda s: s.session_id,
-        )
+        ids = sorted(self._room_session_ids.get(room_id, ()))
+        return [self._sessions[i] for i in ids]
 
     def add_message(self, message: MessageRow) -> MessageRow:
         stored = attrs.evolve(message, message_id=self._next_message_id)
