@@ -53,6 +53,11 @@ _WORKER_CREDENTIAL_KEYS = ("agent_session_token", "replace_agent_session_token",
 # Body keys whose values are secrets, redacted from anything shown.
 _SECRET_KEYS = (*_WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
 _REDACTED = "[redacted]"
+# Shorter "secrets" are not redacted: replacing every "ab" would garble bodies,
+# and a credential that short protects nothing anyway.
+_MIN_SECRET_LENGTH = 4
+# A Retry-After above a day is not a busy room; keeps the parsed value finite.
+_RETRY_AFTER_CEILING = 86_400.0
 
 
 class StateHooks(Protocol):
@@ -86,14 +91,14 @@ def _retry_after(value: str | None) -> float | None:
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():
-        return float(value[:12])
+        return min(float(value), _RETRY_AFTER_CEILING)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - time.time())
+    return min(max(0.0, when.timestamp() - time.time()), _RETRY_AFTER_CEILING)
 
 
 @final
@@ -177,9 +182,17 @@ class RoomClient:
         return headers
 
     def _redact(self, text: str, secrets: Sequence[str]) -> str:
+        # A room may echo a secret as it was sent or JSON-escaped (with or
+        # without \u escapes). Longest first, so a secret that contains
+        # another is not left half shown.
+        forms: set[str] = set()
         for secret in secrets:
-            if secret and len(secret) >= 4:
-                text = text.replace(secret, _REDACTED)
+            if len(secret) >= _MIN_SECRET_LENGTH:
+                forms.add(secret)
+                forms.add(json.dumps(secret)[1:-1])
+                forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, _REDACTED)
         return text
 
     def _secrets(self, session: AgentSession | None, body: object) -> list[str]:
@@ -276,7 +289,8 @@ class RoomClient:
         headers = self._headers(session, json_body=True)
         try:
             response = await self._http.request(method, url, content=content, headers=headers)
-        except httpx2.TransportError as exc:
+        except httpx2.RequestError as exc:
+            # TransportError, and DecodingError for a body that cannot be decoded.
             raise RoomUnreachable(f"{method} {_path_of(url)} failed: {type(exc).__name__}") from exc
         text = response.text
         if not response.is_success:
@@ -332,18 +346,33 @@ class RoomClient:
         worker_call = session is not None or (
             isinstance(body, Mapping) and any(k in body for k in _WORKER_CREDENTIAL_KEYS)
         )
-        try:
-            if not worker_call and self._owner_token:
-                logger.warning("the room refused the owner token; forgetting stored owner auth")
+        # The two rules are independent: a failure recording one never skips
+        # the other, and neither failure hides the room's answer. The hook's
+        # error is logged by type and redacted text only: a state store's
+        # message could quote the token it compared.
+        if not worker_call and self._owner_token:
+            logger.warning("the room refused the owner token; forgetting stored owner auth")
+            try:
                 await self._state.clear_auth()
-            if _protocol.AGENT_SESSION_ENDED_ERROR in text:
-                ids = _session_credentials(session, body)
-                if ids is not None:
+            except Exception as exc:
+                self._log_hook_failure("clear the stored owner auth", exc, session, body)
+        if _protocol.AGENT_SESSION_ENDED_ERROR in text:
+            ids = _session_credentials(session, body)
+            if ids is not None:
+                try:
                     await self._state.end_session(ids[0], _iso_now(), ids[1])
-        except trio.Cancelled:
-            raise
-        except Exception:
-            logger.warning("could not record the room's refusal in local state", exc_info=True)
+                except Exception as exc:
+                    self._log_hook_failure("mark the session ended", exc, session, body)
+
+    def _log_hook_failure(
+        self, what: str, exc: Exception, session: AgentSession | None, body: object
+    ) -> None:
+        logger.warning(
+            "could not %s in local state: %s: %s",
+            what,
+            type(exc).__name__,
+            self._redact(str(exc), self._secrets(session, body)),
+        )
 
 
 def _session_credentials(session: AgentSession | None, body: object) -> tuple[str, str] | None:
