@@ -118,4 +118,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         trio.run(_run, room, args.host, args.port)
     finally:
         store.close()
+        logging.getLogger("letagents_trio.room_server").info("room stopped")
     return 0

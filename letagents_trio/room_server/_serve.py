@@ -61,6 +61,10 @@ async def _run_hypercorn(
                 )
             )
             task_status.started(binds)
+    if backstop.cancelled_caught:
+        logger.warning("room stop took over %s s: open connections were cut", SHUTDOWN_TIMEOUT)
+    else:
+        logger.info("http server stopped")
 
 
 async def serve_room(
