@@ -165,6 +165,9 @@ async def test_random_paths_never_500(segments: list[str], method: str) -> None:
             httpx2.AsyncClient(transport=transport, base_url="http://room.test") as client,
         ):
             r = await client.request(
-                method, "/" + "/".join(segments) + "?timeout=0", json={}, headers=owner_headers()
+                method,
+                "http://room.test/" + "/".join(segments) + "?timeout=0",
+                json={},
+                headers=owner_headers(),
             )
             assert r.status_code < 500, r.text
