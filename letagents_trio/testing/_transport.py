@@ -28,6 +28,7 @@ Life of one request:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -78,8 +79,9 @@ def _answer_internal_error(exchange: _Exchange) -> None:
     exchange.status = 500
     exchange.headers = [(b"content-type", b"text/plain; charset=utf-8")]
     if exchange.body_send is not None:
-        # Nothing was sent yet, so the buffer has room.
-        exchange.body_send.send_nowait(b"Internal Server Error")
+        # Nothing was sent yet, so the buffer has room, unless the client left.
+        with contextlib.suppress(trio.BrokenResourceError):
+            exchange.body_send.send_nowait(b"Internal Server Error")
 
 
 @final

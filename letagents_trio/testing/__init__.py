@@ -1,0 +1,25 @@
+"""The letagents-trio testing kit: an in-memory room over a streaming in-process transport.
+
+Nothing here touches a socket or a thread, so ``trio.testing.MockClock`` with
+``autojump_threshold=0`` drives every timeout, heartbeat and backoff exactly.
+The ``fake_room`` pytest fixture is registered automatically when
+letagents-trio is installed (it needs pytest-trio).
+"""
+
+from ._fake_room import ExitRecord as ExitRecord
+from ._fake_room import FakeRoom as FakeRoom
+from ._fake_room import ProcessMode as ProcessMode
+from ._fake_room import RequestRecord as RequestRecord
+from ._fake_room import open_fake_room as open_fake_room
+from ._transport import StreamingASGITransport as StreamingASGITransport
+from ._transport import open_streaming_transport as open_streaming_transport
+
+__all__ = [
+    "ExitRecord",
+    "FakeRoom",
+    "ProcessMode",
+    "RequestRecord",
+    "StreamingASGITransport",
+    "open_fake_room",
+    "open_streaming_transport",
+]

@@ -1,0 +1,442 @@
+"""FakeRoom: the reference room, in-process, with faults on demand.
+
+A :class:`FakeRoom` is the real reference room (:mod:`letagents_trio.room_server`,
+the same rules ``letagents-trio room`` serves over TCP) behind a thin ASGI
+layer that can misbehave on purpose, served to httpx2 through
+:class:`~letagents_trio.testing.StreamingASGITransport`. No sockets, no
+threads: under ``trio.testing.MockClock(autojump_threshold=0)`` every
+heartbeat, timeout and backoff happens at an exact virtual time.
+
+What the layer adds, and nothing more (no server rule lives here):
+
+* **Process modes**, for every session or one: ``SERVED`` (the room's own
+  stream), ``UNKNOWN`` (404, a room without the route), ``REFUSED`` (401),
+  ``ENDED`` (410), ``ERROR`` (503), ``SILENT`` (stream headers, then nothing)
+  and ``SLOW`` (headers only after a delay, then served).
+* **Drops**: :meth:`FakeRoom.drop` cuts open streams as a network failure would.
+* **Exits**: every ``POST …/process/exit`` is recorded with its body and the
+  room's answer; ``black_hole_exits`` swallows them without ever answering.
+* **A request log** stamped with trio's clock, and :meth:`FakeRoom.wait_until`
+  to wait (without polling) for a condition on what the room has seen.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any, final
+from urllib.parse import unquote
+
+import attrs
+import trio
+
+from .. import _protocol
+from .._api import RoomClient
+from .._session import AgentSession
+from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
+from ._transport import Receive, Send, StreamingASGITransport
+
+__all__ = ["ExitRecord", "FakeRoom", "ProcessMode", "RequestRecord", "open_fake_room"]
+
+# The fake room's wall clock starts here (2026-01-01T00:00:00Z) plus trio time,
+# so timestamps in tests are deterministic.
+DEFAULT_EPOCH_MS = 1_767_225_600_000
+DEFAULT_OWNER_TOKEN = "owner-test-token"
+DEFAULT_OWNER_LOGIN = "owner"
+DEFAULT_API_URL = "http://room.test"
+
+_PROCESS_PATH = re.compile(
+    r"^/rooms/(?P<room>.+)/agent-sessions/(?P<sid>[^/]+)/process(?P<exit>/exit)?$"
+)
+
+
+class ProcessMode(enum.Enum):
+    """How the fake room answers ``GET …/process``."""
+
+    SERVED = "served"
+    """The reference room serves the stream."""
+    UNKNOWN = "unknown"
+    """404: a room without the route."""
+    REFUSED = "refused"
+    """401 ``Invalid agent session credentials.``"""
+    ENDED = "ended"
+    """410 ``agent_session_ended``."""
+    ERROR = "error"
+    """503: the room is failing."""
+    SILENT = "silent"
+    """200 with event-stream headers, then not one byte."""
+    SLOW = "slow"
+    """Headers only after ``slow_headers`` seconds, then served."""
+
+
+_CANNED: dict[ProcessMode, tuple[int, dict[str, str]]] = {
+    ProcessMode.UNKNOWN: (404, {"error": "Not found"}),
+    ProcessMode.REFUSED: (401, {"error": "Invalid agent session credentials."}),
+    ProcessMode.ENDED: (410, {"error": "Agent session has ended.", "code": "agent_session_ended"}),
+    ProcessMode.ERROR: (503, {"error": "The room is failing for a moment."}),
+}
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RequestRecord:
+    """One request the fake room received.
+
+    Attributes:
+        time: trio time it arrived.
+        method: the HTTP method.
+        path: the (decoded) path.
+        session_id: the ``X-LetAgents-Agent-Session-Id`` header, if any.
+        has_session_token: whether the session-token header was present and non-empty.
+    """
+
+    time: float
+    method: str
+    path: str
+    session_id: str | None
+    has_session_token: bool
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ExitRecord:
+    """One exit announcement the fake room received.
+
+    Attributes:
+        time: trio time it arrived.
+        session_id: the session in the path.
+        body: the JSON body as sent (its token included: it is test data).
+        recorded: the room's ``recorded`` answer; None when black-holed.
+    """
+
+    time: float
+    session_id: str
+    body: dict[str, Any] = attrs.field(repr=False)
+    recorded: bool | None
+
+    @property
+    def process_connection_id(self) -> str | None:
+        """The ``process_connection_id`` the exit named."""
+        value = self.body.get("process_connection_id")
+        return value if isinstance(value, str) else None
+
+
+@final
+class FakeRoom:
+    """The reference room in-process, with fault injection. Make one with :func:`open_fake_room`.
+
+    Attributes:
+        room: the reference :class:`~letagents_trio.room_server.Room` behind the faults.
+        transport: the in-process httpx2 transport that serves it.
+        api_url: the base URL clients use (any host works; nothing is resolved).
+        owner_token: the owner bearer token the room accepts.
+        owner_login: the login that token belongs to.
+        requests: every request received, in order.
+        exits: every exit announcement received, in order.
+        black_hole_exits: while true, exit announcements are never answered.
+        slow_headers: the delay of ``ProcessMode.SLOW``, in seconds.
+    """
+
+    def __init__(
+        self,
+        room: Room,
+        *,
+        nursery: trio.Nursery,
+        api_url: str = DEFAULT_API_URL,
+        owner_token: str = DEFAULT_OWNER_TOKEN,
+        owner_login: str = DEFAULT_OWNER_LOGIN,
+    ) -> None:
+        self.room = room
+        self.api_url = api_url
+        self.owner_token = owner_token
+        self.owner_login = owner_login
+        self.requests: list[RequestRecord] = []
+        self.exits: list[ExitRecord] = []
+        self.black_hole_exits = False
+        self.slow_headers = 30.0
+        self._default_mode = ProcessMode.SERVED
+        self._modes: dict[str, ProcessMode] = {}
+        self._seen_sessions: set[str] = set()
+        self._changed = trio.lowlevel.ParkingLot()
+        self._inner = create_app(room)
+        self.transport = StreamingASGITransport(self._app, nursery=nursery)
+
+    def __repr__(self) -> str:
+        return f"<FakeRoom api_url={self.api_url!r} requests={len(self.requests)}>"
+
+    # --- clients and sessions ------------------------------------------------------
+
+    def client(self, *, owner_token: str | None = None, **options: Any) -> RoomClient:
+        """A :class:`~letagents_trio.RoomClient` for this room (the caller closes it)."""
+        return RoomClient(
+            self.api_url,
+            owner_token=self.owner_token if owner_token is None else owner_token,
+            transport=self.transport,
+            **options,
+        )
+
+    async def add_worker(
+        self,
+        room_id: str = "room_shared",
+        display_name: str = "Juniper",
+        *,
+        worker_id: str | None = None,
+        process_host_id: str | None = "phost_" + "0" * 32,
+    ) -> AgentSession:
+        """Register a durable worker through the room's own registration rules.
+
+        The registration body is the one a worker handle sends (PROTOCOL §5.3),
+        so the room decides the name, the session id and every evidence column.
+
+        Raises:
+            RuntimeError: the room did not answer 201.
+
+        Cancellation:
+            A checkpoint; cancelled, the registration may or may not have happened.
+        """
+        worker_id = worker_id or "worker_" + uuid.uuid4().hex
+        body = {
+            "actor_key": f"{self.owner_login}/worker-{worker_id.removeprefix('worker_')}",
+            "agent_instance_id": worker_id,
+            "display_name": display_name,
+            "requested_base_display_name": display_name,
+            "session_kind": "worker",
+            "runtime": "python",
+            "ide_label": "Agent",
+            "repo_branch": None,
+            "process_host_id": process_host_id,
+            "connection_token": secrets.token_urlsafe(32),
+            "replace_agent_session_id": None,
+            "replace_agent_session_token": None,
+        }
+        reply = await self.room.register(self.owner_token, room_id, body)
+        if reply.status != 201:
+            raise RuntimeError(f"the room refused the worker: {reply.status} {dict(reply.body)}")
+        return AgentSession.from_json(reply.body)
+
+    # --- faults --------------------------------------------------------------------
+
+    def set_process_mode(self, mode: ProcessMode, session_id: str | None = None) -> None:
+        """Answer ``GET …/process`` in ``mode``: for ``session_id``, or for every session.
+
+        Setting the mode for every session clears the per-session ones.
+        """
+        if session_id is None:
+            self._default_mode = mode
+            self._modes.clear()
+        else:
+            self._modes[session_id] = mode
+
+    def process_mode(self, session_id: str) -> ProcessMode:
+        """The mode ``session_id``'s process requests are answered in."""
+        return self._modes.get(session_id, self._default_mode)
+
+    def drop(self, session_id: str | None = None) -> int:
+        """Cut open process streams (of ``session_id``, or all) as a network failure would.
+
+        The room records the disconnect, as it does when a client vanishes.
+        Returns how many streams were cut.
+        """
+        targets = [session_id] if session_id is not None else sorted(self._seen_sessions)
+        cut = 0
+        for sid in targets:
+            for stream in self.room.process_streams(sid):
+                stream.close("dropped")
+                cut += 1
+        return cut
+
+    def end(self, session_id: str) -> None:
+        """End ``session_id`` at the room: its open streams get ``event: ended``."""
+        self.room.end_session(session_id)
+
+    def restart(self) -> None:
+        """Close every process stream silently, as a room shutting down does."""
+        self.room.close_all_process_streams()
+
+    # --- observing -----------------------------------------------------------------
+
+    def process_requests(self, session_id: str | None = None) -> list[RequestRecord]:
+        """The ``GET …/process`` requests received (for ``session_id``, or all)."""
+        return [
+            r
+            for r in self.requests
+            if r.method == "GET"
+            and r.path.endswith("/process")
+            and (session_id is None or r.path.split("/")[-2] == session_id)
+        ]
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Wait until ``condition()`` is true; it is re-checked after each request or exit.
+
+        Cancellation:
+            A checkpoint; bound it with ``trio.fail_after`` in tests.
+        """
+        while not condition():
+            await self._changed.park()
+        await trio.lowlevel.checkpoint()
+
+    def _note(self) -> None:
+        self._changed.unpark_all()
+
+    # --- the ASGI layer ------------------------------------------------------------
+
+    async def _app(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._inner(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path = unquote(scope["raw_path"].decode("latin-1"))
+        self.requests.append(
+            RequestRecord(
+                time=trio.current_time(),
+                method=scope["method"],
+                path=path,
+                session_id=headers.get(_protocol.SESSION_ID_HEADER.lower()),
+                has_session_token=bool(headers.get(_protocol.SESSION_TOKEN_HEADER.lower())),
+            )
+        )
+        self._note()
+        match = _PROCESS_PATH.match(scope["raw_path"].decode("latin-1"))
+        if match is None:
+            await self._inner(scope, receive, send)
+            return
+        session_id = unquote(match["sid"])
+        if match["exit"]:
+            await self._exit(session_id, scope, receive, send)
+        elif scope["method"] == "GET":
+            self._seen_sessions.add(session_id)
+            await self._process(session_id, scope, receive, send)
+        else:
+            await self._inner(scope, receive, send)
+
+    async def _process(
+        self, session_id: str, scope: MutableMapping[str, Any], receive: Receive, send: Send
+    ) -> None:
+        mode = self.process_mode(session_id)
+        canned = _CANNED.get(mode)
+        if canned is not None:
+            await _send_json(send, *canned)
+        elif mode is ProcessMode.SILENT:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"", "more_body": True})
+            await _until_disconnected(receive)
+        else:
+            if mode is ProcessMode.SLOW:
+                await trio.sleep(self.slow_headers)
+            await self._inner(scope, receive, send)
+
+    async def _exit(
+        self, session_id: str, scope: MutableMapping[str, Any], receive: Receive, send: Send
+    ) -> None:
+        message = await receive()
+        raw = bytes(message.get("body", b""))
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = {}
+        if self.black_hole_exits:
+            self.exits.append(
+                ExitRecord(
+                    time=trio.current_time(), session_id=session_id, body=body, recorded=None
+                )
+            )
+            self._note()
+            await _until_disconnected(receive)
+            return
+        answer: list[bytes] = []
+        replayed = False
+
+        async def replay() -> MutableMapping[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return message
+            return await receive()
+
+        async def capture(msg: MutableMapping[str, Any]) -> None:
+            if msg["type"] == "http.response.body":
+                answer.append(bytes(msg.get("body", b"")))
+            await send(msg)
+
+        await self._inner(scope, replay, capture)
+        try:
+            recorded = json.loads(b"".join(answer)).get("recorded")
+        except (ValueError, AttributeError):
+            recorded = None
+        self.exits.append(
+            ExitRecord(
+                time=trio.current_time(),
+                session_id=session_id,
+                body=body,
+                recorded=recorded if isinstance(recorded, bool) else None,
+            )
+        )
+        self._note()
+
+
+async def _send_json(send: Send, status: int, body: dict[str, str]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+async def _until_disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+@asynccontextmanager
+async def open_fake_room(
+    *,
+    heartbeat_interval: float = _protocol.SSE_HEARTBEAT_INTERVAL,
+    epoch_ms: int = DEFAULT_EPOCH_MS,
+    owner_token: str = DEFAULT_OWNER_TOKEN,
+    owner_login: str = DEFAULT_OWNER_LOGIN,
+    api_url: str = DEFAULT_API_URL,
+) -> AsyncIterator[FakeRoom]:
+    """Open a :class:`FakeRoom` over a fresh in-memory reference room.
+
+    Args:
+        heartbeat_interval: seconds between ``: heartbeat`` comments on open streams.
+        epoch_ms: the room's wall clock at trio time 0, in epoch milliseconds.
+        owner_token: the owner bearer token the room accepts.
+        owner_login: the login that token belongs to.
+        api_url: the base URL clients use.
+
+    Cancellation:
+        Leaving the block cancels every stream the room still serves.
+    """
+    room = Room(
+        store=MemoryStore(),
+        clock=TrioClock(epoch_ms),
+        owner_tokens={owner_token: owner_login},
+        config=RoomConfig(heartbeat_interval=heartbeat_interval),
+    )
+    async with trio.open_nursery() as nursery:
+        fake = FakeRoom(
+            room,
+            nursery=nursery,
+            api_url=api_url,
+            owner_token=owner_token,
+            owner_login=owner_login,
+        )
+        try:
+            yield fake
+        finally:
+            nursery.cancel_scope.cancel(reason="fake room closed")

@@ -1,0 +1,592 @@
+"""Process-connection holders against the fake room, at exact virtual times.
+
+Every test runs under ``autojump_clock`` over the in-process transport, so
+``trio.current_time()`` is the only clock and each assertion is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio import (
+    AgentSession,
+    ConnectionManager,
+    EventKind,
+    HolderEvent,
+    HolderStatus,
+    HoldPolicy,
+    Outcome,
+    open_connection_manager,
+)
+from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
+
+if TYPE_CHECKING:
+    from trio.testing import MockClock
+
+
+@asynccontextmanager
+async def managed(
+    fake_room: FakeRoom,
+    *,
+    policy: HoldPolicy | None = None,
+    on_ended: Callable[[AgentSession], Awaitable[object]] | None = None,
+    still_ours: Callable[[AgentSession], Awaitable[bool]] | None = None,
+) -> AsyncIterator[ConnectionManager]:
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(
+            client, policy=policy, on_ended=on_ended, still_ours=still_ours, owner_mode=True
+        ) as manager,
+    ):
+        yield manager
+
+
+def attempt_times(fake_room: FakeRoom, session: AgentSession) -> list[float]:
+    return [r.time for r in fake_room.process_requests(session.session_id)]
+
+
+async def wait_attempts(fake_room: FakeRoom, session: AgentSession, count: int) -> None:
+    await fake_room.wait_until(lambda: len(attempt_times(fake_room, session)) >= count)
+
+
+def drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
+    out = []
+    while True:
+        try:
+            out.append(events.receive_nowait())
+        except trio.WouldBlock:
+            return out
+
+
+# --- opening and the first attempt -----------------------------------------------------
+
+
+async def test_opens_one_process_connection_with_the_session_token(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """§8.1.1: exactly one GET …/process, for that session, with a non-empty token."""
+    session = await fake_room.add_worker(display_name="Juniper")
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        await trio.sleep(100)
+        requests = fake_room.process_requests()
+        assert len(requests) == 1
+        assert requests[0].session_id == session.session_id
+        assert requests[0].has_session_token
+        assert holder.connection_id is not None
+        assert (
+            holder.connection_id
+            == fake_room.room.process_streams(session.session_id)[0].connection_id
+        )
+
+
+async def test_status_and_statistics_follow_the_stream(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        assert holder.status is HolderStatus.CONNECTING
+        await holder.wait_status(HolderStatus.OPEN)
+        stats = holder.statistics()
+        assert stats.status is HolderStatus.OPEN
+        assert stats.opens == 1
+        assert stats.opened_at == 0
+        assert stats.next_attempt_at is None
+        await trio.sleep(7)
+        fake_room.drop(session.session_id)
+        await holder.wait_status(HolderStatus.WAITING)
+        stats = holder.statistics()
+        assert stats.attempts[Outcome.DROPPED] == 1
+        assert stats.last_outcome is Outcome.DROPPED
+        assert stats.next_attempt_at == 8
+        assert stats.connection_id is None
+        await holder.wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == 8
+        assert holder.statistics().opens == 2
+
+
+# --- schedules -------------------------------------------------------------------------
+
+
+async def test_drop_reopens_after_one_second_each_time_it_reopens(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """§8.1.2: a destroyed stream is reopened; a successful open resets the counter."""
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        for expected in (0, 1, 2, 3):
+            await holder.wait_status(HolderStatus.OPEN)
+            assert trio.current_time() == expected
+            assert fake_room.drop(session.session_id) == 1
+            await holder.wait_status(HolderStatus.WAITING)
+
+
+async def test_successive_drops_wait_1_2_5_5(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.ERROR)
+    async with managed(fake_room) as manager:
+        manager.hold(session)
+        await wait_attempts(fake_room, session, 5)
+        assert attempt_times(fake_room, session) == [0, 1, 3, 8, 13]
+
+
+async def test_unknown_route_waits_10_60_300_300(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.UNKNOWN)
+    async with managed(fake_room) as manager:
+        manager.hold(session)
+        await wait_attempts(fake_room, session, 5)
+        assert attempt_times(fake_room, session) == [0, 10, 70, 370, 670]
+
+
+async def test_refused_waits_5_15_60_60(autojump_clock: MockClock, fake_room: FakeRoom) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+    async with managed(fake_room) as manager:
+        manager.hold(session)
+        await wait_attempts(fake_room, session, 5)
+        assert attempt_times(fake_room, session) == [0, 5, 20, 80, 140]
+
+
+async def test_counters_are_independent_and_reset_only_on_open(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    sid = session.session_id
+    fake_room.set_process_mode(ProcessMode.REFUSED, sid)
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await wait_attempts(fake_room, session, 2)  # refused at 0 (wait 5), at 5 (wait 15)
+        fake_room.set_process_mode(ProcessMode.ERROR, sid)
+        await wait_attempts(fake_room, session, 3)  # at 20: dropped, its own counter: wait 1
+        fake_room.set_process_mode(ProcessMode.REFUSED, sid)
+        await wait_attempts(fake_room, session, 4)  # at 21: refused again: third wait, 60
+        fake_room.set_process_mode(ProcessMode.SERVED, sid)
+        await holder.wait_status(HolderStatus.OPEN)  # at 81: open resets everything
+        assert trio.current_time() == 81
+        fake_room.set_process_mode(ProcessMode.REFUSED, sid)
+        fake_room.drop(sid)  # dropped at 81: wait 1
+        await wait_attempts(fake_room, session, 7)  # 82 refused (wait 5), 87
+        assert attempt_times(fake_room, session) == [0, 5, 20, 21, 81, 82, 87]
+
+
+# --- timeouts --------------------------------------------------------------------------
+
+
+async def test_silence_drops_exactly_45_seconds_after_the_last_byte(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.SILENT)
+    async with managed(fake_room) as manager:
+        with manager.subscribe(math.inf) as events:
+            manager.hold(session)
+            await wait_attempts(fake_room, session, 2)
+            closed = [e for e in drain(events) if e.kind is EventKind.CLOSED]
+        assert [(e.time, e.outcome, e.detail) for e in closed] == [(45, Outcome.DROPPED, "silence")]
+        assert attempt_times(fake_room, session) == [0, 46]
+
+
+async def test_silence_counts_from_the_last_byte_of_a_served_stream(
+    autojump_clock: MockClock,
+) -> None:
+    # Heartbeats every 100 s: the stream goes quiet after its opening bytes at 0.
+    async with open_fake_room(heartbeat_interval=100.0) as quiet_room:
+        await _silence_from_last_byte(quiet_room)
+
+
+async def _silence_from_last_byte(fake_room: FakeRoom) -> None:
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        await holder.wait_status(HolderStatus.WAITING)
+        assert trio.current_time() == 45
+        assert holder.statistics().last_outcome is Outcome.DROPPED
+
+
+async def test_heartbeats_keep_a_stream_open_forever(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await trio.sleep(3600)
+        assert holder.status is HolderStatus.OPEN
+        assert len(attempt_times(fake_room, session)) == 1
+        assert holder.statistics().attempts[Outcome.DROPPED] == 0
+
+
+async def test_answer_timeout_is_ten_seconds(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 30
+    async with managed(fake_room) as manager:
+        with manager.subscribe(math.inf) as events:
+            manager.hold(session)
+            await wait_attempts(fake_room, session, 3)
+            closed = [(e.time, e.detail) for e in drain(events) if e.kind is EventKind.CLOSED]
+        assert closed == [(10, "answer timeout"), (21, "answer timeout")]
+        assert attempt_times(fake_room, session) == [0, 11, 23]
+
+
+async def test_slow_headers_within_the_answer_timeout_open(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 9.5
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == 9.5
+
+
+# --- ended -----------------------------------------------------------------------------
+
+
+async def test_410_ends_the_session_without_reconnecting(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.ENDED)
+    ended: list[tuple[float, str]] = []
+
+    async def on_ended(s: AgentSession) -> None:
+        await trio.lowlevel.checkpoint()
+        ended.append((trio.current_time(), s.session_id))
+
+    async with managed(fake_room, on_ended=on_ended) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.ENDED)
+        await trio.sleep(1000)
+        assert ended == [(0, session.session_id)]
+        assert session.session_id not in manager.holders
+        assert len(attempt_times(fake_room, session)) == 1
+
+
+async def test_ended_event_ends_the_session_without_reconnecting(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """§8.1.3: the room writes ``event: ended`` and closes; the holder stops for good."""
+    session = await fake_room.add_worker()
+    ended: list[float] = []
+
+    async def on_ended(s: AgentSession) -> None:
+        await trio.lowlevel.checkpoint()
+        ended.append(trio.current_time())
+
+    async with managed(fake_room, on_ended=on_ended) as manager:
+        with manager.subscribe(math.inf) as events:
+            holder = manager.hold(session)
+            assert holder is not None
+            await trio.sleep(5)
+            fake_room.end(session.session_id)
+            await holder.wait_status(HolderStatus.ENDED)
+            await trio.sleep(1000)
+            kinds = [(e.time, e.kind, e.detail) for e in drain(events)]
+        assert ended == [5]
+        assert (5, EventKind.CLOSED, "ended event") in kinds
+        assert (5, EventKind.ENDED, "") in kinds
+        assert len(attempt_times(fake_room, session)) == 1
+
+
+async def test_a_failing_on_ended_hook_is_logged_not_raised(
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.ENDED)
+
+    async def on_ended(s: AgentSession) -> None:
+        await trio.lowlevel.checkpoint()
+        raise OSError("disk full")
+
+    async with managed(fake_room, on_ended=on_ended) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.ENDED)
+    assert "on_ended hook failed" in caplog.text
+
+
+# --- still ours ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [ProcessMode.REFUSED, ProcessMode.UNKNOWN])
+async def test_holder_stops_when_the_session_is_no_longer_ours(
+    autojump_clock: MockClock, fake_room: FakeRoom, mode: ProcessMode
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(mode)
+    asked: list[float] = []
+
+    async def still_ours(s: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        asked.append(trio.current_time())
+        return False
+
+    async with managed(fake_room, still_ours=still_ours) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.STOPPED)
+        await trio.sleep(1000)
+        assert asked == [0]
+        assert session.session_id not in manager.holders
+        assert len(attempt_times(fake_room, session)) == 1
+
+
+async def test_still_ours_is_not_asked_after_a_drop(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.ERROR)
+    asked: list[float] = []
+
+    async def still_ours(s: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        asked.append(trio.current_time())
+        return False
+
+    async with managed(fake_room, still_ours=still_ours) as manager:
+        manager.hold(session)
+        await wait_attempts(fake_room, session, 3)
+        assert asked == []
+
+
+async def test_a_failing_still_ours_hook_counts_as_not_ours(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+
+    async def still_ours(s: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        raise OSError("state file unreadable")
+
+    async with managed(fake_room, still_ours=still_ours) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        assert await holder.wait_status(HolderStatus.STOPPED) is HolderStatus.STOPPED
+
+
+# --- the §8.1 route-coming-back scenarios ----------------------------------------------
+
+
+async def test_unknown_route_then_served_opens_at_ten_seconds(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """§8.1.6–7: after a 404 no new attempt for 10 s, and not ended; then it opens."""
+    session = await fake_room.add_worker(display_name="Cedar")
+    fake_room.set_process_mode(ProcessMode.UNKNOWN)
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await trio.sleep(1.5)
+        assert len(attempt_times(fake_room, session)) == 1
+        assert holder.status is HolderStatus.WAITING
+        fake_room.set_process_mode(ProcessMode.SERVED)
+        await holder.wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == 10
+
+
+async def test_refused_then_served_opens_fifteen_seconds_later(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """§8.1.8–9: refusals 5 s apart; served again, the next attempt comes 15 s later."""
+    session = await fake_room.add_worker(display_name="Rowan")
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await wait_attempts(fake_room, session, 2)
+        assert attempt_times(fake_room, session) == [0, 5]
+        fake_room.set_process_mode(ProcessMode.SERVED)
+        await holder.wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == 20
+
+
+async def test_room_restart_brings_every_holder_back(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(3)]
+    async with managed(fake_room) as manager:
+        holders = [manager.hold(s) for s in sessions]
+        for h in holders:
+            assert h is not None
+            await h.wait_status(HolderStatus.OPEN)
+        await trio.sleep(2)
+        fake_room.restart()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [h.status for h in holders if h is not None] == [HolderStatus.WAITING] * 3
+        for h in holders:
+            assert h is not None
+            await h.wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == 3
+        assert all(h is not None and h.statistics().opens == 2 for h in holders)
+
+
+# --- steering --------------------------------------------------------------------------
+
+
+async def test_release_during_a_backoff_stops_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.WAITING)
+        await trio.sleep(2)
+        assert manager.release(session.session_id)
+        await holder.wait_status(HolderStatus.STOPPED)
+        assert trio.current_time() == 2
+        await trio.sleep(1000)
+        assert len(attempt_times(fake_room, session)) == 1
+        assert not manager.release(session.session_id)
+    assert fake_room.exits == []
+
+
+async def test_release_of_an_open_stream_closes_it(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        manager.release(session.session_id)
+        await holder.wait_status(HolderStatus.STOPPED)
+        await trio.testing.wait_all_tasks_blocked()
+        assert fake_room.room.process_streams(session.session_id) == []
+        row = fake_room.room.session(session.session_id)
+        assert row is not None
+        assert row.process_disconnected_at is not None
+
+
+async def test_reconnect_now_cuts_the_backoff_short(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.UNKNOWN)
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        assert not holder.reconnect_now()
+        await holder.wait_status(HolderStatus.WAITING)
+        await trio.sleep(3)
+        fake_room.set_process_mode(ProcessMode.SERVED)
+        assert holder.reconnect_now()
+        await holder.wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == 3
+
+
+async def test_hold_is_idempotent_for_the_same_token_and_replaces_for_a_new_one(
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+) -> None:
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        first = manager.hold(session)
+        assert first is not None
+        assert manager.hold(session) is first
+        await first.wait_status(HolderStatus.OPEN)
+        rotated = AgentSession(
+            session_id=session.session_id,
+            session_token="another-token-value",
+            room_id=session.room_id,
+        )
+        second = manager.hold(rotated)
+        assert second is not None
+        assert second is not first
+        assert await first.wait_status(HolderStatus.STOPPED) is HolderStatus.STOPPED
+        assert manager.holders[session.session_id] is second
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        AgentSession(session_id="s1", session_token="t", room_id="r", session_kind="controller"),
+        AgentSession(
+            session_id="s1", session_token="t", room_id="r", ended_at="2026-01-01T00:00:00.000Z"
+        ),
+        AgentSession(session_id="local_abc", session_token="t", room_id="r"),
+    ],
+    ids=["controller", "ended", "local"],
+)
+async def test_ineligible_sessions_are_not_held(
+    autojump_clock: MockClock, fake_room: FakeRoom, session: AgentSession
+) -> None:
+    async with managed(fake_room) as manager:
+        assert manager.hold(session) is None
+        assert dict(manager.holders) == {}
+        await trio.sleep(10)
+    assert fake_room.process_requests() == []
+
+
+async def test_nothing_is_held_outside_owner_mode(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, owner_mode=False) as manager,
+    ):
+        assert manager.hold(session) is None
+
+
+async def test_worker_bearer_env_turns_owner_mode_off(
+    autojump_clock: MockClock, fake_room: FakeRoom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LETAGENTS_AGENT_SESSION_BEARER", "lasb_x")
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        assert manager.hold(session) is None
+
+
+async def test_wait_status_checkpoints_and_needs_a_status(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        with pytest.raises(ValueError, match="at least one"):
+            await holder.wait_status()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await holder.wait_status(HolderStatus.CONNECTING)
+        assert scope.cancelled_caught
+
+
+async def test_holder_repr_hides_the_token(autojump_clock: MockClock, fake_room: FakeRoom) -> None:
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        assert session.session_token not in repr(holder)
+        assert session.session_token not in repr(holder.statistics())
+        assert session.session_token not in repr(session)

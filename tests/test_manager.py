@@ -1,0 +1,375 @@
+"""The connection manager's goodbye: streams closed, every exit announced, one deadline."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio import (
+    AgentSession,
+    ConnectionManager,
+    EventKind,
+    HolderStatus,
+    HoldPolicy,
+    open_connection_manager,
+    serve_connection_manager,
+)
+from letagents_trio._state import LocalStateStore
+from letagents_trio.testing import FakeRoom, ProcessMode
+
+if TYPE_CHECKING:
+    from trio.testing import MockClock
+
+
+async def test_exit_names_the_open_connection(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """§8.1.5: exactly one exit POST, naming the connection of the last ``open`` event."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            holder = manager.hold(session)
+            assert holder is not None
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+            connection_id = holder.connection_id
+            assert connection_id is not None
+        assert trio.current_time() == 1
+    assert len(fake_room.exits) == 1
+    exit_record = fake_room.exits[0]
+    assert exit_record.session_id == session.session_id
+    assert exit_record.body == {
+        "agent_session_id": session.session_id,
+        "agent_session_token": session.session_token,
+        "process_connection_id": connection_id,
+    }
+    assert exit_record.recorded is True
+    row = fake_room.room.session(session.session_id)
+    assert row is not None
+    assert row.process_connection_id == "exited"
+    assert row.ended_at is None
+
+
+async def test_exit_sends_null_before_any_open(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.UNKNOWN)
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        manager.hold(session)
+        await trio.sleep(3)
+    assert [e.process_connection_id for e in fake_room.exits] == [None]
+    assert "process_connection_id" in fake_room.exits[0].body
+    assert fake_room.exits[0].recorded is False
+
+
+async def test_streams_are_closed_before_exits_are_sent(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    open_at_exit: list[int] = []
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        inner = fake_room._inner
+
+        async def spy(scope, receive, send):  # type: ignore[no-untyped-def]
+            if scope["path"].endswith("/exit"):
+                open_at_exit.append(len(fake_room.room.process_streams(session.session_id)))
+            await inner(scope, receive, send)
+
+        fake_room._inner = spy
+    assert open_at_exit == [0]
+
+
+async def test_black_holed_exits_end_shutdown_at_exactly_the_deadline(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(3)]
+    fake_room.black_hole_exits = True
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            for s in sessions:
+                manager.hold(s)
+            await trio.sleep(10)
+            started = trio.current_time()
+        assert trio.current_time() == started + 1.5
+    assert len(fake_room.exits) == 3
+
+
+async def test_a_custom_exit_deadline_is_the_one_used(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.black_hole_exits = True
+    async with fake_room.client() as client:
+        async with open_connection_manager(client, policy=HoldPolicy(exit_deadline=0.25)) as m:
+            m.hold(session)
+            await trio.sleep(1)
+        assert trio.current_time() == 1.25
+
+
+async def test_announce_exits_reports_each_session(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    ok = await fake_room.add_worker(display_name="Open")
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        holder = manager.hold(ok)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        await trio.testing.wait_all_tasks_blocked()  # the open event names it
+        report = await manager.announce_exits()
+        assert [(a.session_id, a.recorded, a.error) for a in report] == [
+            (ok.session_id, True, None)
+        ]
+        assert report[0].connection_id is not None
+        assert report[0].finished_at == 0
+        # A second announcement sends nothing and repeats the report.
+        assert await manager.announce_exits() == report
+        with pytest.raises(trio.ClosedResourceError):
+            manager.hold(ok)
+    assert len(fake_room.exits) == 1
+
+
+async def test_black_holed_report_says_deadline(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.black_hole_exits = True
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        manager.hold(session)
+        report = await manager.announce_exits()
+    assert [(a.recorded, a.error, a.finished_at) for a in report] == [(None, "deadline", 1.5)]
+
+
+async def test_a_failing_exit_is_reported_not_raised(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        fake_room.room.end_session(session.session_id, reason="room_admin")
+        await holder.wait_status(HolderStatus.ENDED)
+        rotated = AgentSession(
+            session_id="sess_missing", session_token="whatever-token", room_id="room_shared"
+        )
+        manager.hold(rotated)
+        report = await manager.announce_exits()
+    assert [a.session_id for a in report] == ["sess_missing"]
+    assert report[0].error is not None
+    assert report[0].error.startswith("HTTP ")
+
+
+async def test_embedder_cancellation_still_announces(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        with trio.move_on_after(7) as scope:
+            async with open_connection_manager(client) as manager:
+                manager.hold(session)
+                await trio.sleep_forever()
+        assert scope.cancelled_caught
+        assert trio.current_time() == 7
+    assert [e.time for e in fake_room.exits] == [7]
+
+
+async def test_an_exception_in_the_block_still_announces(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="host bug")):
+            async with open_connection_manager(client) as manager:
+                manager.hold(session)
+                await trio.sleep(2)
+                raise RuntimeError("host bug")
+    assert [e.time for e in fake_room.exits] == [2]
+
+
+async def test_keyboard_interrupt_in_the_block_still_announces(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        with pytest.RaisesGroup(KeyboardInterrupt):
+            async with open_connection_manager(client) as manager:
+                manager.hold(session)
+                await trio.sleep(2)
+                raise KeyboardInterrupt
+    assert len(fake_room.exits) == 1
+
+
+async def test_released_sessions_are_not_announced(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    a = await fake_room.add_worker(display_name="A")
+    b = await fake_room.add_worker(display_name="B")
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        manager.hold(a)
+        manager.hold(b)
+        await trio.sleep(1)
+        manager.release(a.session_id)
+    assert [e.session_id for e in fake_room.exits] == [b.session_id]
+
+
+async def test_one_thousand_holders_announce_within_one_deadline(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [
+        await fake_room.add_worker(room_id=f"room_{i % 10}", display_name=f"Worker{i}")
+        for i in range(1000)
+    ]
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            holders = [manager.hold(s) for s in sessions]
+            for h in holders:
+                assert h is not None
+                await h.wait_status(HolderStatus.OPEN)
+            opened = trio.current_time()
+            await trio.sleep(60)
+            started = trio.current_time()
+            assert started == opened + 60
+        assert trio.current_time() - started <= 1.5
+    assert len(fake_room.exits) == 1000
+    assert {e.session_id for e in fake_room.exits} == {s.session_id for s in sessions}
+    assert all(e.recorded for e in fake_room.exits)
+
+
+async def test_serve_connection_manager_in_the_embedders_nursery(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        async with trio.open_nursery() as nursery:
+            manager = await nursery.start(serve_connection_manager, client)
+            assert isinstance(manager, ConnectionManager)
+            holder = manager.hold(session)
+            assert holder is not None
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(4)
+            nursery.cancel_scope.cancel()
+        assert trio.current_time() == 4
+    assert [e.time for e in fake_room.exits] == [4]
+
+
+async def test_the_timeline_reads_as_events(autojump_clock: MockClock, fake_room: FakeRoom) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        with manager.subscribe(math.inf) as events:
+            holder = manager.hold(session)
+            assert holder is not None
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(2)
+            fake_room.drop(session.session_id)
+            await holder.wait_status(HolderStatus.WAITING)
+            await holder.wait_status(HolderStatus.OPEN)
+            await manager.announce_exits()
+            timeline = []
+            while True:
+                try:
+                    e = events.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                timeline.append((e.time, e.kind.value, e.detail))
+    assert timeline == [
+        (0, "attempt", ""),
+        (0, "open", ""),
+        (0, "connection", ""),
+        (2, "closed", "stream end"),
+        (2, "backoff", ""),
+        (3, "attempt", ""),
+        (3, "open", ""),
+        (3, "connection", ""),
+        (3, "stopped", "process exit"),
+        (3, "exit", "recorded"),
+    ]
+
+
+async def test_a_full_subscriber_misses_events_and_they_are_counted(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        with manager.subscribe(max_buffer_size=1) as events:
+            holder = manager.hold(session)
+            assert holder is not None
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.testing.wait_all_tasks_blocked()
+            first = events.receive_nowait()
+            assert first.kind is EventKind.ATTEMPT
+            # OPEN and CONNECTION found the one-slot buffer full.
+            assert manager.statistics().events_dropped == 2
+        stats = manager.statistics()
+        assert stats.holders == 1
+        assert stats.by_status[HolderStatus.OPEN] == 1
+        assert not stats.closing
+
+
+# --- with the local state file ---------------------------------------------------------
+
+
+async def test_ended_event_marks_the_stored_session_ended(
+    autojump_clock: MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """§8.1.3: the state file soon shows ``agent_sessions[id].ended_at`` set."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    session = await fake_room.add_worker()
+    await store.update(
+        lambda s: s.setdefault("agent_sessions", {}).update({session.session_id: session.to_json()})
+    )
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, state=store) as manager,
+    ):
+        holder = manager.hold(session)
+        assert holder is not None
+        await holder.wait_status(HolderStatus.OPEN)
+        await trio.sleep(3)
+        fake_room.end(session.session_id)
+        await holder.wait_status(HolderStatus.ENDED)
+        await trio.testing.wait_all_tasks_blocked()
+    stored = json.loads((tmp_path / "mcp-state.json").read_text())
+    assert stored["agent_sessions"][session.session_id]["ended_at"]
+    assert fake_room.exits == []
+
+
+async def test_store_decides_still_ours_after_a_refusal(
+    autojump_clock: MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    ours = await fake_room.add_worker(display_name="Ours")
+    taken = await fake_room.add_worker(display_name="Taken")
+    await store.update(
+        lambda s: s.setdefault("agent_sessions", {}).update(
+            {
+                ours.session_id: ours.to_json(),
+                taken.session_id: {**taken.to_json(), "session_token": "a-newer-token"},
+            }
+        )
+    )
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, state=store) as manager,
+    ):
+        kept = manager.hold(ours)
+        lost = manager.hold(taken)
+        assert kept is not None
+        assert lost is not None
+        await lost.wait_status(HolderStatus.STOPPED)
+        await trio.sleep(19)  # refused at 0 and 5; the next attempt is due at 20
+        assert kept.status is HolderStatus.WAITING
+        assert kept.statistics().next_attempt_at == 20
+        assert list(manager.holders) == [ours.session_id]
+        stored = json.loads((tmp_path / "mcp-state.json").read_text())
+        assert not stored["agent_sessions"][ours.session_id].get("ended_at")
