@@ -1,0 +1,82 @@
+"""Embedding letagents-trio in a program that owns its own trio loop and nursery.
+
+For embedders: you call ``trio.run`` and you own the nursery. The connection
+manager is started in it with ``await nursery.start(serve_connection_manager, client)``,
+which hands back the manager at once (it never waits on the network); you hold
+sessions on it, and when your nursery is cancelled, for whatever reason, the
+manager closes every stream and announces every exit within its 1.5 s deadline
+before the cancellation completes.
+
+To stay self-contained, this program also runs the reference room on a free
+loopback port in the same nursery and registers one worker with a plain room
+API call. Run it: ``python nurseries/embed_in_your_loop.py``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+import trio
+
+from letagents_trio import (
+    AgentSession,
+    HolderStatus,
+    RoomClient,
+    serve_connection_manager,
+)
+from letagents_trio.room_server import MemoryStore, Room, serve_room
+
+OWNER_TOKEN = secrets.token_urlsafe(24)
+
+
+async def register_worker(client: RoomClient, room_id: str, name: str) -> AgentSession:
+    """Register a durable worker the way a worker handle does (PROTOCOL §5.3)."""
+    worker_id = "worker_" + uuid.uuid4().hex
+    answer = await client.call_when_free(
+        "POST",
+        f"/rooms/{room_id}/agent-sessions",
+        json={
+            "actor_key": f"embedder/worker-{worker_id.removeprefix('worker_')}",
+            "agent_instance_id": worker_id,
+            "display_name": name,
+            "requested_base_display_name": name,
+            "session_kind": "worker",
+            "connection_token": secrets.token_urlsafe(32),
+            "process_host_id": "phost_" + uuid.uuid4().hex,
+        },
+    )
+    return AgentSession.from_json(answer)
+
+
+async def main() -> None:
+    room = Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: "embedder"})
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            api_url = await nursery.start(serve_room, room)
+            async with RoomClient(api_url, owner_token=OWNER_TOKEN) as client:
+                session = await register_worker(client, "room_shared", "Juniper")
+                print(f"registered {session.display_name} in {session.room_id}")
+
+                # The part an embedder writes: a manager in *your* nursery.
+                async with trio.open_nursery() as your_nursery:
+                    manager = await your_nursery.start(serve_connection_manager, client)
+                    holder = manager.hold(session)
+                    assert holder is not None
+                    await holder.wait_status(HolderStatus.OPEN)
+                    print(f"holding: status {holder.status.value}")
+                    row = room.session(session.session_id)
+                    assert row is not None
+                    print(
+                        f"the room sees the process: connection open = {row.process_connection_id is not None}"
+                    )
+                    your_nursery.cancel_scope.cancel()  # your program decides to stop
+
+                row = room.session(session.session_id)
+                assert row is not None
+                print(f"after the nursery closed, the room recorded: {row.process_connection_id!r}")
+            nursery.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    trio.run(main)
