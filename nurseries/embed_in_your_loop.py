@@ -67,9 +67,8 @@ async def main() -> None:
                     print(f"holding: status {holder.status.value}")
                     row = room.session(session.session_id)
                     assert row is not None
-                    print(
-                        f"the room sees the process: connection open = {row.process_connection_id is not None}"
-                    )
+                    is_open = row.process_connection_id is not None
+                    print(f"the room sees the process: connection open = {is_open}")
                     your_nursery.cancel_scope.cancel()  # your program decides to stop
 
                 row = room.session(session.session_id)
