@@ -11,6 +11,7 @@ from ._fake_room import FakeRoom as FakeRoom
 from ._fake_room import ProcessMode as ProcessMode
 from ._fake_room import RequestRecord as RequestRecord
 from ._fake_room import open_fake_room as open_fake_room
+from ._fake_room import register_worker as register_worker
 from ._transport import StreamingASGITransport as StreamingASGITransport
 from ._transport import open_streaming_transport as open_streaming_transport
 
@@ -22,4 +23,5 @@ __all__ = [
     "StreamingASGITransport",
     "open_fake_room",
     "open_streaming_transport",
+    "register_worker",
 ]

@@ -41,7 +41,14 @@ from .._session import AgentSession
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
 from ._transport import Receive, Send, StreamingASGITransport
 
-__all__ = ["ExitRecord", "FakeRoom", "ProcessMode", "RequestRecord", "open_fake_room"]
+__all__ = [
+    "ExitRecord",
+    "FakeRoom",
+    "ProcessMode",
+    "RequestRecord",
+    "open_fake_room",
+    "register_worker",
+]
 
 # The fake room's wall clock starts here (2026-01-01T00:00:00Z) plus trio time,
 # so timestamps in tests are deterministic.
@@ -188,36 +195,20 @@ class FakeRoom:
         worker_id: str | None = None,
         process_host_id: str | None = "phost_" + "0" * 32,
     ) -> AgentSession:
-        """Register a durable worker through the room's own registration rules.
-
-        The registration body is the one a worker handle sends (PROTOCOL §5.3),
-        so the room decides the name, the session id and every evidence column.
-
-        Raises:
-            RuntimeError: the room did not answer 201.
+        """Register a durable worker of this room's owner (see :func:`register_worker`).
 
         Cancellation:
             A checkpoint; cancelled, the registration may or may not have happened.
         """
-        worker_id = worker_id or "worker_" + uuid.uuid4().hex
-        body = {
-            "actor_key": f"{self.owner_login}/worker-{worker_id.removeprefix('worker_')}",
-            "agent_instance_id": worker_id,
-            "display_name": display_name,
-            "requested_base_display_name": display_name,
-            "session_kind": "worker",
-            "runtime": "python",
-            "ide_label": "Agent",
-            "repo_branch": None,
-            "process_host_id": process_host_id,
-            "connection_token": secrets.token_urlsafe(32),
-            "replace_agent_session_id": None,
-            "replace_agent_session_token": None,
-        }
-        reply = await self.room.register(self.owner_token, room_id, body)
-        if reply.status != 201:
-            raise RuntimeError(f"the room refused the worker: {reply.status} {dict(reply.body)}")
-        return AgentSession.from_json(reply.body)
+        return await register_worker(
+            self.room,
+            owner_token=self.owner_token,
+            owner_login=self.owner_login,
+            room_id=room_id,
+            display_name=display_name,
+            worker_id=worker_id,
+            process_host_id=process_host_id,
+        )
 
     # --- faults --------------------------------------------------------------------
 
@@ -383,6 +374,49 @@ class FakeRoom:
             )
         )
         self._note()
+
+
+async def register_worker(
+    room: Room,
+    *,
+    owner_token: str,
+    owner_login: str,
+    room_id: str = "room_shared",
+    display_name: str = "Juniper",
+    worker_id: str | None = None,
+    process_host_id: str | None = "phost_" + "0" * 32,
+) -> AgentSession:
+    """Register a durable worker in ``room`` through its own registration rules.
+
+    The body is the one a worker handle sends (PROTOCOL §5.3), so the room
+    decides the name, the session id and every evidence column. Works for a
+    room served in-process or over TCP.
+
+    Raises:
+        RuntimeError: the room did not answer 201.
+
+    Cancellation:
+        A checkpoint; cancelled, the registration may or may not have happened.
+    """
+    worker_id = worker_id or "worker_" + uuid.uuid4().hex
+    body = {
+        "actor_key": f"{owner_login}/worker-{worker_id.removeprefix('worker_')}",
+        "agent_instance_id": worker_id,
+        "display_name": display_name,
+        "requested_base_display_name": display_name,
+        "session_kind": "worker",
+        "runtime": "python",
+        "ide_label": "Agent",
+        "repo_branch": None,
+        "process_host_id": process_host_id,
+        "connection_token": secrets.token_urlsafe(32),
+        "replace_agent_session_id": None,
+        "replace_agent_session_token": None,
+    }
+    reply = await room.register(owner_token, room_id, body)
+    if reply.status != 201:
+        raise RuntimeError(f"the room refused the worker: {reply.status} {dict(reply.body)}")
+    return AgentSession.from_json(reply.body)
 
 
 async def _send_json(send: Send, status: int, body: dict[str, str]) -> None:

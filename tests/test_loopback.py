@@ -1,0 +1,58 @@
+"""One smoke test over a real loopback socket with the real clock.
+
+The reference room is served by hypercorn on 127.0.0.1 (port 0), and the
+holder speaks real HTTP/1.1 to it through httpx2: open, a dropped stream
+reopened about a second later, then the exit announced on the way out.
+Bounded by ``trio.fail_after``; no mock clock here.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import trio
+
+from letagents_trio import EventKind, HolderEvent, HolderStatus, RoomClient, open_connection_manager
+from letagents_trio.room_server import MemoryStore, Room, serve_room
+from letagents_trio.testing import register_worker
+
+
+async def next_connection(events: trio.MemoryReceiveChannel[HolderEvent]) -> str:
+    """The id of the next connection the room names (its open event follows the headers)."""
+    async for event in events:
+        if event.kind is EventKind.CONNECTION and event.connection_id is not None:
+            return event.connection_id
+    raise AssertionError("the event stream ended")
+
+
+async def test_hold_drop_reopen_and_exit_over_loopback() -> None:
+    owner_token = secrets.token_urlsafe(16)
+    room = Room(store=MemoryStore(), owner_tokens={owner_token: "owner"})
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            api_url = await nursery.start(serve_room, room)
+            assert api_url.startswith("http://127.0.0.1:")
+            session = await register_worker(
+                room, owner_token=owner_token, owner_login="owner", display_name="Juniper"
+            )
+            async with (
+                RoomClient(api_url, owner_token=owner_token) as client,
+                open_connection_manager(client, owner_mode=True) as manager,
+            ):
+                with manager.subscribe(100) as events:
+                    holder = manager.hold(session)
+                    assert holder is not None
+                    first = await next_connection(events)
+                    [stream] = room.process_streams(session.session_id)
+                    assert stream.connection_id == first
+                    stream.close("dropped")
+                    await holder.wait_status(HolderStatus.WAITING)
+                    dropped_at = trio.current_time()
+                    second = await next_connection(events)
+                    assert 0.9 <= trio.current_time() - dropped_at < 3
+                    assert second != first
+                    assert holder.connection_id == second
+            row = room.session(session.session_id)
+            assert row is not None
+            assert row.process_connection_id == "exited"
+            nursery.cancel_scope.cancel()
