@@ -22,6 +22,12 @@ from ._events import HolderEvent as HolderEvent
 from ._holder import HolderStatistics as HolderStatistics
 from ._holder import HolderStatus as HolderStatus
 from ._holder import ProcessHolder as ProcessHolder
+from ._identity import MachineFacts as MachineFacts
+from ._identity import detect_ide_label as detect_ide_label
+from ._identity import detect_runtime_label as detect_runtime_label
+from ._identity import local_host_id as local_host_id
+from ._identity import process_host_id as process_host_id
+from ._identity import registration_liveness as registration_liveness
 from ._manager import ConnectionManager as ConnectionManager
 from ._manager import ExitAnnouncement as ExitAnnouncement
 from ._manager import HolderStateHooks as HolderStateHooks
@@ -40,10 +46,14 @@ from ._session import AgentSession as AgentSession
 from ._sse import ServerSentEvent as ServerSentEvent
 from ._sse import SSEDecoder as SSEDecoder
 from ._sse import is_event_stream as is_event_stream
+from ._state import LocalStateStore as LocalStateStore
+from ._state import OwnerAuth as OwnerAuth
+from ._state import StateSnapshot as StateSnapshot
 from ._transport import AttemptRejected as AttemptRejected
 from ._transport import ProcessConnector as ProcessConnector
 from ._transport import SSEConnector as SSEConnector
 from ._transport import StreamNews as StreamNews
+from ._util import fixup_module_metadata as _fixup_module_metadata
 from ._version import __version__ as __version__
 
 __all__ = [
@@ -60,8 +70,11 @@ __all__ = [
     "HolderStatistics",
     "HolderStatus",
     "LetAgentsError",
+    "LocalStateStore",
+    "MachineFacts",
     "ManagerStatistics",
     "Outcome",
+    "OwnerAuth",
     "ProcessConnector",
     "ProcessHolder",
     "RoomClient",
@@ -72,6 +85,7 @@ __all__ = [
     "StateError",
     "StateHooks",
     "StateLockTimeout",
+    "StateSnapshot",
     "StateUnavailable",
     "StreamNews",
     "StreamProtocolError",
@@ -79,10 +93,18 @@ __all__ = [
     "__version__",
     "actor_label",
     "codename",
+    "detect_ide_label",
+    "detect_runtime_label",
     "is_durable_worker_id",
     "is_event_stream",
+    "local_host_id",
     "name_key",
     "normalize_ide_label",
     "open_connection_manager",
+    "process_host_id",
+    "registration_liveness",
     "serve_connection_manager",
 ]
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

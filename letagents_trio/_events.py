@@ -27,7 +27,7 @@ class EventKind(enum.Enum):
     ATTEMPT = "attempt"
     """A new attempt to open the process connection starts."""
     OPEN = "open"
-    """The room accepted the connection: the stream is open."""
+    """The room accepted the connection and the stream is open."""
     CONNECTION = "connection"
     """The room named the open connection (``connection_id``)."""
     CLOSED = "closed"
@@ -37,7 +37,7 @@ class EventKind(enum.Enum):
     ENDED = "ended"
     """The room ended the session; the holder is done for good."""
     STOPPED = "stopped"
-    """The holder stopped: released, replaced, shut down or no longer ours."""
+    """The holder stopped (released, replaced, shut down or no longer ours)."""
     EXIT = "exit"
     """The exit announcement for the session finished (``detail`` says how)."""
 

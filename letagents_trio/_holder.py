@@ -68,9 +68,9 @@ class HolderStatus(enum.Enum):
     """Where a :class:`ProcessHolder` is in its life."""
 
     CONNECTING = "connecting"
-    """An attempt is under way: waiting for the room to answer."""
+    """An attempt is under way, waiting for the room to answer."""
     OPEN = "open"
-    """The stream is open: the room sees this process."""
+    """The stream is open, so the room sees this process."""
     WAITING = "waiting"
     """Between attempts, in a backoff wait."""
     ENDED = "ended"

@@ -5,9 +5,9 @@ name with the rules in this module, so the two never disagree.
 
 Name keys
     Two display names are *the same name* when their keys are equal. The key is
-    the name as a mention would route it: :func:`routing_handle` (ASCII
+    the name as a mention would route it: ``routing_handle`` (ASCII
     letters folded to lower case, every character outside ``[a-z0-9_.:/-]``
-    dropped), or, when that leaves nothing, :func:`routing_sender` (trimmed,
+    dropped), or, when that leaves nothing, ``routing_sender`` (trimmed,
     folded, whitespace runs collapsed to one space). So ``FieldMeadow``,
     ``fieldmeadow`` and ``Field Meadow`` share the key ``fieldmeadow``, while
     ``FieldMeadow 1`` has the key ``fieldmeadow1``. Only ASCII ``A``-``Z`` are
@@ -151,7 +151,7 @@ def name_key(s: str) -> str:
         s: a display name.
 
     Returns:
-        :func:`routing_handle` of ``s``, or :func:`routing_sender` of ``s`` when
+        ``routing_handle`` of ``s``, or ``routing_sender`` of ``s`` when
         the handle is empty (a name made only of non-ASCII letters, say).
     """
     return routing_handle(s) or routing_sender(s)
@@ -217,7 +217,7 @@ def normalize_ide_label(ide_label: str | None) -> str:
         ide_label: the label a client sent, or ``None``.
 
     Returns:
-        The display label; :data:`DEFAULT_IDE_LABEL` for a missing or blank one.
+        The display label; ``DEFAULT_IDE_LABEL`` for a missing or blank one.
     """
     tokens = _tokens(ide_label or "")
     if not tokens:

@@ -47,7 +47,7 @@ Decisions the spec leaves open, or that are ours:
   any non-ASCII-digit character is ignored. Digit strings are never handed
   whole to ``int()`` (Python refuses more than 4300 digits, and megabytes of
   digits would cost time): leading zeros are stripped and anything longer than
-  :data:`MAX_RECONNECTION_TIME_MS` is clamped to it.
+  ``MAX_RECONNECTION_TIME_MS`` is clamped to it.
 - **Bounds** (C6). A line (terminator excluded) longer than ``max_line_bytes``
   UTF-8 bytes, or an event whose data (as it would be delivered) grows longer
   than ``max_event_bytes``, raises :class:`~letagents_trio.StreamProtocolError`.
@@ -200,7 +200,7 @@ class SSEDecoder:
 
     @property
     def last_event_id(self) -> str:
-        """The source's last event ID: the id buffer as of the last dispatch (E1).
+        """The source's last event ID, the id buffer as of the last dispatch (E1).
 
         This is what a reconnect sends as ``Last-Event-ID`` (when non-empty). An
         ``id`` in a block that has not dispatched yet does not count (E4).
@@ -211,7 +211,7 @@ class SSEDecoder:
     def reconnection_time(self) -> int | None:
         """The last valid ``retry`` value in milliseconds, or ``None`` if none came (F9).
 
-        Clamped to :data:`MAX_RECONNECTION_TIME_MS`. It takes effect as soon as
+        Clamped to ``MAX_RECONNECTION_TIME_MS``. It takes effect as soon as
         its line is read, even if the block never dispatches.
         """
         return self._reconnection_time

@@ -53,3 +53,8 @@ __all__ = [
     "main",
     "serve_room",
 ]
+
+from .._util import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

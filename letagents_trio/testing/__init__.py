@@ -25,3 +25,8 @@ __all__ = [
     "open_streaming_transport",
     "register_worker",
 ]
+
+from .._util import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata
