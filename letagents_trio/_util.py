@@ -22,6 +22,6 @@ def fixup_module_metadata(module_name: str, namespace: Mapping[str, object]) -> 
         if not any(part.startswith("_") for part in module.split(".")[1:]):
             continue
         try:
-            value.__module__ = module_name  # type: ignore[attr-defined]
+            value.__module__ = module_name
         except (AttributeError, TypeError):
             continue
