@@ -40,9 +40,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     # The standalone flake8-async takes files, not folders.
-    files = sorted(
-        str(path) for folder in SOURCE_FOLDERS for path in Path(folder).rglob("*.py")
-    )
+    files = sorted(str(path) for folder in SOURCE_FOLDERS for path in Path(folder).rglob("*.py"))
     session.run(
         "flake8-async",
         "--startable-in-context-manager=serve_connection_manager,serve_room,run",
@@ -61,7 +59,9 @@ def typing(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the docs with warnings as errors and nitpicky references."""
     install(session, "docs")
-    session.run("sphinx-build", "-W", "-n", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+    session.run(
+        "sphinx-build", "-W", "-n", "--keep-going", "-b", "html", "docs", "docs/_build/html"
+    )
 
 
 @nox.session
