@@ -1,0 +1,213 @@
+"""The letagents MCP server: the SDK's server, a lifespan, and a trio stdio loop.
+
+:func:`create_server` builds a :class:`LetAgentsMCPServer` (the SDK's
+``MCPServer``) from a :class:`ServerConfig`: the tools of
+:func:`register_tools`, the readiness resource, and a lifespan that owns the
+connection manager. Nothing is global: two servers in one process share
+nothing but the state file.
+
+The lifespan, entered by the SDK around each served connection, opens in order
+the room client, :func:`open_connection_manager` (its nursery holds every
+process connection) and the worker handles, and yields a :class:`ServerState`
+to the tools. Leaving it, for whatever reason, unwinds in reverse: the manager
+closes every held stream, then announces every exit under ONE shielded 1.5 s
+deadline, then the client closes.
+
+:meth:`LetAgentsMCPServer.run_stdio_async` is the host-facing loop, meant for
+``trio.run(server.run_stdio_async)``:
+
+* stdin is read by trio (:func:`claim_stdin`), so every wait is cancellable;
+  stdout is the SDK's (diverted to stderr for anything but protocol);
+* SIGINT and SIGTERM cancel the serving scope: the dispatcher stops taking
+  calls and cancels those in flight, then the lifespan unwinds as above;
+* stdin at end of file (the host closed it) ends the SDK's read loop, which
+  cancels in-flight calls and leaves the lifespan the same way.
+
+Either way the coroutine returns normally, so the process exits 0, at most
+the exit deadline after the trigger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, cast, final
+
+import trio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+
+from .._api import RoomClient
+from .._manager import open_connection_manager
+from .._state import LocalStateStore
+from .._version import __version__
+from ._config import ServerConfig
+from ._stdio import claim_stdin
+from ._tools import ServerState, WorkerHandlesAPI, register_tools, registered_tool_names
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from .._manager import ConnectionManager
+
+__all__ = [
+    "READINESS_RESOURCE_NAME",
+    "READINESS_URI",
+    "SERVER_NAME",
+    "LetAgentsMCPServer",
+    "create_server",
+    "readiness_text",
+]
+
+logger = logging.getLogger("letagents_trio.mcp_server")
+
+# The name hosts show for this server.
+SERVER_NAME: Final = "letagents"
+# Upstream's readiness resource (PROTOCOL §5.1).
+READINESS_URI: Final = "letagents://runtime/readiness"
+READINESS_RESOURCE_NAME: Final = "runtime_readiness"
+# The signals a host stops its MCP server with.
+SHUTDOWN_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+def readiness_text(config: ServerConfig) -> str:
+    """The readiness resource's text: compact JSON naming the registered tools."""
+    return json.dumps(
+        {
+            "format": 1,
+            "profile": config.profile,
+            "provider": config.provider,
+            "tools": registered_tool_names(config),
+        },
+        separators=(",", ":"),
+    )
+
+
+def _open_handles(
+    *, client: RoomClient, store: LocalStateStore, manager: ConnectionManager, config: ServerConfig
+) -> WorkerHandlesAPI:
+    from .._chat_storage import ChatStorage
+    from .._workers import WorkerHandles
+
+    return WorkerHandles(
+        client=client,
+        state=store,
+        manager=manager,
+        chat_storage=ChatStorage(config.chat_storage_settings_path),
+    )
+
+
+@final
+class LetAgentsMCPServer(MCPServer[ServerState]):
+    """The letagents MCP server. Build it with :func:`create_server`.
+
+    Attributes:
+        config: the configuration it was built from.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self._transport = transport
+        super().__init__(
+            SERVER_NAME,
+            version=__version__,
+            instructions=(
+                "LetAgents rooms: register this chat's worker with register_agent_session,"
+                " keep its worker_id, and pass it to room tools."
+            ),
+            lifespan=self._lifespan,
+        )
+        register_tools(self, config)
+        text = readiness_text(config)
+
+        @self.resource(
+            READINESS_URI,
+            name=READINESS_RESOURCE_NAME,
+            description="Public capability metadata; reading it grants nothing.",
+            mime_type="application/json",
+        )
+        def runtime_readiness() -> str:
+            return text
+
+    def __repr__(self) -> str:
+        return (
+            f"<LetAgentsMCPServer api_url={self.config.api_url!r} profile={self.config.profile!r}>"
+        )
+
+    @asynccontextmanager
+    async def _lifespan(self, server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
+        config = self.config
+        store = LocalStateStore(config.state_path)
+        async with (
+            RoomClient(
+                config.api_url, owner_token=config.token, transport=self._transport, state=store
+            ) as client,
+            open_connection_manager(client, state=store) as manager,
+        ):
+            handles = _open_handles(client=client, store=store, manager=manager, config=config)
+            logger.info("serving %s (profile %s)", config.api_url, config.profile)
+            try:
+                yield ServerState(
+                    config=config, client=client, store=store, manager=manager, handles=handles
+                )
+            finally:
+                logger.info(
+                    "closing: announcing the exit of %d held sessions", len(manager.holders)
+                )
+
+    async def run_stdio_async(self) -> None:
+        """Serve MCP on stdin/stdout until the host stops it; then announce exits.
+
+        Stops on SIGINT, SIGTERM, or stdin at end of file; returns normally in
+        every case (the process then exits 0).
+
+        Cancellation:
+            Cancelled from outside (an embedding host), it stops the same way:
+            calls in flight are cancelled, exits are announced within the exit
+            deadline (shielded), then the cancellation goes on.
+        """
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+            with claim_stdin() as stdin:
+                async with stdio_server(stdin=cast("Any", stdin)) as (read_stream, write_stream):
+                    await self._lowlevel_server.run(
+                        read_stream,
+                        write_stream,
+                        self._lowlevel_server.create_initialization_options(),
+                    )
+            logger.info("stdin closed: stopped")
+            nursery.cancel_scope.cancel(reason="stdin closed")
+
+
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
+        async for signum in signals:
+            logger.info("%s received: stopping", signal.Signals(signum).name)
+            scope.cancel(reason=f"{signal.Signals(signum).name} received")
+
+
+def create_server(
+    config: ServerConfig | None = None,
+    *,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> LetAgentsMCPServer:
+    """Build the letagents MCP server.
+
+    Args:
+        config: what to serve; :meth:`ServerConfig.from_env` when None.
+        transport: an httpx2 transport for the room API instead of the network
+            (for example a :class:`~letagents_trio.testing.FakeRoom`'s).
+
+    Returns:
+        A server to run with ``trio.run(server.run_stdio_async)``, or to
+        connect to in-process with ``mcp.Client(server)``.
+    """
+    return LetAgentsMCPServer(config or ServerConfig.from_env(), transport=transport)

@@ -1,0 +1,602 @@
+"""The MCP tools, the worker_id facade, and the one registration path.
+
+Every tool is registered by :func:`register_tools`, and nothing else decides
+which tools exist: the server registers through it, and
+:func:`registered_tool_names` runs it against a recorder, so the readiness
+resource and ``--letagents-runtime-contract`` list exactly what a client can
+call (upstream's rule: discover through the production registration path).
+
+What a tool does, in order:
+
+1. **Facade** (PROTOCOL §5.1, profiles ``interactive_desktop`` and
+   ``autonomous_mcp_worker``): every room tool except
+   ``register_agent_session`` takes an optional ``worker_id``. Given one, no
+   ``agent_session_id`` may be given too; the call runs *as* the worker:
+   :meth:`WorkerHandles.acting_as` checks the worker's connection, yields its
+   session (whose room replaces ``room_id``), and re-checks the connection
+   from disk after the call (PROTOCOL §6.6). A legacy ``agent_session_id``
+   that names a durable worker's session goes through the same guard. In
+   other profiles ``worker_id`` is not part of any schema.
+2. **The room call**, with the session's credentials (``RoomClient`` records
+   an ended session on a 401, §5.7).
+3. **The result**: compact JSON text. Expected failures (a worker rule, a
+   room answer, an unreachable room, a damaged state file) become an
+   ``isError`` result whose text is the error's message, upstream's exact
+   text where one exists. Every result text passes a last guard that
+   replaces the owner token and the session token of the call, should either
+   ever appear (they cannot by construction; the guard is cheap).
+
+Cancellation: a tool call the host cancels (``notifications/cancelled``) is
+cancelled at the handler's scope by the SDK; the room request in flight is
+closed with it, so the room stops counting it (a long poll ends at once).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol, final
+from urllib.parse import urlencode
+
+import attrs
+import trio
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, TextContent
+from pydantic import Field
+
+from .._api import encode_room_path
+from .._errors import LetAgentsError, RoomUnreachable, WorkerError
+
+if TYPE_CHECKING:
+    from .._api import RoomClient
+    from .._manager import ConnectionManager
+    from .._session import AgentSession
+    from .._state import LocalStateStore
+    from ._config import ServerConfig
+
+__all__ = [
+    "INSTRUCTION",
+    "PUBLIC_SESSION_FIELDS",
+    "ServerState",
+    "ToolRegistrar",
+    "WorkerHandlesAPI",
+    "WorkerRegistrationAPI",
+    "clamp_poll_timeout",
+    "poll_abort_after",
+    "public_session",
+    "register_tools",
+    "registered_tool_names",
+]
+
+logger = logging.getLogger("letagents_trio.mcp_server")
+
+# --- texts and numbers (PROTOCOL §5.1, §5.3, §7.6) ---------------------------------
+
+INSTRUCTION: Final = (
+    "Keep worker_id for this chat and pass it to room tools. After an MCP restart, reconnect"
+    " with register_agent_session(worker_id, room_id). A separate chat needs its own"
+    " registration_key. Credentials stay private to MCP."
+)
+NAME_NOTICE: Final = (
+    '"{held}" is the name of a worker this MCP server registered in this room earlier and still'
+    ' holds, so this chat was registered as "{given}". If this is a chat of its own, carry on'
+    ' under that name. Only if this same chat registered as "{held}" before and lost its'
+    " worker_id: call register_agent_session with recover_lost_worker true, this room_id and"
+    ' display_name "{held}", then disconnect_agent_session for worker_id "{worker_id}".'
+)
+RESUMED_WORK: Final = (
+    "An earlier session of this agent held these leases, and this session holds them now:"
+    " {items}. Carry on with that work, or release what is not yours to do."
+)
+# Our own text (upstream's default-room lookup has no equivalent here).
+NO_ROOM_TEXT: Final = "Pass room_id, or the worker_id of a worker registered in this process."
+# The §5.3 public projection: never session_token, never a bearer.
+PUBLIC_SESSION_FIELDS: Final = (
+    "session_id",
+    "room_id",
+    "session_kind",
+    "runtime",
+    "host_id",
+    "host_kind",
+    "host_label",
+    "liveness_capability",
+    "tool_bridge_id",
+    "actor_label",
+    "agent_key",
+    "agent_instance_id",
+    "display_name",
+    "owner_label",
+    "ide_label",
+    "repo_branch",
+    "created_at",
+    "updated_at",
+    "last_seen_at",
+    "ended_at",
+)
+# wait_for_messages without a timeout (upstream's client default).
+DEFAULT_WAIT_MS: Final = 30_000
+# A long poll shorter than this is a busy loop.
+MIN_WAIT_MS: Final = 1_000
+# The client gives the room this much beyond the poll before it gives up;
+# waits over 120 s get 120 s (proxies may hold a long request's answer).
+WAIT_ABORT_MARGIN_MS: Final = 5_000
+LONG_WAIT_MS: Final = 120_000
+LONG_WAIT_ABORT_MARGIN_MS: Final = 120_000
+# Messages one call returns at most (upstream's MAX_WAIT_MESSAGES_PER_CALL).
+MESSAGE_LIMIT: Final = 100
+_REDACTED: Final = "[redacted]"
+# Secrets shorter than this are not searched for (they protect nothing).
+_MIN_SECRET: Final = 4
+
+
+def clamp_poll_timeout(timeout_ms: float | None, poll_max_ms: int) -> int:
+    """The poll timeout sent to the room: ``clamp(timeout or 30 000, 1 000, cap)`` ms."""
+    wanted = timeout_ms if timeout_ms else DEFAULT_WAIT_MS
+    return int(min(max(wanted, MIN_WAIT_MS), poll_max_ms))
+
+
+def poll_abort_after(server_timeout_ms: int) -> int:
+    """Milliseconds after which the client abandons a poll of ``server_timeout_ms``."""
+    margin = LONG_WAIT_ABORT_MARGIN_MS if server_timeout_ms > LONG_WAIT_MS else WAIT_ABORT_MARGIN_MS
+    return server_timeout_ms + margin
+
+
+def public_session(session: AgentSession) -> dict[str, Any]:
+    """The §5.3 public projection of a session (never a token or bearer)."""
+    record = session.to_json()
+    return {key: record[key] for key in PUBLIC_SESSION_FIELDS if key in record}
+
+
+# --- what the tools need from the worker-handle layer ------------------------------
+
+
+class WorkerRegistrationAPI(Protocol):
+    """The part of :class:`letagents_trio._workers.WorkerRegistration` the tools read."""
+
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def session(self) -> AgentSession: ...
+    @property
+    def name_held_here(self) -> str | None: ...
+    @property
+    def adopted_task_leases(self) -> tuple[Mapping[str, str], ...]: ...
+    def public_session(self) -> dict[str, Any]: ...
+
+
+class WorkerHandlesAPI(Protocol):
+    """The part of :class:`letagents_trio._workers.WorkerHandles` the tools call."""
+
+    async def register(
+        self,
+        *,
+        room_id: str | None,
+        worker_id: str | None = None,
+        registration_key: str | None = None,
+        display_name: str | None = None,
+        runtime: str | None = None,
+        cwd: str | None = None,
+        recover_lost_worker: bool = False,
+        session_kind: str | None = None,
+    ) -> WorkerRegistrationAPI: ...
+
+    async def disconnect(
+        self,
+        *,
+        worker_id: str | None = None,
+        agent_session_id: str | None = None,
+        room_id: str | None = None,
+    ) -> AgentSession: ...
+
+    def acting_as(
+        self,
+        *,
+        worker_id: str | None = None,
+        agent_session_id: str | None = None,
+        room_id: str | None = None,
+        allow_ended: bool = False,
+    ) -> AbstractAsyncContextManager[AgentSession]: ...
+
+
+@final
+@attrs.define(eq=False)
+class ServerState:
+    """What the server's lifespan yields: one per served connection.
+
+    Attributes:
+        config: the configuration read at start.
+        client: the room client (owner token inside).
+        store: the shared local state file.
+        manager: the connection manager holding process connections.
+        handles: the worker handles (registration, the facade's guard).
+    """
+
+    config: ServerConfig
+    client: RoomClient
+    store: LocalStateStore
+    manager: ConnectionManager
+    handles: WorkerHandlesAPI
+
+
+ToolContext = Context[ServerState, Any]
+
+
+def _state(ctx: ToolContext) -> ServerState:
+    return ctx.request_context.lifespan_context
+
+
+# --- results -------------------------------------------------------------------------
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None]) -> str:
+    secrets = [state.config.token or ""]
+    secrets.extend(s.session_token for s in sessions if s is not None)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= _MIN_SECRET and secret in text:
+            logger.error("a tool result carried a credential; it was redacted")
+            text = text.replace(secret, _REDACTED)
+    return text
+
+
+def _ok(state: ServerState, payload: object, *sessions: AgentSession | None) -> CallToolResult:
+    text = _guard(_compact(payload), state, sessions)
+    return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
+def _failed(state: ServerState, text: str) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=_guard(text, state, []))], is_error=True
+    )
+
+
+ToolFn = Callable[..., Awaitable[CallToolResult]]
+
+
+def _expected_errors(fn: ToolFn) -> ToolFn:
+    """Turn the library's expected errors into ``isError`` results with their text."""
+
+    @functools.wraps(fn)
+    async def call(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            return await fn(*args, **kwargs)
+        except LetAgentsError as exc:
+            ctx = kwargs["ctx"]
+            logger.info("tool %s failed: %s", fn.__name__, type(exc).__name__)
+            return _failed(_state(ctx), str(exc))
+
+    return call
+
+
+# --- the facade ---------------------------------------------------------------------
+
+
+def _blank(value: str | None) -> bool:
+    return value is None or not value.strip()
+
+
+@asynccontextmanager
+async def _acting(
+    state: ServerState,
+    *,
+    room_id: str | None,
+    agent_session_id: str | None,
+    worker_id: str | None,
+) -> AsyncIterator[tuple[str, AgentSession | None]]:
+    """Resolve who a room tool acts as; yields ``(room_id, session or None)``.
+
+    A ``worker_id`` or ``agent_session_id`` goes through
+    :meth:`WorkerHandles.acting_as` (which refuses both at once, guards
+    durable workers before and after the block, and finds legacy sessions in
+    the state file). With neither, the call is the owner's own, in ``room_id``.
+
+    Raises:
+        WorkerError: the facade's rules refused the call.
+    """
+    room = None if _blank(room_id) else room_id
+    if not _blank(worker_id) or not _blank(agent_session_id):
+        async with state.handles.acting_as(
+            worker_id=None if _blank(worker_id) else worker_id,
+            agent_session_id=None if _blank(agent_session_id) else agent_session_id,
+            room_id=room,
+        ) as session:
+            yield session.room_id, session
+        return
+    if room is None:
+        raise WorkerError(NO_ROOM_TEXT)
+    await trio.lowlevel.checkpoint()
+    yield room, None
+
+
+def _without_parameter(fn: ToolFn, name: str) -> ToolFn:
+    """``fn`` as a tool whose schema lacks ``name`` (it is then always None)."""
+    signature = inspect.signature(fn, eval_str=True)
+
+    @functools.wraps(fn)
+    async def call(**kwargs: Any) -> CallToolResult:
+        return await fn(**kwargs)
+
+    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p for p in signature.parameters.values() if p.name != name]
+    )
+    return call
+
+
+# --- argument types (descriptions are part of the schema) --------------------------
+
+RoomId = Annotated[str | None, Field(description="Room ID. Optional with worker_id.")]
+WorkerId = Annotated[
+    str | None,
+    Field(description="This chat's worker handle (worker_ + 32 hex), from register_agent_session."),
+]
+SessionId = Annotated[
+    str | None, Field(description="Legacy: a registered agent session id. Prefer worker_id.")
+]
+
+
+# --- the tools --------------------------------------------------------------------------
+
+
+@_expected_errors
+async def register_agent_session(
+    ctx: ToolContext,
+    worker_id: Annotated[
+        str | None, Field(description="A saved handle (worker_ + 32 hex) to resume.")
+    ] = None,
+    registration_key: Annotated[
+        str | None,
+        Field(
+            description="A key of this chat's own, to create its worker once.",
+            min_length=1,
+            max_length=200,
+        ),
+    ] = None,
+    room_id: Annotated[str | None, Field(description="The room to register in.")] = None,
+    session_kind: Annotated[
+        str | None, Field(description='"worker" or "controller".', pattern="^(worker|controller)$")
+    ] = None,
+    runtime: Annotated[str | None, Field(description="The agent runtime label.")] = None,
+    display_name: Annotated[str | None, Field(description="The name to go by.")] = None,
+    cwd: Annotated[str | None, Field(description="Working directory (for the git branch).")] = None,
+    recover_lost_worker: Annotated[
+        bool | None,
+        Field(description="Recover the worker this server holds under display_name."),
+    ] = None,
+) -> CallToolResult:
+    """Register this chat's worker in a room, or reconnect it by its worker_id."""
+    state = _state(ctx)
+    registration = await state.handles.register(
+        room_id=room_id,
+        worker_id=worker_id,
+        registration_key=registration_key,
+        display_name=display_name,
+        runtime=runtime,
+        cwd=cwd,
+        recover_lost_worker=bool(recover_lost_worker),
+        session_kind=session_kind,
+    )
+    session = registration.session
+    payload: dict[str, Any] = {
+        "success": True,
+        "worker_id": registration.worker_id,
+        "agent_session": registration.public_session(),
+    }
+    if registration.name_held_here:
+        payload["name_notice"] = NAME_NOTICE.format(
+            held=registration.name_held_here,
+            given=session.display_name,
+            worker_id=registration.worker_id,
+        )
+    if registration.adopted_task_leases:
+        items = ", ".join(
+            f"{lease['task_id']} ({lease['kind']})" for lease in registration.adopted_task_leases
+        )
+        payload["resumed_work"] = RESUMED_WORK.format(items=items)
+    payload["instruction"] = INSTRUCTION
+    return _ok(state, payload, session)
+
+
+@_expected_errors
+async def disconnect_agent_session(
+    ctx: ToolContext,
+    room_id: RoomId = None,
+    agent_session_id: SessionId = None,
+    worker_id: WorkerId = None,
+) -> CallToolResult:
+    """End this chat's worker session in its room and stop holding its connection."""
+    state = _state(ctx)
+    ended = await state.handles.disconnect(
+        worker_id=None if _blank(worker_id) else worker_id,
+        agent_session_id=None if _blank(agent_session_id) else agent_session_id,
+        room_id=None if _blank(room_id) else room_id,
+    )
+    return _ok(state, {"success": True, "agent_session": public_session(ended)}, ended)
+
+
+@_expected_errors
+async def send_message(
+    ctx: ToolContext,
+    text: Annotated[str, Field(description="The message.", min_length=1)],
+    room_id: RoomId = None,
+    agent_session_id: SessionId = None,
+    worker_id: WorkerId = None,
+) -> CallToolResult:
+    """Send a message to a room, as this chat's worker."""
+    state = _state(ctx)
+    async with _acting(
+        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
+    ) as (room, session):
+        message = await state.client.call(
+            "POST",
+            f"/rooms/{encode_room_path(room)}/messages",
+            json={"text": text},
+            session=session,
+        )
+    return _ok(state, {"success": True, "message": message}, session)
+
+
+def _messages_payload(answer: object, room: str) -> dict[str, Any]:
+    body = answer if isinstance(answer, Mapping) else {}
+    raw = body.get("messages")
+    messages = [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
+    payload: dict[str, Any] = {"messages": messages, "room_id": body.get("room_id") or room}
+    if body.get("has_more"):
+        payload["truncated"] = True
+    ids = [m["id"] for m in messages if isinstance(m.get("id"), str)]
+    if ids:
+        payload["last_observed_message_id"] = ids[-1]
+    return payload
+
+
+@_expected_errors
+async def read_messages(
+    ctx: ToolContext,
+    room_id: RoomId = None,
+    after_message_id: Annotated[
+        str | None, Field(description="Only messages after this message id.")
+    ] = None,
+    limit: Annotated[
+        int | None, Field(description="At most this many messages (1-100).", ge=1, le=100)
+    ] = None,
+    agent_session_id: SessionId = None,
+    worker_id: WorkerId = None,
+) -> CallToolResult:
+    """Read a room's messages after a cursor, without waiting."""
+    state = _state(ctx)
+    query: dict[str, str | int] = {}
+    if not _blank(after_message_id):
+        assert after_message_id is not None
+        query["after"] = after_message_id
+    query["limit"] = limit or MESSAGE_LIMIT
+    query["include_prompt_only"] = 1
+    async with _acting(
+        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
+    ) as (room, session):
+        answer = await state.client.call(
+            "GET", f"/rooms/{encode_room_path(room)}/messages?{urlencode(query)}", session=session
+        )
+    return _ok(state, _messages_payload(answer, room), session)
+
+
+@_expected_errors
+async def wait_for_messages(
+    ctx: ToolContext,
+    room_id: RoomId = None,
+    after_message_id: Annotated[
+        str | None,
+        Field(description="Only messages after this message id; pass the last one you processed."),
+    ] = None,
+    # The MCP argument's upstream name, not a trio-style timeout parameter.
+    timeout: Annotated[  # noqa: ASYNC109
+        float | None,
+        Field(
+            description=(
+                "Maximum wait in milliseconds (min 1000, capped by LETAGENTS_POLL_MAX_MS);"
+                " 0 means the default, 30000."
+            )
+        ),
+    ] = None,
+    agent_session_id: SessionId = None,
+    worker_id: WorkerId = None,
+) -> CallToolResult:
+    """Wait for new messages in a room (HTTP long poll); call it in a loop with a cursor."""
+    state = _state(ctx)
+    server_timeout = clamp_poll_timeout(timeout, state.config.poll_max_ms)
+    abort_ms = poll_abort_after(server_timeout)
+    query: dict[str, str | int] = {}
+    if not _blank(after_message_id):
+        assert after_message_id is not None
+        query["after"] = after_message_id
+    query.update(limit=MESSAGE_LIMIT, timeout=server_timeout, include_prompt_only=1)
+    async with _acting(
+        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
+    ) as (room, session):
+        path = f"/rooms/{encode_room_path(room)}/messages/poll?{urlencode(query)}"
+        answer: object = None
+        with trio.move_on_after(abort_ms / 1000) as scope:
+            answer = await state.client.call("GET", path, session=session)
+        if scope.cancelled_caught:
+            raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")
+    return _ok(state, _messages_payload(answer, room), session)
+
+
+@_expected_errors
+async def get_room_guidelines(
+    ctx: ToolContext,
+    room_id: RoomId = None,
+    agent_session_id: SessionId = None,
+    worker_id: WorkerId = None,
+) -> CallToolResult:
+    """Read the room's guidelines: how its people want agents to work there."""
+    state = _state(ctx)
+    async with _acting(
+        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
+    ) as (room, session):
+        answer = await state.client.call(
+            "GET", f"/rooms/{encode_room_path(room)}/guidelines", session=session
+        )
+    return _ok(state, answer, session)
+
+
+# --- registration ------------------------------------------------------------------------
+
+
+class ToolRegistrar(Protocol):
+    """Anything tools can be registered on: the MCP server, or a recorder."""
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None) -> None: ...
+
+
+# Session lifecycle tools: served unless a supervisor owns the lifecycle.
+_SESSION_TOOLS: Final[tuple[tuple[str, ToolFn], ...]] = (
+    ("register_agent_session", register_agent_session),
+    ("disconnect_agent_session", disconnect_agent_session),
+)
+# Room tools: every one has room_id, so every one gets the facade.
+_ROOM_TOOLS: Final[tuple[tuple[str, ToolFn], ...]] = (
+    ("get_room_guidelines", get_room_guidelines),
+    ("send_message", send_message),
+    ("read_messages", read_messages),
+    ("wait_for_messages", wait_for_messages),
+)
+
+
+def register_tools(registrar: ToolRegistrar, config: ServerConfig) -> None:
+    """Register every tool ``config``'s profile serves: the only place that decides.
+
+    Order is upstream's: agent-session tools (when the profile allows the
+    session lifecycle), room inspection, then message tools.
+    """
+    tools: list[tuple[str, ToolFn]] = []
+    if config.session_tools:
+        tools.extend(_SESSION_TOOLS)
+    tools.extend(_ROOM_TOOLS)
+    for name, fn in tools:
+        facade = config.worker_facade and name != "register_agent_session"
+        has_worker_id = "worker_id" in inspect.signature(fn).parameters
+        if has_worker_id and not facade and name != "register_agent_session":
+            fn = _without_parameter(fn, "worker_id")
+        registrar.add_tool(fn, name=name)
+
+
+@final
+class _Recorder:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.names.append(name or fn.__name__)
+
+
+def registered_tool_names(config: ServerConfig) -> list[str]:
+    """The sorted names of the tools :func:`register_tools` registers for ``config``."""
+    recorder = _Recorder()
+    register_tools(recorder, config)
+    return sorted(recorder.names)

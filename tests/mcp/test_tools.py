@@ -1,0 +1,319 @@
+"""The MCP tools over the SDK's in-memory client, against a FakeRoom.
+
+Each test builds the real server with :func:`create_server`, connects
+``mcp.Client(server, mode="legacy")`` (JSON-RPC over memory streams, so a
+cancelled call reaches the server as ``notifications/cancelled``), and talks
+to the reference room through the FakeRoom's in-process transport. Timing
+tests take ``autojump_clock`` and assert exact virtual times.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+from mcp_types import CallToolResult, TextContent
+
+from letagents_trio import LocalStateStore
+from letagents_trio.mcp_server import (
+    READINESS_RESOURCE_NAME,
+    READINESS_URI,
+    ServerConfig,
+    create_server,
+    registered_tool_names,
+)
+from letagents_trio.testing import FakeRoom, ProcessMode
+
+# Helpers repeated in each module: tests/mcp cannot be a package (it would
+# shadow the ``mcp`` SDK), so there is nothing to import them from.
+
+
+def config_for(room: FakeRoom, tmp_path: Path, **changes: Any) -> ServerConfig:
+    """A server config pointing at ``room``, with state files under ``tmp_path``."""
+    options: dict[str, Any] = {
+        "api_url": room.api_url,
+        "token": room.owner_token,
+        "state_path": tmp_path / "mcp-state.json",
+        "chat_storage_settings_path": tmp_path / "chat-storage.json",
+    }
+    options.update(changes)
+    return ServerConfig(**options)
+
+
+def text_of(result: CallToolResult) -> str:
+    """The single text block of a tool result."""
+    assert len(result.content) == 1
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+async def call_ok(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Call a tool that must succeed; return its JSON result."""
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, text_of(result)
+    value = json.loads(text_of(result))
+    assert isinstance(value, dict)
+    return value
+
+
+async def call_error(client: Client, name: str, arguments: dict[str, Any]) -> str:
+    """Call a tool that must fail; return its error text."""
+    result = await client.call_tool(name, arguments)
+    assert result.is_error, text_of(result)
+    return text_of(result)
+
+
+ROOM = "room_shared"
+ROOM_TOOLS = (
+    "disconnect_agent_session",
+    "get_room_guidelines",
+    "read_messages",
+    "send_message",
+    "wait_for_messages",
+)
+BOTH_TEXT = "Choose worker_id or agent_session_id, not both."
+NO_CONNECTION_TEXT = (
+    "This worker has no current connection in this process."
+    " Reconnect explicitly with register_agent_session(worker_id, room_id)."
+)
+
+
+async def register(client: Client, key: str = "k1", name: str = "Juniper") -> dict[str, Any]:
+    return await call_ok(
+        client,
+        "register_agent_session",
+        {"room_id": ROOM, "registration_key": key, "display_name": name},
+    )
+
+
+async def test_tools_and_schemas(fake_room: FakeRoom, tmp_path: Path) -> None:
+    """Every room tool takes worker_id under the facade; register_agent_session does not."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert sorted(tools) == sorted((*ROOM_TOOLS, "register_agent_session"))
+    for name in ROOM_TOOLS:
+        assert "worker_id" in tools[name].input_schema["properties"], name
+        assert "room_id" in tools[name].input_schema["properties"], name
+    register_args = set(tools["register_agent_session"].input_schema["properties"])
+    assert register_args == {
+        "worker_id",
+        "registration_key",
+        "room_id",
+        "session_kind",
+        "runtime",
+        "display_name",
+        "cwd",
+        "recover_lost_worker",
+    }
+
+
+@pytest.mark.parametrize("profile", ["supervised_mcp_polling", "some_other_profile"])
+async def test_no_facade_outside_its_profiles(
+    fake_room: FakeRoom, tmp_path: Path, profile: str
+) -> None:
+    """Only the two facade profiles add worker_id; supervised ones lose the session tools."""
+    config = config_for(fake_room, tmp_path, profile=profile)
+    with trio.fail_after(10):
+        async with Client(create_server(config, transport=fake_room.transport)) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    for tool in tools.values():
+        if tool.name != "register_agent_session":  # its own worker_id is not the facade's
+            assert "worker_id" not in tool.input_schema["properties"], tool.name
+    has_session_tools = "register_agent_session" in tools
+    assert has_session_tools == (profile == "some_other_profile")
+
+
+@pytest.mark.parametrize(
+    "profile", ["interactive_desktop", "autonomous_mcp_worker", "supervised_mcp_polling"]
+)
+async def test_readiness_lists_exactly_the_registered_tools(
+    fake_room: FakeRoom, tmp_path: Path, profile: str
+) -> None:
+    """The readiness resource is compact JSON naming exactly the tools a client can list."""
+    config = config_for(fake_room, tmp_path, profile=profile, provider="codex")
+    with trio.fail_after(10):
+        async with Client(create_server(config, transport=fake_room.transport)) as client:
+            listed = sorted(tool.name for tool in (await client.list_tools()).tools)
+            resources = (await client.list_resources()).resources
+            read = await client.read_resource(READINESS_URI)
+    assert [(r.name, str(r.uri), r.mime_type) for r in resources] == [
+        (READINESS_RESOURCE_NAME, READINESS_URI, "application/json")
+    ]
+    (content,) = read.contents
+    text = getattr(content, "text")  # noqa: B009 - TextResourceContents
+    assert text == json.dumps(
+        {"format": 1, "profile": profile, "provider": "codex", "tools": listed},
+        separators=(",", ":"),
+    )
+    assert listed == registered_tool_names(config)
+
+
+async def test_register_send_wait_by_worker_id_alone(fake_room: FakeRoom, tmp_path: Path) -> None:
+    """A worker registers, sends and reads by worker_id alone; results hold no secret."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    texts: list[str] = []
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            texts.append(json.dumps(registered))
+            worker_id = registered["worker_id"]
+            assert isinstance(worker_id, str)
+            assert list(registered) == ["success", "worker_id", "agent_session", "instruction"]
+            session = registered["agent_session"]
+            assert isinstance(session, dict)
+            sent = await call_ok(client, "send_message", {"worker_id": worker_id, "text": "hi"})
+            texts.append(json.dumps(sent))
+            assert sent["message"]["agent_session_id"] == session["session_id"]
+            read = await call_ok(client, "read_messages", {"worker_id": worker_id})
+            texts.append(json.dumps(read))
+            assert [m["text"] for m in read["messages"]] == ["hi"]
+            assert read["last_observed_message_id"] == sent["message"]["id"]
+    stored = store.stored_session(str(session["session_id"]))
+    assert stored is not None
+    for text in texts:
+        assert "session_token" not in text
+        assert stored.session_token not in text
+        assert fake_room.owner_token not in text
+        assert "bearer" not in text.lower()
+
+
+async def test_facade_refuses_both_ids_and_needs_a_room(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """worker_id with agent_session_id is refused with upstream's text; no target at all too."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            session_id = registered["agent_session"]["session_id"]
+            for tool in ROOM_TOOLS:
+                args = {"worker_id": registered["worker_id"], "agent_session_id": session_id}
+                if tool == "send_message":
+                    args["text"] = "x"
+                assert await call_error(client, tool, args) == BOTH_TEXT, tool
+            assert "room_id" in await call_error(client, "send_message", {"text": "x"})
+    assert not any(r.path.endswith("/messages") for r in fake_room.requests)
+
+
+async def test_legacy_session_id_of_a_worker_is_guarded(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """A durable worker's agent_session_id acts through the same guard, and works."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            session_id = registered["agent_session"]["session_id"]
+            sent = await call_ok(
+                client, "send_message", {"agent_session_id": session_id, "text": "legacy"}
+            )
+            assert sent["message"]["agent_session_id"] == session_id
+            await call_ok(
+                client, "disconnect_agent_session", {"worker_id": registered["worker_id"]}
+            )
+            error = await call_error(
+                client, "send_message", {"agent_session_id": session_id, "text": "late"}
+            )
+    assert error == NO_CONNECTION_TEXT
+
+
+async def test_disconnect_ends_the_worker_here_and_at_the_room(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """disconnect_agent_session ends the session; the worker can no longer act; no exit is due."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            worker_id = registered["worker_id"]
+            ended = await call_ok(client, "disconnect_agent_session", {"worker_id": worker_id})
+            assert ended["success"] is True
+            assert ended["agent_session"]["ended_at"]
+            error = await call_error(client, "send_message", {"worker_id": worker_id, "text": "x"})
+    assert error == NO_CONNECTION_TEXT
+    stored = store.stored_session(ended["agent_session"]["session_id"])
+    assert stored is not None
+    assert stored.ended_at
+    assert fake_room.exits == []  # released, not held: nothing to announce
+
+
+async def test_worker_rule_errors_are_exact(fake_room: FakeRoom, tmp_path: Path) -> None:
+    """register_agent_session's refusals are isError results with the §5.2 texts."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            no_room = await call_error(client, "register_agent_session", {"registration_key": "k"})
+            controller = await call_error(
+                client,
+                "register_agent_session",
+                {"room_id": ROOM, "registration_key": "k", "session_kind": "controller"},
+            )
+            nobody = await call_error(
+                client,
+                "register_agent_session",
+                {"room_id": ROOM, "display_name": "Nobody", "recover_lost_worker": True},
+            )
+    assert no_room == (
+        "Pass room_id explicitly when registering or reconnecting this chat's worker."
+    )
+    assert controller == "Durable handles identify workers, not controllers."
+    assert "no worker named" in nobody
+
+
+async def test_ended_session_error_says_register_again(fake_room: FakeRoom, tmp_path: Path) -> None:
+    """A room that ended the session answers 401; the tool shows it and the state records it."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            session_id = registered["agent_session"]["session_id"]
+            fake_room.set_process_mode(ProcessMode.UNKNOWN)  # no stream to hear "ended" on
+            fake_room.drop()
+            fake_room.end(session_id)
+            error = await call_error(
+                client, "send_message", {"worker_id": registered["worker_id"], "text": "x"}
+            )
+    assert error.startswith("API error 401: ")
+    assert "register_agent_session" in error
+    stored = store.stored_session(session_id)
+    assert stored is not None
+    assert stored.ended_at
+
+
+async def test_a_credential_never_leaves_in_a_result(fake_room: FakeRoom, tmp_path: Path) -> None:
+    """Even text the room echoes back has the owner token redacted (the last guard)."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            result = await client.call_tool(
+                "send_message",
+                {"worker_id": registered["worker_id"], "text": f"oops {fake_room.owner_token}"},
+            )
+    assert not result.is_error
+    assert fake_room.owner_token not in text_of(result)
+    assert "oops [redacted]" in text_of(result)
+
+
+async def test_leaving_announces_the_exit(fake_room: FakeRoom, tmp_path: Path) -> None:
+    """Closing the client (EOF) leaves the lifespan, which announces every held session."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            session_id = registered["agent_session"]["session_id"]
+            await fake_room.wait_until(lambda: len(fake_room.room.process_streams(session_id)) == 1)
+            (stream,) = fake_room.room.process_streams(session_id)
+    assert [(e.session_id, e.process_connection_id, e.recorded) for e in fake_room.exits] == [
+        (session_id, stream.connection_id, True)
+    ]
