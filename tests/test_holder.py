@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -22,6 +23,7 @@ from letagents_trio import (
     HolderEvent,
     HolderStatus,
     HoldPolicy,
+    LocalStateStore,
     Outcome,
     open_connection_manager,
 )
@@ -31,9 +33,29 @@ if TYPE_CHECKING:
     from trio.testing import MockClock
 
 
+@pytest.fixture
+def state(tmp_path: Path) -> LocalStateStore:
+    """A real state file: the default hooks (still ours, mark ended) read and write it."""
+    return LocalStateStore(tmp_path / "mcp-state.json")
+
+
+async def stored_worker(
+    fake_room: FakeRoom, state: LocalStateStore, display_name: str = "Juniper", **kw: Any
+) -> AgentSession:
+    """Register a worker at the room and remember it in the state file, as a handle does."""
+    session = await fake_room.add_worker(display_name=display_name, **kw)
+
+    def remember(data: dict[str, Any]) -> None:
+        data.setdefault("agent_sessions", {})[session.session_id] = session.to_json()
+
+    await state.update(remember)
+    return session
+
+
 @asynccontextmanager
 async def managed(
     fake_room: FakeRoom,
+    state: LocalStateStore | None = None,
     *,
     policy: HoldPolicy | None = None,
     on_ended: Callable[[AgentSession], Awaitable[object]] | None = None,
@@ -42,7 +64,12 @@ async def managed(
     async with (
         fake_room.client() as client,
         open_connection_manager(
-            client, policy=policy, on_ended=on_ended, still_ours=still_ours, owner_mode=True
+            client,
+            policy=policy,
+            state=state,
+            on_ended=on_ended,
+            still_ours=still_ours,
+            owner_mode=True,
         ) as manager,
     ):
         yield manager
@@ -69,11 +96,11 @@ def drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
 
 
 async def test_opens_one_process_connection_with_the_session_token(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
     """§8.1.1: exactly one GET …/process, for that session, with a non-empty token."""
-    session = await fake_room.add_worker(display_name="Juniper")
-    async with managed(fake_room) as manager:
+    session = await stored_worker(fake_room, state, display_name="Juniper")
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
@@ -90,10 +117,10 @@ async def test_opens_one_process_connection_with_the_session_token(
 
 
 async def test_status_and_statistics_follow_the_stream(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
-    async with managed(fake_room) as manager:
+    session = await stored_worker(fake_room, state)
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         assert holder.status is HolderStatus.CONNECTING
@@ -120,11 +147,11 @@ async def test_status_and_statistics_follow_the_stream(
 
 
 async def test_drop_reopens_after_one_second_each_time_it_reopens(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
     """§8.1.2: a destroyed stream is reopened; a successful open resets the counter."""
-    session = await fake_room.add_worker()
-    async with managed(fake_room) as manager:
+    session = await stored_worker(fake_room, state)
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         for expected in (0, 1, 2, 3):
@@ -135,43 +162,45 @@ async def test_drop_reopens_after_one_second_each_time_it_reopens(
 
 
 async def test_successive_drops_wait_1_2_5_5(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.ERROR)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         manager.hold(session)
         await wait_attempts(fake_room, session, 5)
         assert attempt_times(fake_room, session) == [0, 1, 3, 8, 13]
 
 
 async def test_unknown_route_waits_10_60_300_300(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.UNKNOWN)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         manager.hold(session)
         await wait_attempts(fake_room, session, 5)
         assert attempt_times(fake_room, session) == [0, 10, 70, 370, 670]
 
 
-async def test_refused_waits_5_15_60_60(autojump_clock: MockClock, fake_room: FakeRoom) -> None:
-    session = await fake_room.add_worker()
+async def test_refused_waits_5_15_60_60(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.REFUSED)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         manager.hold(session)
         await wait_attempts(fake_room, session, 5)
         assert attempt_times(fake_room, session) == [0, 5, 20, 80, 140]
 
 
 async def test_counters_are_independent_and_reset_only_on_open(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     sid = session.session_id
     fake_room.set_process_mode(ProcessMode.REFUSED, sid)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await wait_attempts(fake_room, session, 2)  # refused at 0 (wait 5), at 5 (wait 15)
@@ -192,11 +221,11 @@ async def test_counters_are_independent_and_reset_only_on_open(
 
 
 async def test_silence_drops_exactly_45_seconds_after_the_last_byte(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.SILENT)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         with manager.subscribe(math.inf) as events:
             manager.hold(session)
             await wait_attempts(fake_room, session, 2)
@@ -225,10 +254,10 @@ async def _silence_from_last_byte(fake_room: FakeRoom) -> None:
 
 
 async def test_heartbeats_keep_a_stream_open_forever(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
-    async with managed(fake_room) as manager:
+    session = await stored_worker(fake_room, state)
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await trio.sleep(3600)
@@ -238,12 +267,12 @@ async def test_heartbeats_keep_a_stream_open_forever(
 
 
 async def test_answer_timeout_is_ten_seconds(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.SLOW)
     fake_room.slow_headers = 30
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         with manager.subscribe(math.inf) as events:
             manager.hold(session)
             await wait_attempts(fake_room, session, 3)
@@ -253,12 +282,12 @@ async def test_answer_timeout_is_ten_seconds(
 
 
 async def test_slow_headers_within_the_answer_timeout_open(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.SLOW)
     fake_room.slow_headers = 9.5
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
@@ -269,9 +298,9 @@ async def test_slow_headers_within_the_answer_timeout_open(
 
 
 async def test_410_ends_the_session_without_reconnecting(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.ENDED)
     ended: list[tuple[float, str]] = []
 
@@ -279,7 +308,7 @@ async def test_410_ends_the_session_without_reconnecting(
         await trio.lowlevel.checkpoint()
         ended.append((trio.current_time(), s.session_id))
 
-    async with managed(fake_room, on_ended=on_ended) as manager:
+    async with managed(fake_room, state, on_ended=on_ended) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await holder.wait_status(HolderStatus.ENDED)
@@ -290,17 +319,17 @@ async def test_410_ends_the_session_without_reconnecting(
 
 
 async def test_ended_event_ends_the_session_without_reconnecting(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
     """§8.1.3: the room writes ``event: ended`` and closes; the holder stops for good."""
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     ended: list[float] = []
 
     async def on_ended(s: AgentSession) -> None:
         await trio.lowlevel.checkpoint()
         ended.append(trio.current_time())
 
-    async with managed(fake_room, on_ended=on_ended) as manager:
+    async with managed(fake_room, state, on_ended=on_ended) as manager:
         with manager.subscribe(math.inf) as events:
             holder = manager.hold(session)
             assert holder is not None
@@ -316,16 +345,19 @@ async def test_ended_event_ends_the_session_without_reconnecting(
 
 
 async def test_a_failing_on_ended_hook_is_logged_not_raised(
-    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    state: LocalStateStore,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.ENDED)
 
     async def on_ended(s: AgentSession) -> None:
         await trio.lowlevel.checkpoint()
         raise OSError("disk full")
 
-    async with managed(fake_room, on_ended=on_ended) as manager:
+    async with managed(fake_room, state, on_ended=on_ended) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await holder.wait_status(HolderStatus.ENDED)
@@ -337,9 +369,9 @@ async def test_a_failing_on_ended_hook_is_logged_not_raised(
 
 @pytest.mark.parametrize("mode", [ProcessMode.REFUSED, ProcessMode.UNKNOWN])
 async def test_holder_stops_when_the_session_is_no_longer_ours(
-    autojump_clock: MockClock, fake_room: FakeRoom, mode: ProcessMode
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore, mode: ProcessMode
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(mode)
     asked: list[float] = []
 
@@ -348,7 +380,7 @@ async def test_holder_stops_when_the_session_is_no_longer_ours(
         asked.append(trio.current_time())
         return False
 
-    async with managed(fake_room, still_ours=still_ours) as manager:
+    async with managed(fake_room, state, still_ours=still_ours) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await holder.wait_status(HolderStatus.STOPPED)
@@ -359,9 +391,9 @@ async def test_holder_stops_when_the_session_is_no_longer_ours(
 
 
 async def test_still_ours_is_not_asked_after_a_drop(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.ERROR)
     asked: list[float] = []
 
@@ -370,23 +402,23 @@ async def test_still_ours_is_not_asked_after_a_drop(
         asked.append(trio.current_time())
         return False
 
-    async with managed(fake_room, still_ours=still_ours) as manager:
+    async with managed(fake_room, state, still_ours=still_ours) as manager:
         manager.hold(session)
         await wait_attempts(fake_room, session, 3)
         assert asked == []
 
 
 async def test_a_failing_still_ours_hook_counts_as_not_ours(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.REFUSED)
 
     async def still_ours(s: AgentSession) -> bool:
         await trio.lowlevel.checkpoint()
         raise OSError("state file unreadable")
 
-    async with managed(fake_room, still_ours=still_ours) as manager:
+    async with managed(fake_room, state, still_ours=still_ours) as manager:
         holder = manager.hold(session)
         assert holder is not None
         assert await holder.wait_status(HolderStatus.STOPPED) is HolderStatus.STOPPED
@@ -396,12 +428,12 @@ async def test_a_failing_still_ours_hook_counts_as_not_ours(
 
 
 async def test_unknown_route_then_served_opens_at_ten_seconds(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
     """§8.1.6–7: after a 404 no new attempt for 10 s, and not ended; then it opens."""
-    session = await fake_room.add_worker(display_name="Cedar")
+    session = await stored_worker(fake_room, state, display_name="Cedar")
     fake_room.set_process_mode(ProcessMode.UNKNOWN)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await trio.sleep(1.5)
@@ -413,12 +445,12 @@ async def test_unknown_route_then_served_opens_at_ten_seconds(
 
 
 async def test_refused_then_served_opens_fifteen_seconds_later(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
     """§8.1.8–9: refusals 5 s apart; served again, the next attempt comes 15 s later."""
-    session = await fake_room.add_worker(display_name="Rowan")
+    session = await stored_worker(fake_room, state, display_name="Rowan")
     fake_room.set_process_mode(ProcessMode.REFUSED)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await wait_attempts(fake_room, session, 2)
@@ -429,10 +461,10 @@ async def test_refused_then_served_opens_fifteen_seconds_later(
 
 
 async def test_room_restart_brings_every_holder_back(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(3)]
-    async with managed(fake_room) as manager:
+    sessions = [await stored_worker(fake_room, state, display_name=f"W{i}") for i in range(3)]
+    async with managed(fake_room, state) as manager:
         holders = [manager.hold(s) for s in sessions]
         for h in holders:
             assert h is not None
@@ -452,11 +484,11 @@ async def test_room_restart_brings_every_holder_back(
 
 
 async def test_release_during_a_backoff_stops_at_once(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.REFUSED)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await holder.wait_status(HolderStatus.WAITING)
@@ -471,10 +503,10 @@ async def test_release_during_a_backoff_stops_at_once(
 
 
 async def test_release_of_an_open_stream_closes_it(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
-    async with managed(fake_room) as manager:
+    session = await stored_worker(fake_room, state)
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
@@ -488,11 +520,11 @@ async def test_release_of_an_open_stream_closes_it(
 
 
 async def test_reconnect_now_cuts_the_backoff_short(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
+    session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.UNKNOWN)
-    async with managed(fake_room) as manager:
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         assert not holder.reconnect_now()
@@ -509,6 +541,8 @@ async def test_hold_is_idempotent_for_the_same_token_and_replaces_for_a_new_one(
     fake_room: FakeRoom,
 ) -> None:
     session = await fake_room.add_worker()
+    # No state file here: the room refuses the made-up token, and the point is
+    # only that the new holder replaces the old one.
     async with managed(fake_room) as manager:
         first = manager.hold(session)
         assert first is not None
@@ -568,10 +602,10 @@ async def test_worker_bearer_env_turns_owner_mode_off(
 
 
 async def test_wait_status_checkpoints_and_needs_a_status(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    session = await fake_room.add_worker()
-    async with managed(fake_room) as manager:
+    session = await stored_worker(fake_room, state)
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         with pytest.raises(ValueError, match="at least one"):
@@ -582,9 +616,11 @@ async def test_wait_status_checkpoints_and_needs_a_status(
         assert scope.cancelled_caught
 
 
-async def test_holder_repr_hides_the_token(autojump_clock: MockClock, fake_room: FakeRoom) -> None:
-    session = await fake_room.add_worker()
-    async with managed(fake_room) as manager:
+async def test_holder_repr_hides_the_token(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    session = await stored_worker(fake_room, state)
+    async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
         assert holder is not None
         assert session.session_token not in repr(holder)

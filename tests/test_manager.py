@@ -373,3 +373,25 @@ async def test_store_decides_still_ours_after_a_refusal(
         assert list(manager.holders) == [ours.session_id]
         stored = json.loads((tmp_path / "mcp-state.json").read_text())
         assert not stored["agent_sessions"][ours.session_id].get("ended_at")
+
+
+async def test_no_secret_reaches_a_log_line(
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            holder = manager.hold(session)
+            assert holder is not None
+            await fake_room.wait_until(lambda: len(fake_room.process_requests()) == 2)
+            fake_room.set_process_mode(ProcessMode.SERVED)
+            await holder.wait_status(HolderStatus.OPEN)
+            fake_room.drop(session.session_id)
+            await holder.wait_status(HolderStatus.WAITING)
+    assert caplog.records, "the story above logs something"
+    logged = caplog.text + "".join(repr(r.args) for r in caplog.records)
+    assert session.session_token not in logged
+    assert fake_room.owner_token not in logged
+    assert session.session_token not in repr(manager) + repr(client) + repr(holder)
