@@ -136,11 +136,14 @@ class _SSENews:
 def _connection_id(data: str) -> str | None:
     try:
         parsed = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: deeply nested arrays fit well inside the event limit.
         logger.debug("ignoring an open event whose data is not JSON")
         return None
     value = parsed.get("connection_id") if isinstance(parsed, dict) else None
-    if isinstance(value, str) and 0 < len(value) <= _MAX_CONNECTION_ID:
+    # Printable only: the id goes back to the room in the exit announcement and
+    # into logs; a lone surrogate could not even be encoded for the exit POST.
+    if isinstance(value, str) and 0 < len(value) <= _MAX_CONNECTION_ID and value.isprintable():
         return value
     return None
 

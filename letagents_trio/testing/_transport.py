@@ -187,6 +187,9 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
             return {"type": "http.disconnect"}
 
         async def send(message: Message) -> None:
+            # Always a schedule point, like a socket write: an app that keeps
+            # writing after the client left must not starve every other task.
+            delivered = False
             kind = message["type"]
             if kind == "http.response.start":
                 if exchange.started.is_set():
@@ -202,11 +205,12 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
                 if channel is not None and chunk and not exchange.disconnected.is_set():
                     try:
                         await channel.send(chunk)
+                        delivered = True
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         exchange.disconnected.set()
                 if not message.get("more_body", False):
                     exchange.finish_body()
-            else:
+            if not delivered:
                 await trio.lowlevel.checkpoint()
 
         try:

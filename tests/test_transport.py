@@ -1,0 +1,305 @@
+"""classify_status and SSEConnector, over small ASGI apps on the streaming transport.
+
+Each app below sends the chunks a test scripts, exactly as given, so every test
+controls where the chunk boundaries fall. No sockets; the clock is trio's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+import pytest
+import trio
+
+from letagents_trio import (
+    AgentSession,
+    AttemptRejected,
+    Outcome,
+    RoomClient,
+    RoomUnreachable,
+    SSEConnector,
+    StreamNews,
+    StreamProtocolError,
+)
+from letagents_trio._transport import classify_status
+from letagents_trio.testing import open_streaming_transport
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    from letagents_trio.testing._transport import Receive, Send
+
+SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
+API_URL = "http://room.test"
+SSE_HEADERS = [(b"content-type", b"text/event-stream")]
+
+# --- classify_status -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "expected"),
+    [
+        (410, "application/json", Outcome.ENDED),
+        (410, "text/event-stream", Outcome.ENDED),
+        (404, "application/json", Outcome.UNSUPPORTED),
+        (405, None, Outcome.UNSUPPORTED),
+        (500, "text/event-stream", Outcome.DROPPED),
+        (502, None, Outcome.DROPPED),
+        (503, "application/json", Outcome.DROPPED),
+        (599, None, Outcome.DROPPED),
+        (401, "application/json", Outcome.REFUSED),
+        (403, "text/event-stream", Outcome.REFUSED),
+        (400, None, Outcome.REFUSED),
+        (409, None, Outcome.REFUSED),
+        (302, "text/event-stream", Outcome.REFUSED),
+        (204, "text/event-stream", Outcome.REFUSED),
+        (201, "text/event-stream", Outcome.REFUSED),
+        (200, "text/event-stream", None),
+        (200, "text/event-stream; charset=utf-8", None),
+        (200, "TEXT/EVENT-STREAM", None),
+        (200, " text/event-stream ;charset=UTF-8", None),
+        (200, "application/json", Outcome.REFUSED),
+        (200, "text/plain", Outcome.REFUSED),
+        (200, "text/event-streams", Outcome.REFUSED),
+        (200, "", Outcome.REFUSED),
+        (200, None, Outcome.REFUSED),
+    ],
+)
+def test_classify_status(status: int, content_type: str | None, expected: Outcome | None) -> None:
+    assert classify_status(status, content_type) is expected
+
+
+# --- a scripted app --------------------------------------------------------------------
+
+
+def scripted_app(
+    chunks: Sequence[bytes],
+    *,
+    status: int = 200,
+    headers: Sequence[tuple[bytes, bytes]] = SSE_HEADERS,
+    then: str = "end",
+) -> Any:
+    """An app that answers ``status`` and sends ``chunks`` one by one.
+
+    ``then`` says what happens after the last chunk: ``"end"`` ends the body,
+    ``"hold"`` keeps the stream open until the client leaves, ``"reset"``
+    raises ``httpx2.ReadError`` as a broken connection would.
+    """
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+        for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if then == "reset":
+            raise httpx2.ReadError("connection reset by peer")
+        if then == "hold":
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return app
+
+
+@asynccontextmanager
+async def connector_for(app: Any, **options: Any) -> AsyncIterator[SSEConnector]:
+    async with (
+        open_streaming_transport(app) as transport,
+        RoomClient(API_URL, transport=transport) as client,
+    ):
+        yield SSEConnector(client, **options)
+
+
+async def news_of(chunks: Sequence[bytes], **options: Any) -> list[StreamNews]:
+    """Every StreamNews the connector reads from a stream of ``chunks``."""
+    with trio.fail_after(5):
+        async with (
+            connector_for(scripted_app(chunks), **options) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            return [news async for news in stream]
+
+
+OPEN_ID = "0b8f7c1e-4a53-4b0e-9a7c-1f2d3e4c5b6a"
+
+
+# --- the open event --------------------------------------------------------------------
+
+
+async def test_one_news_per_chunk_and_the_compact_open_event() -> None:
+    news = await news_of(
+        [
+            b": connected\n\n",
+            b'event: open\ndata: {"connection_id":"' + OPEN_ID.encode() + b'"}\n\n',
+        ]
+    )
+    assert news == [StreamNews(), StreamNews(connection_id=OPEN_ID)]
+
+
+async def test_comment_only_chunk_is_news_with_nothing_in_it() -> None:
+    news = await news_of([b": heartbeat\n\n", b": heartbeat\n\n", b":\n\n"])
+    assert news == [StreamNews(), StreamNews(), StreamNews()]
+    assert all(n.connection_id is None and not n.ended for n in news)
+
+
+async def test_pretty_printed_open_json_is_parsed() -> None:
+    pretty = json.dumps({"connection_id": OPEN_ID, "extra": [1, 2]}, indent=2)
+    body = "event: open\n" + "".join(f"data: {line}\n" for line in pretty.splitlines()) + "\n"
+    assert "  " in pretty  # not what the Node client's regex accepts
+    news = await news_of([body.encode()])
+    assert news == [StreamNews(connection_id=OPEN_ID)]
+
+
+async def test_open_json_with_spaces_and_a_non_uuid_id() -> None:
+    news = await news_of([b'event: open\ndata: { "connection_id" : "conn 7" }\n\n'])
+    assert news == [StreamNews(connection_id="conn 7")]
+
+
+async def test_open_event_split_in_the_middle_of_its_json() -> None:
+    whole = b'event: open\ndata: {"connection_id":"' + OPEN_ID.encode() + b'"}\n\n'
+    cut = whole.index(b"connection_id") + 8
+    news = await news_of([whole[:cut], whole[cut:-1], whole[-1:]])
+    assert news == [StreamNews(), StreamNews(), StreamNews(connection_id=OPEN_ID)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not json",
+        b'{"connection_id":',
+        b"[1, 2, 3]",
+        b'"just a string"',
+        b'{"connection_id": 42}',
+        b'{"connection_id": null}',
+        b'{"connection_id": ""}',
+        b'{"connection_id": ["x"]}',
+        b'{"other": "x"}',
+        b"1" * 5000,  # more digits than int() accepts: ValueError
+        b"[" * 100_000,  # deeper than the JSON parser's recursion limit
+        b'{"connection_id": "\\ud800"}',  # a lone surrogate cannot be sent back
+        b'{"connection_id": "a\\u0000b"}',
+        b'{"connection_id": "line\\nbreak"}',
+    ],
+    ids=lambda d: d[:24].decode(errors="replace"),
+)
+async def test_open_data_without_a_usable_id_is_ignored(data: bytes) -> None:
+    news = await news_of([b"event: open\ndata: " + data + b"\n\n", b": after\n\n"])
+    assert news == [StreamNews(), StreamNews()]
+
+
+async def test_connection_id_longer_than_128_chars_is_ignored() -> None:
+    at_limit, over = "a" * 128, "b" * 129
+    news = await news_of(
+        [
+            b'event: open\ndata: {"connection_id":"' + over.encode() + b'"}\n\n',
+            b'event: open\ndata: {"connection_id":"' + at_limit.encode() + b'"}\n\n',
+        ]
+    )
+    assert news == [StreamNews(), StreamNews(connection_id=at_limit)]
+
+
+async def test_other_event_types_name_no_connection() -> None:
+    news = await news_of([b'data: {"connection_id":"x"}\n\n', b"event: ping\ndata: {}\n\n"])
+    assert news == [StreamNews(), StreamNews()]
+
+
+# --- ended, end of stream, errors ------------------------------------------------------
+
+
+async def test_ended_event() -> None:
+    news = await news_of([b"event: ended\ndata: {}\n\n"])
+    assert news == [StreamNews(ended=True)]
+
+
+async def test_open_and_ended_in_one_chunk_are_one_news() -> None:
+    news = await news_of(
+        [b'event: open\ndata: {"connection_id":"c1"}\n\nevent: ended\ndata: {}\n\n']
+    )
+    assert news == [StreamNews(connection_id="c1", ended=True)]
+
+
+async def test_an_ended_event_cut_before_its_blank_line_never_happened() -> None:
+    news = await news_of([b"event: ended\ndata: {}\n"])
+    assert news == [StreamNews()]
+
+
+async def test_an_ended_event_without_data_is_not_dispatched() -> None:
+    # WHATWG: a block without a data line dispatches nothing (the room always sends data: {}).
+    news = await news_of([b"event: ended\n\n"])
+    assert news == [StreamNews()]
+
+
+async def test_a_reset_mid_stream_is_room_unreachable() -> None:
+    with trio.fail_after(5):
+        async with (
+            connector_for(scripted_app([b": connected\n\n"], then="reset")) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            first = await anext(stream)
+            assert first == StreamNews()
+            with pytest.raises(RoomUnreachable, match="ReadError") as info:
+                await anext(stream)
+            assert isinstance(info.value.__cause__, httpx2.ReadError)
+
+
+async def test_a_line_longer_than_the_limit_is_a_protocol_error() -> None:
+    with trio.fail_after(5):
+        async with (
+            connector_for(scripted_app([b"x" * 1000] * 3, then="hold"), max_event_bytes=2048) as c,
+            c.open(SESSION) as stream,
+        ):
+            assert await anext(stream) == StreamNews()
+            assert await anext(stream) == StreamNews()
+            with pytest.raises(StreamProtocolError):
+                await anext(stream)
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "outcome"),
+    [
+        (410, b"application/json", Outcome.ENDED),
+        (404, b"application/json", Outcome.UNSUPPORTED),
+        (405, b"text/plain", Outcome.UNSUPPORTED),
+        (503, b"application/json", Outcome.DROPPED),
+        (401, b"application/json", Outcome.REFUSED),
+        (200, b"application/json", Outcome.REFUSED),
+    ],
+)
+async def test_refusals_raise_attempt_rejected_without_secrets(
+    status: int, content_type: bytes, outcome: Outcome
+) -> None:
+    app = scripted_app(
+        [b'{"error":"secret-token-1"}'], status=status, headers=[(b"content-type", content_type)]
+    )
+    with trio.fail_after(5):
+        async with connector_for(app) as connector:
+            with pytest.raises(AttemptRejected) as info:
+                async with connector.open(SESSION):
+                    pytest.fail("the stream must not open")  # pragma: no cover
+    assert info.value.outcome is outcome
+    assert info.value.detail == f"HTTP {status}"
+    assert str(info.value) == f"{outcome.value}: HTTP {status}"
+    assert "secret-token-1" not in str(info.value)
+
+
+async def test_the_request_asks_for_an_event_stream_with_the_session_credentials() -> None:
+    seen: list[dict[str, str]] = []
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        seen.append(
+            {k.decode(): v.decode() for k, v in scope["headers"]} | {":path": scope["path"]}
+        )
+        await scripted_app([])(scope, receive, send)
+
+    with trio.fail_after(5):
+        async with connector_for(app) as connector, connector.open(SESSION) as stream:
+            assert [n async for n in stream] == []
+    [headers] = seen
+    assert headers[":path"] == "/rooms/room_a/agent-sessions/wsess_1/process"
+    assert headers["accept"] == "text/event-stream"
+    assert headers["x-letagents-agent-session-id"] == "wsess_1"
+    assert headers["x-letagents-agent-session-token"] == "secret-token-1"
