@@ -1541,10 +1541,12 @@ class Room:
                     posted.append(notice)
         return posted
 
-    async def run_liveness_sweeps(
+    async def run(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
-        """Sweep liveness every ``config.liveness_sweep_interval`` seconds, forever.
+        """Run the room's background work: a liveness sweep every
+        ``config.liveness_sweep_interval`` seconds, forever. :func:`serve_room`
+        starts it; an in-process embedder starts it with ``nursery.start``.
 
         Cancellation:
             Runs until cancelled; a sweep is synchronous, so cancellation

@@ -99,7 +99,7 @@ async def serve_room(
         binds: list[str] = await nursery.start(
             partial(_run_hypercorn, room, config, stop, backstop)
         )
-        await nursery.start(room.run_liveness_sweeps)
+        await nursery.start(room.run)
         url = binds[0]
         logger.info("room serving on %s", url)
         task_status.started(url)

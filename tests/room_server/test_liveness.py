@@ -105,7 +105,7 @@ async def test_the_periodic_sweep_posts_at_the_grace(
         owner_tokens={OWNER_TOKEN: "owner"},
         config=RoomConfig(liveness_notice_after_ms=120_000),
     )
-    await nursery.start(room.run_liveness_sweeps)
+    await nursery.start(room.run)
     body = registration(name="Builder")
     created = await room.register(OWNER_TOKEN, ROOM, body)
     session = dict(created.body)
