@@ -222,7 +222,7 @@ class Proc:
 
 @asynccontextmanager
 async def open_proc(
-    transport: httpx2.AsyncBaseTransport,
+    transport: httpx2.AsyncBaseTransport | None,
     path: Path,
     *,
     api_url: str = "http://room.test",
@@ -230,7 +230,10 @@ async def open_proc(
     chat_storage: ChatStorage | None = None,
     owner_mode: bool = True,
 ) -> AsyncIterator[Proc]:
-    """Open one simulated MCP server on the state file ``path``."""
+    """Open one simulated MCP server on the state file ``path``.
+
+    ``transport=None`` uses the network (``api_url`` of a served room).
+    """
     store = LocalStateStore(path)
     async with (
         RoomClient(api_url, owner_token=owner_token, transport=transport, state=store) as client,

@@ -121,6 +121,8 @@ async def test_request_sequences_of_create_restart_resume_and_recover(
             assert resumed.session.display_name == "Juniper"
             assert resumed.session.session_token != created.session.session_token
             body = faults.registration_bodies[-1]
+            # §8.1.4: one machine, one process_host_id, whichever process registers.
+            assert body["process_host_id"] == faults.registration_bodies[0]["process_host_id"]
             assert body["replace_agent_session_id"] == sid
             assert body["replace_agent_session_token"] == created.session.session_token
 
