@@ -476,8 +476,14 @@ async def test_disconnect_ends_the_session_here_and_at_the_room(
                 pass
         with pytest.raises(WorkerError, match="no worker named"):
             await p.handles.register(room_id=ROOM, display_name="Cedar", recover_lost_worker=True)
-    # Released before the end: no exit announcement for it at shutdown.
-    assert fake_room.exits == []
+        # Released before the end: no exit announcement for it at shutdown.
+        await trio.testing.wait_all_tasks_blocked()
+        assert fake_room.exits == []
+        back = await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
+        assert back.session.session_id == sid
+        assert back.session.display_name == "Cedar"
+        assert back.session.ended_at is None
+        await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
 
 
 # --- validation order and exact texts ---------------------------------------------------------
