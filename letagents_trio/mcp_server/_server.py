@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, cast, final
 
 import trio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
 
 from .._api import RoomClient
@@ -167,23 +168,30 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         """Serve MCP on stdin/stdout until the host stops it; then announce exits.
 
         Stops on SIGINT, SIGTERM, or stdin at end of file; returns normally in
-        every case (the process then exits 0).
+        every case (the process then exits 0). The lifespan is entered here,
+        *outside* the serving scope, so that a stop cancels only the serving
+        (the dispatcher and the calls in flight) while the held connections
+        stay intact until the connection manager closes them itself and
+        announces their exits, connection ids included.
 
         Cancellation:
-            Cancelled from outside (an embedding host), it stops the same way:
-            calls in flight are cancelled, exits are announced within the exit
-            deadline (shielded), then the cancellation goes on.
+            Cancelled from outside (an embedding host), it stops the same way,
+            except that the manager then announces from inside the
+            cancellation (shielded, within the exit deadline).
         """
-        async with trio.open_nursery() as nursery:
+        lowlevel = self._lowlevel_server
+        async with lowlevel.lifespan(lowlevel) as state, trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
             with claim_stdin() as stdin:
                 async with stdio_server(stdin=cast("Any", stdin)) as (read_stream, write_stream):
-                    await self._lowlevel_server.run(
+                    await serve_dual_era_loop(
+                        lowlevel,
                         read_stream,
                         write_stream,
-                        self._lowlevel_server.create_initialization_options(),
+                        lifespan_state=state,
+                        init_options=lowlevel.create_initialization_options(),
                     )
-            logger.info("stdin closed: stopped")
+            logger.info("stdin closed: stopping")
             nursery.cancel_scope.cancel(reason="stdin closed")
 
 
