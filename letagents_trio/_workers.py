@@ -147,6 +147,7 @@ __all__ = [
     "UNKNOWN_WORKER_TEXT",
     "WORKER_OR_SESSION_TEXT",
     "WorkerHandles",
+    "WorkerHandlesStatistics",
     "WorkerRegistration",
     "public_session",
     "recover_ambiguous_text",
@@ -316,6 +317,23 @@ class WorkerRegistration:
     def public_session(self) -> dict[str, Any]:
         """The session's public projection (§5.3): never a token or a bearer."""
         return public_session(self.session)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class WorkerHandlesStatistics:
+    """A snapshot of a :class:`WorkerHandles`.
+
+    Attributes:
+        pinned_sessions: sessions this process pinned (the fast path and
+            ``acting_as`` work for these only).
+        registrations_in_flight: (worker, room) registrations running now.
+        account_cached: whether the account login is cached.
+    """
+
+    pinned_sessions: int
+    registrations_in_flight: int
+    account_cached: bool
 
 
 @final
@@ -515,6 +533,14 @@ class WorkerHandles:
     def pinned(self, session_id: str) -> AgentSession | None:
         """This process's pinned copy of a session, or ``None`` (§6.4)."""
         return self._pins.get(session_id)
+
+    def statistics(self) -> WorkerHandlesStatistics:
+        """A frozen snapshot: pins, registrations in flight, whether the account is cached."""
+        return WorkerHandlesStatistics(
+            pinned_sessions=len(self._pins),
+            registrations_in_flight=len(self._in_flight),
+            account_cached=self._account_login is not None,
+        )
 
     def forget_account(self) -> None:
         """Drop the cached account (call after the owner signs in or out)."""

@@ -43,6 +43,7 @@ from letagents_trio._workers import (
     SUPERSEDED_TEXT,
     SUPERVISED_TEXT,
     UNKNOWN_WORKER_TEXT,
+    WorkerHandlesStatistics,
     WorkerRegistration,
 )
 
@@ -211,6 +212,11 @@ async def test_the_account_is_looked_up_once(
         await p.handles.register(room_id=ROOM, registration_key="a")
         await p.handles.register(room_id=ROOM, registration_key="b")
     assert faults.requests().count("GET /agents/me") == 1
+    assert p.handles.statistics() == WorkerHandlesStatistics(
+        pinned_sessions=2, registrations_in_flight=0, account_cached=True
+    )
+    p.handles.forget_account()
+    assert not p.handles.statistics().account_cached
 
 
 async def test_a_failed_account_lookup_is_not_cached(
