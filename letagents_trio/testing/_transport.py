@@ -224,11 +224,10 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
             logger.exception("in-process app failed on %s %s", scope["method"], scope["path"])
             if exchange.started.is_set():
                 exchange.finish_body(httpx2.ReadError("the app failed mid-response"))
-            else:
-                _answer_internal_error(exchange)
         finally:
             if not exchange.started.is_set() and exchange.failure is None:
-                # The app returned without answering: a real server says 500.
+                # The app failed or returned without answering: a real server
+                # says 500 (once: this is the only place that answers it).
                 _answer_internal_error(exchange)
             exchange.started.set()
             exchange.finish_body()
