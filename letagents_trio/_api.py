@@ -27,6 +27,7 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -53,6 +54,8 @@ _WORKER_CREDENTIAL_KEYS = ("agent_session_token", "replace_agent_session_token",
 # Body keys whose values are secrets, redacted from anything shown.
 _SECRET_KEYS = (*_WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
 _REDACTED = "[redacted]"
+# Idle connections kept for ordinary calls; streams do not return theirs.
+KEEPALIVE_CONNECTIONS = 32
 # Shorter "secrets" are not redacted: replacing every "ab" would garble bodies,
 # and a credential that short protects nothing anyway.
 _MIN_SECRET_LENGTH = 4
@@ -127,6 +130,8 @@ class RoomClient:
         self.api_url = api_url.rstrip("/")
         self._owner_token = owner_token or None
         self._state = state
+        self._injected_transport = transport
+        self._ssl_context: ssl.SSLContext | None = None
         self._http = httpx2.AsyncClient(
             transport=transport,
             timeout=httpx2.Timeout(
@@ -134,6 +139,12 @@ class RoomClient:
                 read=None,
                 write=_protocol.CONNECT_TIMEOUT,
                 pool=_protocol.CONNECT_TIMEOUT,
+            ),
+            # Every process stream holds one HTTP/1.1 connection for as long as
+            # the process runs, so the pool must not cap connections (httpx2's
+            # default of 100 would leave holder 101 waiting for a free one).
+            limits=httpx2.Limits(
+                max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
             ),
             follow_redirects=False,
         )
@@ -222,15 +233,52 @@ class RoomClient:
         headers = self._headers(session, json_body=False)
         headers["Accept"] = _protocol.EVENT_STREAM
         headers["Cache-Control"] = "no-store"
+        request = self._http.build_request(
+            "GET", self.session_url(session, "/process"), headers=headers
+        )
         try:
-            async with self._http.stream(
-                "GET", self.session_url(session, "/process"), headers=headers
-            ) as response:
+            async with self._send(request, dedicated=True) as response:
                 yield response
         except httpx2.TransportError as exc:
             raise RoomUnreachable(
                 f"process stream to {self.api_url} failed: {type(exc).__name__}"
             ) from exc
+
+    @asynccontextmanager
+    async def _send(
+        self, request: httpx2.Request, *, dedicated: bool
+    ) -> AsyncIterator[httpx2.Response]:
+        """Send ``request`` and yield the unread response; close it on the way out.
+
+        ``dedicated`` sends it over a connection of its own instead of the
+        shared pool. httpcore's pool does work in proportion to the requests it
+        holds on every request and every close, so a thousand long-lived
+        process streams in one pool cost O(n²); a one-connection transport per
+        stream (and per exit announcement, which come all at once) keeps each
+        O(1). A transport injected for tests is used as it is.
+        """
+        if not dedicated or self._injected_transport is not None:
+            response = await self._http.send(request, stream=True)
+            try:
+                yield response
+            finally:
+                await response.aclose()
+            return
+        if self._ssl_context is None:
+            self._ssl_context = httpx2.create_ssl_context()
+        transport = httpx2.AsyncHTTPTransport(
+            verify=self._ssl_context,
+            limits=httpx2.Limits(max_connections=1, max_keepalive_connections=0),
+        )
+        try:
+            response = await transport.handle_async_request(request)
+            response.request = request
+            try:
+                yield response
+            finally:
+                await response.aclose()
+        finally:
+            await transport.aclose()
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
@@ -251,8 +299,12 @@ class RoomClient:
             "agent_session_token": session.session_token,
             "process_connection_id": connection_id,
         }
-        answer = await self.call(
-            "POST", self.session_url(session, "/process/exit"), json=body, session=session
+        answer = await self._call(
+            "POST",
+            self.session_url(session, "/process/exit"),
+            json=body,
+            session=session,
+            dedicated=True,
         )
         return isinstance(answer, Mapping) and answer.get("recorded") is True
 
@@ -284,11 +336,24 @@ class RoomClient:
             A checkpoint. Cancelled while the request is in flight, the
             connection is closed; the room may have acted on the request.
         """
+        return await self._call(method, path, json=json, session=session, dedicated=False)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: object,
+        session: AgentSession | None,
+        dedicated: bool,
+    ) -> Any:
         url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
         content = None if json is None else _dumps(json)
         headers = self._headers(session, json_body=True)
+        request = self._http.build_request(method, url, content=content, headers=headers)
         try:
-            response = await self._http.request(method, url, content=content, headers=headers)
+            async with self._send(request, dedicated=dedicated) as response:
+                await response.aread()
         except httpx2.RequestError as exc:
             # TransportError, and DecodingError for a body that cannot be decoded.
             raise RoomUnreachable(f"{method} {_path_of(url)} failed: {type(exc).__name__}") from exc

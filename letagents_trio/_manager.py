@@ -10,7 +10,9 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
 1. takes a snapshot of every holder and its current connection id, and forgets
    them all, so a second announcement sends nothing;
 2. for every holder at once: stops it and waits for its stream to close (so
-   nothing the room sends back is read as news), then POSTs
+   nothing the room sends back is read as news), then POSTs (at most
+   ``policy.exit_concurrency`` in flight, so with thousands of sessions they
+   complete in turn instead of all finishing late)
    ``…/process/exit`` with ``{agent_session_id, agent_session_token,
    process_connection_id}`` (the id of the stream that was open, or null);
 3. does all of step 2 under ONE shielded deadline,
@@ -142,6 +144,7 @@ class ConnectionManager:
         self._events_dropped = 0
         self._closing = False
         self._announced: tuple[ExitAnnouncement, ...] | None = None
+        self._exit_limiter = trio.CapacityLimiter(policy.exit_concurrency)
 
     def __repr__(self) -> str:
         return f"<ConnectionManager holders={len(self._holders)} closing={self._closing}>"
@@ -305,7 +308,8 @@ class ConnectionManager:
         recorded: bool | None = None
         error: str | None = None
         try:
-            recorded = await self._connector.announce_exit(session, connection_id)
+            async with self._exit_limiter:
+                recorded = await self._connector.announce_exit(session, connection_id)
         except ApiError as exc:
             error = f"HTTP {exc.status}"
         except RoomUnreachable:

@@ -84,6 +84,11 @@ def _check_max_event_bytes(instance: object, attribute: attrs.Attribute[Any], va
         raise ValueError(f"HoldPolicy.max_event_bytes must be at least 1024, got {value!r}")
 
 
+def _check_exit_concurrency(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"HoldPolicy.exit_concurrency must be an int >= 1, got {value!r}")
+
+
 @final
 @attrs.frozen(kw_only=True)
 class HoldPolicy:
@@ -105,6 +110,11 @@ class HoldPolicy:
             ``[delay * (1 - j), delay]``.
         rng: the random source for jitter; inject a seeded one for tests.
         max_event_bytes: the largest SSE line or event accepted on the stream.
+        exit_concurrency: how many exit announcements are in flight at once.
+            The Node client sends them all at once; with thousands of sessions a
+            room then answers every one late, and none inside the deadline.
+            Capped, they complete in turn, so as many as the room can take in
+            the deadline get through (64 measured best over loopback).
     """
 
     dropped_delays: tuple[float, ...] = attrs.field(
@@ -129,6 +139,9 @@ class HoldPolicy:
     rng: random.Random = attrs.field(factory=random.Random, eq=False, repr=False)
     max_event_bytes: int = attrs.field(
         default=_protocol.MAX_EVENT_BYTES, validator=_check_max_event_bytes
+    )
+    exit_concurrency: int = attrs.field(
+        default=_protocol.EXIT_CONCURRENCY, validator=_check_exit_concurrency
     )
 
     def delays_for(self, outcome: Outcome) -> tuple[float, ...]:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
 import httpx2
+import trio
 
 from . import _protocol
 from ._errors import LetAgentsError, RoomUnreachable
@@ -148,6 +149,22 @@ def _connection_id(data: str) -> str | None:
     return None
 
 
+async def _unwind(chunks: AsyncGenerator[bytes, None]) -> None:
+    """Finish a body iterator that was left part way (an ``ended`` event, a protocol error).
+
+    httpx2 reads a body through a chain of async generators, and ``aclose()``
+    on the outer one leaves the inner ones suspended, for trio to finalize with
+    a ResourceWarning. Reading once more inside an already-cancelled scope
+    makes the innermost one hit a checkpoint, and the ``Cancelled`` travels up
+    through every layer, so each finishes. Call it in a cancelled scope.
+    """
+    try:
+        while True:
+            await anext(chunks)
+    except (StopAsyncIteration, httpx2.TransportError):
+        pass
+
+
 @final
 class SSEConnector:
     """The process connection over the room's Server-Sent-Events route.
@@ -178,7 +195,12 @@ class SSEConnector:
                 max_line_bytes=self._max_event_bytes, max_event_bytes=self._max_event_bytes
             )
             async with aclosing(response.aiter_bytes()) as chunks:
-                yield _SSENews(chunks, decoder)
+                try:
+                    yield _SSENews(chunks, decoder)
+                finally:
+                    # Already cancelled and shielded: bounded, it never waits.
+                    with trio.move_on_after(0, shield=True):
+                        await _unwind(chunks)
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """POST the exit announcement (see :meth:`RoomClient.announce_exit`).

@@ -8,9 +8,11 @@ Bounded by ``trio.fail_after``; no mock clock here.
 
 from __future__ import annotations
 
+import gc
 import secrets
 
 import trio
+import trio.testing
 
 from letagents_trio import EventKind, HolderEvent, HolderStatus, RoomClient, open_connection_manager
 from letagents_trio.room_server import MemoryStore, Room, serve_room
@@ -55,4 +57,65 @@ async def test_hold_drop_reopen_and_exit_over_loopback() -> None:
             row = room.session(session.session_id)
             assert row is not None
             assert row.process_connection_id == "exited"
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_ended_stream_is_closed_cleanly_over_loopback() -> None:
+    """Stopping on ``event: ended`` mid-body leaves no async generator to the GC.
+
+    httpx2 reads a body through a chain of async generators; abandoning it part
+    way leaves trio to finalize the inner ones, with a ResourceWarning that
+    ``filterwarnings = error`` turns into a failure here.
+    """
+    owner_token = secrets.token_urlsafe(16)
+    room = Room(store=MemoryStore(), owner_tokens={owner_token: "owner"})
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            api_url = await nursery.start(serve_room, room)
+            session = await register_worker(
+                room, owner_token=owner_token, owner_login="owner", display_name="Cedar"
+            )
+            async with (
+                RoomClient(api_url, owner_token=owner_token) as client,
+                open_connection_manager(client, owner_mode=True) as manager,
+            ):
+                with manager.subscribe(100) as events:
+                    holder = manager.hold(session)
+                    assert holder is not None
+                    await next_connection(events)
+                    room.end_session(session.session_id)
+                    await holder.wait_status(HolderStatus.ENDED)
+            gc.collect()
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+
+
+async def test_more_streams_than_a_default_connection_pool_holds() -> None:
+    """Each stream holds a connection; httpx2's default pool would stop at 100."""
+    owner_token = secrets.token_urlsafe(16)
+    room = Room(store=MemoryStore(), owner_tokens={owner_token: "owner"})
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            api_url = await nursery.start(serve_room, room)
+            sessions = [
+                await register_worker(
+                    room,
+                    owner_token=owner_token,
+                    owner_login="owner",
+                    room_id=f"room_{i % 5}",
+                    display_name=f"Worker{i}",
+                )
+                for i in range(150)
+            ]
+            async with (
+                RoomClient(api_url, owner_token=owner_token) as client,
+                open_connection_manager(client, owner_mode=True) as manager,
+            ):
+                holders = [manager.hold(s) for s in sessions]
+                for holder in holders:
+                    assert holder is not None
+                    await holder.wait_status(HolderStatus.OPEN)
+                assert room.statistics().open_process_streams == 150
+                report = await manager.announce_exits()
+            assert sum(1 for a in report if a.recorded) == 150
             nursery.cancel_scope.cancel()

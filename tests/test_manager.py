@@ -395,3 +395,43 @@ async def test_no_secret_reaches_a_log_line(
     assert session.session_token not in logged
     assert fake_room.owner_token not in logged
     assert session.session_token not in repr(manager) + repr(client) + repr(holder)
+
+
+async def test_exit_announcements_are_sent_in_turns_of_exit_concurrency(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(5)]
+    fake_room.black_hole_exits = True
+    policy = HoldPolicy(exit_concurrency=2)
+    async with fake_room.client() as client:
+        async with open_connection_manager(client, policy=policy) as manager:
+            for s in sessions:
+                manager.hold(s)
+            await trio.sleep(1)
+        assert trio.current_time() == 2.5
+    # Two were in flight (and never answered) when the deadline ended the goodbye.
+    assert len(fake_room.exits) == 2
+
+
+async def test_by_default_a_handful_of_exits_all_go_out_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(5)]
+    fake_room.black_hole_exits = True
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            for s in sessions:
+                manager.hold(s)
+            await trio.sleep(1)
+    assert {e.time for e in fake_room.exits} == {1}
+    assert len(fake_room.exits) == 5
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5])
+def test_exit_concurrency_must_be_a_positive_int(bad: object) -> None:
+    with pytest.raises(ValueError, match="exit_concurrency"):
+        HoldPolicy(exit_concurrency=bad)  # type: ignore[arg-type]
+
+
+def test_exit_concurrency_defaults_to_64() -> None:
+    assert HoldPolicy().exit_concurrency == 64

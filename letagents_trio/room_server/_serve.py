@@ -36,6 +36,7 @@ logger = logging.getLogger("letagents_trio.room_server")
 
 # Open requests get this long to finish once the server stops accepting: a
 # poll or a registration in flight can answer, a held stream is already closed.
+LISTEN_BACKLOG: Final = 4096
 GRACEFUL_TIMEOUT: Final = 2.0
 # The whole stop never takes longer than this, whatever a connection does.
 SHUTDOWN_TIMEOUT: Final = 5.0
@@ -91,6 +92,9 @@ async def serve_room(
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.graceful_timeout = GRACEFUL_TIMEOUT
+    # A process restarting with thousands of sessions reconnects them all at
+    # once; hypercorn's default backlog (100) would drop most of those SYNs.
+    config.backlog = LISTEN_BACKLOG
     config.accesslog = None
     config.errorlog = logging.getLogger("letagents_trio.room_server.http")
     stop = trio.Event()
