@@ -1,0 +1,75 @@
+"""ServerConfig.from_env reads upstream's variables with upstream's rules; the contract flag."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from letagents_trio import LocalStateStore
+from letagents_trio.mcp_server import RUNTIME_CONTRACT_ARG, ServerConfig, runtime_contract
+
+
+def test_defaults(tmp_path: Path) -> None:
+    """Unset variables give the Node client's defaults; no token without a state file."""
+    config = ServerConfig.from_env({"LETAGENTS_STATE_PATH": str(tmp_path / "s.json")})
+    assert config.api_url == "http://localhost:3001"
+    assert config.token is None
+    assert config.profile == "interactive_desktop"
+    assert config.worker_facade
+    assert config.poll_max_ms == 180_000
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("http://room:3001/", "http://room:3001"),
+        ("http://room:3001///", "http://room:3001"),
+        ("", "http://localhost:3001"),
+    ],
+)
+def test_api_url_loses_trailing_slashes(tmp_path: Path, raw: str, expected: str) -> None:
+    env = {"LETAGENTS_API_URL": raw, "LETAGENTS_STATE_PATH": str(tmp_path / "s.json")}
+    assert ServerConfig.from_env(env).api_url == expected
+
+
+async def test_token_falls_back_to_the_state_file(tmp_path: Path) -> None:
+    """LETAGENTS_TOKEN wins; else auth.token of the state file; the token is not in repr."""
+    store = LocalStateStore(tmp_path / "s.json")
+    await store.save_auth("stored-owner-token")
+    env = {"LETAGENTS_STATE_PATH": str(store.path)}
+    assert ServerConfig.from_env(env).token == "stored-owner-token"
+    config = ServerConfig.from_env({**env, "LETAGENTS_TOKEN": "env-token"})
+    assert config.token == "env-token"
+    assert "env-token" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("raw", "cap"), [("5000", 5_000), ("999", 180_000), ("nope", 180_000), ("1e12", 86_400_000)]
+)
+def test_poll_cap_is_parsed_like_the_rooms(tmp_path: Path, raw: str, cap: int) -> None:
+    env = {"LETAGENTS_POLL_MAX_MS": raw, "LETAGENTS_STATE_PATH": str(tmp_path / "s.json")}
+    assert ServerConfig.from_env(env).poll_max_ms == cap
+
+
+async def test_runtime_contract_flag_prints_the_supervised_surfaces() -> None:
+    """--letagents-runtime-contract prints the contract (no session tools under a supervisor)."""
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, "-m", "letagents_trio.mcp_server", RUNTIME_CONTRACT_ARG],
+            capture_stdout=True,
+            capture_stderr=True,
+        )
+    printed = json.loads(result.stdout)
+    assert printed == runtime_contract()
+    tools = ["get_room_guidelines", "read_messages", "send_message", "wait_for_messages"]
+    assert printed == {
+        "format": 1,
+        "profiles": {
+            "supervised_mcp_polling": {"contract": "custodial_polling_v1", "tools": tools},
+            "cursor_supervised_room_turn": {"tools": tools},
+        },
+    }
