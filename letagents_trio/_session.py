@@ -10,6 +10,7 @@ secret: it is hidden from ``repr`` and never logged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, final
 
 import attrs
@@ -23,7 +24,9 @@ _TYPED_KEYS = frozenset(
 
 
 def _freeze(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    return dict(value)
+    # A read-only view of a private copy: the value stays frozen even when the
+    # caller keeps (and changes) the mapping it passed in.
+    return MappingProxyType(dict(value))
 
 
 @final
@@ -47,7 +50,8 @@ class AgentSession:
     session_kind: str = "worker"
     ended_at: str | None = None
     display_name: str = ""
-    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze, repr=False)
+    # Compared, but not hashed (a mapping has no hash); equal values still hash equal.
+    extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze, repr=False, hash=False)
 
     @property
     def is_local(self) -> bool:
