@@ -84,5 +84,6 @@ class StateLockTimeout(StateError):
     """Another process held the state file's lock for longer than the lock timeout."""
 
 
+@final
 class WorkerError(LetAgentsError):
     """A worker-handle rule refused the call; the message is the exact upstream text."""
