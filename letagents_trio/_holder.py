@@ -155,6 +155,10 @@ class ProcessHolder:
         self._status = HolderStatus.CONNECTING
         self._status_lot = trio.lowlevel.ParkingLot()
         self._connection_id: str | None = None
+        # The connection this process still holds (or held when it was stopped):
+        # cleared only when an attempt ends on its own, never by cancellation,
+        # so the exit announcement can name it however the holder was stopped.
+        self._held_connection_id: str | None = None
         self._counters = dict.fromkeys(_RETRIED, 0)
         self._attempts = dict.fromkeys(Outcome, 0)
         self._opens = 0
@@ -216,6 +220,16 @@ class ProcessHolder:
         await trio.lowlevel.checkpoint()
         return self._status
 
+    @property
+    def held_connection_id(self) -> str | None:
+        """The connection an exit announcement names.
+
+        The id of the stream that was open when the holder stopped, even when
+        it was stopped by cancellation from outside (which clears
+        :attr:`connection_id` on the way out); None when no stream was open.
+        """
+        return self._held_connection_id
+
     # --- steering ------------------------------------------------------------------
 
     def stop(self, reason: str = "stopped") -> None:
@@ -269,6 +283,7 @@ class ProcessHolder:
             self._event(EventKind.ATTEMPT)
             outcome, detail = await self._attempt()
             closed_id, self._connection_id = self._connection_id, None
+            self._held_connection_id = None
             self._attempts[outcome] += 1
             self._last_outcome = outcome
             self._event(EventKind.CLOSED, outcome=outcome, connection_id=closed_id, detail=detail)
@@ -303,6 +318,7 @@ class ProcessHolder:
                         scope.relative_deadline = self._policy.silence_timeout
                         if news.connection_id is not None:
                             self._connection_id = news.connection_id
+                            self._held_connection_id = news.connection_id
                             self._event(EventKind.CONNECTION, connection_id=news.connection_id)
                         if news.ended:
                             return Outcome.ENDED, "ended event"

@@ -274,7 +274,7 @@ class ConnectionManager:
             await trio.lowlevel.checkpoint()
             return
         self._closing = True
-        snapshot = [(holder, holder.connection_id) for holder in self._holders.values()]
+        snapshot = [(holder, holder.held_connection_id) for holder in self._holders.values()]
         self._holders.clear()
         results: dict[str, ExitAnnouncement] = {}
         self._announced = ()

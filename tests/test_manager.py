@@ -176,11 +176,25 @@ async def test_embedder_cancellation_still_announces(
     async with fake_room.client() as client:
         with trio.move_on_after(7) as scope:
             async with open_connection_manager(client) as manager:
-                manager.hold(session)
-                await trio.sleep_forever()
+                holder = manager.hold(session)
+                assert holder is not None
+                await holder.wait_status(HolderStatus.OPEN)
+                await trio.testing.wait_all_tasks_blocked()
+                stream_id = holder.connection_id
+                assert stream_id is not None
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    # An embedder's own cleanup that awaits lets the cancelled
+                    # holders unwind (clearing connection_id) before the goodbye.
+                    with trio.CancelScope(shield=True):
+                        await trio.testing.wait_all_tasks_blocked()
+                    assert holder.status is HolderStatus.STOPPED
         assert scope.cancelled_caught
         assert trio.current_time() == 7
-    assert [e.time for e in fake_room.exits] == [7]
+    # The holders were cancelled with the block, yet the exit names their stream.
+    assert [(e.time, e.process_connection_id) for e in fake_room.exits] == [(7, stream_id)]
+    assert fake_room.exits[0].recorded is True
 
 
 async def test_an_exception_in_the_block_still_announces(

@@ -234,12 +234,17 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
             exchange.app_done.set()
 
     async def aclose(self) -> None:
-        """Refuse new requests; responses already open keep streaming.
+        """Nothing to close: the transport lives as long as its nursery.
+
+        Several clients may share one transport (a ``FakeRoom`` gives the same
+        one to each of its clients, and httpx2 closes a client's transport with
+        the client), so closing one client must not cut off the others. The
+        transport stops taking requests when :func:`open_streaming_transport`'s
+        block ends.
 
         Cancellation:
-            A checkpoint only; nothing to clean up.
+            A checkpoint only.
         """
-        self._closed = True
         await trio.lowlevel.checkpoint()
 
 
