@@ -4,7 +4,7 @@ The room learns that this process still exists from one long-lived connection
 per worker session (PROTOCOL §4). A :class:`ProcessHolder` is the task that
 holds it. Its loop, one pass per attempt:
 
-1. **Attempt**, inside a fresh ``CancelScope`` (``_attempt_scope``). Its deadline
+1. **Attempt**, inside a fresh ``CancelScope`` of its own. Its deadline
    is first the *answer timeout* (10 s) until the room accepts the connection;
    from then on it is a *sliding silence deadline* (45 s), re-armed
    (``scope.relative_deadline = silence``) each time a chunk of bytes arrives,
@@ -150,7 +150,6 @@ class ProcessHolder:
         self._still_ours = still_ours
         self._forget = forget
         self._scope = trio.CancelScope()
-        self._attempt_scope: trio.CancelScope | None = None
         self._backoff_scope: trio.CancelScope | None = None
         self._status = HolderStatus.CONNECTING
         self._status_lot = trio.lowlevel.ParkingLot()
@@ -307,7 +306,6 @@ class ProcessHolder:
     async def _attempt(self) -> tuple[Outcome, str]:
         opened = False
         with trio.CancelScope() as scope:
-            self._attempt_scope = scope
             scope.relative_deadline = self._policy.answer_timeout
             try:
                 async with self._connector.open(self._session) as news_stream:
@@ -330,8 +328,6 @@ class ProcessHolder:
             except StreamProtocolError as exc:
                 logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
                 return Outcome.DROPPED, "protocol error"
-            finally:
-                self._attempt_scope = None
         # Only this scope's own deadline gets here: a stop cancels the outer scope.
         return Outcome.DROPPED, "silence" if opened else "answer timeout"
 
