@@ -161,37 +161,31 @@ async def test_drop_reopens_after_one_second_each_time_it_reopens(
             await holder.wait_status(HolderStatus.WAITING)
 
 
-async def test_successive_drops_wait_1_2_5_5(
-    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+@pytest.mark.parametrize(
+    ("mode", "times"),
+    [
+        # 503: dropped, waits 1, 2, 5, 5.
+        (ProcessMode.ERROR, [0, 1, 3, 8, 13]),
+        # 404: unsupported, waits 10, 60, 300, 300.
+        (ProcessMode.UNKNOWN, [0, 10, 70, 370, 670]),
+        # 401: refused, waits 5, 15, 60, 60.
+        (ProcessMode.REFUSED, [0, 5, 20, 80, 140]),
+    ],
+    ids=["dropped", "unsupported", "refused"],
+)
+async def test_each_outcome_backs_off_on_its_own_schedule(
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    state: LocalStateStore,
+    mode: ProcessMode,
+    times: list[float],
 ) -> None:
     session = await stored_worker(fake_room, state)
-    fake_room.set_process_mode(ProcessMode.ERROR)
+    fake_room.set_process_mode(mode)
     async with managed(fake_room, state) as manager:
         manager.hold(session)
-        await wait_attempts(fake_room, session, 5)
-        assert attempt_times(fake_room, session) == [0, 1, 3, 8, 13]
-
-
-async def test_unknown_route_waits_10_60_300_300(
-    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
-) -> None:
-    session = await stored_worker(fake_room, state)
-    fake_room.set_process_mode(ProcessMode.UNKNOWN)
-    async with managed(fake_room, state) as manager:
-        manager.hold(session)
-        await wait_attempts(fake_room, session, 5)
-        assert attempt_times(fake_room, session) == [0, 10, 70, 370, 670]
-
-
-async def test_refused_waits_5_15_60_60(
-    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
-) -> None:
-    session = await stored_worker(fake_room, state)
-    fake_room.set_process_mode(ProcessMode.REFUSED)
-    async with managed(fake_room, state) as manager:
-        manager.hold(session)
-        await wait_attempts(fake_room, session, 5)
-        assert attempt_times(fake_room, session) == [0, 5, 20, 80, 140]
+        await wait_attempts(fake_room, session, len(times))
+        assert attempt_times(fake_room, session) == times
 
 
 async def test_counters_are_independent_and_reset_only_on_open(
