@@ -63,6 +63,7 @@ __all__ = [
     "fold",
     "is_durable_worker_id",
     "is_generic_name",
+    "js_trim",
     "name_key",
     "normalize_ide_label",
     "owner_attribution",
@@ -130,13 +131,19 @@ def fold(s: str) -> str:
     return s.translate(_ASCII_FOLD)
 
 
-def _trim(s: str) -> str:
+def js_trim(s: str) -> str:
+    """Strip leading and trailing whitespace as JavaScript's ``String.prototype.trim`` does.
+
+    The whitespace set is JavaScript's ``\\s`` (see the module docstring), not
+    Python's ``str.strip``, which also strips ``\\x1c``-``\\x1f`` and so would
+    make a name that upstream keeps as typed look trimmed here.
+    """
     return _TRIM.sub("", s)
 
 
 def routing_sender(s: str) -> str:
     """Return ``s`` trimmed and folded, with each whitespace run made one space."""
-    return _SPACE_RUN.sub(" ", fold(_trim(s)))
+    return _SPACE_RUN.sub(" ", fold(js_trim(s)))
 
 
 def routing_handle(s: str) -> str:
@@ -233,7 +240,7 @@ def owner_attribution(owner: str) -> str:
 
     The owner is trimmed first; a final ``S`` counts as an ``s``.
     """
-    owner = _trim(owner)
+    owner = js_trim(owner)
     if owner[-1:] in ("s", "S"):
         return f"{owner}' agent"
     return f"{owner}'s agent"
@@ -254,7 +261,7 @@ def actor_label(display_name: str, owner: str, ide_label: str | None) -> str:
         The label, e.g. ``"RiverValley | James' agent | Claude Code"``.
     """
     ide = normalize_ide_label(ide_label)
-    if not _trim(owner):
+    if not js_trim(owner):
         return f"{display_name} | {ide}"
     return f"{display_name} | {owner_attribution(owner)} | {ide}"
 
@@ -289,7 +296,7 @@ def allocation_base(display_name: str | None, ide_label: str | None, agent_key: 
     """
     if display_name is None or is_generic_name(display_name, ide_label):
         return codename(agent_key).display_name
-    return _trim(display_name)
+    return js_trim(display_name)
 
 
 def allocation_candidates(

@@ -105,10 +105,10 @@ from ._identity import (
 )
 from ._names import (
     AGENT_CODENAME_SPACE,
-    _trim,
     actor_label,
     codename,
     is_durable_worker_id,
+    js_trim,
     name_key,
 )
 from ._session import AgentSession
@@ -647,9 +647,9 @@ class WorkerHandles:
         """
         if session_kind == "controller":
             raise WorkerError(CONTROLLER_TEXT)
-        if room_id is None or not _trim(room_id):
+        if room_id is None or not js_trim(room_id):
             raise WorkerError(ROOM_REQUIRED_TEXT)
-        recover_name = _trim(display_name or "")
+        recover_name = js_trim(display_name or "")
         if recover_lost_worker and (worker_id or registration_key or not recover_name):
             raise WorkerError(RECOVER_ARGUMENTS_TEXT)
         owner = await self._owner()
@@ -665,7 +665,7 @@ class WorkerHandles:
             raise WorkerError(BOTH_HANDLES_TEXT)
         name_held_here: str | None = None
         if not worker_id:
-            if not registration_key or not _trim(registration_key):
+            if not registration_key or not js_trim(registration_key):
                 raise WorkerError(NEW_CHAT_KEY_TEXT)
             worker_id, name_held_here = await self._create(
                 owner, registration_key, display_name, room_id
@@ -695,7 +695,7 @@ class WorkerHandles:
         )
         name_held_here: str | None = None
         if not known:
-            held = self._held_under(_trim(display_name or ""), owner.scope, room_id)
+            held = self._held_under(js_trim(display_name or ""), owner.scope, room_id)
             name_held_here = held[0][1] if held else None
 
         def create_or_reuse(state: dict[str, Any]) -> str:
@@ -713,7 +713,7 @@ class WorkerHandles:
                 "worker_id": new_id,
                 "scope": owner.scope,
                 "registration_key_hash": key_hash,
-                "display_name": _trim(display_name or "") or codename(new_id).display_name,
+                "display_name": js_trim(display_name or "") or codename(new_id).display_name,
                 "rooms": {},
             }
             logger.info("created worker %s", new_id)
