@@ -48,13 +48,26 @@ CONNECT_TIMEOUT: Final = 10.0
 SSE_HEARTBEAT_INTERVAL: Final = 15.0
 # While a process stream is open the room refreshes process_seen_at this often.
 PROCESS_REFRESH_INTERVAL: Final = 30.0
+# The longest a living client waits before reopening; the same-host grace is 3x this.
 RECONNECT_MAX_DELAY: Final = 5.0
+# A closed stream not reopened this long, by a registrant on the same host, has exited.
 PROCESS_GONE_ON_SAME_HOST_AFTER: Final = 15.0
+# Silence after which a process that once had a stream is gone, seen from anywhere.
 PROCESS_GONE_AFTER: Final = 600.0
+# Silence after which a session that never opened a stream is gone (when it can recover).
 WITHOUT_EVIDENCE_GONE_AFTER: Final = 3600.0
+# After its last message request closes, delivery still counts as open this long.
 DELIVERY_LINGERS: Final = 12.0
+# Added to the moment a name comes free before a registration re-reads the room.
 NAME_WAIT_MARGIN: Final = 0.5
+# A non-durable live session of the same instance unseen this long may be
+# replaced without proof (upstream's 90 s presence window + 10 s grace).
 SAME_INSTANCE_RECLAIM_STALE_AFTER: Final = 100.0
+# Liveness notices (§7.5): sessions quiet longer than this are never announced.
+OFFLINE_ANNOUNCE_MAX_AGE: Final = 3600.0
+# A long poll that names no timeout waits this long (upstream's older default).
+DEFAULT_POLL_TIMEOUT: Final = 30.0
+# Stored in place of process_connection_id once a process announced its exit.
 AGENT_PROCESS_EXITED: Final = "exited"
 
 # --- headers, media types, texts ----------------------------------------------
@@ -64,11 +77,50 @@ SESSION_TOKEN_HEADER: Final = "X-LetAgents-Agent-Session-Token"
 ORIGIN_ROOM_ID_HEADER: Final = "X-LetAgents-Origin-Room-Id"
 EVENT_STREAM: Final = "text/event-stream"
 
+# The prefix a client looks for in a 401 body to learn its session ended.
 AGENT_SESSION_ENDED_ERROR: Final = "This agent session has ended."
+# The room's whole 401 text for the credentials of an ended session.
 AGENT_SESSION_ENDED_ADVICE: Final = (
     AGENT_SESSION_ENDED_ERROR + " Call register_agent_session again to go on working in this room."
     " If the same error returns, register with a new registration_key,"
     " or have the LetAgents MCP server restarted and register once more."
 )
 
+# --- the room's refusals (PROTOCOL §2.1, R3-R6), byte for byte -----------------
+# Clients match on these texts and codes, so the room must send exactly them.
+
+BUSY_TEXT: Final = "Agent session registration is busy. Retry shortly."
+REGISTRATION_AUTH_TEXT: Final = "Agent session registration requires authenticated owner context."
+ACTOR_KEY_REQUIRED_TEXT: Final = "actor_key is required"
+ACTOR_KEY_NOT_OWNED_TEXT: Final = "actor_key is not owned by this account"
+DURABLE_CREDENTIAL_TEXT: Final = "A durable worker requires a valid prepared connection credential."
+REPLACEMENT_PAIR_TEXT: Final = (
+    "replace_agent_session_id and replace_agent_session_token must be supplied together."
+)
+IDENTITY_TOO_LONG_TEXT: Final = "Agent identity fields exceed the supported message-routing bounds."
+ALREADY_ACTIVE_TEXT: Final = (
+    "This exact agent instance is already active on another live transport."
+)
+NAMES_EXHAUSTED_TEXT: Final = (
+    "Could not allocate a unique active worker display name for this room."
+)
+SESSION_ENDED_410_TEXT: Final = "Agent session has ended."
+INVALID_CREDENTIALS_TEXT: Final = "Invalid agent session credentials."
+BEARER_MISMATCH_TEXT: Final = "Invalid or mismatched agent session bearer credentials."
+SESSION_REQUIRED_TEXT: Final = "Registered worker session is required for agent write actions."
+WORKER_REQUIRED_TEXT: Final = "Worker session is required for agent write actions."
+OWN_PROCESS_TEXT: Final = "A process connection belongs to its own session."
+OWN_EXIT_TEXT: Final = "A process speaks only for its own session."
+OWN_DISCONNECT_TEXT: Final = "Worker sessions can only disconnect themselves."
+SESSION_NOT_FOUND_TEXT: Final = "Agent session not found"
+SESSION_ID_REQUIRED_TEXT: Final = "agent_session_id is required"
+
+# The machine-readable ``code`` beside some of those texts.
+AGENT_SESSION_ENDED_CODE: Final = "agent_session_ended"
+ALREADY_ACTIVE_CODE: Final = "agent_instance_already_active"
+NAMES_EXHAUSTED_CODE: Final = "agent_session_display_name_exhausted"
+IDENTITY_TOO_LONG_CODE: Final = "agent_identity_too_long"
+REPLACEMENT_PROOF_CODE: Final = "invalid_agent_session_replacement_proof"
+
+# Where a client goes when neither the environment nor the caller names a room API.
 DEFAULT_API_URL: Final = "http://localhost:3001"

@@ -70,12 +70,41 @@ from .._names import (
     is_durable_worker_id,
     name_key,
 )
-from .._protocol import AGENT_SESSION_ENDED_ADVICE
+from .._protocol import (
+    ACTOR_KEY_NOT_OWNED_TEXT,
+    ACTOR_KEY_REQUIRED_TEXT,
+    AGENT_PROCESS_EXITED,
+    AGENT_SESSION_ENDED_ADVICE,
+    AGENT_SESSION_ENDED_CODE,
+    ALREADY_ACTIVE_CODE,
+    ALREADY_ACTIVE_TEXT,
+    BEARER_MISMATCH_TEXT,
+    BUSY_TEXT,
+    DEFAULT_POLL_TIMEOUT,
+    DURABLE_CREDENTIAL_TEXT,
+    IDENTITY_TOO_LONG_CODE,
+    IDENTITY_TOO_LONG_TEXT,
+    INVALID_CREDENTIALS_TEXT,
+    NAMES_EXHAUSTED_CODE,
+    NAMES_EXHAUSTED_TEXT,
+    OFFLINE_ANNOUNCE_MAX_AGE,
+    OWN_DISCONNECT_TEXT,
+    OWN_EXIT_TEXT,
+    OWN_PROCESS_TEXT,
+    REGISTRATION_AUTH_TEXT,
+    REPLACEMENT_PAIR_TEXT,
+    REPLACEMENT_PROOF_CODE,
+    SAME_INSTANCE_RECLAIM_STALE_AFTER,
+    SESSION_ENDED_410_TEXT,
+    SESSION_ID_REQUIRED_TEXT,
+    SESSION_NOT_FOUND_TEXT,
+    SESSION_REQUIRED_TEXT,
+    WORKER_REQUIRED_TEXT,
+)
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
 from ._presence import (
     AGENT_DELIVERY_LINGERS_MS,
-    AGENT_PROCESS_EXITED,
     Holder,
     Registrant,
     SessionEvidence,
@@ -108,33 +137,9 @@ logger = logging.getLogger("letagents_trio.room_server")
 
 CloseMode = Literal["ended", "replaced", "shutdown", "dropped"]
 
-# --- exact texts of PROTOCOL.md §2.1 -----------------------------------------
-BUSY_TEXT: Final = "Agent session registration is busy. Retry shortly."
-REGISTRATION_AUTH_TEXT: Final = "Agent session registration requires authenticated owner context."
-ACTOR_KEY_REQUIRED_TEXT: Final = "actor_key is required"
-ACTOR_KEY_NOT_OWNED_TEXT: Final = "actor_key is not owned by this account"
-DURABLE_CREDENTIAL_TEXT: Final = "A durable worker requires a valid prepared connection credential."
-REPLACEMENT_PAIR_TEXT: Final = (
-    "replace_agent_session_id and replace_agent_session_token must be supplied together."
-)
-IDENTITY_TOO_LONG_TEXT: Final = "Agent identity fields exceed the supported message-routing bounds."
-ALREADY_ACTIVE_TEXT: Final = (
-    "This exact agent instance is already active on another live transport."
-)
-NAMES_EXHAUSTED_TEXT: Final = (
-    "Could not allocate a unique active worker display name for this room."
-)
-SESSION_ENDED_410_TEXT: Final = "Agent session has ended."
-INVALID_CREDENTIALS_TEXT: Final = "Invalid agent session credentials."
-BEARER_MISMATCH_TEXT: Final = "Invalid or mismatched agent session bearer credentials."
-SESSION_REQUIRED_TEXT: Final = "Registered worker session is required for agent write actions."
-WORKER_REQUIRED_TEXT: Final = "Worker session is required for agent write actions."
-OWN_PROCESS_TEXT: Final = "A process connection belongs to its own session."
-OWN_EXIT_TEXT: Final = "A process speaks only for its own session."
-OWN_DISCONNECT_TEXT: Final = "Worker sessions can only disconnect themselves."
-SESSION_NOT_FOUND_TEXT: Final = "Agent session not found"
-SESSION_ID_REQUIRED_TEXT: Final = "agent_session_id is required"
-# Our own texts (upstream's were not read, PROTOCOL.md §9.7).
+# The exact texts and codes of PROTOCOL.md §2.1 are imported from _protocol.py
+# (one copy for the room and its clients).
+# --- texts of our own (upstream's were not read, PROTOCOL.md §9.7) ---------------
 ROOM_NOT_FOUND_TEXT: Final = "Room not found"
 OWNER_AUTH_TEXT: Final = "Authentication required."
 AGENT_NAME_REQUIRED_TEXT: Final = "name is required"
@@ -158,17 +163,13 @@ MAX_ROUTING_ID_CHARS: Final = 256
 MESSAGE_PAGE: Final = 50
 MAX_MESSAGE_PAGE: Final = 200
 MAX_MESSAGE_CHARS: Final = 64 * 1024
-# Poll timeout when the request names none (older upstream default).
-DEFAULT_POLL_TIMEOUT_MS: Final = 30_000
+# Poll timeout when the request names none, in the room's milliseconds.
+DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
 # A connection credential is base64url; the client sends 43 characters.
 _TOKEN_RE: Final = re.compile(r"[A-Za-z0-9_-]{32,256}")
-# A non-durable live session of the same instance unseen this long may be
-# replaced without proof (upstream's 90 s presence window + 10 s grace).
-SAME_INSTANCE_RECLAIM_STALE_AFTER_MS: Final = 100_000
-# Liveness notices (§7.5): sessions quiet longer than this are never announced.
-OFFLINE_ANNOUNCE_MAX_AGE_MS: Final = 3_600_000
-# Reachability window for a delivery connection (upstream's presence window).
-ACTIVE_AGENT_DELIVERY_WINDOW_MS: Final = 90_000
+# The _protocol.py values the room compares with its millisecond clock.
+SAME_INSTANCE_RECLAIM_STALE_AFTER_MS: Final = round(SAME_INSTANCE_RECLAIM_STALE_AFTER * 1000)
+OFFLINE_ANNOUNCE_MAX_AGE_MS: Final = round(OFFLINE_ANNOUNCE_MAX_AGE * 1000)
 # How the session was ended, stored in end_reason.
 END_REASON_DISCONNECT: Final = "disconnect"
 END_REASON_REPLACED: Final = "replaced"
@@ -494,7 +495,7 @@ class Room:
         if len(account.login) + 1 + len(name) > MAX_ACTOR_KEY_CHARS or "/" in name:
             return Reply(
                 status=400,
-                body={"error": IDENTITY_TOO_LONG_TEXT, "code": "agent_identity_too_long"},
+                body={"error": IDENTITY_TOO_LONG_TEXT, "code": IDENTITY_TOO_LONG_CODE},
             )
         agent = {
             "canonical_key": f"{account.login}/{name}",
@@ -524,7 +525,7 @@ class Room:
             or (isinstance(requested, str) and len(requested) > MAX_DISPLAY_NAME_CHARS)
         )
         if too_long:
-            _refuse(400, IDENTITY_TOO_LONG_TEXT, code="agent_identity_too_long")
+            _refuse(400, IDENTITY_TOO_LONG_TEXT, code=IDENTITY_TOO_LONG_CODE)
         if not actor_key.startswith(account.login + "/") or actor_key == account.login + "/":
             _refuse(403, ACTOR_KEY_NOT_OWNED_TEXT)
         connection_token = body.get("connection_token")
@@ -536,7 +537,7 @@ class Room:
         replace_id = _opt_str(body, "replace_agent_session_id")
         replace_token = _opt_str(body, "replace_agent_session_token")
         if (replace_id is None) != (replace_token is None):
-            _refuse(400, REPLACEMENT_PAIR_TEXT, code="invalid_agent_session_replacement_proof")
+            _refuse(400, REPLACEMENT_PAIR_TEXT, code=REPLACEMENT_PROOF_CODE)
         liveness = body.get("registration_liveness")
         live: Mapping[str, Any] = liveness if isinstance(liveness, Mapping) else {}
         kind = _opt_str(body, "session_kind") or "worker"
@@ -674,7 +675,7 @@ class Room:
                         _refuse(
                             409,
                             ALREADY_ACTIVE_TEXT,
-                            code="agent_instance_already_active",
+                            code=ALREADY_ACTIVE_CODE,
                             active_session_id=row.session_id,
                         )
                     return self._created(row, req.connection_token, []), []
@@ -686,7 +687,7 @@ class Room:
                 _refuse(
                     409,
                     ALREADY_ACTIVE_TEXT,
-                    code="agent_instance_already_active",
+                    code=ALREADY_ACTIVE_CODE,
                     active_session_id=own[0].session_id,
                 )
             rotate = own[0] if own else None
@@ -702,7 +703,7 @@ class Room:
                     _refuse(
                         409,
                         ALREADY_ACTIVE_TEXT,
-                        code="agent_instance_already_active",
+                        code=ALREADY_ACTIVE_CODE,
                         active_session_id=row.session_id,
                     )
                 to_end.append(row)
@@ -794,7 +795,7 @@ class Room:
             _refuse(
                 409,
                 ALREADY_ACTIVE_TEXT,
-                code="agent_instance_already_active",
+                code=ALREADY_ACTIVE_CODE,
                 active_session_id=live[0].session_id if live else None,
             )
         return row
@@ -875,7 +876,7 @@ class Room:
             takeover = name_key(candidate) == base_key
             if not blocked(candidate, takeover=takeover):
                 return candidate, base, takeover_of(candidate) if takeover else []
-        _refuse(409, NAMES_EXHAUSTED_TEXT, code="agent_session_display_name_exhausted")
+        _refuse(409, NAMES_EXHAUSTED_TEXT, code=NAMES_EXHAUSTED_CODE)
 
     def _created(self, row: SessionRow, token: str, adopted: list[LeaseRow]) -> Reply:
         body = self.projection(row)
@@ -1022,7 +1023,7 @@ class Room:
                     and refusal.reply.body.get("error") == AGENT_SESSION_ENDED_ADVICE
                     and creds.session_id == session_id
                 ):
-                    _refuse(410, SESSION_ENDED_410_TEXT, code="agent_session_ended")
+                    _refuse(410, SESSION_ENDED_410_TEXT, code=AGENT_SESSION_ENDED_CODE)
                 raise
             if creds.session_id != session_id:
                 _refuse(403, OWN_PROCESS_TEXT)
@@ -1034,7 +1035,7 @@ class Room:
                 or row.session_kind != "worker"
                 or row.room_id != room_id
             ):
-                _refuse(410, SESSION_ENDED_410_TEXT, code="agent_session_ended")
+                _refuse(410, SESSION_ENDED_410_TEXT, code=AGENT_SESSION_ENDED_CODE)
             connection_id = str(uuid.uuid4())
             self.store.put_session(
                 attrs.evolve(
