@@ -29,7 +29,7 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, final
@@ -40,6 +40,7 @@ import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
+from ._redact import redact
 
 if TYPE_CHECKING:
     from ._session import AgentSession
@@ -53,12 +54,8 @@ logger = logging.getLogger("letagents_trio.api")
 _WORKER_CREDENTIAL_KEYS = ("agent_session_token", "replace_agent_session_token", "connection_token")
 # Body keys whose values are secrets, redacted from anything shown.
 _SECRET_KEYS = (*_WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
-_REDACTED = "[redacted]"
 # Idle connections kept for ordinary calls; streams do not return theirs.
 KEEPALIVE_CONNECTIONS = 32
-# Shorter "secrets" are not redacted: replacing every "ab" would garble bodies,
-# and a credential that short protects nothing anyway.
-_MIN_SECRET_LENGTH = 4
 # A Retry-After above a day is not a busy room; keeps the parsed value finite.
 _RETRY_AFTER_CEILING = 86_400.0
 
@@ -191,20 +188,6 @@ class RoomClient:
             headers[_protocol.SESSION_ID_HEADER] = session.session_id
             headers[_protocol.SESSION_TOKEN_HEADER] = session.session_token
         return headers
-
-    def _redact(self, text: str, secrets: Sequence[str]) -> str:
-        # A room may echo a secret as it was sent or JSON-escaped (with or
-        # without \u escapes). Longest first, so a secret that contains
-        # another is not left half shown.
-        forms: set[str] = set()
-        for secret in secrets:
-            if len(secret) >= _MIN_SECRET_LENGTH:
-                forms.add(secret)
-                forms.add(json.dumps(secret)[1:-1])
-                forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
-        for form in sorted(forms, key=len, reverse=True):
-            text = text.replace(form, _REDACTED)
-        return text
 
     def _secrets(self, session: AgentSession | None, body: object) -> list[str]:
         secrets = [self._owner_token or ""]
@@ -362,7 +345,7 @@ class RoomClient:
             await self._after_refusal(response.status_code, text, session, json)
             raise ApiError(
                 response.status_code,
-                self._redact(text, self._secrets(session, json)),
+                redact(text, self._secrets(session, json)),
                 retry_after=_retry_after(response.headers.get("Retry-After")),
             )
         if not text.strip():
@@ -436,7 +419,7 @@ class RoomClient:
             "could not %s in local state: %s: %s",
             what,
             type(exc).__name__,
-            self._redact(str(exc), self._secrets(session, body)),
+            redact(str(exc), self._secrets(session, body)),
         )
 
 

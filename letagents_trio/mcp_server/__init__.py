@@ -5,6 +5,7 @@ Run it with ``letagents-trio mcp`` or ``python -m letagents_trio.mcp_server``
 in-process with :func:`create_server` and connect ``mcp.Client(server)`` to it.
 """
 
+from .._workers import public_session as public_session
 from ._config import ServerConfig as ServerConfig
 from ._main import RUNTIME_CONTRACT_ARG as RUNTIME_CONTRACT_ARG
 from ._main import main as main
@@ -17,7 +18,6 @@ from ._server import readiness_text as readiness_text
 from ._tools import ServerState as ServerState
 from ._tools import clamp_poll_timeout as clamp_poll_timeout
 from ._tools import poll_abort_after as poll_abort_after
-from ._tools import public_session as public_session
 from ._tools import registered_tool_names as registered_tool_names
 
 __all__ = [

@@ -37,6 +37,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol, final
@@ -50,6 +51,8 @@ from pydantic import Field
 
 from .._api import encode_room_path
 from .._errors import LetAgentsError, RoomUnreachable, WorkerError
+from .._redact import redact
+from .._workers import public_session
 
 if TYPE_CHECKING:
     from .._api import RoomClient
@@ -60,14 +63,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSTRUCTION",
-    "PUBLIC_SESSION_FIELDS",
     "ServerState",
     "ToolRegistrar",
     "WorkerHandlesAPI",
     "WorkerRegistrationAPI",
     "clamp_poll_timeout",
     "poll_abort_after",
-    "public_session",
     "register_tools",
     "registered_tool_names",
 ]
@@ -94,29 +95,6 @@ RESUMED_WORK: Final = (
 )
 # Our own text (upstream's default-room lookup has no equivalent here).
 NO_ROOM_TEXT: Final = "Pass room_id, or the worker_id of a worker registered in this process."
-# The §5.3 public projection: never session_token, never a bearer.
-PUBLIC_SESSION_FIELDS: Final = (
-    "session_id",
-    "room_id",
-    "session_kind",
-    "runtime",
-    "host_id",
-    "host_kind",
-    "host_label",
-    "liveness_capability",
-    "tool_bridge_id",
-    "actor_label",
-    "agent_key",
-    "agent_instance_id",
-    "display_name",
-    "owner_label",
-    "ide_label",
-    "repo_branch",
-    "created_at",
-    "updated_at",
-    "last_seen_at",
-    "ended_at",
-)
 # wait_for_messages without a timeout (upstream's client default).
 DEFAULT_WAIT_MS: Final = 30_000
 # A long poll shorter than this is a busy loop.
@@ -128,9 +106,6 @@ LONG_WAIT_MS: Final = 120_000
 LONG_WAIT_ABORT_MARGIN_MS: Final = 120_000
 # Messages one call returns at most (upstream's MAX_WAIT_MESSAGES_PER_CALL).
 MESSAGE_LIMIT: Final = 100
-_REDACTED: Final = "[redacted]"
-# Secrets shorter than this are not searched for (they protect nothing).
-_MIN_SECRET: Final = 4
 
 
 def clamp_poll_timeout(timeout_ms: float | None, poll_max_ms: int) -> int:
@@ -143,12 +118,6 @@ def poll_abort_after(server_timeout_ms: int) -> int:
     """Milliseconds after which the client abandons a poll of ``server_timeout_ms``."""
     margin = LONG_WAIT_ABORT_MARGIN_MS if server_timeout_ms > LONG_WAIT_MS else WAIT_ABORT_MARGIN_MS
     return server_timeout_ms + margin
-
-
-def public_session(session: AgentSession) -> dict[str, Any]:
-    """The §5.3 public projection of a session (never a token or bearer)."""
-    record = session.to_json()
-    return {key: record[key] for key in PUBLIC_SESSION_FIELDS if key in record}
 
 
 # --- what the tools need from the worker-handle layer ------------------------------
@@ -237,13 +206,12 @@ def _compact(value: object) -> str:
 
 
 def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None]) -> str:
-    secrets = [state.config.token or ""]
+    secrets = [state.config.token]
     secrets.extend(s.session_token for s in sessions if s is not None)
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= _MIN_SECRET and secret in text:
-            logger.error("a tool result carried a credential; it was redacted")
-            text = text.replace(secret, _REDACTED)
-    return text
+    redacted = redact(text, secrets)
+    if redacted != text:
+        logger.error("a tool result carried a credential; it was redacted")
+    return redacted
 
 
 def _ok(state: ServerState, payload: object, *sessions: AgentSession | None) -> CallToolResult:
@@ -282,14 +250,17 @@ def _blank(value: str | None) -> bool:
     return value is None or not value.strip()
 
 
+@attrs.frozen(kw_only=True)
+class _Who:
+    """Who a room tool acts as: the three facade arguments, as given."""
+
+    room_id: str | None
+    agent_session_id: str | None
+    worker_id: str | None
+
+
 @asynccontextmanager
-async def _acting(
-    state: ServerState,
-    *,
-    room_id: str | None,
-    agent_session_id: str | None,
-    worker_id: str | None,
-) -> AsyncIterator[tuple[str, AgentSession | None]]:
+async def _acting(state: ServerState, who: _Who) -> AsyncIterator[tuple[str, AgentSession | None]]:
     """Resolve who a room tool acts as; yields ``(room_id, session or None)``.
 
     A ``worker_id`` or ``agent_session_id`` goes through
@@ -300,11 +271,11 @@ async def _acting(
     Raises:
         WorkerError: the facade's rules refused the call.
     """
-    room = None if _blank(room_id) else room_id
-    if not _blank(worker_id) or not _blank(agent_session_id):
+    room = None if _blank(who.room_id) else who.room_id
+    if not _blank(who.worker_id) or not _blank(who.agent_session_id):
         async with state.handles.acting_as(
-            worker_id=None if _blank(worker_id) else worker_id,
-            agent_session_id=None if _blank(agent_session_id) else agent_session_id,
+            worker_id=None if _blank(who.worker_id) else who.worker_id,
+            agent_session_id=None if _blank(who.agent_session_id) else who.agent_session_id,
             room_id=room,
         ) as session:
             yield session.room_id, session
@@ -313,6 +284,38 @@ async def _acting(
         raise WorkerError(NO_ROOM_TEXT)
     await trio.lowlevel.checkpoint()
     yield room, None
+
+
+async def _call_as(
+    state: ServerState,
+    who: _Who,
+    method: str,
+    route: str,
+    *,
+    body: object = None,
+    abort_ms: int | None = None,
+) -> tuple[str, AgentSession | None, Any]:
+    """One room call under the facade: ``method /rooms/{room}/{route}``.
+
+    Returns ``(room_id, session or None, the room's answer)``. ``body`` is
+    sent as JSON; with ``abort_ms`` the call is abandoned after that many
+    milliseconds.
+
+    Raises:
+        WorkerError: the facade's rules refused the call.
+        ApiError: the room refused it.
+        RoomUnreachable: the room could not be reached, or did not answer in time.
+
+    Cancellation:
+        A checkpoint; cancelled, the room request is closed with it.
+    """
+    async with _acting(state, who) as (room, session):
+        path = f"/rooms/{encode_room_path(room)}/{route}"
+        limit = math.inf if abort_ms is None else abort_ms / 1000
+        with trio.move_on_after(limit) as scope:
+            return room, session, await state.client.call(method, path, json=body, session=session)
+    assert scope.cancelled_caught
+    raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")
 
 
 def _without_parameter(fn: ToolFn, name: str) -> ToolFn:
@@ -430,15 +433,8 @@ async def send_message(
 ) -> CallToolResult:
     """Send a message to a room, as this chat's worker."""
     state = _state(ctx)
-    async with _acting(
-        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
-    ) as (room, session):
-        message = await state.client.call(
-            "POST",
-            f"/rooms/{encode_room_path(room)}/messages",
-            json={"text": text},
-            session=session,
-        )
+    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    _, session, message = await _call_as(state, who, "POST", "messages", body={"text": text})
     return _ok(state, {"success": True, "message": message}, session)
 
 
@@ -476,12 +472,8 @@ async def read_messages(
         query["after"] = after_message_id
     query["limit"] = limit or MESSAGE_LIMIT
     query["include_prompt_only"] = 1
-    async with _acting(
-        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
-    ) as (room, session):
-        answer = await state.client.call(
-            "GET", f"/rooms/{encode_room_path(room)}/messages?{urlencode(query)}", session=session
-        )
+    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    room, session, answer = await _call_as(state, who, "GET", f"messages?{urlencode(query)}")
     return _ok(state, _messages_payload(answer, room), session)
 
 
@@ -515,15 +507,10 @@ async def wait_for_messages(
         assert after_message_id is not None
         query["after"] = after_message_id
     query.update(limit=MESSAGE_LIMIT, timeout=server_timeout, include_prompt_only=1)
-    async with _acting(
-        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
-    ) as (room, session):
-        path = f"/rooms/{encode_room_path(room)}/messages/poll?{urlencode(query)}"
-        answer: object = None
-        with trio.move_on_after(abort_ms / 1000) as scope:
-            answer = await state.client.call("GET", path, session=session)
-        if scope.cancelled_caught:
-            raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")
+    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    room, session, answer = await _call_as(
+        state, who, "GET", f"messages/poll?{urlencode(query)}", abort_ms=abort_ms
+    )
     return _ok(state, _messages_payload(answer, room), session)
 
 
@@ -536,12 +523,8 @@ async def get_room_guidelines(
 ) -> CallToolResult:
     """Read the room's guidelines: how its people want agents to work there."""
     state = _state(ctx)
-    async with _acting(
-        state, room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id
-    ) as (room, session):
-        answer = await state.client.call(
-            "GET", f"/rooms/{encode_room_path(room)}/guidelines", session=session
-        )
+    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    _, session, answer = await _call_as(state, who, "GET", "guidelines")
     return _ok(state, answer, session)
 
 
