@@ -6,7 +6,6 @@ at its exact virtual time.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,57 +15,15 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
-from mcp_types import CallToolResult, TextContent
 
 from letagents_trio.mcp_server import (
-    ServerConfig,
     clamp_poll_timeout,
     create_server,
     poll_abort_after,
 )
 from letagents_trio.testing import FakeRoom, open_fake_room
 
-# Helpers repeated in each module: tests/mcp cannot be a package (it would
-# shadow the ``mcp`` SDK), so there is nothing to import them from.
-
-
-def config_for(room: FakeRoom, tmp_path: Path, **changes: Any) -> ServerConfig:
-    """A server config pointing at ``room``, with state files under ``tmp_path``."""
-    options: dict[str, Any] = {
-        "api_url": room.api_url,
-        "token": room.owner_token,
-        "state_path": tmp_path / "mcp-state.json",
-        "chat_storage_settings_path": tmp_path / "chat-storage.json",
-    }
-    options.update(changes)
-    return ServerConfig(**options)
-
-
-def text_of(result: CallToolResult) -> str:
-    """The single text block of a tool result."""
-    assert len(result.content) == 1
-    block = result.content[0]
-    assert isinstance(block, TextContent)
-    return block.text
-
-
-async def call_ok(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Call a tool that must succeed; return its JSON result."""
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, text_of(result)
-    value = json.loads(text_of(result))
-    assert isinstance(value, dict)
-    return value
-
-
-async def call_error(client: Client, name: str, arguments: dict[str, Any]) -> str:
-    """Call a tool that must fail; return its error text."""
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, text_of(result)
-    return text_of(result)
-
-
-ROOM = "room_shared"
+from .helpers import ROOM, call_ok, config_for, register
 
 
 @given(
@@ -90,11 +47,7 @@ def test_abort_margin(server_ms: int, abort_ms: int) -> None:
 
 
 async def _worker(client: Client) -> str:
-    registered = await call_ok(
-        client,
-        "register_agent_session",
-        {"room_id": ROOM, "registration_key": "k", "display_name": "Juniper"},
-    )
+    registered = await register(client, "k")
     worker_id = registered["worker_id"]
     assert isinstance(worker_id, str)
     return worker_id
@@ -134,13 +87,7 @@ async def test_a_message_ends_the_wait_at_once(
         server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
         async with Client(server) as client:
             waiter = await _worker(client)
-            sender = (
-                await call_ok(
-                    client,
-                    "register_agent_session",
-                    {"room_id": ROOM, "registration_key": "k2", "display_name": "Cedar"},
-                )
-            )["worker_id"]
+            sender = (await register(client, "k2", "Cedar"))["worker_id"]
             start = trio.current_time()
             results: list[dict[str, Any]] = []
 

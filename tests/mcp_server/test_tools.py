@@ -11,64 +11,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 from mcp import Client
-from mcp_types import CallToolResult, TextContent
 
 from letagents_trio import LocalStateStore
 from letagents_trio.mcp_server import (
     READINESS_RESOURCE_NAME,
     READINESS_URI,
-    ServerConfig,
     create_server,
     registered_tool_names,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
 
-# Helpers repeated in each module: tests/mcp cannot be a package (it would
-# shadow the ``mcp`` SDK), so there is nothing to import them from.
+from .helpers import ROOM, call_error, call_ok, config_for, register, text_of
 
-
-def config_for(room: FakeRoom, tmp_path: Path, **changes: Any) -> ServerConfig:
-    """A server config pointing at ``room``, with state files under ``tmp_path``."""
-    options: dict[str, Any] = {
-        "api_url": room.api_url,
-        "token": room.owner_token,
-        "state_path": tmp_path / "mcp-state.json",
-        "chat_storage_settings_path": tmp_path / "chat-storage.json",
-    }
-    options.update(changes)
-    return ServerConfig(**options)
-
-
-def text_of(result: CallToolResult) -> str:
-    """The single text block of a tool result."""
-    assert len(result.content) == 1
-    block = result.content[0]
-    assert isinstance(block, TextContent)
-    return block.text
-
-
-async def call_ok(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Call a tool that must succeed; return its JSON result."""
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, text_of(result)
-    value = json.loads(text_of(result))
-    assert isinstance(value, dict)
-    return value
-
-
-async def call_error(client: Client, name: str, arguments: dict[str, Any]) -> str:
-    """Call a tool that must fail; return its error text."""
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, text_of(result)
-    return text_of(result)
-
-
-ROOM = "room_shared"
 ROOM_TOOLS = (
     "disconnect_agent_session",
     "get_room_guidelines",
@@ -81,14 +39,6 @@ NO_CONNECTION_TEXT = (
     "This worker has no current connection in this process."
     " Reconnect explicitly with register_agent_session(worker_id, room_id)."
 )
-
-
-async def register(client: Client, key: str = "k1", name: str = "Juniper") -> dict[str, Any]:
-    return await call_ok(
-        client,
-        "register_agent_session",
-        {"room_id": ROOM, "registration_key": key, "display_name": name},
-    )
 
 
 async def test_tools_and_schemas(fake_room: FakeRoom, tmp_path: Path) -> None:
