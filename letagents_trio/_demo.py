@@ -50,7 +50,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, final
+from typing import Final, final
 
 import attrs
 import trio
@@ -68,6 +68,12 @@ from ._holder import HolderStatus, ProcessHolder
 from ._manager import ConnectionManager, ExitAnnouncement, open_connection_manager
 from ._policy import Outcome
 from ._session import AgentSession
+from ._workers import (
+    durable_registration_body,
+    new_connection_token,
+    new_worker_id,
+    worker_agent_name,
+)
 from .room_server import MemoryStore, Room, RoomStore, SQLiteStore, serve_room
 
 __all__ = [
@@ -506,21 +512,15 @@ class _Demo:
         replacing: AgentSession | None = None,
     ) -> tuple[AgentSession, str]:
         """Register a durable worker as a client does; returns (session, worker id)."""
-        worker_id = worker_id or "worker_" + uuid.uuid4().hex
-        body: dict[str, Any] = {
-            "actor_key": f"{self.login}/worker-{worker_id.removeprefix('worker_')}",
-            "agent_instance_id": worker_id,
-            "connection_token": secrets.token_urlsafe(32),
-            "display_name": name,
-            "requested_base_display_name": name,
-            "session_kind": "worker",
-            "runtime": "python",
-            "ide_label": "Agent",
-            "repo_branch": None,
-            "process_host_id": self.host_id,
-            "replace_agent_session_id": replacing.session_id if replacing else None,
-            "replace_agent_session_token": replacing.session_token if replacing else None,
-        }
+        worker_id = worker_id or new_worker_id()
+        body = durable_registration_body(
+            actor_key=f"{self.login}/{worker_agent_name(worker_id)}",
+            worker_id=worker_id,
+            display_name=name,
+            connection_token=new_connection_token(),
+            process_host_id=self.host_id,
+            predecessor=(replacing.session_id, replacing.session_token) if replacing else None,
+        )
         answer = await process.client.call_when_free(
             "POST", f"/rooms/{encode_room_path(self.room_id)}/agent-sessions", json=body
         )

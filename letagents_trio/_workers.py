@@ -97,6 +97,7 @@ import trio
 from ._api import encode_room_path
 from ._errors import ApiError, LetAgentsError, StateError, StateUnavailable, WorkerError
 from ._identity import (
+    DEFAULT_RUNTIME_LABEL,
     detect_ide_label,
     detect_runtime_label,
     local_host_id,
@@ -105,6 +106,7 @@ from ._identity import (
 )
 from ._names import (
     AGENT_CODENAME_SPACE,
+    DEFAULT_IDE_LABEL,
     actor_label,
     codename,
     is_durable_worker_id,
@@ -149,9 +151,13 @@ __all__ = [
     "WorkerHandles",
     "WorkerHandlesStatistics",
     "WorkerRegistration",
+    "durable_registration_body",
+    "new_connection_token",
+    "new_worker_id",
     "public_session",
     "recover_ambiguous_text",
     "recover_none_text",
+    "worker_agent_name",
 ]
 
 logger = logging.getLogger("letagents_trio.workers")
@@ -246,6 +252,9 @@ def recover_ambiguous_text(name: str) -> str:
 # --- constants ------------------------------------------------------------------
 # 32 random bytes, base64url without padding: 43 characters of [A-Za-z0-9_-].
 CONNECTION_TOKEN_BYTES: Final = 32
+# Worker handles are ``worker_`` + 32 hex; their agent names ``worker-`` + the same hex.
+_WORKER_ID_PREFIX: Final = "worker_"
+_AGENT_NAME_PREFIX: Final = "worker-"
 # Fields of the registration answer that are never stored (§5.3 step 8).
 _NOT_STORED: Final = ("assigned_base_display_name", "worker_bearer", "adopted_task_leases")
 # The public projection of a session (§5.3): never a token or a bearer.
@@ -278,6 +287,81 @@ _DEFAULT_LOCAL_SLUG: Final = "local"
 # A .git file (worktree, submodule) points at the real git directory.
 _GITDIR_PREFIX: Final = "gitdir:"
 _HEAD_REF_PREFIX: Final = "ref: refs/heads/"
+
+
+def new_worker_id() -> str:
+    """A fresh durable worker handle: ``worker_`` + a UUID v4 in 32 hex digits."""
+    return _WORKER_ID_PREFIX + uuid.uuid4().hex
+
+
+def new_connection_token() -> str:
+    """A fresh connection token: 32 random bytes, base64url, 43 characters."""
+    return secrets.token_urlsafe(CONNECTION_TOKEN_BYTES)
+
+
+def worker_agent_name(worker_id: str) -> str:
+    """The agent name a worker's canonical identity is made from (``worker-`` + its hex).
+
+    Hosted rooms are asked for the canonical key of this name (R2); local rooms
+    use ``<owner>/<name>`` directly.
+    """
+    return _AGENT_NAME_PREFIX + worker_id.removeprefix(_WORKER_ID_PREFIX)
+
+
+def durable_registration_body(
+    *,
+    actor_key: str,
+    worker_id: str,
+    display_name: str,
+    connection_token: str,
+    process_host_id: str | None,
+    registration_liveness: Mapping[str, str | None] | None = None,
+    runtime: str = DEFAULT_RUNTIME_LABEL,
+    ide_label: str = DEFAULT_IDE_LABEL,
+    repo_branch: str | None = None,
+    predecessor: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """The body of a durable worker's registration (``POST …/agent-sessions``, §5.3 step 8).
+
+    The one place this body is built: worker handles, the testing kit, the demo
+    and the MCP server all send it, so the room sees one shape everywhere.
+
+    Args:
+        actor_key: the worker's canonical key (``<owner>/worker-<hex>``).
+        worker_id: the worker handle, sent as ``agent_instance_id``.
+        display_name: the name asked for, sent as both ``display_name`` and
+            ``requested_base_display_name``.
+        connection_token: the prepared operation's token; the room's
+            ``session_token`` will equal it.
+        process_host_id: names this machine (§6.2); None sends none.
+        registration_liveness: the §6.2 liveness object, or None to send none.
+        runtime: the runtime label.
+        ide_label: the IDE label.
+        repo_branch: the git branch of the working directory, if any.
+        predecessor: ``(session_id, session_token)`` of the session this one
+            replaces, the proof a resumed worker keeps its session and name with.
+
+    Returns:
+        A new JSON-ready dict; the caller may change it.
+    """
+    replace_id, replace_token = predecessor if predecessor is not None else (None, None)
+    return {
+        "actor_key": actor_key,
+        "agent_instance_id": worker_id,
+        "display_name": display_name,
+        "requested_base_display_name": display_name,
+        "session_kind": "worker",
+        "runtime": runtime,
+        "ide_label": ide_label,
+        "repo_branch": repo_branch,
+        "registration_liveness": (
+            dict(registration_liveness) if registration_liveness is not None else None
+        ),
+        "process_host_id": process_host_id,
+        "connection_token": connection_token,
+        "replace_agent_session_id": replace_id,
+        "replace_agent_session_token": replace_token,
+    }
 
 
 def public_session(session: AgentSession) -> dict[str, Any]:
@@ -357,11 +441,17 @@ class _Operation:
     predecessor_id: str | None = None
     predecessor_token: str | None = attrs.field(default=None, repr=False)
 
+    @property
+    def predecessor(self) -> tuple[str, str] | None:
+        """``(session_id, session_token)`` of the session this replaces; half a proof is none."""
+        if self.predecessor_id is None or self.predecessor_token is None:
+            return None
+        return self.predecessor_id, self.predecessor_token
+
     def to_json(self) -> dict[str, str]:
         data = {"operation_id": self.operation_id, "connection_token": self.connection_token}
-        if self.predecessor_id is not None and self.predecessor_token is not None:
-            data["predecessor_id"] = self.predecessor_id
-            data["predecessor_token"] = self.predecessor_token
+        if self.predecessor is not None:
+            data["predecessor_id"], data["predecessor_token"] = self.predecessor
         return data
 
     @classmethod
@@ -708,7 +798,7 @@ class WorkerHandles:
                     and isinstance(record.get("worker_id"), str)
                 ):
                     return str(record["worker_id"])
-            new_id = "worker_" + uuid.uuid4().hex
+            new_id = new_worker_id()
             records[new_id] = {
                 "worker_id": new_id,
                 "scope": owner.scope,
@@ -846,7 +936,7 @@ class WorkerHandles:
         return session, leases
 
     async def _canonical_key(self, owner: _Owner, worker: Mapping[str, Any], *, local: bool) -> str:
-        name = "worker-" + str(worker["worker_id"]).removeprefix("worker_")
+        name = worker_agent_name(str(worker["worker_id"]))
         if local:
             await trio.lowlevel.checkpoint()
             return f"{owner.key_owner}/{name}"
@@ -866,7 +956,7 @@ class WorkerHandles:
 
     async def _prepare(self, worker_id: str, room_id: str) -> _Operation:
         """Store a new pending operation (with the predecessor proof) before sending it."""
-        token = secrets.token_urlsafe(CONNECTION_TOKEN_BYTES)
+        token = new_connection_token()
         operation_id = str(uuid.uuid4())
 
         def prepare(state: dict[str, Any]) -> _Operation:
@@ -920,24 +1010,21 @@ class WorkerHandles:
         cwd: str | None,
     ) -> tuple[AgentSession, tuple[dict[str, str], ...]]:
         worker_id = str(worker["worker_id"])
-        display_name = worker.get("display_name")
+        display_name = str(worker.get("display_name") or codename(worker_id).display_name)
         runtime_label = runtime or detect_runtime_label()
         host_id = await local_host_id(self.state)
-        body = {
-            "actor_key": canonical_key,
-            "agent_instance_id": worker_id,
-            "display_name": display_name,
-            "requested_base_display_name": display_name,
-            "session_kind": "worker",
-            "runtime": runtime_label,
-            "ide_label": detect_ide_label(),
-            "repo_branch": git_branch(cwd),
-            "registration_liveness": registration_liveness(host_id, runtime_label),
-            "process_host_id": process_host_id(host_id),
-            "connection_token": operation.connection_token,
-            "replace_agent_session_id": operation.predecessor_id,
-            "replace_agent_session_token": operation.predecessor_token,
-        }
+        body = durable_registration_body(
+            actor_key=canonical_key,
+            worker_id=worker_id,
+            display_name=display_name,
+            connection_token=operation.connection_token,
+            process_host_id=process_host_id(host_id),
+            registration_liveness=registration_liveness(host_id, runtime_label),
+            runtime=runtime_label,
+            ide_label=detect_ide_label(),
+            repo_branch=git_branch(cwd),
+            predecessor=operation.predecessor,
+        )
         refusal: ApiError | None = None
         try:
             created = await self.client.call_when_free(
