@@ -9,6 +9,9 @@
     ├── StateError               the local state file cannot be used
     │   ├── StateUnavailable     it is damaged or unreadable: nothing is written over it
     │   └── StateLockTimeout     another process held its lock for too long
+    ├── LocalChatError           a local room's chat refused the call (blank text, bad cursor)
+    │   ├── LocalChatUnavailable the local chat database is damaged or not ours: nothing is written
+    │   └── LocalChatBusy        another process held its write lock for too long
     └── WorkerError              a worker-handle rule refused the call (texts of PROTOCOL §5.2)
 
 Errors are translated at the boundary (``raise RoomUnreachable(...) from exc``), so
@@ -24,6 +27,9 @@ from typing import final
 __all__ = [
     "ApiError",
     "LetAgentsError",
+    "LocalChatBusy",
+    "LocalChatError",
+    "LocalChatUnavailable",
     "RoomUnreachable",
     "StateError",
     "StateLockTimeout",
@@ -82,6 +88,28 @@ class StateUnavailable(StateError):
 @final
 class StateLockTimeout(StateError):
     """Another process held the state file's lock for longer than the lock timeout."""
+
+
+class LocalChatError(LetAgentsError):
+    """A local room's chat (the SQLite file of PROTOCOL §6.1) refused the call.
+
+    Raised as it is for refusals the room would answer with a 4xx (blank or
+    too long text, a cursor that is not a message id), with the room's text.
+    """
+
+
+@final
+class LocalChatUnavailable(LocalChatError):
+    """The local chat database cannot be opened or used.
+
+    It is not SQLite, belongs to another program, has a newer schema, or
+    SQLite reported damage. Nothing is written to such a file.
+    """
+
+
+@final
+class LocalChatBusy(LocalChatError):
+    """Another process held the local chat database's write lock for too long."""
 
 
 @final
