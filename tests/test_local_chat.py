@@ -139,8 +139,14 @@ def test_default_path_is_the_env_variable(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert LocalChat().path == tmp_path / "chat.db"
 
 
-def test_default_path_is_under_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(LOCAL_CHAT_DB_ENV, raising=False)
+@pytest.mark.parametrize("unset", [True, False])
+def test_default_path_is_under_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, unset: bool
+) -> None:
+    if unset:
+        monkeypatch.delenv(LOCAL_CHAT_DB_ENV, raising=False)
+    else:
+        monkeypatch.setenv(LOCAL_CHAT_DB_ENV, "")  # empty counts as unset
     monkeypatch.setenv("HOME", str(tmp_path))
     assert default_local_chat_path() == tmp_path / ".letagents" / "local-chat.sqlite"
 
