@@ -2,14 +2,20 @@
 
 Nothing here touches a socket or a thread, so ``trio.testing.MockClock`` with
 ``autojump_threshold=0`` drives every timeout, heartbeat and backoff exactly.
+Faults are injected with :meth:`FakeRoom.on` rules (answer instead of the room,
+lose a request or the room's answer, hold or rewrite that answer), the process
+modes, and :meth:`FakeRoom.drop`.
 The ``fake_room`` pytest fixture is registered automatically when
 letagents-trio is installed (it needs pytest-trio).
 """
 
 from ._fake_room import ExitRecord as ExitRecord
 from ._fake_room import FakeRoom as FakeRoom
+from ._fake_room import Hold as Hold
 from ._fake_room import ProcessMode as ProcessMode
 from ._fake_room import RequestRecord as RequestRecord
+from ._fake_room import Rule as Rule
+from ._fake_room import RuleBuilder as RuleBuilder
 from ._fake_room import open_fake_room as open_fake_room
 from ._fake_room import register_worker as register_worker
 from ._transport import StreamingASGITransport as StreamingASGITransport
@@ -18,8 +24,11 @@ from ._transport import open_streaming_transport as open_streaming_transport
 __all__ = [
     "ExitRecord",
     "FakeRoom",
+    "Hold",
     "ProcessMode",
     "RequestRecord",
+    "Rule",
+    "RuleBuilder",
     "StreamingASGITransport",
     "open_fake_room",
     "open_streaming_transport",

@@ -16,8 +16,23 @@ What the layer adds, and nothing more (no server rule lives here):
 * **Drops**: :meth:`FakeRoom.drop` cuts open streams as a network failure would.
 * **Exits**: every ``POST …/process/exit`` is recorded with its body and the
   room's answer; ``black_hole_exits`` swallows them without ever answering.
-* **A request log** stamped with trio's clock, and :meth:`FakeRoom.wait_until`
-  to wait (without polling) for a condition on what the room has seen.
+* **Rules** for any request (:meth:`FakeRoom.on`): answer it instead of the
+  room, lose it before the room sees it, lose the room's answer after the room
+  acted on it, hold that answer back until released, or rewrite its JSON.
+* **A request log** stamped with trio's clock, with each request's JSON body,
+  and :meth:`FakeRoom.wait_until` to wait (without polling) for a condition on
+  what the room has seen.
+
+Rules. ``fake_room.on(method, path)`` names the requests a rule is for; the
+action called on it arms the rule and returns it. For each request, in the
+order the rules were armed, the first live rule whose method and path match
+acts on it and uses up one of its ``times`` (``None``: until removed); a spent
+rule leaves the list. Requests no rule matches go to the room as usual (through
+the process modes above). A rule never decides anything the room decides: the
+room either never sees the request (``respond``, ``drop_before_commit``) or
+answers it with its own rules, and only the delivery of that answer is faulty
+(``drop_after_commit``, ``hold``, ``rewrite``). Those three wait for the room's
+whole answer, so they are for answers that end, not for process streams.
 """
 
 from __future__ import annotations
@@ -25,27 +40,35 @@ from __future__ import annotations
 import enum
 import json
 import re
-import secrets
-import uuid
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Any, final
+from typing import Any, Literal, final
 from urllib.parse import unquote
 
 import attrs
+import httpx2
 import trio
 
 from .. import _protocol
 from .._api import RoomClient
 from .._session import AgentSession
+from .._workers import (
+    durable_registration_body,
+    new_connection_token,
+    new_worker_id,
+    worker_agent_name,
+)
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
 from ._transport import Receive, Send, StreamingASGITransport
 
 __all__ = [
     "ExitRecord",
     "FakeRoom",
+    "Hold",
     "ProcessMode",
     "RequestRecord",
+    "Rule",
+    "RuleBuilder",
     "open_fake_room",
     "register_worker",
 ]
@@ -60,6 +83,11 @@ DEFAULT_API_URL = "http://room.test"
 _PROCESS_PATH = re.compile(
     r"^/rooms/(?P<room>.+)/agent-sessions/(?P<sid>[^/]+)/process(?P<exit>/exit)?$"
 )
+# ``{name}`` in a rule's path stands for one path segment.
+_PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+# What a client sees when a rule loses the request, or the room's answer.
+_REFUSED_TEXT = "Connection refused (a FakeRoom rule dropped the request)"
+_LOST_ANSWER_TEXT = "Server disconnected without sending a response."
 
 
 class ProcessMode(enum.Enum):
@@ -83,8 +111,11 @@ class ProcessMode(enum.Enum):
 
 _CANNED: dict[ProcessMode, tuple[int, dict[str, str]]] = {
     ProcessMode.UNKNOWN: (404, {"error": "Not found"}),
-    ProcessMode.REFUSED: (401, {"error": "Invalid agent session credentials."}),
-    ProcessMode.ENDED: (410, {"error": "Agent session has ended.", "code": "agent_session_ended"}),
+    ProcessMode.REFUSED: (401, {"error": _protocol.INVALID_CREDENTIALS_TEXT}),
+    ProcessMode.ENDED: (
+        410,
+        {"error": _protocol.SESSION_ENDED_410_TEXT, "code": _protocol.AGENT_SESSION_ENDED_CODE},
+    ),
     ProcessMode.ERROR: (503, {"error": "The room is failing for a moment."}),
 }
 
@@ -100,6 +131,8 @@ class RequestRecord:
         path: the (decoded) path.
         session_id: the ``X-LetAgents-Agent-Session-Id`` header, if any.
         has_session_token: whether the session-token header was present and non-empty.
+        body: the request's JSON body, decoded; None when it had none or it was
+            not JSON. Kept out of the repr: it may carry tokens.
     """
 
     time: float
@@ -107,6 +140,7 @@ class RequestRecord:
     path: str
     session_id: str | None
     has_session_token: bool
+    body: Any = attrs.field(default=None, repr=False)
 
 
 @final
@@ -131,6 +165,207 @@ class ExitRecord:
         """The ``process_connection_id`` the exit named."""
         value = self.body.get("process_connection_id")
         return value if isinstance(value, str) else None
+
+
+_RuleAction = Literal["respond", "drop_before_commit", "drop_after_commit", "hold", "rewrite"]
+
+
+def _path_regex(path: str | re.Pattern[str]) -> re.Pattern[str]:
+    """A rule's path as a regex matched against the whole decoded path."""
+    if isinstance(path, re.Pattern):
+        return path
+    parts, last = [], 0
+    for placeholder in _PLACEHOLDER.finditer(path):
+        parts.append(re.escape(path[last : placeholder.start()]))
+        parts.append("[^/]+")
+        last = placeholder.end()
+    parts.append(re.escape(path[last:]))
+    return re.compile("".join(parts))
+
+
+@final
+@attrs.define(eq=False, kw_only=True)
+class Rule:
+    """One armed fault: what the fake room does with the next matching requests.
+
+    Made by the actions of :class:`RuleBuilder` (``fake_room.on(...)``).
+
+    Attributes:
+        method: the HTTP method it matches (upper case).
+        path: the path pattern as given.
+        action: what it does to a matching request.
+        times_left: how many more requests it acts on; None means until removed.
+        hits: how many requests it has acted on.
+    """
+
+    method: str
+    path: str
+    action: str
+    times_left: int | None
+    hits: int = 0
+    _regex: re.Pattern[str] = attrs.field(alias="regex", repr=False)
+    _owner: FakeRoom = attrs.field(alias="owner", repr=False)
+    _status: int = attrs.field(default=200, alias="status", repr=False)
+    _body: bytes = attrs.field(default=b"", alias="body", repr=False)
+    _headers: list[tuple[bytes, bytes]] = attrs.field(factory=list, alias="headers", repr=False)
+    _rewrite: Callable[[Any], Any] | None = attrs.field(default=None, alias="rewrite", repr=False)
+    _hold: Hold | None = attrs.field(default=None, alias="hold", repr=False)
+
+    @property
+    def active(self) -> bool:
+        """Whether the rule still acts on matching requests."""
+        return self in self._owner._rules
+
+    def remove(self) -> None:
+        """Stop acting on requests; answers it holds now stay held until released."""
+        if self.active:
+            self._owner._rules.remove(self)
+
+    def _matches(self, method: str, path: str) -> bool:
+        return method == self.method and self._regex.fullmatch(path) is not None
+
+    def _use(self) -> None:
+        self.hits += 1
+        if self.times_left is not None:
+            self.times_left -= 1
+            if self.times_left == 0:
+                self.remove()
+
+
+@final
+@attrs.define(eq=False, kw_only=True)
+class Hold:
+    """The release handle of a :meth:`RuleBuilder.hold` rule.
+
+    Like a ``trio.Event``: answers wait until :meth:`release` is called once;
+    from then on the rule's answers pass at once.
+
+    Attributes:
+        rule: the rule whose answers are held.
+        held: how many answers the rule has held back so far (released ones included).
+    """
+
+    rule: Rule
+    held: int = 0
+    _released: trio.Event = attrs.field(factory=trio.Event, init=False, repr=False)
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` was called."""
+        return self._released.is_set()
+
+    def release(self) -> None:
+        """Send every held answer now, and let later ones through without waiting."""
+        self._released.set()
+
+    async def wait_held(self, count: int = 1) -> None:
+        """Wait until the rule has held back ``count`` answers (the room has acted on them).
+
+        Cancellation:
+            A checkpoint; cancelled, nothing changes. Bound it with
+            ``trio.fail_after`` in tests.
+        """
+        await self.rule._owner.wait_until(lambda: self.held >= count)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RuleBuilder:
+    """The requests a rule is for; call one action to arm the rule.
+
+    Returned by :meth:`FakeRoom.on`. Every action takes ``times``: how many
+    matching requests the rule acts on (default 1; None means until
+    :meth:`Rule.remove`).
+    """
+
+    _owner: FakeRoom = attrs.field(alias="owner")
+    method: str
+    path: str | re.Pattern[str]
+
+    def respond(
+        self,
+        status: int,
+        json: object = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        times: int | None = 1,
+    ) -> Rule:
+        """Answer ``status`` with ``json`` (None: an empty body); the room never sees the request.
+
+        Args:
+            status: the HTTP status.
+            json: the body, encoded as JSON; None sends an empty body.
+            headers: extra response headers.
+            times: how many matching requests to answer.
+        """
+        raw = b"" if json is None else _json_bytes(json)
+        pairs = list(_JSON_HEADERS) if json is not None else []
+        for name, value in (headers or {}).items():
+            pairs.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        return self._arm("respond", times, status=status, body=raw, headers=pairs)
+
+    def drop_before_commit(self, *, times: int | None = 1) -> Rule:
+        """Lose the request on its way: the room never sees it.
+
+        The client gets ``httpx2.ConnectError``, as from a room that is down.
+        """
+        return self._arm("drop_before_commit", times)
+
+    def drop_after_commit(self, *, times: int | None = 1) -> Rule:
+        """Let the room act on the request, then lose its answer.
+
+        The client gets ``httpx2.RemoteProtocolError``, as when a server
+        disconnects without answering, while the room has stored whatever it
+        decided: the lost-response case a client must recover from.
+        """
+        return self._arm("drop_after_commit", times)
+
+    def hold(self, *, times: int | None = 1) -> Hold:
+        """Let the room act on the request, then hold its answer until :meth:`Hold.release`.
+
+        Returns:
+            The release handle; :meth:`Hold.wait_held` waits until an answer is held.
+        """
+        rule = self._arm("hold", times)
+        rule._hold = Hold(rule=rule)
+        return rule._hold
+
+    def rewrite(self, fn: Callable[[Any], Any], *, times: int | None = 1) -> Rule:
+        """Let the room answer, then send ``fn(answer)`` in place of its JSON answer.
+
+        ``fn`` gets the decoded JSON (whatever the status) and returns the JSON
+        to send. It runs after the room acted and before the client hears
+        anything, which also makes it the place to look at (or change) the
+        world at that moment. An answer that is not JSON fails the request
+        (the client gets a 500).
+        """
+        return self._arm("rewrite", times, rewrite=fn)
+
+    def _arm(self, action: _RuleAction, times: int | None, **options: Any) -> Rule:
+        if times is not None and times < 1:
+            raise ValueError(f"times must be at least 1 or None, not {times}")
+        pattern = self.path if isinstance(self.path, str) else self.path.pattern
+        rule = Rule(
+            method=self.method.upper(),
+            path=pattern,
+            action=action,
+            times_left=times,
+            regex=_path_regex(self.path),
+            owner=self._owner,
+            **options,
+        )
+        self._owner._rules.append(rule)
+        return rule
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _Answer:
+    """An answer of the room, kept whole instead of sent."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
 
 
 @final
@@ -170,6 +405,7 @@ class FakeRoom:
         self._modes: dict[str, ProcessMode] = {}
         self._seen_sessions: set[str] = set()
         self._changed = trio.lowlevel.ParkingLot()
+        self._rules: list[Rule] = []
         self._inner = create_app(room)
         self.transport = StreamingASGITransport(self._app, nursery=nursery)
 
@@ -209,6 +445,31 @@ class FakeRoom:
             worker_id=worker_id,
             process_host_id=process_host_id,
         )
+
+    # --- rules ---------------------------------------------------------------------
+
+    def on(self, method: str, path: str | re.Pattern[str]) -> RuleBuilder:
+        """Name the requests a rule is for; an action on the result arms it.
+
+        ``fake_room.on("GET", "/agents/me").respond(503, {"error": "down"})``
+        answers the next account lookup with a 503 instead of the room.
+
+        Args:
+            method: the HTTP method, any case.
+            path: the decoded path, matched whole. In a string, ``{name}``
+                stands for one path segment (``"/rooms/{room}/messages"``);
+                a compiled pattern is matched with ``fullmatch``.
+        """
+        return RuleBuilder(owner=self, method=method, path=path)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The live rules, in the order they are tried."""
+        return tuple(self._rules)
+
+    def clear_rules(self) -> None:
+        """Remove every rule (held answers stay held until their release)."""
+        self._rules.clear()
 
     # --- faults --------------------------------------------------------------------
 
@@ -251,6 +512,11 @@ class FakeRoom:
 
     # --- observing -----------------------------------------------------------------
 
+    def requests_to(self, method: str, path: str | re.Pattern[str]) -> list[RequestRecord]:
+        """The requests received whose method and path match, as :meth:`on` matches them."""
+        wanted, regex = method.upper(), _path_regex(path)
+        return [r for r in self.requests if r.method == wanted and regex.fullmatch(r.path)]
+
     def process_requests(self, session_id: str | None = None) -> list[RequestRecord]:
         """The ``GET …/process`` requests received (for ``session_id``, or all)."""
         return [
@@ -281,29 +547,89 @@ class FakeRoom:
             await self._inner(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        path = unquote(scope["raw_path"].decode("latin-1"))
-        self.requests.append(
-            RequestRecord(
-                time=trio.current_time(),
-                method=scope["method"],
-                path=path,
-                session_id=headers.get(_protocol.SESSION_ID_HEADER.lower()),
-                has_session_token=bool(headers.get(_protocol.SESSION_TOKEN_HEADER.lower())),
-            )
+        raw_path = scope["raw_path"].decode("latin-1")
+        method, path = str(scope["method"]), unquote(raw_path)
+        raw, receive = await _read_body(receive)
+        request = RequestRecord(
+            time=trio.current_time(),
+            method=method,
+            path=path,
+            session_id=headers.get(_protocol.SESSION_ID_HEADER.lower()),
+            has_session_token=bool(headers.get(_protocol.SESSION_TOKEN_HEADER.lower())),
+            body=_json_or_none(raw),
         )
+        self.requests.append(request)
         self._note()
-        match = _PROCESS_PATH.match(scope["raw_path"].decode("latin-1"))
+        rule = next((r for r in self._rules if r._matches(method, path)), None)
+        if rule is None:
+            await self._room_answers(request, raw_path, scope, receive, send)
+            return
+        rule._use()
+        self._note()
+        if rule.action == "respond":
+            await _send(send, _Answer(status=rule._status, headers=rule._headers, body=rule._body))
+            return
+        if rule.action == "drop_before_commit":
+            raise httpx2.ConnectError(_REFUSED_TEXT)
+        answer = await self._captured(request, raw_path, scope, receive)
+        if rule.action == "drop_after_commit":
+            raise httpx2.RemoteProtocolError(_LOST_ANSWER_TEXT)
+        if rule.action == "hold":
+            hold = rule._hold
+            assert hold is not None
+            hold.held += 1
+            self._note()
+            await hold._released.wait()
+        elif rule._rewrite is not None:
+            changed = rule._rewrite(json.loads(answer.body))
+            answer = attrs.evolve(answer, body=_json_bytes(changed))
+        await _send(send, answer)
+
+    async def _room_answers(
+        self,
+        request: RequestRecord,
+        raw_path: str,
+        scope: MutableMapping[str, Any],
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """What the room (through the process modes) answers, sent as it is made."""
+        match = _PROCESS_PATH.match(raw_path)
         if match is None:
             await self._inner(scope, receive, send)
             return
         session_id = unquote(match["sid"])
         if match["exit"]:
-            await self._exit(session_id, scope, receive, send)
-        elif scope["method"] == "GET":
+            await self._exit(session_id, request, scope, receive, send)
+        elif request.method == "GET":
             self._seen_sessions.add(session_id)
             await self._process(session_id, scope, receive, send)
         else:
             await self._inner(scope, receive, send)
+
+    async def _captured(
+        self,
+        request: RequestRecord,
+        raw_path: str,
+        scope: MutableMapping[str, Any],
+        receive: Receive,
+    ) -> _Answer:
+        """Let the room answer to the end, keeping its answer instead of sending it."""
+        status = 500
+        headers: list[tuple[bytes, bytes]] = []
+        chunks: list[bytes] = []
+
+        async def capture(message: MutableMapping[str, Any]) -> None:
+            nonlocal status, headers
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
+            elif message["type"] == "http.response.body":
+                chunks.append(bytes(message.get("body", b"")))
+            await trio.lowlevel.checkpoint()
+
+        await self._room_answers(request, raw_path, scope, receive, capture)
+        return _Answer(status=status, headers=headers, body=b"".join(chunks))
 
     async def _process(
         self, session_id: str, scope: MutableMapping[str, Any], receive: Receive, send: Send
@@ -311,7 +637,8 @@ class FakeRoom:
         mode = self.process_mode(session_id)
         canned = _CANNED.get(mode)
         if canned is not None:
-            await _send_json(send, *canned)
+            status, body = canned
+            await _send(send, _Answer(status=status, headers=_JSON_HEADERS, body=_json_bytes(body)))
         elif mode is ProcessMode.SILENT:
             await send(
                 {
@@ -328,14 +655,15 @@ class FakeRoom:
             await self._inner(scope, receive, send)
 
     async def _exit(
-        self, session_id: str, scope: MutableMapping[str, Any], receive: Receive, send: Send
+        self,
+        session_id: str,
+        request: RequestRecord,
+        scope: MutableMapping[str, Any],
+        receive: Receive,
+        send: Send,
     ) -> None:
-        message = await receive()
-        raw = bytes(message.get("body", b""))
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            body = {}
+        body = request.body if isinstance(request.body, dict) else {}
+        recorded: object = None
         if self.black_hole_exits:
             self.exits.append(
                 ExitRecord(
@@ -346,25 +674,16 @@ class FakeRoom:
             await _until_disconnected(receive)
             return
         answer: list[bytes] = []
-        replayed = False
 
-        async def replay() -> MutableMapping[str, Any]:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return message
-            return await receive()
+        async def capture(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                answer.append(bytes(message.get("body", b"")))
+            await send(message)
 
-        async def capture(msg: MutableMapping[str, Any]) -> None:
-            if msg["type"] == "http.response.body":
-                answer.append(bytes(msg.get("body", b"")))
-            await send(msg)
-
-        await self._inner(scope, replay, capture)
-        try:
-            recorded = json.loads(b"".join(answer)).get("recorded")
-        except (ValueError, AttributeError):
-            recorded = None
+        await self._inner(scope, receive, capture)
+        reply = _json_or_none(b"".join(answer))
+        if isinstance(reply, dict):
+            recorded = reply.get("recorded")
         self.exits.append(
             ExitRecord(
                 time=trio.current_time(),
@@ -398,36 +717,59 @@ async def register_worker(
     Cancellation:
         A checkpoint; cancelled, the registration may or may not have happened.
     """
-    worker_id = worker_id or "worker_" + uuid.uuid4().hex
-    body = {
-        "actor_key": f"{owner_login}/worker-{worker_id.removeprefix('worker_')}",
-        "agent_instance_id": worker_id,
-        "display_name": display_name,
-        "requested_base_display_name": display_name,
-        "session_kind": "worker",
-        "runtime": "python",
-        "ide_label": "Agent",
-        "repo_branch": None,
-        "process_host_id": process_host_id,
-        "connection_token": secrets.token_urlsafe(32),
-        "replace_agent_session_id": None,
-        "replace_agent_session_token": None,
-    }
+    worker_id = worker_id or new_worker_id()
+    body = durable_registration_body(
+        actor_key=f"{owner_login}/{worker_agent_name(worker_id)}",
+        worker_id=worker_id,
+        display_name=display_name,
+        connection_token=new_connection_token(),
+        process_host_id=process_host_id,
+    )
     reply = await room.register(owner_token, room_id, body)
     if reply.status != 201:
         raise RuntimeError(f"the room refused the worker: {reply.status} {dict(reply.body)}")
     return AgentSession.from_json(reply.body)
 
 
-async def _send_json(send: Send, status: int, body: dict[str, str]) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+_JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
+
+
+def _json_bytes(value: object) -> bytes:
+    return json.dumps(value).encode("utf-8")
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """Read the request body whole; return it and a ``receive`` that gives it again."""
+    messages: list[MutableMapping[str, Any]] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+    raw = b"".join(bytes(m.get("body", b"")) for m in messages if m["type"] == "http.request")
+
+    async def again() -> MutableMapping[str, Any]:
+        if messages:
+            await trio.lowlevel.checkpoint()
+            return messages.pop(0)
+        return await receive()
+
+    return raw, again
+
+
+async def _send(send: Send, answer: _Answer) -> None:
+    """Send a whole answer, its ``content-length`` set to the body it carries now."""
+    headers = [(k, v) for k, v in answer.headers if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(answer.body)).encode("latin-1")))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body, "more_body": False})
 
 
 async def _until_disconnected(receive: Receive) -> None:
