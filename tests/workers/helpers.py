@@ -1,12 +1,10 @@
-"""Shared pieces of the worker-handle tests: a fault layer, simulated processes, state seeding.
+"""Shared pieces of the worker-handle tests: simulated processes, state seeding, request views.
 
-The room is always the reference room (``FakeRoom.room``). :class:`Faults` is a
-small ASGI layer in front of FakeRoom's own app that adds the faults the
-upstream tests inject and FakeRoom does not offer: ``/agents/me`` failing,
-a registration answered by the room but its response lost, a disconnect whose
-response is held, a 201 tampered with, and forced answers on ``POST
-…/messages``. It records every request (method, path, trio time), including
-those it answers itself.
+The room is always the reference room in a ``FakeRoom``; the faults the
+upstream tests inject (``/agents/me`` failing, a registration answered by the
+room but its response lost, a disconnect whose answer is held, a 201 tampered
+with, forced answers on ``POST …/messages``) are FakeRoom rules
+(``fake_room.on(...)``), and every request is in ``fake_room.requests``.
 
 A *process* here is what one MCP server owns: a :class:`LocalStateStore`, a
 :class:`RoomClient`, a connection manager and a :class:`WorkerHandles`. Two
@@ -16,185 +14,45 @@ of them on one state file, each with its own client, are two MCP servers.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
-import httpx2
-import trio
 
 from letagents_trio import ConnectionManager, RoomClient, open_connection_manager
 from letagents_trio._state import LocalStateStore
 from letagents_trio._workers import WorkerHandles
-from letagents_trio.testing._transport import StreamingASGITransport
 
 if TYPE_CHECKING:
-    from letagents_trio._chat_storage import ChatStorage
-    from letagents_trio.testing import FakeRoom
+    import httpx2
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-Scope = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+    from letagents_trio._chat_storage import ChatStorage
+    from letagents_trio.testing import FakeRoom, RequestRecord
 
 OWNER_TOKEN: Final = "owner-test-token"
 ROOM: Final = "room_shared"
 OTHER_ROOM: Final = "room_other"
 LOCAL_ROOM: Final = "room_local"
 BEARER: Final = "unused-bearer-secret"
+# The registration route (R3), as FakeRoom rules and requests_to match paths.
+REGISTRATIONS: Final = "/rooms/{room}/agent-sessions"
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Seen:
-    """One request the fault layer saw."""
-
-    time: float
-    method: str
-    path: str
+def requests(fake_room: FakeRoom, since: int = 0) -> list[str]:
+    """``"METHOD path"`` of each request the room received, from index ``since``."""
+    return [f"{r.method} {r.path}" for r in fake_room.requests[since:]]
 
 
-@final
-@attrs.define(eq=False)
-class Faults:
-    """An ASGI layer of faults in front of the FakeRoom's app.
-
-    Attributes:
-        me: how ``GET /agents/me`` fails: ``"503"``, ``"drop"`` (connection
-            lost), ``"empty"`` (``{}``), or None to let the room answer.
-        drop_registrations: this many 201 registration answers are lost after
-            the room stored them (the client sees a reset connection).
-        tamper: called with each 201 registration body, may change it in place.
-        on_registration: called with each registration request body as it arrives.
-        hold_disconnects: disconnects are done by the room, but their answer
-            waits for ``release_disconnects``; ``disconnect_held`` is set then.
-        message_reply: answer ``POST …/messages`` with this (status, body).
-    """
-
-    inner: ASGIApp
-    nursery: trio.Nursery | None = None
-    seen: list[Seen] = attrs.field(factory=list)
-    registration_bodies: list[dict[str, Any]] = attrs.field(factory=list)
-    me: str | None = None
-    drop_registrations: int = 0
-    tamper: Callable[[dict[str, Any]], None] | None = None
-    on_registration: Callable[[dict[str, Any]], None] | None = None
-    hold_disconnects: bool = False
-    disconnect_held: trio.Event = attrs.field(factory=trio.Event)
-    release_disconnects: trio.Event = attrs.field(factory=trio.Event)
-    message_reply: tuple[int, dict[str, Any]] | None = None
-
-    def transport(self) -> StreamingASGITransport:
-        """A new transport to this layer (each client closes its own)."""
-        assert self.nursery is not None
-        return StreamingASGITransport(self, nursery=self.nursery)
-
-    def requests(self, since: int = 0) -> list[str]:
-        """``"METHOD path"`` of each request seen, from index ``since``."""
-        return [f"{s.method} {s.path}" for s in self.seen[since:]]
-
-    def registrations(self) -> int:
-        """How many registration requests arrived."""
-        return sum(
-            1 for s in self.seen if s.method == "POST" and s.path.endswith("/agent-sessions")
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.inner(scope, receive, send)
-            return
-        method, path = str(scope["method"]), str(scope["path"])
-        self.seen.append(Seen(time=trio.current_time(), method=method, path=path))
-        if path == "/agents/me" and self.me is not None:
-            await self._failing_me(send)
-            return
-        if method == "POST" and path.endswith("/agent-sessions"):
-            await self._registration(scope, receive, send)
-            return
-        if method == "POST" and path.endswith("/disconnect") and self.hold_disconnects:
-            status, headers, raw = await self._captured(scope, receive)
-            self.disconnect_held.set()
-            await self.release_disconnects.wait()
-            await _forward(send, status, headers, raw)
-            return
-        if method == "POST" and path.endswith("/messages") and self.message_reply is not None:
-            await _send_json(send, *self.message_reply)
-            return
-        await self.inner(scope, receive, send)
-
-    async def _failing_me(self, send: Send) -> None:
-        if self.me == "drop":
-            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
-        if self.me == "503":
-            await _send_json(send, 503, {"error": "Service unavailable"})
-        else:
-            await _send_json(send, 200, {})
-
-    async def _registration(self, scope: Scope, receive: Receive, send: Send) -> None:
-        first = await receive()
-        body = json.loads(bytes(first.get("body", b"")) or b"{}")
-        self.registration_bodies.append(body)
-        if self.on_registration is not None:
-            self.on_registration(body)
-        status, headers, raw = await self._captured(scope, _replaying(first, receive))
-        if status == 201 and self.drop_registrations > 0:
-            self.drop_registrations -= 1
-            raise httpx2.ReadError("Connection reset by peer")
-        if status == 201 and self.tamper is not None:
-            data = json.loads(raw)
-            self.tamper(data)
-            raw = json.dumps(data).encode()
-        await _forward(send, status, headers, raw)
-
-    async def _captured(
-        self, scope: Scope, receive: Receive
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """Run the room's app to the end, keeping its answer instead of sending it."""
-        status = 500
-        headers: list[tuple[bytes, bytes]] = []
-        chunks: list[bytes] = []
-
-        async def capture(message: Message) -> None:
-            nonlocal status, headers
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
-            elif message["type"] == "http.response.body":
-                chunks.append(bytes(message.get("body", b"")))
-            await trio.lowlevel.checkpoint()
-
-        await self.inner(scope, receive, capture)
-        return status, headers, b"".join(chunks)
+def registrations(fake_room: FakeRoom) -> list[RequestRecord]:
+    """The registration requests the room received, in order."""
+    return fake_room.requests_to("POST", REGISTRATIONS)
 
 
-def _replaying(first: Message, receive: Receive) -> Receive:
-    given = False
-
-    async def again() -> Message:
-        nonlocal given
-        if not given:
-            given = True
-            await trio.lowlevel.checkpoint()
-            return first
-        return await receive()
-
-    return again
-
-
-async def _forward(send: Send, status: int, headers: list[tuple[bytes, bytes]], raw: bytes) -> None:
-    kept = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-    kept.append((b"content-length", str(len(raw)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": kept})
-    await send({"type": "http.response.body", "body": raw, "more_body": False})
-
-
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
-    await _forward(
-        send, status, [(b"content-type", b"application/json")], json.dumps(body).encode()
-    )
+def registration_bodies(fake_room: FakeRoom) -> list[dict[str, Any]]:
+    """The bodies of those registration requests."""
+    return [r.body for r in registrations(fake_room)]
 
 
 @final
@@ -247,17 +105,6 @@ async def open_proc(
             owner_mode=owner_mode,
         )
         yield Proc(store=store, client=client, manager=manager, handles=handles)
-
-
-@asynccontextmanager
-async def open_faults(fake_room: FakeRoom) -> AsyncIterator[Faults]:
-    """A :class:`Faults` layer over ``fake_room``; ``faults.transport()`` serves it."""
-    async with trio.open_nursery() as nursery:
-        faults = Faults(inner=fake_room._app, nursery=nursery)
-        try:
-            yield faults
-        finally:
-            nursery.cancel_scope.cancel(reason="fault layer closed")
 
 
 async def seed_state(path: Path) -> LocalStateStore:

@@ -49,11 +49,14 @@ from letagents_trio._workers import (
 
 from .helpers import (
     OWNER_TOKEN,
+    REGISTRATIONS,
     ROOM,
-    open_faults,
     open_proc,
     read_bytes,
     read_json,
+    registration_bodies,
+    registrations,
+    requests,
     seed_state,
     write_text,
 )
@@ -83,49 +86,48 @@ async def test_request_sequences_of_create_restart_resume_and_recover(
 ) -> None:
     """What the room sees for a create, a resume after a restart, and a recover."""
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults:
-        async with open_proc(faults.transport(), state_path) as first:
-            created = await first.handles.register(
-                room_id=ROOM, registration_key="chat-1", display_name="Juniper"
-            )
-            sid = created.session.session_id
-            await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 1)
-            assert faults.requests() == [
-                "GET /agents/me",
-                "POST /agents",
-                f"POST /rooms/{ROOM}/agent-sessions",
-                f"GET {_session_path(sid, '/process')}",
-            ]
-            mark = len(faults.seen)
-            recovered = await first.handles.register(
-                room_id=ROOM, display_name="juniper", recover_lost_worker=True
-            )
-            await trio.testing.wait_all_tasks_blocked()
-            # Recovery is the pinned fast path: the room hears nothing at all.
-            assert faults.requests(mark) == []
-            assert recovered.worker_id == created.worker_id
-            assert recovered.session.session_id == sid
-            mark = len(faults.seen)
-        # Leaving the process announces its exit.
-        assert faults.requests(mark) == [f"POST {_session_path(sid, '/process/exit')}"]
-        mark = len(faults.seen)
-        async with open_proc(faults.transport(), state_path) as second:
-            resumed = await second.handles.register(room_id=ROOM, worker_id=created.worker_id)
-            await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
-            assert faults.requests(mark) == [
-                "GET /agents/me",
-                "POST /agents",
-                f"POST /rooms/{ROOM}/agent-sessions",
-                f"GET {_session_path(sid, '/process')}",
-            ]
-            assert resumed.session.session_id == sid
-            assert resumed.session.display_name == "Juniper"
-            assert resumed.session.session_token != created.session.session_token
-            body = faults.registration_bodies[-1]
-            # §8.1.4: one machine, one process_host_id, whichever process registers.
-            assert body["process_host_id"] == faults.registration_bodies[0]["process_host_id"]
-            assert body["replace_agent_session_id"] == sid
-            assert body["replace_agent_session_token"] == created.session.session_token
+    async with open_proc(fake_room.transport, state_path) as first:
+        created = await first.handles.register(
+            room_id=ROOM, registration_key="chat-1", display_name="Juniper"
+        )
+        sid = created.session.session_id
+        await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 1)
+        assert requests(fake_room) == [
+            "GET /agents/me",
+            "POST /agents",
+            f"POST /rooms/{ROOM}/agent-sessions",
+            f"GET {_session_path(sid, '/process')}",
+        ]
+        mark = len(fake_room.requests)
+        recovered = await first.handles.register(
+            room_id=ROOM, display_name="juniper", recover_lost_worker=True
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        # Recovery is the pinned fast path: the room hears nothing at all.
+        assert requests(fake_room, mark) == []
+        assert recovered.worker_id == created.worker_id
+        assert recovered.session.session_id == sid
+        mark = len(fake_room.requests)
+    # Leaving the process announces its exit.
+    assert requests(fake_room, mark) == [f"POST {_session_path(sid, '/process/exit')}"]
+    mark = len(fake_room.requests)
+    async with open_proc(fake_room.transport, state_path) as second:
+        resumed = await second.handles.register(room_id=ROOM, worker_id=created.worker_id)
+        await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
+        assert requests(fake_room, mark) == [
+            "GET /agents/me",
+            "POST /agents",
+            f"POST /rooms/{ROOM}/agent-sessions",
+            f"GET {_session_path(sid, '/process')}",
+        ]
+        assert resumed.session.session_id == sid
+        assert resumed.session.display_name == "Juniper"
+        assert resumed.session.session_token != created.session.session_token
+        body = registration_bodies(fake_room)[-1]
+        # §8.1.4: one machine, one process_host_id, whichever process registers.
+        assert body["process_host_id"] == registration_bodies(fake_room)[0]["process_host_id"]
+        assert body["replace_agent_session_id"] == sid
+        assert body["replace_agent_session_token"] == created.session.session_token
 
 
 # --- create ---------------------------------------------------------------------------
@@ -135,7 +137,7 @@ async def test_create_stores_the_worker_and_its_session(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(
             room_id=ROOM, registration_key="  key with spaces ", display_name="  Juniper "
         )
@@ -160,7 +162,7 @@ async def test_create_stores_the_worker_and_its_session(
     assert stored["requested_base_display_name"] == "Juniper"
     for dropped in ("assigned_base_display_name", "worker_bearer", "adopted_task_leases"):
         assert dropped not in stored
-    body = faults.registration_bodies[0]
+    body = registration_bodies(fake_room)[0]
     assert body["actor_key"] == stored["agent_key"]
     assert body["agent_instance_id"] == reg.worker_id
     assert body["display_name"] == body["requested_base_display_name"] == "Juniper"
@@ -179,7 +181,7 @@ async def test_a_create_without_a_name_takes_the_codename_of_its_worker_id(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
     worker = read_json(state_path)["mcp_workers"][reg.worker_id]
     assert worker["display_name"] == codename(reg.worker_id).display_name
@@ -189,15 +191,12 @@ async def test_the_same_key_finds_the_same_worker_and_keeps_its_name(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults:
-        async with open_proc(faults.transport(), state_path) as p:
-            first = await p.handles.register(
-                room_id=ROOM, registration_key="k", display_name="Juniper"
-            )
-        async with open_proc(faults.transport(), state_path) as p:
-            again = await p.handles.register(
-                room_id=ROOM, registration_key="k", display_name="Something Else"
-            )
+    async with open_proc(fake_room.transport, state_path) as p:
+        first = await p.handles.register(room_id=ROOM, registration_key="k", display_name="Juniper")
+    async with open_proc(fake_room.transport, state_path) as p:
+        again = await p.handles.register(
+            room_id=ROOM, registration_key="k", display_name="Something Else"
+        )
     assert again.worker_id == first.worker_id
     assert again.session.session_id == first.session.session_id
     # An existing record's display_name is not updated.
@@ -208,10 +207,10 @@ async def test_the_account_is_looked_up_once(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         await p.handles.register(room_id=ROOM, registration_key="a")
         await p.handles.register(room_id=ROOM, registration_key="b")
-    assert faults.requests().count("GET /agents/me") == 1
+    assert requests(fake_room).count("GET /agents/me") == 1
     assert p.handles.statistics() == WorkerHandlesStatistics(
         pinned_sessions=2, registrations_in_flight=0, account_cached=True
     )
@@ -223,13 +222,12 @@ async def test_a_failed_account_lookup_is_not_cached(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
-        faults.me = "503"
+    async with open_proc(fake_room.transport, state_path) as p:
+        fake_room.on("GET", "/agents/me").respond(503, {"error": "Service unavailable"})
         with pytest.raises(WorkerError, match=re.escape(ACCOUNT_UNVERIFIED_TEXT)):
             await p.handles.register(room_id=ROOM, registration_key="a")
-        faults.me = None
         await p.handles.register(room_id=ROOM, registration_key="a")
-    assert faults.requests().count("GET /agents/me") == 2
+    assert requests(fake_room).count("GET /agents/me") == 2
 
 
 # --- the prepared operation -------------------------------------------------------------
@@ -241,15 +239,18 @@ async def test_the_operation_is_stored_before_the_registration_is_sent(
     await seed_state(state_path)
     seen_pending: list[dict[str, Any]] = []
 
-    def inspect(body: dict[str, Any]) -> None:
+    def inspect(answer: dict[str, Any]) -> dict[str, Any]:
+        # The room has answered; the client has not heard yet.
+        body = registration_bodies(fake_room)[-1]
         state = read_json(state_path)
         for worker in state["mcp_workers"].values():
             pending = worker["rooms"][ROOM]["pending"]
             seen_pending.append(pending)
             assert pending["connection_token"] == body["connection_token"]
+        return answer
 
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
-        faults.on_registration = inspect
+    async with open_proc(fake_room.transport, state_path) as p:
+        fake_room.on("POST", REGISTRATIONS).rewrite(inspect, times=None)
         created = await p.handles.register(room_id=ROOM, registration_key="k")
         # A resume after the session ended: the pending op names its predecessor.
         fake_room.end(created.session.session_id)
@@ -272,7 +273,7 @@ async def test_a_refused_registration_leaves_no_pending_operation(
 ) -> None:
     """A 4xx means the room stored nothing: the next call prepares a fresh operation."""
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         created = await p.handles.register(room_id=ROOM, registration_key="k")
         # Another process's token is now the room's (our proof is stale).
         row = fake_room.room.session(created.session.session_id)
@@ -286,16 +287,16 @@ async def test_a_refused_registration_leaves_no_pending_operation(
         assert caught.value.status == 409
     rooms = read_json(state_path)["mcp_workers"][created.worker_id]["rooms"]
     assert "pending" not in rooms[ROOM]
-    assert faults.registrations() == 2
+    assert len(registrations(fake_room)) == 2
 
 
 async def test_a_pending_operation_blocks_worker_calls_and_a_second_preparation(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         created = await p.handles.register(room_id=ROOM, registration_key="k")
-        faults.drop_registrations = 1
+        fake_room.on("POST", REGISTRATIONS).drop_after_commit()
         await p.store.end_session(
             created.session.session_id, "2026-01-01T00:00:00.000Z", created.session.session_token
         )
@@ -318,14 +319,15 @@ async def test_an_operation_superseded_while_in_flight_is_not_written(
 ) -> None:
     await seed_state(state_path)
 
-    def supersede(body: dict[str, Any]) -> None:
+    def supersede(answer: dict[str, Any]) -> dict[str, Any]:
         raw = read_json(state_path)
         for worker in raw["mcp_workers"].values():
             worker["rooms"][ROOM]["pending"]["operation_id"] = "someone-else"
         write_text(state_path, json.dumps(raw))
+        return answer
 
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
-        faults.on_registration = supersede
+    async with open_proc(fake_room.transport, state_path) as p:
+        fake_room.on("POST", REGISTRATIONS).rewrite(supersede)
         with pytest.raises(WorkerError, match=re.escape(SUPERSEDED_TEXT)):
             await p.handles.register(room_id=ROOM, registration_key="k")
     assert "agent_sessions" not in read_json(state_path)
@@ -337,13 +339,13 @@ async def test_an_operation_superseded_while_in_flight_is_not_written(
 @pytest.mark.parametrize(
     "tamper",
     [
-        pytest.param(lambda b: b.pop("session_id"), id="no session_id"),
-        pytest.param(lambda b: b.update(session_id=""), id="empty session_id"),
-        pytest.param(lambda b: b.update(session_token="A" * 43), id="another token"),
-        pytest.param(lambda b: b.update(agent_instance_id="worker_" + "0" * 32), id="instance"),
-        pytest.param(lambda b: b.update(agent_key="owner/someone"), id="agent_key"),
-        pytest.param(lambda b: b.update(room_id="room_elsewhere"), id="room_id"),
-        pytest.param(lambda b: b.update(ended_at="2026-01-01T00:00:00.000Z"), id="ended"),
+        pytest.param(lambda b: {k: v for k, v in b.items() if k != "session_id"}, id="no id"),
+        pytest.param(lambda b: {**b, "session_id": ""}, id="empty session_id"),
+        pytest.param(lambda b: {**b, "session_token": "A" * 43}, id="another token"),
+        pytest.param(lambda b: {**b, "agent_instance_id": "worker_" + "0" * 32}, id="instance"),
+        pytest.param(lambda b: {**b, "agent_key": "owner/someone"}, id="agent_key"),
+        pytest.param(lambda b: {**b, "room_id": "room_elsewhere"}, id="room_id"),
+        pytest.param(lambda b: {**b, "ended_at": "2026-01-01T00:00:00.000Z"}, id="ended"),
     ],
 )
 async def test_an_unconfirmed_registration_is_refused(
@@ -353,8 +355,8 @@ async def test_an_unconfirmed_registration_is_refused(
     tamper: Any,
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
-        faults.tamper = tamper
+    async with open_proc(fake_room.transport, state_path) as p:
+        fake_room.on("POST", REGISTRATIONS).rewrite(tamper)
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
     assert str(caught.value) == NOT_CONFIRMED_TEXT
@@ -365,21 +367,12 @@ async def test_no_canonical_identity_is_refused(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    inner = fake_room._inner
-
-    async def no_key(scope, receive, send):  # type: ignore[no-untyped-def]
-        if scope["path"] == "/agents":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b'{"canonical_key":""}'})
-            return
-        await inner(scope, receive, send)
-
-    fake_room._inner = no_key
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    fake_room.on("POST", "/agents").respond(200, {"canonical_key": ""})
+    async with open_proc(fake_room.transport, state_path) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
     assert str(caught.value) == NO_CANONICAL_IDENTITY_TEXT
-    assert faults.registrations() == 0
+    assert len(registrations(fake_room)) == 0
 
 
 async def test_a_busy_room_is_asked_again_after_one_then_two_seconds(
@@ -387,12 +380,12 @@ async def test_a_busy_room_is_asked_again_after_one_then_two_seconds(
 ) -> None:
     await seed_state(state_path)
     fake_room.room.busy_registrations = 2
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
-        assert [s.time for s in faults.seen if s.path.endswith("/agent-sessions")] == [0, 1, 3]
+        assert [r.time for r in registrations(fake_room)] == [0, 1, 3]
         # The retries are the same operation: one token throughout.
-        assert len({b["connection_token"] for b in faults.registration_bodies}) == 1
-        assert reg.session.session_token == faults.registration_bodies[0]["connection_token"]
+        assert len({b["connection_token"] for b in registration_bodies(fake_room)}) == 1
+        assert reg.session.session_token == registration_bodies(fake_room)[0]["connection_token"]
 
 
 # --- the pinned fast path and the process connection ------------------------------------------
@@ -402,16 +395,16 @@ async def test_the_pinned_fast_path_asks_the_room_nothing_and_keeps_holding(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
         sid = reg.session.session_id
         holder = p.manager.holders[sid]
         await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 1)
-        mark = len(faults.seen)
+        mark = len(fake_room.requests)
         again = await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
         same_key = await p.handles.register(room_id=ROOM, registration_key="k")
         await trio.testing.wait_all_tasks_blocked()
-        assert faults.requests(mark) == []
+        assert requests(fake_room, mark) == []
         assert again.session == reg.session == same_key.session
         assert p.manager.holders[sid] is holder
 
@@ -420,7 +413,7 @@ async def test_a_released_holder_is_held_again_by_the_fast_path(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
         sid = reg.session.session_id
         assert p.manager.release(sid)
@@ -435,7 +428,7 @@ async def test_an_ended_session_is_registered_again_and_keeps_its_id(
 ) -> None:
     """§8.1.3: the room ends the session; its stream says so; a resume registers again."""
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
         sid = reg.session.session_id
         await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 1)
@@ -446,9 +439,9 @@ async def test_an_ended_session_is_registered_again_and_keeps_its_id(
         stored = p.store.stored_session(sid)
         assert stored is not None
         assert stored.ended_at is not None
-        before = faults.registrations()
+        before = len(registrations(fake_room))
         again = await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
-        assert faults.registrations() == before + 1
+        assert len(registrations(fake_room)) == before + 1
         assert again.session.session_id == sid
         await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
 
@@ -460,13 +453,13 @@ async def test_disconnect_ends_the_session_here_and_at_the_room(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k", display_name="Cedar")
         sid = reg.session.session_id
         await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 1)
-        mark = len(faults.seen)
+        mark = len(fake_room.requests)
         ended = await p.handles.disconnect(worker_id=reg.worker_id)
-        assert faults.requests(mark) == [f"POST {_session_path(sid, '/disconnect')}"]
+        assert requests(fake_room, mark) == [f"POST {_session_path(sid, '/disconnect')}"]
         assert sid not in p.manager.holders
         row = fake_room.room.session(sid)
         assert row is not None
@@ -530,27 +523,26 @@ async def test_argument_errors_have_the_exact_texts(
 ) -> None:
     await seed_state(state_path)
     before = read_bytes(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(**kwargs)
     assert str(caught.value) == text
     assert read_bytes(state_path) == before
-    assert faults.registrations() == 0
+    assert len(registrations(fake_room)) == 0
 
 
 async def test_a_worker_of_another_account_is_unknown(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults:
-        async with open_proc(faults.transport(), state_path) as p:
-            reg = await p.handles.register(room_id=ROOM, registration_key="k")
-        await p.store.update(
-            lambda s: s["mcp_workers"][reg.worker_id].update(scope="http://room.test\nsomeone")
-        )
-        async with open_proc(faults.transport(), state_path) as p:
-            with pytest.raises(WorkerError) as caught:
-                await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
+    async with open_proc(fake_room.transport, state_path) as p:
+        reg = await p.handles.register(room_id=ROOM, registration_key="k")
+    await p.store.update(
+        lambda s: s["mcp_workers"][reg.worker_id].update(scope="http://room.test\nsomeone")
+    )
+    async with open_proc(fake_room.transport, state_path) as p:
+        with pytest.raises(WorkerError) as caught:
+            await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
     assert str(caught.value) == UNKNOWN_WORKER_TEXT
 
 
@@ -559,40 +551,38 @@ async def test_a_supervised_process_has_no_worker_handles(
 ) -> None:
     await seed_state(state_path)
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), state_path, owner_mode=False) as p,
+        open_proc(fake_room.transport, state_path, owner_mode=False) as p,
     ):
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
     assert str(caught.value) == SUPERVISED_TEXT
-    assert faults.seen == []
+    assert fake_room.requests == []
 
 
 async def test_a_hosted_room_needs_a_sign_in(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), state_path, owner_token=None) as p,
+        open_proc(fake_room.transport, state_path, owner_token=None) as p,
     ):
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
     assert str(caught.value) == SIGN_IN_TEXT
-    assert faults.seen == []
+    assert fake_room.requests == []
 
 
 async def test_a_damaged_state_file_is_refused_and_left_alone(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     write_text(state_path, "{not json")
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         with pytest.raises(StateUnavailable) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
         with pytest.raises(StateUnavailable):
             await p.handles.register(room_id=ROOM, worker_id="worker_" + "1" * 32)
     assert str(caught.value) == "Worker state is unavailable; restore it before reconnecting."
     assert read_bytes(state_path) == b"{not json"
-    assert faults.registrations() == 0
+    assert len(registrations(fake_room)) == 0
 
 
 # --- in-flight de-duplication -------------------------------------------------------------------
@@ -603,7 +593,7 @@ async def test_a_cancelled_leader_leaves_the_waiters_to_register_themselves(
 ) -> None:
     await seed_state(state_path)
     results: list[WorkerRegistration] = []
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         created = await p.handles.register(room_id=ROOM, registration_key="k")
         await p.store.end_session(
             created.session.session_id, "2026-01-01T00:00:00.000Z", created.session.session_token
@@ -626,7 +616,7 @@ async def test_a_cancelled_leader_leaves_the_waiters_to_register_themselves(
             leader.cancel(reason="the chat went away")
     assert len(results) == 1
     # The follower finished the leader's operation: one token, one session.
-    assert len({b["connection_token"] for b in faults.registration_bodies[1:]}) == 1
+    assert len({b["connection_token"] for b in registration_bodies(fake_room)[1:]}) == 1
     assert results[0].session.session_id == created.session.session_id
 
 
@@ -637,7 +627,7 @@ async def test_the_public_projection_and_repr_hold_no_secret(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), state_path) as p:
+    async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
     public = reg.public_session()
     assert tuple(public) == PUBLIC_SESSION_FIELDS

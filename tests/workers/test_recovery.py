@@ -28,7 +28,16 @@ from letagents_trio._workers import (
 )
 from letagents_trio.testing import ProcessMode
 
-from .helpers import ROOM, Faults, Proc, open_faults, open_proc, read_bytes, read_json, seed_state
+from .helpers import (
+    REGISTRATIONS,
+    ROOM,
+    Proc,
+    open_proc,
+    read_bytes,
+    read_json,
+    registrations,
+    seed_state,
+)
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -54,8 +63,7 @@ async def test_1_2_a_new_key_under_a_held_name_is_a_new_worker_told_the_name_is_
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), path) as p,
+        open_proc(fake_room.transport, path) as p,
     ):
         a, b = await _juniper_and_second(p)
     assert a.name_held_here is None
@@ -76,19 +84,18 @@ async def test_3_recovering_by_name_returns_the_held_worker_without_asking_the_r
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), path) as p,
+        open_proc(fake_room.transport, path) as p,
     ):
         a, _ = await _juniper_and_second(p)
         await trio.testing.wait_all_tasks_blocked()
-        registrations = faults.registrations()
+        sent = len(registrations(fake_room))
         got = await p.handles.register(
             room_id=ROOM, display_name=" Juniper ", recover_lost_worker=True
         )
         assert got.worker_id == a.worker_id
         assert got.session.session_id == a.session.session_id
         assert got.session.display_name == "Juniper"
-        assert faults.registrations() == registrations
+        assert len(registrations(fake_room)) == sent
         message = await p.send("back again", worker_id=got.worker_id)
         assert message["agent_session_id"] == a.session.session_id
 
@@ -97,8 +104,7 @@ async def test_4_5_recovery_errors(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), path) as p,
+        open_proc(fake_room.transport, path) as p,
     ):
         await _juniper_and_second(p)
         with pytest.raises(Exception, match="no worker named") as caught:
@@ -114,8 +120,7 @@ async def test_6_recovery_matches_the_name_the_worker_lives_under(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), path) as p,
+        open_proc(fake_room.transport, path) as p,
     ):
         _, b = await _juniper_and_second(p)
         got = await p.handles.register(
@@ -128,15 +133,16 @@ async def test_7_two_workers_under_one_name_cannot_be_told_apart(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), path) as p,
+        open_proc(fake_room.transport, path) as p,
     ):
         a, _ = await _juniper_and_second(p)
-        faults.tamper = lambda body: body.update(display_name="Juniper")  # duplicates allowed
+        # A room that allows duplicate names.
+        fake_room.on("POST", REGISTRATIONS).rewrite(
+            lambda body: {**body, "display_name": "Juniper"}
+        )
         third = await p.handles.register(
             room_id=ROOM, registration_key="K3", display_name="Juniper"
         )
-        faults.tamper = None
         assert third.session.display_name == "Juniper"
         with pytest.raises(Exception, match="more than one") as caught:
             await p.handles.register(room_id=ROOM, display_name="Juniper", recover_lost_worker=True)
@@ -153,8 +159,7 @@ async def test_8_no_notice_for_other_names_no_name_or_the_same_key(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), path) as p,
+        open_proc(fake_room.transport, path) as p,
     ):
         a, _ = await _juniper_and_second(p)
         cedar = await p.handles.register(room_id=ROOM, registration_key="K4", display_name="Cedar")
@@ -171,27 +176,25 @@ async def test_8_no_notice_for_other_names_no_name_or_the_same_key(
 async def test_9_another_process_holds_nothing_to_recover_or_notice(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with open_faults(fake_room) as faults:
-        async with open_proc(faults.transport(), path) as first:
-            await _juniper_and_second(first)
-            await first.handles.register(room_id=ROOM, registration_key="K4", display_name="Cedar")
-            async with open_proc(faults.transport(), path) as second:
-                other = await second.handles.register(
-                    room_id=ROOM, registration_key="K8", display_name="Juniper"
+    async with open_proc(fake_room.transport, path) as first:
+        await _juniper_and_second(first)
+        await first.handles.register(room_id=ROOM, registration_key="K4", display_name="Cedar")
+        async with open_proc(fake_room.transport, path) as second:
+            other = await second.handles.register(
+                room_id=ROOM, registration_key="K8", display_name="Juniper"
+            )
+            assert other.name_held_here is None
+            with pytest.raises(Exception, match="no worker named"):
+                await second.handles.register(
+                    room_id=ROOM, display_name="Cedar", recover_lost_worker=True
                 )
-                assert other.name_held_here is None
-                with pytest.raises(Exception, match="no worker named"):
-                    await second.handles.register(
-                        room_id=ROOM, display_name="Cedar", recover_lost_worker=True
-                    )
 
 
 async def test_10_a_disconnected_worker_is_not_recoverable(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with (
-        open_faults(fake_room) as faults,
-        open_proc(faults.transport(), path) as p,
+        open_proc(fake_room.transport, path) as p,
     ):
         cedar = await p.handles.register(room_id=ROOM, registration_key="K4", display_name="Cedar")
         await p.handles.disconnect(worker_id=cedar.worker_id)
@@ -199,9 +202,7 @@ async def test_10_a_disconnected_worker_is_not_recoverable(
             await p.handles.register(room_id=ROOM, display_name="Cedar", recover_lost_worker=True)
 
 
-async def _ended_by_the_room(
-    fake_room: FakeRoom, faults: Faults, p: Proc
-) -> tuple[WorkerRegistration, ApiError]:
+async def _ended_by_the_room(fake_room: FakeRoom, p: Proc) -> tuple[WorkerRegistration, ApiError]:
     """§8.2.11: Juniper sent a message; the room ends it; the next send is refused."""
     juniper = await p.handles.register(room_id=ROOM, registration_key="K1", display_name="Juniper")
     await p.send("hello", worker_id=juniper.worker_id)
@@ -215,8 +216,8 @@ async def test_11_a_send_refused_as_ended_marks_the_stored_session_ended(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     fake_room.set_process_mode(ProcessMode.UNKNOWN)  # as upstream: no stream tells us first
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), path) as p:
-        juniper, error = await _ended_by_the_room(fake_room, faults, p)
+    async with open_proc(fake_room.transport, path) as p:
+        juniper, error = await _ended_by_the_room(fake_room, p)
         assert error.status == 401
         assert "register_agent_session" in str(error)
         stored = read_json(path)["agent_sessions"][juniper.session.session_id]
@@ -228,7 +229,7 @@ async def test_12_resuming_an_ended_worker_returns_adopted_leases_once_and_never
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     fake_room.set_process_mode(ProcessMode.UNKNOWN)
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), path) as p:
+    async with open_proc(fake_room.transport, path) as p:
         juniper = await p.handles.register(
             room_id=ROOM, registration_key="K1", display_name="Juniper"
         )
@@ -245,9 +246,9 @@ async def test_12_resuming_an_ended_worker_returns_adopted_leases_once_and_never
         fake_room.end(juniper.session.session_id)
         with pytest.raises(ApiError):
             await p.send("still there?", worker_id=juniper.worker_id)
-        before = faults.registrations()
+        before = len(registrations(fake_room))
         again = await p.handles.register(room_id=ROOM, worker_id=juniper.worker_id)
-        assert faults.registrations() == before + 1
+        assert len(registrations(fake_room)) == before + 1
         assert again.worker_id == juniper.worker_id
         assert again.session.session_id == juniper.session.session_id
         assert again.adopted_task_leases == (
@@ -267,9 +268,9 @@ async def test_12_resuming_an_ended_worker_returns_adopted_leases_once_and_never
 async def test_13_other_refusals_leave_the_session_live(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path, status: int, text: str
 ) -> None:
-    async with open_faults(fake_room) as faults, open_proc(faults.transport(), path) as p:
+    async with open_proc(fake_room.transport, path) as p:
         rowan = await p.handles.register(room_id=ROOM, registration_key="K6", display_name="Rowan")
-        faults.message_reply = (status, {"error": text})
+        fake_room.on("POST", "/rooms/{room}/messages").respond(status, {"error": text})
         with pytest.raises(ApiError) as caught:
             await p.send("hello", worker_id=rowan.worker_id)
         assert caught.value.status == status
