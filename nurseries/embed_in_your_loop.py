@@ -8,54 +8,35 @@ manager closes every stream and announces every exit within its 1.5 s deadline
 before the cancellation completes.
 
 To stay self-contained, this program also runs the reference room on a free
-loopback port in the same nursery and registers one worker with a plain room
-API call. Run it: ``python nurseries/embed_in_your_loop.py``.
+loopback port in the same nursery and registers one worker through the room's
+own registration rules (the testing kit's ``register_worker``; a real host
+gets its sessions from worker handles). Run it:
+``python nurseries/embed_in_your_loop.py``.
 """
 
 from __future__ import annotations
 
 import secrets
-import uuid
 
 import trio
 
-from letagents_trio import (
-    AgentSession,
-    HolderStatus,
-    RoomClient,
-    serve_connection_manager,
-)
+from letagents_trio import HolderStatus, RoomClient, serve_connection_manager
 from letagents_trio.room_server import MemoryStore, Room, serve_room
+from letagents_trio.testing import register_worker
 
 OWNER_TOKEN = secrets.token_urlsafe(24)
-
-
-async def register_worker(client: RoomClient, room_id: str, name: str) -> AgentSession:
-    """Register a durable worker the way a worker handle does (PROTOCOL §5.3)."""
-    worker_id = "worker_" + uuid.uuid4().hex
-    answer = await client.call_when_free(
-        "POST",
-        f"/rooms/{room_id}/agent-sessions",
-        json={
-            "actor_key": f"embedder/worker-{worker_id.removeprefix('worker_')}",
-            "agent_instance_id": worker_id,
-            "display_name": name,
-            "requested_base_display_name": name,
-            "session_kind": "worker",
-            "connection_token": secrets.token_urlsafe(32),
-            "process_host_id": "phost_" + uuid.uuid4().hex,
-        },
-    )
-    return AgentSession.from_json(answer)
+OWNER_LOGIN = "embedder"
 
 
 async def main() -> None:
-    room = Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: "embedder"})
+    room = Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: OWNER_LOGIN})
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             api_url = await nursery.start(serve_room, room)
             async with RoomClient(api_url, owner_token=OWNER_TOKEN) as client:
-                session = await register_worker(client, "room_shared", "Juniper")
+                session = await register_worker(
+                    room, owner_token=OWNER_TOKEN, owner_login=OWNER_LOGIN, display_name="Juniper"
+                )
                 print(f"registered {session.display_name} in {session.room_id}")
 
                 # The part an embedder writes: a manager in *your* nursery.
