@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 import trio.testing
+
+from letagents_trio._workers import (
+    PUBLIC_SESSION_FIELDS,
+    durable_registration_body,
+    new_connection_token,
+    new_worker_id,
+    worker_agent_name,
+)
 
 from .helpers import (
     EPOCH,
@@ -25,30 +33,13 @@ if TYPE_CHECKING:
 
     from letagents_trio.room_server import Room
 
+# The 201 body: the public projection, plus the room's own columns and what
+# only the registrant may see (its token, a bearer, the assigned base name).
 SESSION_FIELDS = {
-    "session_id",
-    "room_id",
-    "session_kind",
-    "runtime",
-    "host_id",
-    "host_kind",
-    "host_label",
-    "liveness_capability",
-    "tool_bridge_id",
-    "actor_label",
-    "agent_key",
-    "agent_instance_id",
-    "display_name",
+    *PUBLIC_SESSION_FIELDS,
     "assigned_base_display_name",
     "owner_account_id",
     "supervisor_grant_id",
-    "owner_label",
-    "ide_label",
-    "repo_branch",
-    "created_at",
-    "updated_at",
-    "last_seen_at",
-    "ended_at",
     "end_reason",
     "session_token",
     "worker_bearer",
@@ -78,6 +69,56 @@ async def test_agents_me_and_canonical_key(
     assert (await client.get("/agents/me", headers=owner_headers("wrong"))).status_code == 401
     r = await client.post("/agents", json={}, headers=owner_headers())
     assert (r.status_code, r.json()) == (400, {"error": "name is required"})
+
+
+async def test_the_body_worker_handles_send_registers_and_resumes(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """The client's one registration body (§5.3 step 8) is what the room reads, field by field."""
+    worker = new_worker_id()
+    liveness = {
+        "host_id": "host_a",
+        "host_kind": "linux",
+        "host_label": None,
+        "liveness_capability": "session_activity",
+        "tool_bridge_id": "host_a:bridge",
+    }
+
+    def body(predecessor: tuple[str, str] | None = None) -> dict[str, Any]:
+        return durable_registration_body(
+            actor_key=f"owner/{worker_agent_name(worker)}",
+            worker_id=worker,
+            display_name="FieldMeadow",
+            connection_token=new_connection_token(),
+            process_host_id="phost_" + "1" * 32,
+            registration_liveness=liveness,
+            runtime="codex",
+            ide_label="Cursor",
+            repo_branch="main",
+            predecessor=predecessor,
+        )
+
+    first = body()
+    assert first["agent_instance_id"] == worker
+    assert first["actor_key"] == f"owner/worker-{worker.removeprefix('worker_')}"
+    assert first["replace_agent_session_id"] is first["replace_agent_session_token"] is None
+    r = await register(client, first)
+    assert r.status_code == 201
+    data = r.json()
+    assert data["session_token"] == first["connection_token"]
+    assert {k: data[k] for k in ("runtime", "ide_label", "repo_branch")} == {
+        "runtime": "codex",
+        "ide_label": "Cursor",
+        "repo_branch": "main",
+    }
+    assert {k: data[k] for k in liveness} == liveness
+    resumed = body((data["session_id"], data["session_token"]))
+    assert resumed["replace_agent_session_id"] == data["session_id"]
+    assert resumed["replace_agent_session_token"] == data["session_token"]
+    r = await register(client, resumed)
+    assert r.status_code == 201
+    assert r.json()["session_id"] == data["session_id"]
+    assert r.json()["display_name"] == "FieldMeadow"
 
 
 async def test_201_body_of_a_durable_worker(

@@ -45,6 +45,7 @@ from letagents_trio._workers import (
     UNKNOWN_WORKER_TEXT,
     WorkerHandlesStatistics,
     WorkerRegistration,
+    _Operation,
 )
 
 from .helpers import (
@@ -231,6 +232,27 @@ async def test_a_failed_account_lookup_is_not_cached(
 
 
 # --- the prepared operation -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stored", "proof"),
+    [
+        ({"predecessor_id": "s1", "predecessor_token": "t1"}, ("s1", "t1")),
+        ({"predecessor_id": "s1"}, None),  # half a proof is none: the room would refuse it
+        ({"predecessor_token": "t1"}, None),
+        ({}, None),
+    ],
+)
+def test_an_operation_sends_its_predecessor_proof_whole_or_not_at_all(
+    stored: dict[str, str], proof: tuple[str, str] | None
+) -> None:
+    operation = _Operation.from_json({"operation_id": "op", "connection_token": "tok", **stored})
+    assert operation is not None
+    assert operation.predecessor == proof
+    # What is stored again keeps the same proof.
+    again = _Operation.from_json(operation.to_json())
+    assert again is not None
+    assert again.predecessor == proof
 
 
 async def test_the_operation_is_stored_before_the_registration_is_sent(
