@@ -70,11 +70,6 @@ if TYPE_CHECKING:
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
-@pytest.fixture
-def state_path(tmp_path: Path) -> Path:
-    return tmp_path / "mcp-state.json"
-
-
 def _session_path(sid: str, suffix: str = "") -> str:
     return f"/rooms/{ROOM}/agent-sessions/{sid}{suffix}"
 
@@ -572,9 +567,7 @@ async def test_a_supervised_process_has_no_worker_handles(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    async with (
-        open_proc(fake_room.transport, state_path, owner_mode=False) as p,
-    ):
+    async with open_proc(fake_room.transport, state_path, owner_mode=False) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
     assert str(caught.value) == SUPERVISED_TEXT
@@ -584,9 +577,7 @@ async def test_a_supervised_process_has_no_worker_handles(
 async def test_a_hosted_room_needs_a_sign_in(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, state_path, owner_token=None) as p,
-    ):
+    async with open_proc(fake_room.transport, state_path, owner_token=None) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
     assert str(caught.value) == SIGN_IN_TEXT

@@ -44,7 +44,6 @@ from .helpers import (
     registration_bodies,
     registrations,
     requests,
-    seed_state,
     write_text,
 )
 
@@ -52,14 +51,6 @@ if TYPE_CHECKING:
     from trio.testing import MockClock
 
     from letagents_trio.testing import FakeRoom
-
-
-@pytest.fixture
-async def path(tmp_path: Path) -> Path:
-    """The state file, seeded as upstream's tests seed it."""
-    state = tmp_path / "mcp-state.json"
-    await seed_state(state)
-    return state
 
 
 @pytest.fixture
@@ -363,9 +354,9 @@ async def test_13_local_rooms_need_no_sign_in(
     autojump_clock: MockClock, fake_room: FakeRoom, tmp_path: Path, chat_storage: ChatStorage
 ) -> None:
     path = tmp_path / "fresh.json"
-    async with (
-        open_proc(fake_room.transport, path, owner_token=None, chat_storage=chat_storage) as p,
-    ):
+    async with open_proc(
+        fake_room.transport, path, owner_token=None, chat_storage=chat_storage
+    ) as p:
         reg = await p.handles.register(room_id=LOCAL_ROOM, registration_key="k")
     assert fake_room.requests == []
     worker = read_json(path)["mcp_workers"][reg.worker_id]

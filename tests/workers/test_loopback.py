@@ -23,7 +23,7 @@ from letagents_trio import HolderStatus, WorkerError
 from letagents_trio._workers import CONNECTION_REPLACED_TEXT
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
 
-from .helpers import OWNER_TOKEN, ROOM, open_proc, seed_state
+from .helpers import OWNER_TOKEN, ROOM, open_proc
 
 if TYPE_CHECKING:
     from letagents_trio.room_server import SessionRow
@@ -48,11 +48,9 @@ def _row(room: Room, session_id: str) -> SessionRow:
 
 
 async def test_create_restart_and_recover_over_loopback(
-    served: tuple[Room, str], tmp_path: Path
+    served: tuple[Room, str], path: Path
 ) -> None:
     room, url = served
-    path = tmp_path / "mcp-state.json"
-    await seed_state(path)
     with trio.fail_after(BOUND):
         async with open_proc(None, path, api_url=url) as first:
             created = await first.handles.register(
@@ -76,11 +74,9 @@ async def test_create_restart_and_recover_over_loopback(
 
 
 async def test_two_servers_on_one_state_file_over_loopback(
-    served: tuple[Room, str], tmp_path: Path
+    served: tuple[Room, str], path: Path
 ) -> None:
     _, url = served
-    path = tmp_path / "mcp-state.json"
-    await seed_state(path)
     with trio.fail_after(BOUND):
         async with open_proc(None, path, api_url=url) as first:
             reg = await first.handles.register(room_id=ROOM, registration_key="k")
@@ -103,11 +99,9 @@ async def _read_line(stream: trio.abc.ReceiveStream) -> bytes:
 
 
 async def test_11_a_sigkilled_holder_is_reconnected_with_its_session_and_name(
-    served: tuple[Room, str], tmp_path: Path
+    served: tuple[Room, str], path: Path
 ) -> None:
     room, url = served
-    path = tmp_path / "mcp-state.json"
-    await seed_state(path)
     with trio.fail_after(BOUND):
         process = await trio.lowlevel.open_process(
             [sys.executable, str(PROGRAM), url, str(path), ROOM, "k", "Juniper", OWNER_TOKEN],

@@ -36,21 +36,12 @@ from .helpers import (
     read_bytes,
     read_json,
     registrations,
-    seed_state,
 )
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
 
     from letagents_trio.testing import FakeRoom
-
-
-@pytest.fixture
-async def path(tmp_path: Path) -> Path:
-    """The state file, seeded as upstream's tests seed it."""
-    state = tmp_path / "mcp-state.json"
-    await seed_state(state)
-    return state
 
 
 async def _juniper_and_second(p: Proc) -> tuple[WorkerRegistration, WorkerRegistration]:
@@ -62,9 +53,7 @@ async def _juniper_and_second(p: Proc) -> tuple[WorkerRegistration, WorkerRegist
 async def test_1_2_a_new_key_under_a_held_name_is_a_new_worker_told_the_name_is_held(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, path) as p,
-    ):
+    async with open_proc(fake_room.transport, path) as p:
         a, b = await _juniper_and_second(p)
     assert a.name_held_here is None
     assert a.session.display_name == "Juniper"
@@ -83,9 +72,7 @@ async def test_1_2_a_new_key_under_a_held_name_is_a_new_worker_told_the_name_is_
 async def test_3_recovering_by_name_returns_the_held_worker_without_asking_the_room(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, path) as p,
-    ):
+    async with open_proc(fake_room.transport, path) as p:
         a, _ = await _juniper_and_second(p)
         await trio.testing.wait_all_tasks_blocked()
         sent = len(registrations(fake_room))
@@ -103,9 +90,7 @@ async def test_3_recovering_by_name_returns_the_held_worker_without_asking_the_r
 async def test_4_5_recovery_errors(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, path) as p,
-    ):
+    async with open_proc(fake_room.transport, path) as p:
         await _juniper_and_second(p)
         with pytest.raises(Exception, match="no worker named") as caught:
             await p.handles.register(room_id=ROOM, display_name="Nobody", recover_lost_worker=True)
@@ -119,9 +104,7 @@ async def test_4_5_recovery_errors(
 async def test_6_recovery_matches_the_name_the_worker_lives_under(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, path) as p,
-    ):
+    async with open_proc(fake_room.transport, path) as p:
         _, b = await _juniper_and_second(p)
         got = await p.handles.register(
             room_id=ROOM, display_name=b.session.display_name.lower(), recover_lost_worker=True
@@ -132,9 +115,7 @@ async def test_6_recovery_matches_the_name_the_worker_lives_under(
 async def test_7_two_workers_under_one_name_cannot_be_told_apart(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, path) as p,
-    ):
+    async with open_proc(fake_room.transport, path) as p:
         a, _ = await _juniper_and_second(p)
         # A room that allows duplicate names.
         fake_room.on("POST", REGISTRATIONS).rewrite(
@@ -158,9 +139,7 @@ async def test_7_two_workers_under_one_name_cannot_be_told_apart(
 async def test_8_no_notice_for_other_names_no_name_or_the_same_key(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, path) as p,
-    ):
+    async with open_proc(fake_room.transport, path) as p:
         a, _ = await _juniper_and_second(p)
         cedar = await p.handles.register(room_id=ROOM, registration_key="K4", display_name="Cedar")
         nameless = await p.handles.register(room_id=ROOM, registration_key="K5")
@@ -193,9 +172,7 @@ async def test_9_another_process_holds_nothing_to_recover_or_notice(
 async def test_10_a_disconnected_worker_is_not_recoverable(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
-    async with (
-        open_proc(fake_room.transport, path) as p,
-    ):
+    async with open_proc(fake_room.transport, path) as p:
         cedar = await p.handles.register(room_id=ROOM, registration_key="K4", display_name="Cedar")
         await p.handles.disconnect(worker_id=cedar.worker_id)
         with pytest.raises(Exception, match="no worker named"):
