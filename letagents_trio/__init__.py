@@ -11,6 +11,9 @@ from ._api import RoomClient as RoomClient
 from ._api import StateHooks as StateHooks
 from ._errors import ApiError as ApiError
 from ._errors import LetAgentsError as LetAgentsError
+from ._errors import LocalChatBusy as LocalChatBusy
+from ._errors import LocalChatError as LocalChatError
+from ._errors import LocalChatUnavailable as LocalChatUnavailable
 from ._errors import RoomUnreachable as RoomUnreachable
 from ._errors import StateError as StateError
 from ._errors import StateLockTimeout as StateLockTimeout
@@ -28,6 +31,8 @@ from ._identity import detect_runtime_label as detect_runtime_label
 from ._identity import local_host_id as local_host_id
 from ._identity import process_host_id as process_host_id
 from ._identity import registration_liveness as registration_liveness
+from ._local_chat import LocalChat as LocalChat
+from ._local_chat import LocalChatStatistics as LocalChatStatistics
 from ._manager import ConnectionManager as ConnectionManager
 from ._manager import ExitAnnouncement as ExitAnnouncement
 from ._manager import HolderStateHooks as HolderStateHooks
@@ -70,6 +75,11 @@ __all__ = [
     "HolderStatistics",
     "HolderStatus",
     "LetAgentsError",
+    "LocalChat",
+    "LocalChatBusy",
+    "LocalChatError",
+    "LocalChatStatistics",
+    "LocalChatUnavailable",
     "LocalStateStore",
     "MachineFacts",
     "ManagerStatistics",
