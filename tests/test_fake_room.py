@@ -4,18 +4,22 @@ Each test talks to the fake room over plain HTTP (an ``httpx2.AsyncClient`` on
 its in-process transport) and checks two sides: what the client got, and what
 the reference room behind the rules did (``POST /agents`` leaves a trace in
 ``GET /agents/me``, so "the room acted" is observable). Timing tests take
-``autojump_clock`` and assert exact virtual times.
+``autojump_clock`` and assert exact virtual times; the one test over real
+sockets uses the real clock, bounded by ``trio.fail_after``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import httpx2
 import pytest
 import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
 
 from letagents_trio.testing import Hold, Rule
 
@@ -270,3 +274,28 @@ async def test_rewrite_changes_the_rooms_json_answer_and_keeps_its_status(
     assert int(answer.headers["content-length"]) == len(answer.content)
     # Only the delivery changed: the room stored what it decided.
     assert await _agents_the_room_has(http) == ["owner/worker-a"]
+
+
+# --- over real sockets ------------------------------------------------------------------------
+
+
+async def test_the_app_serves_rules_over_hypercorn_where_drops_become_500s(
+    fake_room: FakeRoom,
+) -> None:
+    """Real sockets and the real clock: ``fake_room.app`` under hypercorn."""
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(
+                partial(serve, fake_room.app, config, mode="asgi")  # type: ignore[arg-type]
+            )
+            headers = {"Authorization": f"Bearer {fake_room.owner_token}"}
+            async with httpx2.AsyncClient(base_url=binds[0], headers=headers) as http:
+                fake_room.on("GET", "/agents/me").respond(503, {"error": "down"})
+                fake_room.on("POST", "/agents").drop_before_commit()
+                assert (await http.get("/agents/me")).status_code == 503
+                assert (await http.post("/agents", json=_agent("worker-a"))).status_code == 500
+                assert await _agents_the_room_has(http) == []
+            nursery.cancel_scope.cancel(reason="test over")

@@ -32,7 +32,9 @@ the process modes above). A rule never decides anything the room decides: the
 room either never sees the request (``respond``, ``drop_before_commit``) or
 answers it with its own rules, and only the delivery of that answer is faulty
 (``drop_after_commit``, ``hold``, ``rewrite``). Those three wait for the room's
-whole answer, so they are for answers that end, not for process streams.
+whole answer, so they are for answers that end, not for process streams. The
+drops are network errors of the in-process transport; over a real server
+(:attr:`FakeRoom.app` under hypercorn) they become 500s.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from .._workers import (
     worker_agent_name,
 )
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
-from ._transport import Receive, Send, StreamingASGITransport
+from ._transport import ASGIApp, Receive, Send, StreamingASGITransport
 
 __all__ = [
     "ExitRecord",
@@ -411,6 +413,17 @@ class FakeRoom:
 
     def __repr__(self) -> str:
         return f"<FakeRoom api_url={self.api_url!r} requests={len(self.requests)}>"
+
+    @property
+    def app(self) -> ASGIApp:
+        """The ASGI app :attr:`transport` serves: log, rules, process modes, then the room.
+
+        Serve it with hypercorn to test over real sockets. There, a rule that
+        drops (``drop_before_commit``, ``drop_after_commit``) raises inside the
+        app, which the server turns into a 500, not a lost connection: drops
+        are faithful only on the in-process transport.
+        """
+        return self._app
 
     # --- clients and sessions ------------------------------------------------------
 
