@@ -267,3 +267,21 @@ async def test_leaving_announces_the_exit(fake_room: FakeRoom, tmp_path: Path) -
     assert [(e.session_id, e.process_connection_id, e.recorded) for e in fake_room.exits] == [
         (session_id, stream.connection_id, True)
     ]
+
+
+async def test_guidelines_call_the_route_the_reference_room_lacks(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """get_room_guidelines asks GET /rooms/{room}/guidelines, which the reference room
+    answers 404 (PROTOCOL names no such route): an isError result with that answer."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            registered = await register(client)
+            error = await call_error(
+                client, "get_room_guidelines", {"worker_id": registered["worker_id"]}
+            )
+    assert error.startswith("API error 404: ")
+    assert [r.method for r in fake_room.requests if r.path == f"/rooms/{ROOM}/guidelines"] == [
+        "GET"
+    ]
