@@ -32,7 +32,7 @@ napoleon_numpy_docstring = False
 nitpicky = True
 _EXTERNAL = (
     "trio|httpx2|attrs|random|enum|contextlib|collections|typing|types|os|pathlib"
-    "|datetime|starlette|hypercorn|mcp"
+    "|datetime|starlette|hypercorn|mcp|re"
 )
 _TYPING = (
     "Mapping|Iterator|AsyncIterator|Awaitable|Callable|Sequence|Any|NoReturn|Protocol"

@@ -74,19 +74,21 @@ async def test_streams_are_closed_before_exits_are_sent(
 ) -> None:
     session = await fake_room.add_worker()
     open_at_exit: list[int] = []
-    async with fake_room.client() as client, open_connection_manager(client) as manager:
-        holder = manager.hold(session)
-        assert holder is not None
-        await holder.wait_status(HolderStatus.OPEN)
-        inner = fake_room._inner
 
-        async def spy(scope, receive, send):  # type: ignore[no-untyped-def]
-            if scope["path"].endswith("/exit"):
-                open_at_exit.append(len(fake_room.room.process_streams(session.session_id)))
-            await inner(scope, receive, send)
+    def count_open_streams(answer: object) -> object:
+        open_at_exit.append(len(fake_room.room.process_streams(session.session_id)))
+        return answer
 
-        fake_room._inner = spy
+    fake_room.on("POST", "/rooms/{room}/agent-sessions/{session}/process/exit").rewrite(
+        count_open_streams
+    )
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            holder = manager.hold(session)
+            assert holder is not None
+            await holder.wait_status(HolderStatus.OPEN)
     assert open_at_exit == [0]
+    assert fake_room.exits[0].recorded is True
 
 
 async def test_black_holed_exits_end_shutdown_at_exactly_the_deadline(
