@@ -50,15 +50,20 @@ SSE_HEARTBEAT_INTERVAL: Final = 15.0
 PROCESS_REFRESH_INTERVAL: Final = 30.0
 # The longest a living client waits before reopening; the same-host grace is 3x this.
 RECONNECT_MAX_DELAY: Final = 5.0
-# A closed stream not reopened this long, by a registrant on the same host, has exited.
+# A closed stream not reopened this long, by a registrant on the same host, has
+# exited: three times the longest client reconnect wait (5 s).
 PROCESS_GONE_ON_SAME_HOST_AFTER: Final = 15.0
-# Silence after which a process that once had a stream is gone, seen from anywhere.
+# Silence after which a process that once had a stream is gone, seen from
+# anywhere: twenty missed 30 s refreshes cannot be a hiccup.
 PROCESS_GONE_AFTER: Final = 600.0
-# Silence after which a session that never opened a stream is gone (when it can recover).
+# Silence after which a session that never opened a stream (an older client) is
+# gone, when it can recover: it has no better evidence, so it gets a long window.
 WITHOUT_EVIDENCE_GONE_AFTER: Final = 3600.0
-# After its last message request closes, delivery still counts as open this long.
+# After its last message request closes, delivery still counts as open this long:
+# the 10 s delivery reconnect grace plus 2 s of slack.
 DELIVERY_LINGERS: Final = 12.0
-# Added to the moment a name comes free before a registration re-reads the room.
+# Added to the moment a name comes free before a registration re-reads the room,
+# so the re-read lands after the holder's deadline rather than on it.
 NAME_WAIT_MARGIN: Final = 0.5
 # A non-durable live session of the same instance unseen this long may be
 # replaced without proof (upstream's 90 s presence window + 10 s grace).

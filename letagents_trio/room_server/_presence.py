@@ -46,7 +46,13 @@ from typing import Final, final
 
 import attrs
 
+from .. import _protocol
 from .._names import is_durable_worker_id, name_key
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
 
 __all__ = [
     "AGENT_DELIVERY_LINGERS_MS",
@@ -66,23 +72,14 @@ __all__ = [
     "name_wait_ms",
 ]
 
-# Three times the longest client reconnect wait (5 s): a living process on the
-# same host has reopened its connection well before this.
-AGENT_PROCESS_GONE_ON_SAME_HOST_AFTER_MS: Final = 15_000
-# Silence after which a process that had a connection (or an ended session) is
-# gone seen from anywhere: twenty missed 30 s refreshes cannot be a hiccup.
-AGENT_PROCESS_GONE_AFTER_MS: Final = 600_000
-# Silence after which a session that never opened a process connection (an
-# older client) is gone: it has no better evidence, so it gets a long window.
-AGENT_WITHOUT_EVIDENCE_GONE_AFTER_MS: Final = 3_600_000
-# The room treats a delivery connection as open this long after its last
-# request closed: the 10 s delivery reconnect grace plus 2 s of slack.
-AGENT_DELIVERY_LINGERS_MS: Final = 12_000
-# Added to the moment a name comes free before re-reading the room, so the
-# re-read lands after the holder's deadline rather than on it.
-NAME_WAIT_MARGIN_MS: Final = 500
-# Stored in place of process_connection_id when a process announces its exit.
-AGENT_PROCESS_EXITED: Final = "exited"
+# The rules work in integer epoch milliseconds, like the room's rows; the
+# values (and why each is what it is) live once, in seconds, in _protocol.
+AGENT_PROCESS_GONE_ON_SAME_HOST_AFTER_MS: Final = _ms(_protocol.PROCESS_GONE_ON_SAME_HOST_AFTER)
+AGENT_PROCESS_GONE_AFTER_MS: Final = _ms(_protocol.PROCESS_GONE_AFTER)
+AGENT_WITHOUT_EVIDENCE_GONE_AFTER_MS: Final = _ms(_protocol.WITHOUT_EVIDENCE_GONE_AFTER)
+AGENT_DELIVERY_LINGERS_MS: Final = _ms(_protocol.DELIVERY_LINGERS)
+NAME_WAIT_MARGIN_MS: Final = _ms(_protocol.NAME_WAIT_MARGIN)
+AGENT_PROCESS_EXITED: Final = _protocol.AGENT_PROCESS_EXITED
 
 
 @final
