@@ -178,6 +178,22 @@ def ensure_mapping(parent: dict[str, Any], key: str) -> dict[str, Any]:
     raise error
 
 
+def session_in(data: Mapping[str, Any], session_id: str) -> AgentSession | None:
+    """The session stored under ``agent_sessions[session_id]`` in ``data``, if well formed.
+
+    A missing, wrong-typed or malformed record reads as ``None``, as the Node
+    client's plain read gives an empty state then.
+    """
+    sessions = mapping_at(data, "agent_sessions")
+    record = None if sessions is None else mapping_at(sessions, session_id)
+    if record is None:
+        return None
+    try:
+        return AgentSession.from_json(record)
+    except ValueError:
+        return None
+
+
 def _json_type(value: object) -> str:
     if value is None:
         return "null"
@@ -347,14 +363,7 @@ class LocalStateStore:
         ``None`` also when the file is damaged or the record is malformed,
         as the Node client's plain read gives an empty state then.
         """
-        sessions = mapping_at(self.read().data, "agent_sessions")
-        record = None if sessions is None else mapping_at(sessions, session_id)
-        if record is None:
-            return None
-        try:
-            return AgentSession.from_json(record)
-        except ValueError:
-            return None
+        return session_in(self.read().data, session_id)
 
     async def is_still_ours(self, session: AgentSession) -> bool:
         """True while the session is stored, not ended, and has the same token.

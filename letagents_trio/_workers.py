@@ -119,6 +119,7 @@ from ._state import (
     ensure_mapping,
     iso_now,
     mapping_at,
+    session_in,
 )
 
 if TYPE_CHECKING:
@@ -549,15 +550,7 @@ def _dict_at(parent: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
 
 
 def _stored(data: Mapping[str, Any], session_id: str | None) -> AgentSession | None:
-    if not session_id:
-        return None
-    record = mapping_at(_dicts(data, "agent_sessions"), session_id)
-    if record is None:
-        return None
-    try:
-        return AgentSession.from_json(record)
-    except ValueError:
-        return None
+    return session_in(data, session_id) if session_id else None
 
 
 def _same_token(a: str, b: str) -> bool:
