@@ -17,6 +17,8 @@ from .paths import process_path
 if TYPE_CHECKING:
     import httpx2
 
+from letagents_trio._workers import durable_registration_body
+
 EPOCH: Final = 1_800_000_000_000
 OWNER_TOKEN: Final = "owner-test-token"
 OTHER_TOKEN: Final = "other-owner-token"
@@ -53,31 +55,26 @@ def registration(
     login: str = "owner",
     actor: str | None = None,
     replace: dict[str, Any] | None = None,
-    ide_label: str | None = "claude-code",
+    ide_label: str = "claude-code",
 ) -> dict[str, Any]:
-    """A durable worker's registration body (§5.3 step 8)."""
+    """A durable worker's registration body (§5.3 step 8), as worker handles send it."""
     instance = instance or worker_id()
-    return {
-        "actor_key": actor or f"{login}/{instance.replace('_', '-')}",
-        "agent_instance_id": instance,
-        "display_name": name,
-        "requested_base_display_name": name,
-        "session_kind": "worker",
-        "runtime": "python",
-        "ide_label": ide_label,
-        "repo_branch": None,
-        "registration_liveness": {
+    return durable_registration_body(
+        actor_key=actor or f"{login}/{instance.replace('_', '-')}",
+        worker_id=instance,
+        display_name=name,
+        connection_token=token or connection_token(),
+        process_host_id=host,
+        registration_liveness={
             "host_id": host,
             "host_kind": "machine",
             "host_label": None,
             "liveness_capability": "process_connection",
             "tool_bridge_id": None,
         },
-        "process_host_id": host,
-        "connection_token": token or connection_token(),
-        "replace_agent_session_id": replace["session_id"] if replace else None,
-        "replace_agent_session_token": replace["session_token"] if replace else None,
-    }
+        ide_label=ide_label,
+        predecessor=(replace["session_id"], replace["session_token"]) if replace else None,
+    )
 
 
 async def register(
