@@ -132,7 +132,7 @@ class LoopbackRoom:
     async def app(self, scope: Message, receive: Receive, send: Send) -> None:
         """The ASGI app hypercorn serves: the faults, then the FakeRoom."""
         if scope["type"] != "http":
-            await self.fake._app(scope, receive, send)
+            await self.fake.app(scope, receive, send)
             return
 
         async def noting(message: Message) -> None:
@@ -159,7 +159,7 @@ class LoopbackRoom:
                 self.busy_registrations -= 1
                 await _answer(send, 503, {"error": BUSY_TEXT}, [(b"retry-after", b"1")])
                 return
-            await self.fake._app(scope, _replaying(message, receive), send)
+            await self.fake.app(scope, _replaying(message, receive), send)
             return
         session_id = headers.get(_protocol.SESSION_ID_HEADER.lower(), "")
         if method == "POST" and path.endswith("/messages") and session_id in self.message_refusals:
@@ -172,7 +172,7 @@ class LoopbackRoom:
                 answer.append(message)
                 await trio.lowlevel.checkpoint()
 
-            await self.fake._app(scope, receive, keep)
+            await self.fake.app(scope, receive, keep)
             self.held_disconnects += 1
             self._note()
             await self._release.wait()
@@ -180,7 +180,7 @@ class LoopbackRoom:
             for message in answer:
                 await send(message)
             return
-        await self.fake._app(scope, receive, send)
+        await self.fake.app(scope, receive, send)
 
     async def _account_fault(self, send: Send) -> None:
         if self.account_fault is AccountFault.BUSY:
