@@ -64,10 +64,19 @@ class StateHooks(Protocol):
     """What the client needs from the local state file (PROTOCOL §5.7, §6.5)."""
 
     async def end_session(self, session_id: str, ended_at: str, expected_token: str) -> object:
-        """Mark a stored session ended, unless a newer token replaced it."""
+        """Mark a stored session ended, unless a newer token replaced it.
+
+        Cancellation:
+            Awaited inside :meth:`RoomClient.call` before the error is raised;
+            a cancelled call cancels it too.
+        """
 
     async def clear_auth(self) -> object:
-        """Forget the stored owner auth."""
+        """Forget the stored owner auth.
+
+        Cancellation:
+            As for :meth:`end_session`.
+        """
 
 
 def encode_room_path(room_id: str) -> str:

@@ -64,8 +64,22 @@ WORKER_BEARER_ENV = "LETAGENTS_AGENT_SESSION_BEARER"
 class HolderStateHooks(Protocol):
     """What ``state=`` must offer (:class:`~letagents_trio.LocalStateStore` does)."""
 
-    async def mark_ended(self, session: AgentSession) -> object: ...
-    async def is_still_ours(self, session: AgentSession) -> bool: ...
+    async def mark_ended(self, session: AgentSession) -> object:
+        """Record that the room ended ``session`` (the holder's ``on_ended``).
+
+        Cancellation:
+            Called from the holder's task; cancelled with it when the manager
+            shuts down, so it must leave the state consistent at any checkpoint.
+        """
+        ...
+
+    async def is_still_ours(self, session: AgentSession) -> bool:
+        """Whether ``session`` still belongs to this process (the holder's ``still_ours``).
+
+        Cancellation:
+            Called from the holder's task after a refusal; cancelled with it.
+        """
+        ...
 
 
 async def _nothing(session: AgentSession) -> None:

@@ -88,7 +88,12 @@ class ProcessConnector(Protocol):
         ...
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
-        """Tell the room this process is gone; return whether it recorded that."""
+        """Tell the room this process is gone; return whether it recorded that.
+
+        Cancellation:
+            Called under the manager's shielded exit deadline, which cancels it
+            when the deadline passes; the room may or may not have recorded it.
+        """
         ...
 
 
