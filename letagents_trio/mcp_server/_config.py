@@ -9,6 +9,8 @@ The variables are the Node MCP server's, with its rules (PROTOCOL §1, §6.1, §
 * ``LETAGENTS_STATE_PATH``: the state file; default ``~/.letagents/mcp-state.json``.
 * ``LETAGENTS_CHAT_STORAGE_SETTINGS_PATH``: which rooms are local; default
   ``~/.letagents/chat-storage.json``.
+* ``LETAGENTS_LOCAL_CHAT_DB``: the SQLite file of local rooms' chat; default
+  ``~/.letagents/local-chat.sqlite`` (an empty value counts as unset).
 * ``LETAGENTS_EXECUTION_PROFILE``: which tool surface to serve. Unset or blank
   means ``interactive_desktop``: a desktop host runs one server per chat,
   which is what that profile describes (PROTOCOL leaves the default open; we
@@ -30,6 +32,7 @@ from typing import Final, final
 
 import attrs
 
+from .._local_chat import LOCAL_CHAT_DB_ENV, default_local_chat_path
 from .._protocol import DEFAULT_API_URL
 from .._state import LocalStateStore
 from ..room_server._config import poll_max_from_env
@@ -80,6 +83,7 @@ class ServerConfig:
         token: the owner's bearer token, or None (never shown in ``repr``).
         state_path: the shared local state file.
         chat_storage_settings_path: the file that says which rooms are local.
+        local_chat_path: the SQLite file that keeps local rooms' chat.
         profile: the execution profile (decides the tool surface).
         provider: ``LETAGENTS_SUPERVISOR_PROVIDER``, reported by the readiness resource.
         poll_max_ms: the long-poll cap in milliseconds.
@@ -89,6 +93,7 @@ class ServerConfig:
     token: str | None = attrs.field(default=None, repr=False)
     state_path: Path = attrs.field(factory=lambda: LocalStateStore().path)
     chat_storage_settings_path: Path = attrs.field(factory=default_chat_storage_settings_path)
+    local_chat_path: Path = attrs.field(factory=default_local_chat_path)
     profile: str = DEFAULT_PROFILE
     provider: str | None = None
     poll_max_ms: int = attrs.field(factory=lambda: poll_max_from_env({}))
@@ -121,11 +126,15 @@ class ServerConfig:
             auth = store.auth()
             token = auth.token if auth is not None else None
         chat = env.get("LETAGENTS_CHAT_STORAGE_SETTINGS_PATH")
+        local_chat = env.get(LOCAL_CHAT_DB_ENV)
         return cls(
             api_url=env.get("LETAGENTS_API_URL") or DEFAULT_API_URL,
             token=token,
             state_path=store.path,
             chat_storage_settings_path=Path(chat) if chat else default_chat_storage_settings_path(),
+            local_chat_path=(
+                Path(local_chat) if local_chat else Path.home() / ".letagents" / "local-chat.sqlite"
+            ),
             profile=_text(env, "LETAGENTS_EXECUTION_PROFILE") or DEFAULT_PROFILE,
             provider=_text(env, "LETAGENTS_SUPERVISOR_PROVIDER"),
             poll_max_ms=poll_max_from_env(env),

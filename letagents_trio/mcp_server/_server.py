@@ -7,11 +7,13 @@ connection manager. Nothing is global: two servers in one process share
 nothing but the state file.
 
 The lifespan, entered by the SDK around each served connection, opens in order
-the room client, :func:`open_connection_manager` (its nursery holds every
-process connection) and the worker handles, and yields a :class:`ServerState`
-to the tools. Leaving it, for whatever reason, unwinds in reverse: the manager
-closes every held stream, then announces every exit under ONE shielded 1.5 s
-deadline, then the client closes.
+the local rooms' chat (:class:`~letagents_trio.LocalChat`, whose SQLite file is
+opened by its first call), the room client, :func:`open_connection_manager`
+(its nursery holds every process connection) and the worker handles, and
+yields a :class:`ServerState` to the tools. Leaving it, for whatever reason,
+unwinds in reverse: the manager closes every held stream, then announces every
+exit under ONE shielded 1.5 s deadline, then the client closes, then the chat
+database.
 
 :meth:`LetAgentsMCPServer.run_stdio_async` is the host-facing loop, meant for
 ``trio.run(server.run_stdio_async)``:
@@ -42,6 +44,7 @@ from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
 
 from .._api import RoomClient
+from .._local_chat import LocalChat
 from .._manager import open_connection_manager
 from .._state import LocalStateStore
 from .._version import __version__
@@ -147,22 +150,31 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
     async def _lifespan(self, server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
         config = self.config
         store = LocalStateStore(config.state_path)
-        async with (
-            RoomClient(
-                config.api_url, owner_token=config.token, transport=self._transport, state=store
-            ) as client,
-            open_connection_manager(client, state=store) as manager,
-        ):
-            handles = _open_handles(client=client, store=store, manager=manager, config=config)
-            logger.info("serving %s (profile %s)", config.api_url, config.profile)
-            try:
-                yield ServerState(
-                    config=config, client=client, store=store, manager=manager, handles=handles
-                )
-            finally:
-                logger.info(
-                    "closing: announcing the exit of %d held sessions", len(manager.holders)
-                )
+        chat = LocalChat(config.local_chat_path)
+        try:
+            async with (
+                RoomClient(
+                    config.api_url, owner_token=config.token, transport=self._transport, state=store
+                ) as client,
+                open_connection_manager(client, state=store) as manager,
+            ):
+                handles = _open_handles(client=client, store=store, manager=manager, config=config)
+                logger.info("serving %s (profile %s)", config.api_url, config.profile)
+                try:
+                    yield ServerState(
+                        config=config,
+                        client=client,
+                        store=store,
+                        manager=manager,
+                        handles=handles,
+                        chat=chat,
+                    )
+                finally:
+                    logger.info(
+                        "closing: announcing the exit of %d held sessions", len(manager.holders)
+                    )
+        finally:
+            chat.close()
 
     async def run_stdio_async(self) -> None:
         """Serve MCP on stdin/stdout until the host stops it; then announce exits.

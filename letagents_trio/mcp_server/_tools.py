@@ -18,7 +18,25 @@ What a tool does, in order:
    that names a durable worker's session goes through the same guard. In
    other profiles ``worker_id`` is not part of any schema.
 2. **The room call**, with the session's credentials (``RoomClient`` records
-   an ended session on a 401, §5.7).
+   an ended session on a 401, §5.7). A room the chat-storage settings mark
+   ``local`` (:meth:`WorkerHandles.is_local_room`) never sees HTTP: its chat
+   is the server's one :class:`~letagents_trio.LocalChat` (a SQLite file
+   shared by every MCP server of the user):
+
+   * ``send_message`` is :meth:`LocalChat.send` with a ``check`` that runs
+     the §6.6 connection check again *inside* the database's write lock, so a
+     send that waited behind another process's write while its worker was
+     re-registered elsewhere fails and writes nothing (PROTOCOL §8.3.14);
+   * ``read_messages`` is :meth:`LocalChat.read`;
+   * ``wait_for_messages`` is :meth:`LocalChat.wait` for the clamped
+     timeout (``trio.move_on_after``), answered with a read when it expires;
+     on every look it asks whether this process still holds the worker's
+     connection, so a wait whose worker was reconnected elsewhere fails and
+     never returns its successor's messages;
+   * ``get_room_guidelines`` fails with :data:`LOCAL_GUIDELINES_TEXT`;
+   * a send with no worker (no ``worker_id`` or ``agent_session_id``) fails
+     with :data:`LOCAL_SENDER_TEXT`: a local message needs a session to be
+     from. Reads and waits without one are the owner's, as in hosted rooms.
 3. **The result**: compact JSON text. Expected failures (a worker rule, a
    room answer, an unreachable room, a damaged state file) become an
    ``isError`` result whose text is the error's message, upstream's exact
@@ -34,6 +52,7 @@ closed with it, so the room stops counting it (a long poll ends at once).
 from __future__ import annotations
 
 import functools
+import hmac
 import inspect
 import json
 import logging
@@ -50,12 +69,14 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
 from .._api import encode_room_path
-from .._errors import LetAgentsError, RoomUnreachable, WorkerError
+from .._errors import LetAgentsError, LocalChatError, RoomUnreachable, WorkerError
+from .._local_chat import message_cursor
 from .._redact import redact
-from .._workers import public_session
+from .._workers import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT, public_session
 
 if TYPE_CHECKING:
     from .._api import RoomClient
+    from .._local_chat import LocalChat
     from .._manager import ConnectionManager
     from .._session import AgentSession
     from .._state import LocalStateStore
@@ -63,6 +84,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSTRUCTION",
+    "LOCAL_GUIDELINES_TEXT",
+    "LOCAL_SENDER_TEXT",
     "ServerState",
     "ToolRegistrar",
     "WorkerHandlesAPI",
@@ -95,6 +118,16 @@ RESUMED_WORK: Final = (
 )
 # Our own text (upstream's default-room lookup has no equivalent here).
 NO_ROOM_TEXT: Final = "Pass room_id, or the worker_id of a worker registered in this process."
+# Our own texts for local rooms (upstream's local-room tools were not read):
+# there is no room server to keep guidelines, and a message must be from a session.
+LOCAL_GUIDELINES_TEXT: Final = (
+    "This room keeps its chat on this machine (chat storage: local), so it has no room server"
+    " and no guidelines to read."
+)
+LOCAL_SENDER_TEXT: Final = (
+    "Messages in a local room are sent as a registered worker: pass worker_id"
+    " (or a legacy agent_session_id)."
+)
 # wait_for_messages without a timeout (upstream's client default).
 DEFAULT_WAIT_MS: Final = 30_000
 # A long poll shorter than this is a busy loop.
@@ -170,6 +203,8 @@ class WorkerHandlesAPI(Protocol):
         allow_ended: bool = False,
     ) -> AbstractAsyncContextManager[AgentSession]: ...
 
+    def is_local_room(self, room_id: str) -> bool: ...
+
 
 @final
 @attrs.define(eq=False)
@@ -182,6 +217,7 @@ class ServerState:
         store: the shared local state file.
         manager: the connection manager holding process connections.
         handles: the worker handles (registration, the facade's guard).
+        chat: the local rooms' chat (one per server; closed when the lifespan ends).
     """
 
     config: ServerConfig
@@ -189,6 +225,7 @@ class ServerState:
     store: LocalStateStore
     manager: ConnectionManager
     handles: WorkerHandlesAPI
+    chat: LocalChat
 
 
 ToolContext = Context[ServerState, Any]
@@ -286,30 +323,60 @@ async def _acting(state: ServerState, who: _Who) -> AsyncIterator[tuple[str, Age
     yield room, None
 
 
+async def _recheck(state: ServerState, who: _Who, room: str, session: AgentSession) -> None:
+    """The §6.6 connection check again, now: is ``session`` still this worker's, here?
+
+    Raises:
+        WorkerError: the worker's connection was replaced (by another process)
+            or disconnected since ``session`` was read.
+        StateUnavailable: the state file is damaged.
+
+    Cancellation:
+        A checkpoint; nothing to undo.
+    """
+    async with state.handles.acting_as(
+        worker_id=None if _blank(who.worker_id) else who.worker_id,
+        agent_session_id=None if _blank(who.agent_session_id) else who.agent_session_id,
+        room_id=room,
+    ) as now:
+        if not hmac.compare_digest(now.session_token, session.session_token):
+            raise WorkerError(CONNECTION_REPLACED_OR_DISCONNECTED_TEXT)
+
+
+LocalCall = Callable[[str, "AgentSession | None"], Awaitable[Any]]
+"""How a tool answers in a local room: ``(room_id, session or None) -> answer``."""
+
+
 async def _call_as(
     state: ServerState,
     who: _Who,
     method: str,
     route: str,
     *,
+    local: LocalCall,
     body: object = None,
     abort_ms: int | None = None,
 ) -> tuple[str, AgentSession | None, Any]:
-    """One room call under the facade: ``method /rooms/{room}/{route}``.
+    """One room call under the facade: ``method /rooms/{room}/{route}``, or ``local``.
 
-    Returns ``(room_id, session or None, the room's answer)``. ``body`` is
-    sent as JSON; with ``abort_ms`` the call is abandoned after that many
-    milliseconds.
+    Returns ``(room_id, session or None, the answer)``. ``body`` is sent as
+    JSON; with ``abort_ms`` the call is abandoned after that many
+    milliseconds. In a local room nothing is sent: ``local(room, session)``
+    answers instead, inside the same guard.
 
     Raises:
         WorkerError: the facade's rules refused the call.
         ApiError: the room refused it.
         RoomUnreachable: the room could not be reached, or did not answer in time.
+        LocalChatError: the local chat refused it (see ``local``).
 
     Cancellation:
-        A checkpoint; cancelled, the room request is closed with it.
+        A checkpoint; cancelled, the room request is closed with it (a local
+        call writes nothing it had not committed).
     """
     async with _acting(state, who) as (room, session):
+        if state.handles.is_local_room(room):
+            return room, session, await local(room, session)
         path = f"/rooms/{encode_room_path(room)}/{route}"
         limit = math.inf if abort_ms is None else abort_ms / 1000
         with trio.move_on_after(limit) as scope:
@@ -434,7 +501,17 @@ async def send_message(
     """Send a message to a room, as this chat's worker."""
     state = _state(ctx)
     who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-    _, session, message = await _call_as(state, who, "POST", "messages", body={"text": text})
+
+    async def local(room: str, session: AgentSession | None) -> dict[str, Any]:
+        if session is None:
+            raise LocalChatError(LOCAL_SENDER_TEXT)
+        return await state.chat.send(
+            session, text, check=functools.partial(_recheck, state, who, room, session)
+        )
+
+    _, session, message = await _call_as(
+        state, who, "POST", "messages", body={"text": text}, local=local
+    )
     return _ok(state, {"success": True, "message": message}, session)
 
 
@@ -473,7 +550,14 @@ async def read_messages(
     query["limit"] = limit or MESSAGE_LIMIT
     query["include_prompt_only"] = 1
     who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-    room, session, answer = await _call_as(state, who, "GET", f"messages?{urlencode(query)}")
+
+    async def local(room: str, session: AgentSession | None) -> dict[str, Any]:
+        cursor = message_cursor(after_message_id)
+        return await state.chat.read(room, after=cursor, limit=limit or MESSAGE_LIMIT)
+
+    room, session, answer = await _call_as(
+        state, who, "GET", f"messages?{urlencode(query)}", local=local
+    )
     return _ok(state, _messages_payload(answer, room), session)
 
 
@@ -508,8 +592,28 @@ async def wait_for_messages(
         query["after"] = after_message_id
     query.update(limit=MESSAGE_LIMIT, timeout=server_timeout, include_prompt_only=1)
     who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+
+    async def local(room: str, session: AgentSession | None) -> dict[str, Any]:
+        cursor = message_cursor(after_message_id)
+
+        async def still_valid() -> bool:
+            if session is None:
+                await trio.lowlevel.checkpoint()
+                return True
+            try:
+                await _recheck(state, who, room, session)
+            except WorkerError:
+                return False
+            return True
+
+        with trio.move_on_after(server_timeout / 1000):
+            return await state.chat.wait(
+                room, after=cursor, limit=MESSAGE_LIMIT, still_valid=still_valid
+            )
+        return await state.chat.read(room, after=cursor, limit=MESSAGE_LIMIT)
+
     room, session, answer = await _call_as(
-        state, who, "GET", f"messages/poll?{urlencode(query)}", abort_ms=abort_ms
+        state, who, "GET", f"messages/poll?{urlencode(query)}", abort_ms=abort_ms, local=local
     )
     return _ok(state, _messages_payload(answer, room), session)
 
@@ -524,7 +628,12 @@ async def get_room_guidelines(
     """Read the room's guidelines: how its people want agents to work there."""
     state = _state(ctx)
     who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-    _, session, answer = await _call_as(state, who, "GET", "guidelines")
+
+    async def local(room: str, session: AgentSession | None) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise LocalChatError(LOCAL_GUIDELINES_TEXT)
+
+    _, session, answer = await _call_as(state, who, "GET", "guidelines", local=local)
     return _ok(state, answer, session)
 
 

@@ -26,6 +26,7 @@ def config_for(room: FakeRoom, tmp_path: Path, **changes: Any) -> ServerConfig:
         "token": room.owner_token,
         "state_path": tmp_path / "mcp-state.json",
         "chat_storage_settings_path": tmp_path / "chat-storage.json",
+        "local_chat_path": tmp_path / "local-chat.sqlite",
     }
     options.update(changes)
     return ServerConfig(**options)

@@ -260,6 +260,7 @@ def server_env(room: LoopbackRoom, tmp_path: Path, *, token: bool = True) -> dic
         "LETAGENTS_API_URL": room.url + "/",
         "LETAGENTS_STATE_PATH": str(tmp_path / "mcp-state.json"),
         "LETAGENTS_CHAT_STORAGE_SETTINGS_PATH": str(tmp_path / "chat-storage.json"),
+        "LETAGENTS_LOCAL_CHAT_DB": str(tmp_path / "local-chat.sqlite"),
         "LETAGENTS_EXECUTION_PROFILE": "autonomous_mcp_worker",
         "LETAGENTS_LOG_LEVEL": "DEBUG",
     }

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from letagents_trio import LocalStateStore
+from letagents_trio import LocalChat, LocalStateStore
 from letagents_trio.mcp_server import RUNTIME_CONTRACT_ARG, ServerConfig, runtime_contract
 
 
@@ -45,6 +45,22 @@ async def test_token_falls_back_to_the_state_file(tmp_path: Path) -> None:
     config = ServerConfig.from_env({**env, "LETAGENTS_TOKEN": "env-token"})
     assert config.token == "env-token"
     assert "env-token" not in repr(config)
+
+
+@pytest.mark.parametrize("raw", [None, "", "/elsewhere/chat.sqlite"])
+def test_local_chat_path_is_the_node_clients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: str | None
+) -> None:
+    """LETAGENTS_LOCAL_CHAT_DB, else ~/.letagents/local-chat.sqlite (empty counts as unset),
+    the same file LocalChat() opens by default."""
+    monkeypatch.delenv("LETAGENTS_LOCAL_CHAT_DB", raising=False)
+    env = {"LETAGENTS_STATE_PATH": str(tmp_path / "s.json")}
+    if raw is not None:
+        env["LETAGENTS_LOCAL_CHAT_DB"] = raw
+    expected = Path(raw) if raw else Path.home() / ".letagents" / "local-chat.sqlite"
+    assert ServerConfig.from_env(env).local_chat_path == expected
+    if not raw:
+        assert ServerConfig().local_chat_path == LocalChat().path == expected
 
 
 @pytest.mark.parametrize(
