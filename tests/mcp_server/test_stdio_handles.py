@@ -4,7 +4,8 @@ Up to four server processes share one state file, seeded with the owner's
 sign-in only (no ``LETAGENTS_TOKEN``), against the reference room on
 loopback. Processes 1, 2 and 4 are driven by the SDK's stdio client; process 3
 by the raw driver, so the test can SIGKILL it. Room ``room_local`` is
-overridden to local storage. Scenarios 5 and 6 (sends by worker_id alone, no
+overridden to local storage (§8.3.13 runs two processes there; the in-memory
+§8.3.14 tests are in ``test_local_rooms.py``). Scenarios 5 and 6 (sends by worker_id alone, no
 secret in results, state file mode 0600) are in ``test_stdio.py``'s
 end-to-end test.
 """
@@ -168,3 +169,51 @@ async def test_workers_across_four_processes(tmp_path: Path) -> None:
     assert back["agent_session"]["session_id"] == a_sid
     assert back["agent_session"]["display_name"] == "Juniper"
     assert state_parts(tmp_path)["auth.token"] == OWNER_TOKEN
+
+
+async def test_local_room_workers_across_two_processes(tmp_path: Path) -> None:
+    """§8.3.13: in a local room two keys asking for "Cedar" get two names; a reconnect of
+    worker 1 from a second process makes the first process's legacy-id send and disconnect
+    fail; the successor sends; a disconnect then reconnect by worker_id keeps the name and
+    session id. The messages cross processes through the SQLite file; no request names
+    the room."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    with trio.fail_after(BUDGET):
+        async with open_loopback_room() as room:
+            env = prepare(room, tmp_path)
+            async with Client(stdio_params(env), mode="legacy") as first:
+                one = await register(first, "K1", "Cedar", room=LOCAL_ROOM)
+                two = await register(first, "K2", "Cedar", room=LOCAL_ROOM)
+                one_id, one_sid = one["worker_id"], one["agent_session"]["session_id"]
+                assert one["agent_session"]["display_name"] == "Cedar"
+                assert two["agent_session"]["display_name"].lower() != "cedar"
+                legacy = {"agent_session_id": one_sid}
+                await call_ok(first, "send_message", {**legacy, "text": "legacy hello"})
+                async with Client(stdio_params(env), mode="legacy") as second:
+                    args = {"worker_id": one_id, "room_id": LOCAL_ROOM}
+                    moved = await call_ok(second, "register_agent_session", args)
+                    assert moved["agent_session"]["session_id"] == one_sid
+                    assert moved["agent_session"]["display_name"] == "Cedar"
+                    error = await call_error(first, "send_message", {**legacy, "text": "x"})
+                    assert "replaced" in error
+                    error = await call_error(first, "disconnect_agent_session", legacy)
+                    assert "replaced" in error
+                    stored = store.stored_session(one_sid)
+                    assert stored is not None
+                    assert not stored.ended_at
+                    await call_ok(second, "send_message", {"worker_id": one_id, "text": "successor"})
+                    args = {"worker_id": two["worker_id"], "text": "two still"}
+                    await call_ok(first, "send_message", args)
+                    await call_ok(second, "disconnect_agent_session", {"worker_id": one_id})
+                    args = {"worker_id": one_id, "room_id": LOCAL_ROOM}
+                    back = await call_ok(second, "register_agent_session", args)
+                    args = {"worker_id": one_id, "after_message_id": "0"}
+                    read = await call_ok(second, "read_messages", args)
+    assert back["agent_session"]["session_id"] == one_sid
+    assert back["agent_session"]["display_name"] == "Cedar"
+    assert [(m["text"], m["sender"]) for m in read["messages"]] == [
+        ("legacy hello", "Cedar"),
+        ("successor", "Cedar"),
+        ("two still", two["agent_session"]["display_name"]),
+    ]
+    assert [r.path for r in room.fake.requests if LOCAL_ROOM in r.path] == []
