@@ -201,7 +201,8 @@ async def test_local_room_workers_across_two_processes(tmp_path: Path) -> None:
                     stored = store.stored_session(one_sid)
                     assert stored is not None
                     assert not stored.ended_at
-                    await call_ok(second, "send_message", {"worker_id": one_id, "text": "successor"})
+                    args = {"worker_id": one_id, "text": "successor"}
+                    await call_ok(second, "send_message", args)
                     args = {"worker_id": two["worker_id"], "text": "two still"}
                     await call_ok(first, "send_message", args)
                     await call_ok(second, "disconnect_agent_session", {"worker_id": one_id})
