@@ -136,6 +136,11 @@ _SCHEMA: Final = (
     "CREATE INDEX messages_room ON messages (room_id, id)",
 )
 _COLUMNS: Final = "id, room_id, agent_session_id, sender, text, created_at, source, prompt_kind"
+# The file's header fields and table count, read atomically (see LocalChat._ours).
+_HEADER_QUERY: Final = (
+    "SELECT application_id, user_version, (SELECT count(*) FROM sqlite_schema)"
+    " FROM pragma_application_id, pragma_user_version"
+)
 # SQLite's primary result codes for "someone else holds a lock".
 _BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -319,9 +324,14 @@ class LocalChat:
         conn.execute("PRAGMA synchronous=NORMAL")
 
     def _ours(self, conn: sqlite3.Connection) -> bool:
-        """True for our schema, False for an empty file; raises for anything else."""
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        """True for our schema, False for an empty file; raises for anything else.
+
+        The header and the table count are read in one statement, so one
+        snapshot: read apart, another process could commit the schema between
+        the reads, and an empty header with tables would look like another
+        program's database.
+        """
+        app_id, version, tables = conn.execute(_HEADER_QUERY).fetchone()
         if app_id == _APPLICATION_ID:
             if version == _SCHEMA_VERSION:
                 return True
@@ -329,7 +339,6 @@ class LocalChat:
                 f"The local chat database {self.path} has schema version {version};"
                 f" this letagents-trio reads version {_SCHEMA_VERSION}. Nothing was written to it."
             )
-        tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
         if app_id != 0 or version != 0 or tables:
             raise LocalChatUnavailable(
                 f"The local chat database {self.path} belongs to another program"

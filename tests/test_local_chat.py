@@ -352,6 +352,51 @@ async def test_a_newer_schema_is_refused_untouched(chat: LocalChat, db_path: Pat
     assert _snapshot(db_path) == before
 
 
+async def test_a_schema_created_by_another_process_between_two_looks_is_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db_path: Path
+) -> None:
+    """The racing creators' case made deterministic: the creator commits right after our look.
+
+    Another process commits the schema just after this one first reads the
+    empty file's header; the header must be read in one snapshot, or an empty
+    header next to tables looks like another program's database.
+    """
+    template = tmp_path / "template.sqlite"
+    with opened(template) as creator:
+        await creator.read(ROOM)
+    connect = sqlite3.connect
+
+    def create_it_elsewhere() -> None:
+        # The other process's whole create, committed at once (the backup API).
+        source, target = connect(template), connect(db_path)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+
+    class CreatedAfterOneLook(sqlite3.Connection):
+        """The library's connection; the file gets created after its first header read."""
+
+        looked = created = False
+
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if self.looked and not self.created:
+                self.created = True
+                create_it_elsewhere()
+            cursor = super().execute(sql, *args)
+            self.looked = self.looked or "application_id" in sql
+            return cursor
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite3, "connect", functools.partial(connect, factory=CreatedAfterOneLook))
+        with opened(db_path) as chat:
+            await chat.send(CEDAR, "after the race")
+            assert isinstance(chat._conn, CreatedAfterOneLook)
+            assert chat._conn.created
+    assert [r[2] for r in rows(db_path)] == ["after the race"]
+
+
 # --- the write lock ------------------------------------------------------------------------
 
 
