@@ -104,14 +104,33 @@ class LoopbackRoom:
         return self.fake.room
 
     async def wait_until(self, condition: Callable[[], bool]) -> None:
-        """Wait until ``condition()`` holds; re-checked whenever the room sends or is asked.
+        """Wait until ``condition()`` holds.
+
+        Re-checked whenever this front is asked or sends, *and* whenever the
+        FakeRoom behind it records a request or an exit: the front notes a
+        request before the FakeRoom has logged it, so a condition on the
+        FakeRoom's log (say, "a poll was asked for") would otherwise wait for
+        the next unrelated event (a heartbeat, 15 s later).
 
         Cancellation:
             A checkpoint; bound it with ``trio.fail_after``.
         """
-        while not condition():
-            await self._changed.park()
-        await trio.lowlevel.checkpoint()
+        if condition():
+            await trio.lowlevel.checkpoint()
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def front() -> None:
+                while not condition():
+                    await self._changed.park()
+                nursery.cancel_scope.cancel(reason="the condition holds")
+
+            async def behind() -> None:
+                await self.fake.wait_until(condition)
+                nursery.cancel_scope.cancel(reason="the condition holds")
+
+            nursery.start_soon(front)
+            nursery.start_soon(behind)
 
     def release_disconnects(self) -> None:
         """Send every held disconnect answer, and hold no more."""
