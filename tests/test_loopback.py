@@ -14,9 +14,19 @@ import secrets
 import trio
 import trio.testing
 
-from letagents_trio import EventKind, HolderEvent, HolderStatus, RoomClient, open_connection_manager
+from letagents_trio import (
+    EventKind,
+    HolderEvent,
+    HolderStatus,
+    HoldPolicy,
+    RoomClient,
+    open_connection_manager,
+)
 from letagents_trio.room_server import MemoryStore, Room, serve_room
 from letagents_trio.testing import register_worker
+
+# Real seconds the many-streams test gives its exits: a hang guard, not a claim.
+EXITS_HANG_GUARD = 20.0
 
 
 async def next_connection(events: trio.MemoryReceiveChannel[HolderEvent]) -> str:
@@ -91,10 +101,18 @@ async def test_an_ended_stream_is_closed_cleanly_over_loopback() -> None:
 
 
 async def test_more_streams_than_a_default_connection_pool_holds() -> None:
-    """Each stream holds a connection; httpx2's default pool would stop at 100."""
+    """Each stream holds a connection; httpx2's default pool would stop at 100.
+
+    Every exit must still find a connection, so the exit deadline here is only
+    a hang guard: 150 POSTs over real sockets in the default 1.5 s is a
+    benchmark's claim (bench/bench_holders_loopback.py), which a loaded 2-core
+    machine misses (38 of 150 were seen), and the mock-clock test of 1,000
+    holders in test_manager.py asserts the deadline itself.
+    """
     owner_token = secrets.token_urlsafe(16)
     room = Room(store=MemoryStore(), owner_tokens={owner_token: "owner"})
-    with trio.fail_after(30):
+    policy = HoldPolicy(exit_deadline=EXITS_HANG_GUARD)
+    with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             api_url = await nursery.start(serve_room, room)
             sessions = [
@@ -109,7 +127,7 @@ async def test_more_streams_than_a_default_connection_pool_holds() -> None:
             ]
             async with (
                 RoomClient(api_url, owner_token=owner_token) as client,
-                open_connection_manager(client, owner_mode=True) as manager,
+                open_connection_manager(client, policy=policy, owner_mode=True) as manager,
             ):
                 holders = [manager.hold(s) for s in sessions]
                 for holder in holders:
