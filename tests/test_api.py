@@ -469,7 +469,7 @@ async def test_failing_clear_auth_is_swallowed() -> None:
     assert (error.status, hooks.auth_cleared) == (401, 1)
 
 
-async def test_cancelled_state_hook_is_not_swallowed() -> None:
+async def test_cancelled_state_hook_is_not_swallowed(autojump_clock: trio.abc.Clock) -> None:
     @attrs.define(eq=False)
     class Stuck(Hooks):
         async def end_session(self, session_id: str, ended_at: str, expected_token: str) -> object:
@@ -481,6 +481,7 @@ async def test_cancelled_state_hook_is_not_swallowed() -> None:
             with trio.move_on_after(0.25) as scope:
                 await client.call("GET", "/x", session=SESSION)
     assert scope.cancelled_caught
+    assert trio.current_time() == 0.25
 
 
 async def test_no_state_hooks_means_401_is_only_an_error() -> None:
