@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import secrets
+from functools import partial
 
 import trio
 import trio.testing
@@ -42,7 +43,7 @@ async def test_hold_drop_reopen_and_exit_over_loopback() -> None:
     room = Room(store=MemoryStore(), owner_tokens={owner_token: "owner"})
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
-            api_url = await nursery.start(serve_room, room)
+            api_url = await nursery.start(partial(serve_room, room, port=0))
             assert api_url.startswith("http://127.0.0.1:")
             session = await register_worker(
                 room, owner_token=owner_token, owner_login="owner", display_name="Juniper"
@@ -81,7 +82,7 @@ async def test_an_ended_stream_is_closed_cleanly_over_loopback() -> None:
     room = Room(store=MemoryStore(), owner_tokens={owner_token: "owner"})
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:
-            api_url = await nursery.start(serve_room, room)
+            api_url = await nursery.start(partial(serve_room, room, port=0))
             session = await register_worker(
                 room, owner_token=owner_token, owner_login="owner", display_name="Cedar"
             )
@@ -114,7 +115,7 @@ async def test_more_streams_than_a_default_connection_pool_holds() -> None:
     policy = HoldPolicy(exit_deadline=EXITS_HANG_GUARD)
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            api_url = await nursery.start(serve_room, room)
+            api_url = await nursery.start(partial(serve_room, room, port=0))
             sessions = [
                 await register_worker(
                     room,
