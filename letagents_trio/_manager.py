@@ -9,12 +9,14 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
 
 1. takes a snapshot of every holder and its current connection id, and forgets
    them all, so a second announcement sends nothing;
-2. for every holder at once: stops it and waits for its stream to close (so
-   nothing the room sends back is read as news), then POSTs (at most
-   ``policy.exit_concurrency`` in flight, so with thousands of sessions they
-   complete in turn instead of all finishing late)
-   ``…/process/exit`` with ``{agent_session_id, agent_session_token,
-   process_connection_id}`` (the id of the stream that was open, or null);
+2. says goodbye for every session concurrently, at most
+   ``policy.exit_concurrency`` (64) at a time: stops its holder and waits for
+   its stream to close (so nothing the room sends back is read as news), then
+   POSTs ``…/process/exit`` with ``{agent_session_id, agent_session_token,
+   process_connection_id}`` (the id of the stream that was open, or null).
+   In turns, with thousands of sessions each goodbye finishes quickly, where
+   all at once every stream and every POST would share the scheduler and all
+   finish late;
 3. does all of step 2 under ONE shielded deadline,
    ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
    black-holed room never holds the process past it. Failures are logged
@@ -317,17 +319,21 @@ class ConnectionManager:
         results: dict[str, ExitAnnouncement],
     ) -> None:
         session = holder.session
-        holder.stop("process exit")
-        await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
         recorded: bool | None = None
         error: str | None = None
-        try:
-            async with self._exit_limiter:
+        # The limiter covers the whole goodbye of one session (close its
+        # stream, then announce), so with thousands of sessions they go in
+        # turns that each finish quickly, instead of every stream and every
+        # announcement sharing the scheduler at once and all finishing late.
+        async with self._exit_limiter:
+            holder.stop("process exit")
+            await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
+            try:
                 recorded = await self._connector.announce_exit(session, connection_id)
-        except ApiError as exc:
-            error = f"HTTP {exc.status}"
-        except RoomUnreachable:
-            error = "unreachable"
+            except ApiError as exc:
+                error = f"HTTP {exc.status}"
+            except RoomUnreachable:
+                error = "unreachable"
         if error is not None:
             logger.warning("exit of %s not announced: %s", session.session_id, error)
         result = ExitAnnouncement(
