@@ -60,7 +60,7 @@ import attrs
 import trio
 
 from ._errors import LocalChatBusy, LocalChatError, LocalChatUnavailable, WorkerError
-from ._state import format_iso
+from ._state import LOCK_POLL_INTERVAL, format_iso
 from ._workers import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ BUSY_TIMEOUT: Final = 0.010
 # Pause between two tries for a lock another process holds: the state file
 # lock's interval (PROTOCOL §6.1), short next to a human's patience, long next
 # to one insert.
-LOCK_RETRY_INTERVAL: Final = 0.025
+LOCK_RETRY_INTERVAL: Final = LOCK_POLL_INTERVAL
 # The longest a call waits for another process's lock before LocalChatBusy:
 # better-sqlite3's default busy timeout, which is what the Node client waits.
 LOCK_WAIT_LIMIT: Final = 5.0

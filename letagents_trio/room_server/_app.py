@@ -230,16 +230,21 @@ def create_app(room: Room) -> ASGIApp:
         async def body() -> dict[str, Any]:
             return _parse_json(await _read_body(scope, receive, limit))
 
+        async def post(handle: Callable[[dict[str, Any]], Reply]) -> None:
+            """Answer a POST route: refuse other methods, else hand the JSON body to ``handle``."""
+            reply = allow("POST")
+            if reply is None:
+                reply = handle(await body())
+            await _send_reply(send, reply)
+
         query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
         if segments == ["agents", "me"]:
             await _send_reply(send, allow("GET") or room.me(_credentials(scope).owner_token))
             return
         if segments == ["agents"]:
-            refused = allow("POST")
-            if refused is None:
-                data = await body()
-                refused = room.register_agent_identity(_credentials(scope).owner_token, data)
-            await _send_reply(send, refused)
+            await post(
+                lambda data: room.register_agent_identity(_credentials(scope).owner_token, data)
+            )
             return
         if segments in (["health"], ["healthz"]):
             await _send_reply(send, allow("GET") or Reply(status=200, body={"ok": True}))
@@ -260,11 +265,11 @@ def create_app(room: Room) -> ASGIApp:
         if len(tail) == 4 and tail[0] == "agent-sessions" and tail[2:] == ["process", "exit"]:
             room_id = room_of(4)
             if room_id is not None:
-                refused = allow("POST")
-                if refused is None:
-                    data = await body()
-                    refused = room.exit_process(room_id, tail[1], _credentials(scope, data), data)
-                await _send_reply(send, refused)
+                session_id = tail[1]
+                rid = room_id
+                await post(
+                    lambda data: room.exit_process(rid, session_id, _credentials(scope, data), data)
+                )
                 return
         tail = parts[-3:]
         if len(tail) == 3 and tail[0] == "agent-sessions" and tail[2] in ("process", "disconnect"):
@@ -277,29 +282,27 @@ def create_app(room: Room) -> ASGIApp:
                         return
                     await process_stream(scope, receive, send, room_id, tail[1])
                     return
-                refused = allow("POST")
-                if refused is None:
-                    data = await body()
-                    refused = room.disconnect(room_id, tail[1], _credentials(scope, data))
-                await _send_reply(send, refused)
+                session_id = tail[1]
+                rid = room_id
+                await post(lambda data: room.disconnect(rid, session_id, _credentials(scope, data)))
                 return
         if len(tail) == 3 and tail[0] == "tasks" and tail[2] == "leases":
             room_id = room_of(3)
             if room_id is not None:
-                refused = allow("POST")
-                if refused is None:
-                    data = await body()
-                    refused = room.take_lease(room_id, tail[1], _credentials(scope, data), data)
-                await _send_reply(send, refused)
+                task_id = tail[1]
+                rid = room_id
+                await post(
+                    lambda data: room.take_lease(rid, task_id, _credentials(scope, data), data)
+                )
                 return
         if len(tail) == 3 and tail[0] == "leases" and tail[2] == "release":
             room_id = room_of(3)
             if room_id is not None:
-                refused = allow("POST")
-                if refused is None:
-                    data = await body()
-                    refused = room.release_lease(room_id, tail[1], _credentials(scope, data))
-                await _send_reply(send, refused)
+                lease_id = tail[1]
+                rid = room_id
+                await post(
+                    lambda data: room.release_lease(rid, lease_id, _credentials(scope, data))
+                )
                 return
         if parts[-2:] == ["messages", "poll"] and room_of(2) is not None:
             room_id = room_of(2)
@@ -337,11 +340,7 @@ def create_app(room: Room) -> ASGIApp:
             await _send_reply(send, refused)
             return
         if last == "tasks":
-            refused = allow("POST")
-            if refused is None:
-                data = await body()
-                refused = room.create_task(room_id, _credentials(scope, data), data)
-            await _send_reply(send, refused)
+            await post(lambda data: room.create_task(room_id, _credentials(scope, data), data))
             return
         await _send_reply(send, not_found)
 
