@@ -358,6 +358,20 @@ async def test_a_failing_on_ended_hook_is_logged_not_raised(
     assert "on_ended hook failed" in caplog.text
 
 
+def answering_still_ours(
+    answer: bool,
+) -> tuple[Callable[[AgentSession], Awaitable[bool]], list[float]]:
+    """A ``still_ours`` hook that always gives ``answer``, and the times it was asked."""
+    asked: list[float] = []
+
+    async def still_ours(session: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        asked.append(trio.current_time())
+        return answer
+
+    return still_ours, asked
+
+
 # --- still ours ------------------------------------------------------------------------
 
 
@@ -367,12 +381,7 @@ async def test_holder_stops_when_the_session_is_no_longer_ours(
 ) -> None:
     session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(mode)
-    asked: list[float] = []
-
-    async def still_ours(s: AgentSession) -> bool:
-        await trio.lowlevel.checkpoint()
-        asked.append(trio.current_time())
-        return False
+    still_ours, asked = answering_still_ours(False)
 
     async with managed(fake_room, state, still_ours=still_ours) as manager:
         holder = manager.hold(session)
@@ -389,12 +398,7 @@ async def test_still_ours_is_not_asked_after_a_drop(
 ) -> None:
     session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.ERROR)
-    asked: list[float] = []
-
-    async def still_ours(s: AgentSession) -> bool:
-        await trio.lowlevel.checkpoint()
-        asked.append(trio.current_time())
-        return False
+    still_ours, asked = answering_still_ours(False)
 
     async with managed(fake_room, state, still_ours=still_ours) as manager:
         manager.hold(session)
@@ -416,6 +420,7 @@ async def test_a_failing_still_ours_hook_counts_as_not_ours(
         holder = manager.hold(session)
         assert holder is not None
         assert await holder.wait_status(HolderStatus.STOPPED) is HolderStatus.STOPPED
+        assert session.session_id not in manager.holders
 
 
 # --- the §8.1 route-coming-back scenarios ----------------------------------------------
