@@ -158,9 +158,13 @@ class ConnectionManager:
         self._holders: dict[str, ProcessHolder] = {}
         self._subscribers: list[trio.MemorySendChannel[HolderEvent]] = []
         self._events_dropped = 0
-        self._closing = False
+        # None until the goodbye begins; the report once it has.
         self._announced: tuple[ExitAnnouncement, ...] | None = None
         self._exit_limiter = trio.CapacityLimiter(policy.exit_concurrency)
+
+    @property
+    def _closing(self) -> bool:
+        return self._announced is not None
 
     def __repr__(self) -> str:
         return f"<ConnectionManager holders={len(self._holders)} closing={self._closing}>"
@@ -289,7 +293,6 @@ class ConnectionManager:
         if self._announced is not None:
             await trio.lowlevel.checkpoint()
             return
-        self._closing = True
         snapshot = [(holder, holder.held_connection_id) for holder in self._holders.values()]
         self._holders.clear()
         results: dict[str, ExitAnnouncement] = {}
