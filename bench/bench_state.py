@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from letagents_trio._state import LocalStateStore
+from letagents_trio.workers._state import LocalStateStore
 
 WORKER = Path(__file__).resolve().parent.parent / "tests" / "state_worker.py"
 

@@ -47,11 +47,11 @@ from typing import final
 import attrs
 import trio
 
+from ._connector import AttemptRejected, ProcessConnector
 from ._errors import RoomUnreachable, StreamProtocolError
 from ._events import EventKind, HolderEvent
 from ._policy import HoldPolicy, Outcome
 from ._session import AgentSession
-from ._transport import AttemptRejected, ProcessConnector
 
 __all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder", "is_eligible"]
 

@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, NoReturn, Protocol, final
 import attrs
 import trio
 
+from ._connector import ProcessConnector, SSEConnector
 from ._errors import ApiError, RoomUnreachable
 from ._events import EventKind, HolderEvent
 from ._holder import HolderStatus, ProcessHolder, is_eligible
 from ._policy import HoldPolicy
-from ._transport import ProcessConnector, SSEConnector
 
 if TYPE_CHECKING:
-    from ._api import RoomClient
+    from ._client import RoomClient
     from ._session import AgentSession
 
 __all__ = [

@@ -23,11 +23,11 @@ from letagents_trio import (
     HolderEvent,
     HolderStatus,
     HoldPolicy,
-    LocalStateStore,
     Outcome,
     open_connection_manager,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
+from letagents_trio.workers import LocalStateStore
 
 if TYPE_CHECKING:
     from trio.testing import MockClock

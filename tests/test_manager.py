@@ -20,8 +20,8 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
-from letagents_trio._state import LocalStateStore
 from letagents_trio.testing import FakeRoom, ProcessMode
+from letagents_trio.workers._state import LocalStateStore
 
 if TYPE_CHECKING:
     from trio.testing import MockClock

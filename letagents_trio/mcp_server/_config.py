@@ -32,10 +32,10 @@ from typing import Final, final
 
 import attrs
 
-from .._local_chat import LOCAL_CHAT_DB_ENV, default_local_chat_path
 from .._protocol import DEFAULT_API_URL
-from .._state import LocalStateStore
 from ..room_server._config import poll_max_from_env
+from ..workers._local_chat import LOCAL_CHAT_DB_ENV, default_local_chat_path
+from ..workers._state import LocalStateStore
 
 __all__ = [
     "AUTONOMOUS_WORKER_PROFILE",

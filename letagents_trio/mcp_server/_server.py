@@ -43,11 +43,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
 
-from .._api import RoomClient
-from .._local_chat import LocalChat
+from .._client import RoomClient
 from .._manager import open_connection_manager
-from .._state import LocalStateStore
 from .._version import __version__
+from ..workers._local_chat import LocalChat
+from ..workers._state import LocalStateStore
 from ._config import ServerConfig
 from ._stdio import claim_stdin
 from ._tools import ServerState, WorkerHandlesAPI, register_tools, registered_tool_names
@@ -93,8 +93,8 @@ def readiness_text(config: ServerConfig) -> str:
 def _open_handles(
     *, client: RoomClient, store: LocalStateStore, manager: ConnectionManager, config: ServerConfig
 ) -> WorkerHandlesAPI:
-    from .._chat_storage import ChatStorage
-    from .._workers import WorkerHandles
+    from ..workers._chat_storage import ChatStorage
+    from ..workers._handles import WorkerHandles
 
     return WorkerHandles(
         client=client,

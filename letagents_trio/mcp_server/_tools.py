@@ -68,18 +68,18 @@ from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
-from .._api import encode_room_path
+from .._client import encode_room_path
 from .._errors import LetAgentsError, LocalChatError, RoomUnreachable, WorkerError
-from .._local_chat import message_cursor
 from .._redact import redact
-from .._workers import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT, public_session
+from ..workers._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT, public_session
+from ..workers._local_chat import message_cursor
 
 if TYPE_CHECKING:
-    from .._api import RoomClient
-    from .._local_chat import LocalChat
+    from .._client import RoomClient
     from .._manager import ConnectionManager
     from .._session import AgentSession
-    from .._state import LocalStateStore
+    from ..workers._local_chat import LocalChat
+    from ..workers._state import LocalStateStore
     from ._config import ServerConfig
 
 __all__ = [
@@ -157,7 +157,7 @@ def poll_abort_after(server_timeout_ms: int) -> int:
 
 
 class WorkerRegistrationAPI(Protocol):
-    """The part of :class:`letagents_trio._workers.WorkerRegistration` the tools read."""
+    """The part of :class:`letagents_trio.workers._handles.WorkerRegistration` the tools read."""
 
     @property
     def worker_id(self) -> str: ...
@@ -171,7 +171,7 @@ class WorkerRegistrationAPI(Protocol):
 
 
 class WorkerHandlesAPI(Protocol):
-    """The part of :class:`letagents_trio._workers.WorkerHandles` the tools call."""
+    """The part of :class:`letagents_trio.workers._handles.WorkerHandles` the tools call."""
 
     async def register(
         self,

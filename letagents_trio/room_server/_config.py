@@ -20,7 +20,7 @@ from typing import Final, final
 
 import attrs
 
-from .._names import MAX_DISPLAY_NAME_COLLISION_OFFSET
+from ..workers._names import MAX_DISPLAY_NAME_COLLISION_OFFSET
 
 __all__ = [
     "DEFAULT_LIVENESS_NOTICE_AFTER_MS",

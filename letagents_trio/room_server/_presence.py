@@ -47,7 +47,7 @@ from typing import Final, final
 import attrs
 
 from .. import _protocol
-from .._names import is_durable_worker_id, name_key
+from ..workers._names import is_durable_worker_id, name_key
 
 
 def _ms(seconds: float) -> int:
@@ -304,7 +304,7 @@ def name_comes_free_at(
 ) -> float | None:
     """Return when ``name`` will pass to ``registrant``, if worth waiting for.
 
-    Looks at every holder whose :func:`~letagents_trio._names.name_key` equals
+    Looks at every holder whose :func:`~letagents_trio.workers._names.name_key` equals
     that of ``name``, skipping the registrant's own (agent_key, instance) pair.
 
     Args:

@@ -63,13 +63,6 @@ from typing import Any, Final, Literal, NoReturn, final
 import attrs
 import trio
 
-from .._names import (
-    actor_label,
-    allocation_base,
-    allocation_candidates,
-    is_durable_worker_id,
-    name_key,
-)
 from .._protocol import (
     ACTOR_KEY_NOT_OWNED_TEXT,
     ACTOR_KEY_REQUIRED_TEXT,
@@ -100,6 +93,13 @@ from .._protocol import (
     SESSION_NOT_FOUND_TEXT,
     SESSION_REQUIRED_TEXT,
     WORKER_REQUIRED_TEXT,
+)
+from ..workers._names import (
+    actor_label,
+    allocation_base,
+    allocation_candidates,
+    is_durable_worker_id,
+    name_key,
 )
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig

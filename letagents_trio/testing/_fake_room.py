@@ -52,15 +52,15 @@ import httpx2
 import trio
 
 from .. import _protocol
-from .._api import RoomClient
+from .._client import RoomClient
 from .._session import AgentSession
-from .._workers import (
+from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
+from ..workers._handles import (
     durable_registration_body,
     new_connection_token,
     new_worker_id,
     worker_agent_name,
 )
-from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
 from ._transport import ASGIApp, Receive, Send, StreamingASGITransport
 
 __all__ = [

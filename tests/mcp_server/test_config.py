@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from letagents_trio import LocalChat, LocalStateStore
 from letagents_trio.mcp_server import RUNTIME_CONTRACT_ARG, ServerConfig, runtime_contract
+from letagents_trio.workers import LocalChat, LocalStateStore
 
 
 def test_defaults(tmp_path: Path) -> None:

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 from mcp import Client
 
-from letagents_trio import LocalStateStore
-from letagents_trio._workers import (
+from letagents_trio.mcp_server import create_server
+from letagents_trio.testing import ProcessMode
+from letagents_trio.workers import LocalStateStore
+from letagents_trio.workers._handles import (
     AMBIGUOUS_ROOM_TEXT,
     RECOVER_ARGUMENTS_TEXT,
     UNKNOWN_WORKER_TEXT,
 )
-from letagents_trio.mcp_server import create_server
-from letagents_trio.testing import ProcessMode
 
 from .helpers import ROOM, call_error, call_ok, config_for, register
 

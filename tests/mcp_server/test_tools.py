@@ -16,7 +16,6 @@ import pytest
 import trio
 from mcp import Client
 
-from letagents_trio import LocalStateStore
 from letagents_trio.mcp_server import (
     READINESS_RESOURCE_NAME,
     READINESS_URI,
@@ -24,6 +23,7 @@ from letagents_trio.mcp_server import (
     registered_tool_names,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
+from letagents_trio.workers import LocalStateStore
 
 from .helpers import ROOM, call_error, call_ok, config_for, register, text_of
 

@@ -13,9 +13,9 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._names import codename
 from letagents_trio.room_server import Room, RoomConfig, TrioClock, create_app
 from letagents_trio.testing._transport import open_streaming_transport
+from letagents_trio.workers._names import codename
 
 from .helpers import (
     EPOCH,

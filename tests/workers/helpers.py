@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from letagents_trio import ConnectionManager, RoomClient, open_connection_manager
-from letagents_trio._state import LocalStateStore
-from letagents_trio._workers import WorkerHandles
+from letagents_trio.workers._handles import WorkerHandles
+from letagents_trio.workers._state import LocalStateStore
 
 if TYPE_CHECKING:
     import httpx2
 
-    from letagents_trio._chat_storage import ChatStorage
     from letagents_trio.testing import FakeRoom, RequestRecord
+    from letagents_trio.workers._chat_storage import ChatStorage
 
 OWNER_TOKEN: Final = "owner-test-token"
 ROOM: Final = "room_shared"

@@ -19,15 +19,9 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio import (
-    ApiError,
-    HolderStatus,
-    RoomUnreachable,
-    StateUnavailable,
-    WorkerError,
-)
-from letagents_trio._names import codename
-from letagents_trio._workers import (
+from letagents_trio import ApiError, HolderStatus, RoomUnreachable
+from letagents_trio.workers import StateUnavailable, WorkerError
+from letagents_trio.workers._handles import (
     ACCOUNT_UNVERIFIED_TEXT,
     BOTH_HANDLES_TEXT,
     CONTROLLER_TEXT,
@@ -47,6 +41,7 @@ from letagents_trio._workers import (
     WorkerRegistration,
     _Operation,
 )
+from letagents_trio.workers._names import codename
 
 from .helpers import (
     OWNER_TOKEN,

@@ -18,9 +18,10 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio import ApiError, HolderStatus, RoomUnreachable, WorkerError
-from letagents_trio._chat_storage import ChatStorage
-from letagents_trio._workers import (
+from letagents_trio import ApiError, HolderStatus, RoomUnreachable
+from letagents_trio.workers import WorkerError
+from letagents_trio.workers._chat_storage import ChatStorage
+from letagents_trio.workers._handles import (
     ACCOUNT_UNVERIFIED_TEXT,
     AMBIGUOUS_ROOM_TEXT,
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,

@@ -20,13 +20,13 @@ import trio.testing
 
 from letagents_trio import ApiError
 from letagents_trio._protocol import AGENT_SESSION_ENDED_ADVICE
-from letagents_trio._workers import (
+from letagents_trio.testing import ProcessMode
+from letagents_trio.workers._handles import (
     RECOVER_ARGUMENTS_TEXT,
     WorkerRegistration,
     recover_ambiguous_text,
     recover_none_text,
 )
-from letagents_trio.testing import ProcessMode
 
 from .helpers import (
     REGISTRATIONS,

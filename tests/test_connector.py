@@ -25,7 +25,7 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
-from letagents_trio._transport import classify_status
+from letagents_trio._connector import classify_status
 from letagents_trio.testing import open_streaming_transport
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ import pytest
 import trio
 from mcp import Client
 
-from letagents_trio import LocalStateStore
+from letagents_trio.workers import LocalStateStore
 
-from .helpers import ROOM, call_error, call_ok, register
-from .loopback import (
+from ..mcp_server.helpers import ROOM, call_error, call_ok, register
+from .mcp_loopback import (
     BUDGET,
     OWNER_TOKEN,
     AccountFault,
@@ -37,7 +37,7 @@ from .loopback import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .loopback import LoopbackRoom
+    from .mcp_loopback import LoopbackRoom
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and pipes")
 

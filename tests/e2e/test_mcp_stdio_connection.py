@@ -1,7 +1,7 @@
 """PROTOCOL §8.1 (process-connection-stdio) 2 and 6–9: the real server over stdio.
 
 The server runs as a subprocess driven by the SDK's stdio client, against the
-reference room on loopback with FakeRoom's process modes (:mod:`.loopback`).
+reference room on loopback with FakeRoom's process modes (:mod:`.mcp_loopback`).
 Real clock: the holder's waits (1 s after a drop, 10 s after a 404, 5 then
 15 s after refusals) are the protocol's own, so the times asserted are those
 waits within a tolerance for process and loopback latency.
@@ -16,16 +16,16 @@ import pytest
 import trio
 from mcp import Client
 
-from letagents_trio import LocalStateStore
 from letagents_trio.testing import ProcessMode
+from letagents_trio.workers import LocalStateStore
 
-from .helpers import ROOM, call_ok, register
-from .loopback import BUDGET, open_loopback_room, server_env, stdio_params
+from ..mcp_server.helpers import ROOM, call_ok, register
+from .mcp_loopback import BUDGET, open_loopback_room, server_env, stdio_params
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .loopback import LoopbackRoom
+    from .mcp_loopback import LoopbackRoom
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes")
 

@@ -1,7 +1,7 @@
 """Shutdown and the happy path: the real server over stdio, the reference room on loopback.
 
 Real clock throughout (subprocesses and sockets), every test bounded by
-``trio.fail_after``. The room and both drivers are in :mod:`.loopback`: the
+``trio.fail_after``. The room and both drivers are in :mod:`.mcp_loopback`: the
 SDK's stdio client (what hosts use) and, where the process itself must be
 signalled and timed, a raw JSON-RPC driver over the pipes.
 """
@@ -19,10 +19,10 @@ import trio
 import trio.testing
 from mcp import Client
 
-from letagents_trio import LocalStateStore
+from letagents_trio.workers import LocalStateStore
 
-from .helpers import ROOM, call_ok
-from .loopback import (
+from ..mcp_server.helpers import ROOM, call_ok
+from .mcp_loopback import (
     BUDGET,
     EXIT_DEADLINE,
     EXIT_SLACK,

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from letagents_trio._errors import StateUnavailable
-from letagents_trio._identity import (
+from letagents_trio.workers._identity import (
     PROCESS_INSTANCE_ID,
     MachineFacts,
     detect_ide_label,
@@ -23,7 +23,7 @@ from letagents_trio._identity import (
     process_host_id,
     registration_liveness,
 )
-from letagents_trio._state import LocalStateStore
+from letagents_trio.workers._state import LocalStateStore
 
 HOST_ID = "host_" + "0123456789abcdef" * 2
 FACTS = MachineFacts(hostname="vm", username="ada", platform="linux", arch="x64")

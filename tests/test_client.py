@@ -30,7 +30,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from letagents_trio._api import (
+from letagents_trio._client import (
     RoomClient,
     StateHooks,
     _retry_after,
@@ -45,8 +45,8 @@ from letagents_trio._protocol import (
     SESSION_TOKEN_HEADER,
 )
 from letagents_trio._session import AgentSession
-from letagents_trio._state import LocalStateStore
 from letagents_trio.testing._transport import open_streaming_transport
+from letagents_trio.workers._state import LocalStateStore
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, MutableMapping

@@ -19,11 +19,12 @@ import pytest
 import trio
 from mcp import Client
 
-from letagents_trio import LocalStateStore, _protocol
+from letagents_trio import _protocol
 from letagents_trio.testing import ProcessMode
+from letagents_trio.workers import LocalStateStore
 
-from .helpers import ROOM, call_error, call_ok, register
-from .loopback import BUDGET, OWNER_TOKEN, open_loopback_room, server_env, stdio_params
+from ..mcp_server.helpers import ROOM, call_error, call_ok, register
+from .mcp_loopback import BUDGET, OWNER_TOKEN, open_loopback_room, server_env, stdio_params
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from letagents_trio._names import (
+from letagents_trio.workers._names import (
     AGENT_CODENAME_SPACE,
     CODENAME_WORDS,
     MAX_DISPLAY_NAME_COLLISION_OFFSET,

@@ -2,9 +2,9 @@
 
 Usage::
 
-    python tests/state_worker.py count PATH NAME N [PAUSE]  # N locked increments
-    python tests/state_worker.py read PATH TARGET    # read until counter >= TARGET
-    python tests/state_worker.py churn PATH PAD      # big updates until killed
+    python tests/programs/state_worker.py count PATH NAME N [PAUSE]  # N locked increments
+    python tests/programs/state_worker.py read PATH TARGET    # read until counter >= TARGET
+    python tests/programs/state_worker.py churn PATH PAD      # big updates until killed
 
 ``count`` prints ``ready``, waits for a line on stdin (so all writers start
 together), then adds one to ``counter`` and to ``workers[NAME]`` N times through
@@ -37,7 +37,7 @@ from typing import Any
 import trio
 
 from letagents_trio._errors import StateLockTimeout
-from letagents_trio._state import LocalStateStore, ensure_mapping
+from letagents_trio.workers._state import LocalStateStore, ensure_mapping
 
 # The reader stops after this long even if the writers never finish.
 READ_GIVE_UP_SECONDS = 60.0

@@ -39,7 +39,7 @@ from letagents_trio import _protocol
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig
 from letagents_trio.testing import FakeRoom
 
-from .helpers import ROOM
+from ..mcp_server.helpers import ROOM
 
 if TYPE_CHECKING:
     from pathlib import Path

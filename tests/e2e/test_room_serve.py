@@ -29,7 +29,7 @@ from letagents_trio.room_server import (
 )
 from letagents_trio.testing._transport import open_streaming_transport
 
-from .helpers import (
+from ..room_server.helpers import (
     EPOCH,
     OWNER_TOKEN,
     ROOM,
@@ -40,7 +40,7 @@ from .helpers import (
     say,
     session_headers,
 )
-from .paths import process_path
+from ..room_server.paths import process_path
 
 
 async def test_serve_room_over_loopback_streams_and_stops_gracefully() -> None:

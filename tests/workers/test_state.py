@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from letagents_trio._errors import StateError, StateLockTimeout, StateUnavailable
 from letagents_trio._session import AgentSession
-from letagents_trio._state import (
+from letagents_trio.workers._state import (
     LOCK_POLL_INTERVAL,
     LOCK_STALE_AFTER,
     LOCK_TIMEOUT,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 # in the stale-lock tests is exact.
 WALL_BASE = 1_000_000.0
 WORKER_ID = "worker_" + "ab" * 16
-STATE_WORKER = Path(__file__).with_name("state_worker.py")
+STATE_WORKER = Path(__file__).parents[1] / "programs" / "state_worker.py"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 

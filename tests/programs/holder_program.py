@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/workers/holder_program.py API_URL STATE_PATH ROOM KEY NAME OWNER_TOKEN
+    python tests/programs/holder_program.py API_URL STATE_PATH ROOM KEY NAME OWNER_TOKEN
 
 It opens a room client, a connection manager and worker handles on the state
 file, registers the worker created by ``KEY`` in ``ROOM`` as ``NAME``, waits
@@ -19,8 +19,8 @@ import sys
 import trio
 
 from letagents_trio import HolderStatus, RoomClient, open_connection_manager
-from letagents_trio._state import LocalStateStore
-from letagents_trio._workers import WorkerHandles
+from letagents_trio.workers._handles import WorkerHandles
+from letagents_trio.workers._state import LocalStateStore
 
 
 async def main(api_url: str, path: str, room: str, key: str, name: str, token: str) -> None:

@@ -61,20 +61,20 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ._api import RoomClient, encode_room_path
-from ._errors import LetAgentsError
-from ._events import EventKind, HolderEvent
-from ._holder import HolderStatus, ProcessHolder
-from ._manager import ConnectionManager, ExitAnnouncement, open_connection_manager
-from ._policy import Outcome
-from ._session import AgentSession
-from ._workers import (
+from .._client import RoomClient, encode_room_path
+from .._errors import LetAgentsError
+from .._events import EventKind, HolderEvent
+from .._holder import HolderStatus, ProcessHolder
+from .._manager import ConnectionManager, ExitAnnouncement, open_connection_manager
+from .._policy import Outcome
+from .._session import AgentSession
+from ..room_server import MemoryStore, Room, RoomStore, SQLiteStore, serve_room
+from ..workers._handles import (
     durable_registration_body,
     new_connection_token,
     new_worker_id,
     worker_agent_name,
 )
-from .room_server import MemoryStore, Room, RoomStore, SQLiteStore, serve_room
 
 __all__ = [
     "DemoOptions",

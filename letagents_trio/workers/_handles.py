@@ -94,8 +94,9 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
-from ._api import encode_room_path
-from ._errors import ApiError, LetAgentsError, StateError, StateUnavailable, WorkerError
+from .._client import encode_room_path
+from .._errors import ApiError, LetAgentsError, StateError, StateUnavailable, WorkerError
+from .._session import AgentSession
 from ._identity import (
     DEFAULT_RUNTIME_LABEL,
     detect_ide_label,
@@ -113,7 +114,6 @@ from ._names import (
     js_trim,
     name_key,
 )
-from ._session import AgentSession
 from ._state import (
     STATE_UNAVAILABLE_MESSAGE,
     ensure_mapping,
@@ -123,9 +123,9 @@ from ._state import (
 )
 
 if TYPE_CHECKING:
-    from ._api import RoomClient
+    from .._client import RoomClient
+    from .._manager import ConnectionManager
     from ._chat_storage import ChatStorage
-    from ._manager import ConnectionManager
     from ._state import LocalStateStore
 
 __all__ = [

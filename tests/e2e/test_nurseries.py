@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-NURSERIES = Path(__file__).resolve().parent.parent / "nurseries"
+NURSERIES = Path(__file__).resolve().parents[2] / "nurseries"
 PROGRAMS = sorted(NURSERIES.glob("*.py"))
 
 

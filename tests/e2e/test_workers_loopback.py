@@ -1,7 +1,7 @@
 """Worker handles over real sockets: the reference room served on loopback (port 0).
 
 Real clock, every test bounded by ``trio.fail_after``. The SIGKILL test runs a
-real subprocess (``holder_program.py``) that registers a worker and holds its
+real subprocess (``tests/programs/holder_program.py``) that registers a worker and holds its
 process connection, kills it with SIGKILL (no exit announcement, no cleanup),
 and reconnects the worker from this process: same session id, same name.
 """
@@ -19,16 +19,17 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from letagents_trio import HolderStatus, WorkerError
-from letagents_trio._workers import CONNECTION_REPLACED_TEXT
+from letagents_trio import HolderStatus
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
+from letagents_trio.workers import WorkerError
+from letagents_trio.workers._handles import CONNECTION_REPLACED_TEXT
 
-from .helpers import OWNER_TOKEN, ROOM, open_proc
+from ..workers.helpers import OWNER_TOKEN, ROOM, open_proc
 
 if TYPE_CHECKING:
     from letagents_trio.room_server import SessionRow
 
-PROGRAM = Path(__file__).with_name("holder_program.py")
+PROGRAM = Path(__file__).parents[1] / "programs" / "holder_program.py"
 # Wall-clock bound of each test: generous for a loaded CI machine.
 BOUND = 30.0
 

@@ -1,4 +1,4 @@
-"""Tests of the local rooms' chat database (``letagents_trio._local_chat``).
+"""Tests of the local rooms' chat database (``letagents_trio.workers._local_chat``).
 
 Rules: real SQLite files in ``tmp_path``; two :class:`LocalChat` objects on one
 file stand for two MCP server processes (SQLite locks each connection apart,
@@ -32,7 +32,9 @@ from letagents_trio._errors import (
     LocalChatUnavailable,
     WorkerError,
 )
-from letagents_trio._local_chat import (
+from letagents_trio._session import AgentSession
+from letagents_trio.workers._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
+from letagents_trio.workers._local_chat import (
     BAD_CURSOR_TEXT,
     LOCAL_CHAT_DB_ENV,
     LOCK_RETRY_INTERVAL,
@@ -46,9 +48,7 @@ from letagents_trio._local_chat import (
     default_local_chat_path,
     message_cursor,
 )
-from letagents_trio._session import AgentSession
-from letagents_trio._state import format_iso
-from letagents_trio._workers import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
+from letagents_trio.workers._state import format_iso
 
 ROOM = "room_local"
 # A wall time exactly representable in milliseconds.
@@ -727,7 +727,7 @@ async def test_a_wait_still_valid_returns_messages(
 
 RACER = """
 import sys, trio
-from letagents_trio._local_chat import LocalChat
+from letagents_trio.workers._local_chat import LocalChat
 from letagents_trio._session import AgentSession
 
 path, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])

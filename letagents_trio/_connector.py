@@ -34,7 +34,7 @@ from ._policy import Outcome
 from ._sse import SSEDecoder, is_event_stream
 
 if TYPE_CHECKING:
-    from ._api import RoomClient
+    from ._client import RoomClient
     from ._session import AgentSession
 
 __all__ = ["AttemptRejected", "ProcessConnector", "SSEConnector", "StreamNews", "classify_status"]

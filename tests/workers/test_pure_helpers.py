@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from letagents_trio._chat_storage import ChatStorage, ChatStorageSettings
-from letagents_trio._workers import git_branch, local_owner_slug
+from letagents_trio.workers._chat_storage import ChatStorage, ChatStorageSettings
+from letagents_trio.workers._handles import git_branch, local_owner_slug
 
 if TYPE_CHECKING:
     import pytest

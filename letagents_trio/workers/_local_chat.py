@@ -59,12 +59,12 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 import attrs
 import trio
 
-from ._errors import LocalChatBusy, LocalChatError, LocalChatUnavailable, WorkerError
+from .._errors import LocalChatBusy, LocalChatError, LocalChatUnavailable, WorkerError
+from ._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 from ._state import LOCK_POLL_INTERVAL, format_iso
-from ._workers import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 
 if TYPE_CHECKING:
-    from ._session import AgentSession
+    from .._session import AgentSession
 
 __all__ = [
     "BAD_CURSOR_TEXT",

@@ -18,7 +18,7 @@ Three ids, from most to least durable:
 
 Runtime and IDE labels come from the environment (``LETAGENTS_RUNTIME``,
 ``LETAGENTS_IDE``); the IDE label is normalised by
-:func:`letagents_trio._names.normalize_ide_label` (PROTOCOL §5.4's map).
+:func:`letagents_trio.workers._names.normalize_ide_label` (PROTOCOL §5.4's map).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
-from ._errors import StateUnavailable
+from .._errors import StateUnavailable
 from ._names import normalize_ide_label
 from ._state import STATE_UNAVAILABLE_MESSAGE
 

@@ -62,9 +62,9 @@ from typing import Any, Final, NoReturn, TypeVar, final
 import attrs
 import trio
 
-from ._errors import StateError, StateLockTimeout, StateUnavailable
+from .._errors import StateError, StateLockTimeout, StateUnavailable
+from .._session import AgentSession
 from ._names import is_durable_worker_id
-from ._session import AgentSession
 
 __all__ = [
     "LOCK_POLL_INTERVAL",
