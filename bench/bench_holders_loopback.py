@@ -31,7 +31,6 @@ async def one_level(url: str, count: int) -> None:
             holders = [manager.hold(s) for s in sessions]
             with trio.fail_after(120):
                 for holder in holders:
-                    assert holder is not None
                     await holder.wait_status(HolderStatus.OPEN)
             opened = time.perf_counter() - started
             goodbye = time.perf_counter()

@@ -16,6 +16,7 @@ from ._connector import ProcessConnector as ProcessConnector
 from ._connector import SSEConnector as SSEConnector
 from ._connector import StreamNews as StreamNews
 from ._errors import ApiError as ApiError
+from ._errors import IneligibleSession as IneligibleSession
 from ._errors import LetAgentsError as LetAgentsError
 from ._errors import RoomUnreachable as RoomUnreachable
 from ._errors import StreamProtocolError as StreamProtocolError
@@ -48,6 +49,7 @@ __all__ = [
     "HolderStateHooks",
     "HolderStatistics",
     "HolderStatus",
+    "IneligibleSession",
     "LetAgentsError",
     "ManagerStatistics",
     "Outcome",

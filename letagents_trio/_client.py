@@ -31,7 +31,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import TYPE_CHECKING, Any, Protocol, final
 from urllib.parse import quote
 
@@ -63,8 +63,12 @@ _RETRY_AFTER_CEILING = 86_400.0
 class StateHooks(Protocol):
     """What the client needs from the local state file (PROTOCOL §5.7, §6.5)."""
 
-    async def end_session(self, session_id: str, ended_at: str, expected_token: str) -> object:
+    async def end_session(
+        self, session_id: str, ended_at: str | None, expected_token: str
+    ) -> object:
         """Mark a stored session ended, unless a newer token replaced it.
+
+        ``ended_at`` None means now, by the state's own wall clock.
 
         Cancellation:
             Awaited inside :meth:`RoomClient.call` before the error is raised;
@@ -87,11 +91,6 @@ def encode_room_path(room_id: str) -> str:
 def encode_session_path(session_id: str) -> str:
     """Percent-encode a session id whole, for a path."""
     return quote(session_id, safe="")
-
-
-def _iso_now() -> str:
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -417,7 +416,7 @@ class RoomClient:
             ids = _session_credentials(session, body)
             if ids is not None:
                 try:
-                    await self._state.end_session(ids[0], _iso_now(), ids[1])
+                    await self._state.end_session(ids[0], None, ids[1])
                 except Exception as exc:
                     self._log_hook_failure("mark the session ended", exc, session, body)
 

@@ -6,6 +6,7 @@
     ├── ApiError                 the room answered a call with a non-2xx status
     ├── RoomUnreachable          no answer at all: network error or the room is too slow
     ├── StreamProtocolError      a stream broke the SSE rules we enforce (oversized line or event)
+    ├── IneligibleSession        the manager holds no process connection for this session (§4.1)
     ├── StateError               the local state file cannot be used
     │   ├── StateUnavailable     it is damaged or unreadable: nothing is written over it
     │   └── StateLockTimeout     another process held its lock for too long
@@ -26,6 +27,7 @@ from typing import final
 
 __all__ = [
     "ApiError",
+    "IneligibleSession",
     "LetAgentsError",
     "LocalChatBusy",
     "LocalChatError",
@@ -71,6 +73,23 @@ class RoomUnreachable(LetAgentsError):
 @final
 class StreamProtocolError(LetAgentsError):
     """A stream broke a rule the decoder enforces (for example an oversized event)."""
+
+
+@final
+class IneligibleSession(LetAgentsError):
+    """The connection manager holds no process connection for this session.
+
+    PROTOCOL §4.1: only live worker sessions of hosted rooms, with a token, are
+    held, and only by a process acting for the owner. The message names the
+    rule that refused it; :attr:`rule` is the same as a short code.
+
+    Attributes:
+        rule: ``"not-owner"``, ``"not-a-worker"``, ``"ended"``, ``"no-token"`` or ``"local-room"``.
+    """
+
+    def __init__(self, session_id: str, rule: str, reason: str) -> None:
+        super().__init__(f"session {session_id!r} is not held: {reason}")
+        self.rule = rule
 
 
 class StateError(LetAgentsError):

@@ -53,7 +53,7 @@ from ._events import EventKind, HolderEvent
 from ._policy import HoldPolicy, Outcome
 from ._session import AgentSession
 
-__all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder", "is_eligible"]
+__all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder", "ineligibility"]
 
 logger = logging.getLogger("letagents_trio.holder")
 
@@ -82,19 +82,24 @@ class HolderStatus(enum.Enum):
         return f"HolderStatus.{self.name}"
 
 
-def is_eligible(session: AgentSession, *, owner_mode: bool = True) -> bool:
-    """Whether a process connection is held for ``session`` at all (PROTOCOL §4.1).
+def ineligibility(session: AgentSession, *, owner_mode: bool) -> tuple[str, str] | None:
+    """Why no process connection is held for ``session`` (PROTOCOL §4.1), or None.
 
     Only live worker sessions of hosted rooms with a token are held, and only
     by a process acting for the owner (not under a worker bearer or supervisor).
+    Returns the rule's short code and a sentence naming it.
     """
-    return (
-        owner_mode
-        and session.session_kind == "worker"
-        and not session.ended_at
-        and bool(session.session_token)
-        and not session.is_local
-    )
+    if not owner_mode:
+        return "not-owner", "this process does not act for the owner (a worker bearer is set)"
+    if session.session_kind != "worker":
+        return "not-a-worker", f"only worker sessions are held, not {session.session_kind!r}"
+    if session.ended_at:
+        return "ended", "the room ended the session"
+    if not session.session_token:
+        return "no-token", "the session has no token"
+    if session.is_local:
+        return "local-room", "local rooms have no process connection"
+    return None
 
 
 @final

@@ -28,8 +28,7 @@ Then the nursery is cancelled and every remaining task unwinds.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NoReturn, Protocol, final
@@ -38,9 +37,9 @@ import attrs
 import trio
 
 from ._connector import ProcessConnector, SSEConnector
-from ._errors import ApiError, RoomUnreachable
+from ._errors import ApiError, IneligibleSession, RoomUnreachable
 from ._events import EventKind, HolderEvent
-from ._holder import HolderStatus, ProcessHolder, is_eligible
+from ._holder import HolderStatus, ProcessHolder, ineligibility
 from ._policy import HoldPolicy
 
 if TYPE_CHECKING:
@@ -58,13 +57,13 @@ __all__ = [
 
 logger = logging.getLogger("letagents_trio.manager")
 
-# A process running under a worker bearer speaks for a supervisor, not an
-# owner, and holds no process connections (PROTOCOL §4.1).
-WORKER_BEARER_ENV = "LETAGENTS_AGENT_SESSION_BEARER"
-
 
 class HolderStateHooks(Protocol):
-    """What ``state=`` must offer (:class:`~letagents_trio.LocalStateStore` does)."""
+    """What ``state=`` must offer: the holders' two hooks into local state.
+
+    :class:`letagents_trio.workers.LocalStateStore` offers both. Without ``state=``
+    the manager records nothing and treats every session as its own.
+    """
 
     async def mark_ended(self, session: AgentSession) -> object:
         """Record that the room ended ``session`` (the holder's ``on_ended``).
@@ -84,13 +83,16 @@ class HolderStateHooks(Protocol):
         ...
 
 
-async def _nothing(session: AgentSession) -> None:
-    await trio.lowlevel.checkpoint()
+@final
+class _NoState:
+    """The hooks when no state is given: nothing recorded, every session ours."""
 
+    async def mark_ended(self, session: AgentSession) -> None:
+        await trio.lowlevel.checkpoint()
 
-async def _always_ours(session: AgentSession) -> bool:
-    await trio.lowlevel.checkpoint()
-    return True
+    async def is_still_ours(self, session: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        return True
 
 
 @final
@@ -145,15 +147,13 @@ class ConnectionManager:
         *,
         connector: ProcessConnector,
         policy: HoldPolicy,
-        on_ended: Callable[[AgentSession], Awaitable[object]],
-        still_ours: Callable[[AgentSession], Awaitable[bool]],
+        state: HolderStateHooks,
         owner_mode: bool,
     ) -> None:
         self._nursery = nursery
         self._connector = connector
         self.policy = policy
-        self._on_ended = on_ended
-        self._still_ours = still_ours
+        self._state = state
         self._owner_mode = owner_mode
         self._holders: dict[str, ProcessHolder] = {}
         self._subscribers: list[trio.MemorySendChannel[HolderEvent]] = []
@@ -176,22 +176,31 @@ class ConnectionManager:
         """The holders now running, by session id (a read-only live view)."""
         return MappingProxyType(self._holders)
 
-    def hold(self, session: AgentSession) -> ProcessHolder | None:
+    def is_eligible(self, session: AgentSession) -> bool:
+        """Whether :meth:`hold` would hold ``session`` (PROTOCOL §4.1).
+
+        Only live worker sessions of hosted rooms, with a token, are held, and
+        only when the manager acts for the owner (``owner_mode``).
+        """
+        return ineligibility(session, owner_mode=self._owner_mode) is None
+
+    def hold(self, session: AgentSession) -> ProcessHolder:
         """Hold ``session``'s process connection from now on.
 
-        Non-blocking. Returns the holder, or None when the session is not
-        eligible (PROTOCOL §4.1: only live worker sessions of hosted rooms, held
-        by an owner process). Holding the same session id with the same token
-        again returns the running holder; with another token, the old holder is
-        stopped and a new one started.
+        Non-blocking. Returns the holder. Holding the same session id with the
+        same token again returns the running holder; with another token, the
+        old holder is stopped and a new one started.
 
         Raises:
+            IneligibleSession: the session is not held at all (PROTOCOL §4.1),
+                naming the rule; check :meth:`is_eligible` first to avoid it.
             trio.ClosedResourceError: the manager is shutting down.
         """
         if self._closing:
             raise trio.ClosedResourceError("the connection manager is shutting down")
-        if not is_eligible(session, owner_mode=self._owner_mode):
-            return None
+        refusal = ineligibility(session, owner_mode=self._owner_mode)
+        if refusal is not None:
+            raise IneligibleSession(session.session_id, *refusal)
         current = self._holders.get(session.session_id)
         if current is not None:
             if current.session.session_token == session.session_token:
@@ -202,8 +211,8 @@ class ConnectionManager:
             connector=self._connector,
             policy=self.policy,
             emit=self._emit,
-            on_ended=self._on_ended,
-            still_ours=self._still_ours,
+            on_ended=self._state.mark_ended,
+            still_ours=self._state.is_still_ours,
             forget=self._forget,
         )
         self._holders[session.session_id] = holder
@@ -358,35 +367,31 @@ class ConnectionManager:
         )
 
 
-def _owner_mode_from_env() -> bool:
-    return not os.environ.get(WORKER_BEARER_ENV)
-
-
 @asynccontextmanager
 async def open_connection_manager(
     client: RoomClient,
     *,
     policy: HoldPolicy | None = None,
     state: HolderStateHooks | None = None,
-    on_ended: Callable[[AgentSession], Awaitable[object]] | None = None,
-    still_ours: Callable[[AgentSession], Awaitable[bool]] | None = None,
     connector: ProcessConnector | None = None,
-    owner_mode: bool | None = None,
+    owner_mode: bool = True,
 ) -> AsyncIterator[ConnectionManager]:
     """Open a :class:`ConnectionManager` whose holders live as long as the block.
 
     Args:
         client: the room client the holders use.
         policy: timing; the Node client's defaults when omitted.
-        state: a :class:`~letagents_trio.LocalStateStore` (or anything with its
-            ``mark_ended`` and ``is_still_ours``): wires the two hooks below.
-        on_ended: called with a session the room ended (default: ``state.mark_ended``,
-            or nothing).
-        still_ours: asked, after a refusal, whether the session still belongs to
-            this process (default: ``state.is_still_ours``, or always yes).
+        state: the holders' hooks into local state (:class:`HolderStateHooks`):
+            ``mark_ended`` is called with a session the room ended, and
+            ``is_still_ours`` is asked, after a refusal, whether the session still
+            belongs to this process. A :class:`letagents_trio.workers.LocalStateStore`
+            is one. Default: nothing recorded, every session ours.
         connector: how process connections are made (default: :class:`SSEConnector`).
-        owner_mode: whether this process acts for an owner; default: true unless
-            ``LETAGENTS_AGENT_SESSION_BEARER`` is set. Without it nothing is held.
+        owner_mode: whether this process acts for the owner. False under a
+            supervisor's worker bearer (PROTOCOL §4.1): then nothing is held and
+            :meth:`ConnectionManager.hold` refuses every session. The library
+            never reads the environment; the MCP server decides this from
+            ``LETAGENTS_AGENT_SESSION_BEARER`` at start-up.
 
     Leaving the block, for any reason, closes every held stream and announces
     every exit within ``policy.exit_deadline`` (see :meth:`ConnectionManager.announce_exits`).
@@ -397,10 +402,6 @@ async def open_connection_manager(
         announced, shielded, within the deadline; then the cancellation goes on.
     """
     policy = policy or HoldPolicy()
-    if on_ended is None:
-        on_ended = state.mark_ended if state is not None else _nothing
-    if still_ours is None:
-        still_ours = state.is_still_ours if state is not None else _always_ours
     if connector is None:
         connector = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
     async with trio.open_nursery() as nursery:
@@ -408,9 +409,8 @@ async def open_connection_manager(
             nursery,
             connector=connector,
             policy=policy,
-            on_ended=on_ended,
-            still_ours=still_ours,
-            owner_mode=_owner_mode_from_env() if owner_mode is None else owner_mode,
+            state=_NoState() if state is None else state,
+            owner_mode=owner_mode,
         )
         try:
             yield manager
@@ -425,10 +425,8 @@ async def serve_connection_manager(
     *,
     policy: HoldPolicy | None = None,
     state: HolderStateHooks | None = None,
-    on_ended: Callable[[AgentSession], Awaitable[object]] | None = None,
-    still_ours: Callable[[AgentSession], Awaitable[bool]] | None = None,
     connector: ProcessConnector | None = None,
-    owner_mode: bool | None = None,
+    owner_mode: bool = True,
     task_status: trio.TaskStatus[ConnectionManager] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Run a connection manager as a task of the embedder's nursery.
@@ -447,8 +445,6 @@ async def serve_connection_manager(
         client,
         policy=policy,
         state=state,
-        on_ended=on_ended,
-        still_ours=still_ours,
         connector=connector,
         owner_mode=owner_mode,
     ) as manager:

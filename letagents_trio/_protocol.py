@@ -8,6 +8,8 @@ kept byte for byte: compatibility with the Node client and the room needs them.
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 # --- process connection (client side) ---------------------------------------
@@ -79,7 +81,6 @@ AGENT_PROCESS_EXITED: Final = "exited"
 
 SESSION_ID_HEADER: Final = "X-LetAgents-Agent-Session-Id"
 SESSION_TOKEN_HEADER: Final = "X-LetAgents-Agent-Session-Token"
-ORIGIN_ROOM_ID_HEADER: Final = "X-LetAgents-Origin-Room-Id"
 EVENT_STREAM: Final = "text/event-stream"
 
 # The prefix a client looks for in a 401 body to learn its session ended.
@@ -129,3 +130,18 @@ REPLACEMENT_PROOF_CODE: Final = "invalid_agent_session_replacement_proof"
 
 # Where a client goes when neither the environment nor the caller names a room API.
 DEFAULT_API_URL: Final = "http://localhost:3001"
+
+
+# --- the date format on the wire and in the state file -------------------------
+
+
+def format_iso(seconds: float) -> str:
+    """Format a Unix time like JavaScript's ``Date.prototype.toISOString``.
+
+    UTC, milliseconds (truncated, as ``Date`` keeps whole milliseconds) and a
+    ``Z``: ``2026-11-30T20:41:02.123Z``. The room, the state file and the Node
+    client all write dates this way.
+    """
+    millis = math.floor(seconds * 1000)
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"

@@ -43,7 +43,6 @@ async def main() -> None:
                 async with trio.open_nursery() as your_nursery:
                     manager = await your_nursery.start(serve_connection_manager, client)
                     holder = manager.hold(session)
-                    assert holder is not None
                     await holder.wait_status(HolderStatus.OPEN)
                     print(f"holding: status {holder.status.value}")
                     row = room.session(session.session_id)

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -23,6 +24,7 @@ from letagents_trio import (
     HolderEvent,
     HolderStatus,
     HoldPolicy,
+    IneligibleSession,
     Outcome,
     open_connection_manager,
 )
@@ -52,6 +54,32 @@ async def stored_worker(
     return session
 
 
+@attrs.frozen
+class Hooks:
+    """The manager's state hooks: the test's callables, else the store's, else none."""
+
+    state: LocalStateStore | None
+    on_ended: Callable[[AgentSession], Awaitable[object]] | None = None
+    still_ours: Callable[[AgentSession], Awaitable[bool]] | None = None
+
+    async def mark_ended(self, session: AgentSession) -> object:
+        if self.on_ended is not None:
+            return await self.on_ended(session)
+        if self.state is not None:
+            await self.state.mark_ended(session)
+            return None
+        await trio.lowlevel.checkpoint()
+        return None
+
+    async def is_still_ours(self, session: AgentSession) -> bool:
+        if self.still_ours is not None:
+            return await self.still_ours(session)
+        if self.state is not None:
+            return await self.state.is_still_ours(session)
+        await trio.lowlevel.checkpoint()
+        return True
+
+
 @asynccontextmanager
 async def managed(
     fake_room: FakeRoom,
@@ -66,10 +94,7 @@ async def managed(
         open_connection_manager(
             client,
             policy=policy,
-            state=state,
-            on_ended=on_ended,
-            still_ours=still_ours,
-            owner_mode=True,
+            state=Hooks(state, on_ended, still_ours),
         ) as manager,
     ):
         yield manager
@@ -102,7 +127,6 @@ async def test_opens_one_process_connection_with_the_session_token(
     session = await stored_worker(fake_room, state, display_name="Juniper")
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
         await trio.sleep(100)
         requests = fake_room.process_requests()
@@ -122,7 +146,6 @@ async def test_status_and_statistics_follow_the_stream(
     session = await stored_worker(fake_room, state)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         assert holder.status is HolderStatus.CONNECTING
         await holder.wait_status(HolderStatus.OPEN)
         stats = holder.statistics()
@@ -153,7 +176,6 @@ async def test_drop_reopens_after_one_second_each_time_it_reopens(
     session = await stored_worker(fake_room, state)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         for expected in (0, 1, 2, 3):
             await holder.wait_status(HolderStatus.OPEN)
             assert trio.current_time() == expected
@@ -196,7 +218,6 @@ async def test_counters_are_independent_and_reset_only_on_open(
     fake_room.set_process_mode(ProcessMode.REFUSED, sid)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await wait_attempts(fake_room, session, 2)  # refused at 0 (wait 5), at 5 (wait 15)
         fake_room.set_process_mode(ProcessMode.ERROR, sid)
         await wait_attempts(fake_room, session, 3)  # at 20: dropped, its own counter: wait 1
@@ -240,7 +261,6 @@ async def _silence_from_last_byte(fake_room: FakeRoom) -> None:
     session = await fake_room.add_worker()
     async with managed(fake_room) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
         await holder.wait_status(HolderStatus.WAITING)
         assert trio.current_time() == 45
@@ -253,7 +273,6 @@ async def test_heartbeats_keep_a_stream_open_forever(
     session = await stored_worker(fake_room, state)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await trio.sleep(3600)
         assert holder.status is HolderStatus.OPEN
         assert len(attempt_times(fake_room, session)) == 1
@@ -283,7 +302,6 @@ async def test_slow_headers_within_the_answer_timeout_open(
     fake_room.slow_headers = 9.5
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
         assert trio.current_time() == 9.5
 
@@ -304,7 +322,6 @@ async def test_410_ends_the_session_without_reconnecting(
 
     async with managed(fake_room, state, on_ended=on_ended) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.ENDED)
         await trio.sleep(1000)
         assert ended == [(0, session.session_id)]
@@ -326,7 +343,6 @@ async def test_ended_event_ends_the_session_without_reconnecting(
     async with managed(fake_room, state, on_ended=on_ended) as manager:
         with manager.subscribe(math.inf) as events:
             holder = manager.hold(session)
-            assert holder is not None
             await trio.sleep(5)
             fake_room.end(session.session_id)
             await holder.wait_status(HolderStatus.ENDED)
@@ -353,7 +369,6 @@ async def test_a_failing_on_ended_hook_is_logged_not_raised(
 
     async with managed(fake_room, state, on_ended=on_ended) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.ENDED)
     assert "on_ended hook failed" in caplog.text
 
@@ -385,7 +400,6 @@ async def test_holder_stops_when_the_session_is_no_longer_ours(
 
     async with managed(fake_room, state, still_ours=still_ours) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.STOPPED)
         await trio.sleep(1000)
         assert asked == [0]
@@ -418,7 +432,6 @@ async def test_a_failing_still_ours_hook_counts_as_not_ours(
 
     async with managed(fake_room, state, still_ours=still_ours) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         assert await holder.wait_status(HolderStatus.STOPPED) is HolderStatus.STOPPED
         assert session.session_id not in manager.holders
 
@@ -434,7 +447,6 @@ async def test_unknown_route_then_served_opens_at_ten_seconds(
     fake_room.set_process_mode(ProcessMode.UNKNOWN)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await trio.sleep(1.5)
         assert len(attempt_times(fake_room, session)) == 1
         assert holder.status is HolderStatus.WAITING
@@ -451,7 +463,6 @@ async def test_refused_then_served_opens_fifteen_seconds_later(
     fake_room.set_process_mode(ProcessMode.REFUSED)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await wait_attempts(fake_room, session, 2)
         assert attempt_times(fake_room, session) == [0, 5]
         fake_room.set_process_mode(ProcessMode.SERVED)
@@ -466,17 +477,15 @@ async def test_room_restart_brings_every_holder_back(
     async with managed(fake_room, state) as manager:
         holders = [manager.hold(s) for s in sessions]
         for h in holders:
-            assert h is not None
             await h.wait_status(HolderStatus.OPEN)
         await trio.sleep(2)
         fake_room.restart()
         await trio.testing.wait_all_tasks_blocked()
-        assert [h.status for h in holders if h is not None] == [HolderStatus.WAITING] * 3
+        assert [h.status for h in holders] == [HolderStatus.WAITING] * 3
         for h in holders:
-            assert h is not None
             await h.wait_status(HolderStatus.OPEN)
         assert trio.current_time() == 3
-        assert all(h is not None and h.statistics().opens == 2 for h in holders)
+        assert all(h.statistics().opens == 2 for h in holders)
 
 
 # --- steering --------------------------------------------------------------------------
@@ -489,7 +498,6 @@ async def test_release_during_a_backoff_stops_at_once(
     fake_room.set_process_mode(ProcessMode.REFUSED)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.WAITING)
         await trio.sleep(2)
         assert manager.release(session.session_id)
@@ -507,7 +515,6 @@ async def test_release_of_an_open_stream_closes_it(
     session = await stored_worker(fake_room, state)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
         manager.release(session.session_id)
         await holder.wait_status(HolderStatus.STOPPED)
@@ -525,7 +532,6 @@ async def test_reconnect_now_cuts_the_backoff_short(
     fake_room.set_process_mode(ProcessMode.UNKNOWN)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         assert not holder.reconnect_now()
         await holder.wait_status(HolderStatus.WAITING)
         await trio.sleep(3)
@@ -544,7 +550,6 @@ async def test_hold_is_idempotent_for_the_same_token_and_replaces_for_a_new_one(
     # only that the new holder replaces the old one.
     async with managed(fake_room) as manager:
         first = manager.hold(session)
-        assert first is not None
         assert manager.hold(session) is first
         await first.wait_status(HolderStatus.OPEN)
         rotated = AgentSession(
@@ -553,28 +558,51 @@ async def test_hold_is_idempotent_for_the_same_token_and_replaces_for_a_new_one(
             room_id=session.room_id,
         )
         second = manager.hold(rotated)
-        assert second is not None
         assert second is not first
         assert await first.wait_status(HolderStatus.STOPPED) is HolderStatus.STOPPED
         assert manager.holders[session.session_id] is second
 
 
 @pytest.mark.parametrize(
-    "session",
+    ("session", "rule", "reason"),
     [
-        AgentSession(session_id="s1", session_token="t", room_id="r", session_kind="controller"),
-        AgentSession(
-            session_id="s1", session_token="t", room_id="r", ended_at="2026-01-01T00:00:00.000Z"
+        (
+            AgentSession(
+                session_id="s1", session_token="t", room_id="r", session_kind="controller"
+            ),
+            "not-a-worker",
+            "only worker sessions are held, not 'controller'",
         ),
-        AgentSession(session_id="local_abc", session_token="t", room_id="r"),
+        (
+            AgentSession(
+                session_id="s1", session_token="t", room_id="r", ended_at="2026-01-01T00:00:00.000Z"
+            ),
+            "ended",
+            "the room ended the session",
+        ),
+        (
+            AgentSession(session_id="s1", session_token="", room_id="r"),
+            "no-token",
+            "the session has no token",
+        ),
+        (
+            AgentSession(session_id="local_abc", session_token="t", room_id="r"),
+            "local-room",
+            "local rooms have no process connection",
+        ),
     ],
-    ids=["controller", "ended", "local"],
+    ids=["controller", "ended", "no-token", "local"],
 )
-async def test_ineligible_sessions_are_not_held(
-    autojump_clock: MockClock, fake_room: FakeRoom, session: AgentSession
+async def test_ineligible_sessions_are_refused_naming_the_rule(
+    autojump_clock: MockClock, fake_room: FakeRoom, session: AgentSession, rule: str, reason: str
 ) -> None:
+    """§4.1: hold() raises for a session it never holds, and says which rule refused it."""
     async with managed(fake_room) as manager:
-        assert manager.hold(session) is None
+        assert not manager.is_eligible(session)
+        with pytest.raises(IneligibleSession) as refused:
+            manager.hold(session)
+        assert refused.value.rule == rule
+        assert str(refused.value) == f"session {session.session_id!r} is not held: {reason}"
         assert dict(manager.holders) == {}
         await trio.sleep(10)
     assert fake_room.process_requests() == []
@@ -588,16 +616,21 @@ async def test_nothing_is_held_outside_owner_mode(
         fake_room.client() as client,
         open_connection_manager(client, owner_mode=False) as manager,
     ):
-        assert manager.hold(session) is None
+        assert not manager.is_eligible(session)
+        with pytest.raises(IneligibleSession, match="does not act for the owner") as refused:
+            manager.hold(session)
+        assert refused.value.rule == "not-owner"
 
 
-async def test_worker_bearer_env_turns_owner_mode_off(
+async def test_the_manager_never_reads_the_environment(
     autojump_clock: MockClock, fake_room: FakeRoom, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Owner mode is the caller's to give (the MCP server reads the bearer at start-up)."""
     monkeypatch.setenv("LETAGENTS_AGENT_SESSION_BEARER", "lasb_x")
     session = await fake_room.add_worker()
     async with fake_room.client() as client, open_connection_manager(client) as manager:
-        assert manager.hold(session) is None
+        assert manager.is_eligible(session)
+        await manager.hold(session).wait_status(HolderStatus.OPEN)
 
 
 async def test_wait_status_checkpoints_and_needs_a_status(
@@ -606,7 +639,6 @@ async def test_wait_status_checkpoints_and_needs_a_status(
     session = await stored_worker(fake_room, state)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         with pytest.raises(ValueError, match="at least one"):
             await holder.wait_status()
         with trio.CancelScope() as scope:
@@ -621,7 +653,6 @@ async def test_holder_repr_hides_the_token(
     session = await stored_worker(fake_room, state)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         assert session.session_token not in repr(holder)
         assert session.session_token not in repr(holder.statistics())
         assert session.session_token not in repr(session)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, 
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, final
 
+import attrs
 import httpx2
 import trio
 
@@ -112,6 +113,23 @@ class HostileRoom:
         await handler(receive, send)
 
 
+@final
+@attrs.frozen
+class _Ended:
+    """State hooks that note the sessions the room ended, if asked to."""
+
+    ended: list[AgentSession] | None
+
+    async def mark_ended(self, session: AgentSession) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.ended is not None:
+            self.ended.append(session)
+
+    async def is_still_ours(self, session: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        return True
+
+
 @asynccontextmanager
 async def held(
     room: HostileRoom,
@@ -121,21 +139,13 @@ async def held(
 ) -> AsyncIterator[tuple[ProcessHolder, trio.MemoryReceiveChannel[HolderEvent]]]:
     """Hold SESSION against ``room``; yield its holder and the manager's timeline."""
 
-    async def on_ended(session: AgentSession) -> None:
-        await trio.lowlevel.checkpoint()
-        if ended is not None:
-            ended.append(session)
-
     async with (
         open_streaming_transport(room.app) as transport,
         RoomClient(API_URL, transport=transport) as client,
-        open_connection_manager(
-            client, policy=policy, on_ended=on_ended, owner_mode=True
-        ) as manager,
+        open_connection_manager(client, policy=policy, state=_Ended(ended)) as manager,
     ):
         with manager.subscribe(math.inf) as events:
             holder = manager.hold(SESSION)
-            assert holder is not None
             yield holder, events
 
 

@@ -35,7 +35,6 @@ async def test_exit_names_the_open_connection(
     async with fake_room.client() as client:
         async with open_connection_manager(client) as manager:
             holder = manager.hold(session)
-            assert holder is not None
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(1)
             connection_id = holder.connection_id
@@ -85,7 +84,6 @@ async def test_streams_are_closed_before_exits_are_sent(
     async with fake_room.client() as client:
         async with open_connection_manager(client) as manager:
             holder = manager.hold(session)
-            assert holder is not None
             await holder.wait_status(HolderStatus.OPEN)
     assert open_at_exit == [0]
     assert fake_room.exits[0].recorded is True
@@ -126,7 +124,6 @@ async def test_announce_exits_reports_each_session(
     ok = await fake_room.add_worker(display_name="Open")
     async with fake_room.client() as client, open_connection_manager(client) as manager:
         holder = manager.hold(ok)
-        assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
         await trio.testing.wait_all_tasks_blocked()  # the open event names it
         report = await manager.announce_exits()
@@ -159,7 +156,6 @@ async def test_a_failing_exit_is_reported_not_raised(
     session = await fake_room.add_worker()
     async with fake_room.client() as client, open_connection_manager(client) as manager:
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
         fake_room.room.end_session(session.session_id, reason="room_admin")
         await holder.wait_status(HolderStatus.ENDED)
@@ -181,7 +177,6 @@ async def test_embedder_cancellation_still_announces(
         with trio.move_on_after(7) as scope:
             async with open_connection_manager(client) as manager:
                 holder = manager.hold(session)
-                assert holder is not None
                 await holder.wait_status(HolderStatus.OPEN)
                 await trio.testing.wait_all_tasks_blocked()
                 stream_id = holder.connection_id
@@ -251,7 +246,6 @@ async def test_one_thousand_holders_announce_within_one_deadline(
         async with open_connection_manager(client) as manager:
             holders = [manager.hold(s) for s in sessions]
             for h in holders:
-                assert h is not None
                 await h.wait_status(HolderStatus.OPEN)
             opened = trio.current_time()
             await trio.sleep(60)
@@ -272,7 +266,6 @@ async def test_serve_connection_manager_in_the_embedders_nursery(
             manager = await nursery.start(serve_connection_manager, client)
             assert isinstance(manager, ConnectionManager)
             holder = manager.hold(session)
-            assert holder is not None
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(4)
             nursery.cancel_scope.cancel()
@@ -285,7 +278,6 @@ async def test_the_timeline_reads_as_events(autojump_clock: MockClock, fake_room
     async with fake_room.client() as client, open_connection_manager(client) as manager:
         with manager.subscribe(math.inf) as events:
             holder = manager.hold(session)
-            assert holder is not None
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(2)
             fake_room.drop(session.session_id)
@@ -320,7 +312,6 @@ async def test_a_full_subscriber_misses_events_and_they_are_counted(
     async with fake_room.client() as client, open_connection_manager(client) as manager:
         with manager.subscribe(max_buffer_size=1) as events:
             holder = manager.hold(session)
-            assert holder is not None
             await holder.wait_status(HolderStatus.OPEN)
             await trio.testing.wait_all_tasks_blocked()
             first = events.receive_nowait()
@@ -350,7 +341,6 @@ async def test_ended_event_marks_the_stored_session_ended(
         open_connection_manager(client, state=store) as manager,
     ):
         holder = manager.hold(session)
-        assert holder is not None
         await holder.wait_status(HolderStatus.OPEN)
         await trio.sleep(3)
         fake_room.end(session.session_id)
@@ -402,7 +392,6 @@ async def test_no_secret_reaches_a_log_line(
     async with fake_room.client() as client:
         async with open_connection_manager(client) as manager:
             holder = manager.hold(session)
-            assert holder is not None
             await fake_room.wait_until(lambda: len(fake_room.process_requests()) == 2)
             fake_room.set_process_mode(ProcessMode.SERVED)
             await holder.wait_status(HolderStatus.OPEN)

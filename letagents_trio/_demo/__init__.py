@@ -141,6 +141,21 @@ def _worker_count(value: str) -> int:
 
 
 @final
+@attrs.frozen
+class _Tokens:
+    """The demo's state hooks: a session is still ours while we hold its latest token."""
+
+    tokens: dict[str, str]
+
+    async def mark_ended(self, session: AgentSession) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def is_still_ours(self, session: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self.tokens.get(session.session_id) == session.session_token
+
+
+@final
 @attrs.frozen(kw_only=True)
 class DemoOptions:
     """What to play, and where.
@@ -451,13 +466,9 @@ class _Demo:
         return process
 
     async def _run_process(self, label: str, *, task_status: trio.TaskStatus[_Process]) -> None:
-        async def still_ours(session: AgentSession) -> bool:
-            await trio.lowlevel.checkpoint()
-            return self.tokens.get(session.session_id) == session.session_token
-
         async with (
             RoomClient(self.api_url, owner_token=self.owner_token) as client,
-            open_connection_manager(client, still_ours=still_ours, owner_mode=True) as manager,
+            open_connection_manager(client, state=_Tokens(self.tokens)) as manager,
         ):
             process = _Process(label=label, client=client, manager=manager)
             try:
@@ -530,8 +541,6 @@ class _Demo:
 
     def hold(self, process: _Process, session: AgentSession, worker_id: str) -> _Tracked:
         holder = process.manager.hold(session)
-        if holder is None:  # pragma: no cover - a registered worker is always eligible
-            raise RuntimeError(f"session {session.session_id} is not eligible to be held")
         entry = _Tracked(
             name=session.display_name,
             process=process.label,

@@ -55,6 +55,9 @@ AUTONOMOUS_WORKER_PROFILE: Final = "autonomous_mcp_worker"
 DEFAULT_PROFILE: Final = INTERACTIVE_DESKTOP_PROFILE
 # Profiles whose room tools get the worker_id facade (PROTOCOL §5.1).
 FACADE_PROFILES: Final = frozenset({INTERACTIVE_DESKTOP_PROFILE, AUTONOMOUS_WORKER_PROFILE})
+# Set by a supervisor: this process speaks for it, not for an owner, and
+# holds no process connections (PROTOCOL §4.1).
+WORKER_BEARER_ENV: Final = "LETAGENTS_AGENT_SESSION_BEARER"
 # Profiles where a supervisor owns the session lifecycle: no session tools.
 SUPERVISED_PROFILES: Final = frozenset({"supervised_mcp_polling", "cursor_supervised_room_turn"})
 
@@ -87,6 +90,9 @@ class ServerConfig:
         profile: the execution profile (decides the tool surface).
         provider: ``LETAGENTS_SUPERVISOR_PROVIDER``, reported by the readiness resource.
         poll_max_ms: the long-poll cap in milliseconds.
+        owner_mode: whether this process acts for the owner: false when a
+            supervisor set ``LETAGENTS_AGENT_SESSION_BEARER`` (PROTOCOL §4.1).
+            The connection manager and the worker handles both take it from here.
     """
 
     api_url: str = attrs.field(default=DEFAULT_API_URL, converter=_strip_slashes)
@@ -97,6 +103,7 @@ class ServerConfig:
     profile: str = DEFAULT_PROFILE
     provider: str | None = None
     poll_max_ms: int = attrs.field(factory=lambda: poll_max_from_env({}))
+    owner_mode: bool = True
 
     @property
     def worker_facade(self) -> bool:
@@ -138,4 +145,5 @@ class ServerConfig:
             profile=_text(env, "LETAGENTS_EXECUTION_PROFILE") or DEFAULT_PROFILE,
             provider=_text(env, "LETAGENTS_SUPERVISOR_PROVIDER"),
             poll_max_ms=poll_max_from_env(env),
+            owner_mode=not env.get(WORKER_BEARER_ENV),
         )

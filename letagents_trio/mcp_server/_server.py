@@ -101,6 +101,7 @@ def _open_handles(
         state=store,
         manager=manager,
         chat_storage=ChatStorage(config.chat_storage_settings_path),
+        owner_mode=config.owner_mode,
     )
 
 
@@ -156,7 +157,9 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                 RoomClient(
                     config.api_url, owner_token=config.token, transport=self._transport, state=store
                 ) as client,
-                open_connection_manager(client, state=store) as manager,
+                open_connection_manager(
+                    client, state=store, owner_mode=config.owner_mode
+                ) as manager,
             ):
                 handles = _open_handles(client=client, store=store, manager=manager, config=config)
                 logger.info("serving %s (profile %s)", config.api_url, config.profile)

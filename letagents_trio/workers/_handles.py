@@ -1161,7 +1161,7 @@ class WorkerHandles:
         return AgentSession.from_json(record)
 
     def _hold(self, session: AgentSession) -> None:
-        if self.manager is None:
+        if self.manager is None or not self.manager.is_eligible(session):
             return
         try:
             self.manager.hold(session)

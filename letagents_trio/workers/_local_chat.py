@@ -60,8 +60,9 @@ import attrs
 import trio
 
 from .._errors import LocalChatBusy, LocalChatError, LocalChatUnavailable, WorkerError
+from .._protocol import format_iso
 from ._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
-from ._state import LOCK_POLL_INTERVAL, format_iso
+from ._state import LOCK_POLL_INTERVAL
 
 if TYPE_CHECKING:
     from .._session import AgentSession

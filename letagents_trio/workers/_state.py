@@ -50,12 +50,11 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import math
 import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar, final
 
@@ -63,6 +62,7 @@ import attrs
 import trio
 
 from .._errors import StateError, StateLockTimeout, StateUnavailable
+from .._protocol import format_iso
 from .._session import AgentSession
 from ._names import is_durable_worker_id
 
@@ -77,7 +77,6 @@ __all__ = [
     "StateSnapshot",
     "default_state_path",
     "ensure_mapping",
-    "format_iso",
     "iso_now",
     "mapping_at",
 ]
@@ -119,17 +118,6 @@ def default_state_path() -> Path:
 
 def _to_path(value: os.PathLike[str] | str | None) -> Path:
     return default_state_path() if value is None else Path(value)
-
-
-def format_iso(seconds: float) -> str:
-    """Format a Unix time like JavaScript's ``Date.prototype.toISOString``.
-
-    UTC, milliseconds (truncated, as ``Date`` keeps whole milliseconds) and a
-    ``Z``: ``2026-11-30T20:41:02.123Z``.
-    """
-    millis = math.floor(seconds * 1000)
-    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
 def iso_now(wall_clock: Callable[[], float] = time.time) -> str:
@@ -434,14 +422,15 @@ class LocalStateStore:
         await trio.lowlevel.checkpoint()
         return await self._with_lock(lambda: self._update_locked(fn))
 
-    async def end_session(self, session_id: str, ended_at: str, expected_token: str) -> bool:
+    async def end_session(self, session_id: str, ended_at: str | None, expected_token: str) -> bool:
         """Mark a stored session ended, guarded by its token (PROTOCOL §6.5).
 
         Nothing happens if the record is missing, or if it belongs to a durable
         worker (``agent_instance_id`` is a worker id) and ``expected_token`` is
         not its token: a late answer about a predecessor cannot end its
         successor. Otherwise ``ended_at``, ``updated_at`` and ``last_seen_at``
-        become ``ended_at`` and the id leaves ``current_agent_session_ids``.
+        become ``ended_at`` (None: now, by :attr:`wall_clock`) and the id leaves
+        ``current_agent_session_ids``.
 
         Returns:
             True if the record was marked ended.
@@ -466,7 +455,8 @@ class LocalStateStore:
                 and secrets.compare_digest(stored_token, expected_token)
             ):
                 return False
-            record["ended_at"] = record["updated_at"] = record["last_seen_at"] = ended_at
+            stamp = iso_now(self.wall_clock) if ended_at is None else ended_at
+            record["ended_at"] = record["updated_at"] = record["last_seen_at"] = stamp
             current = mapping_at(state, "current_agent_session_ids")
             if current is not None:
                 for room_id in [k for k, v in current.items() if v == session_id]:

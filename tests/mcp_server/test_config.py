@@ -71,6 +71,17 @@ def test_poll_cap_is_parsed_like_the_rooms(tmp_path: Path, raw: str, cap: int) -
     assert ServerConfig.from_env(env).poll_max_ms == cap
 
 
+@pytest.mark.parametrize(("bearer", "owner_mode"), [(None, True), ("", True), ("lasb_x", False)])
+def test_a_worker_bearer_turns_owner_mode_off(
+    tmp_path: Path, bearer: str | None, owner_mode: bool
+) -> None:
+    """§4.1: under a supervisor's worker bearer the process holds nothing; read here only."""
+    env = {"LETAGENTS_STATE_PATH": str(tmp_path / "s.json")}
+    if bearer is not None:
+        env["LETAGENTS_AGENT_SESSION_BEARER"] = bearer
+    assert ServerConfig.from_env(env).owner_mode is owner_mode
+
+
 async def test_runtime_contract_flag_prints_the_supervised_surfaces() -> None:
     """--letagents-runtime-contract prints the contract (no session tools under a supervisor)."""
     with trio.fail_after(60):

@@ -32,6 +32,7 @@ from letagents_trio._errors import (
     LocalChatUnavailable,
     WorkerError,
 )
+from letagents_trio._protocol import format_iso
 from letagents_trio._session import AgentSession
 from letagents_trio.workers._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 from letagents_trio.workers._local_chat import (
@@ -48,7 +49,6 @@ from letagents_trio.workers._local_chat import (
     default_local_chat_path,
     message_cursor,
 )
-from letagents_trio.workers._state import format_iso
 
 ROOM = "room_local"
 # A wall time exactly representable in milliseconds.

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from letagents_trio._errors import StateError, StateLockTimeout, StateUnavailable
+from letagents_trio._protocol import format_iso
 from letagents_trio._session import AgentSession
 from letagents_trio.workers._state import (
     LOCK_POLL_INTERVAL,
@@ -41,7 +42,6 @@ from letagents_trio.workers._state import (
     OwnerAuth,
     default_state_path,
     ensure_mapping,
-    format_iso,
     iso_now,
     mapping_at,
 )
@@ -665,6 +665,18 @@ async def test_mark_ended_uses_now_and_the_sessions_token(
     record = load(state_path)["agent_sessions"]["s1"]
     assert record["ended_at"] == format_iso(mock_wall())
     assert record["ended_at"] == "1970-01-12T13:46:41.500Z"
+
+
+async def test_end_session_without_a_time_stamps_it_with_the_stores_wall_clock(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    """The room client passes no time: the store's injectable wall clock decides it."""
+    write_json(state_path, {"agent_sessions": {"s1": session_record()}})
+    await trio.sleep(2.25)
+    assert await store.end_session("s1", None, session_record()["session_token"])
+    record = load(state_path)["agent_sessions"]["s1"]
+    assert record["ended_at"] == record["updated_at"] == format_iso(mock_wall())
+    assert record["ended_at"] == "1970-01-12T13:46:42.250Z"
 
 
 async def test_mark_ended_logs_errors_without_secrets(
