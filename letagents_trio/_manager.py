@@ -64,7 +64,7 @@ WORKER_BEARER_ENV = "LETAGENTS_AGENT_SESSION_BEARER"
 
 
 class HolderStateHooks(Protocol):
-    """What ``state=`` must offer (:class:`~letagents_trio.LocalStateStore` does)."""
+    """What ``state=`` must offer (:class:`~letagents_trio.workers.LocalStateStore` does)."""
 
     async def mark_ended(self, session: AgentSession) -> object:
         """Record that the room ended ``session`` (the holder's ``on_ended``).
@@ -378,7 +378,7 @@ async def open_connection_manager(
     Args:
         client: the room client the holders use.
         policy: timing; the Node client's defaults when omitted.
-        state: a :class:`~letagents_trio.LocalStateStore` (or anything with its
+        state: a :class:`~letagents_trio.workers.LocalStateStore` (or anything with its
             ``mark_ended`` and ``is_still_ours``): wires the two hooks below.
         on_ended: called with a session the room ended (default: ``state.mark_ended``,
             or nothing).
