@@ -11,10 +11,13 @@
    here until the reference follows.
 3. **Paths.** Every repository file a doc page names (``tests/…``,
    ``nurseries/…``, ``bench/…``) exists.
+4. **Layers.** The import rules ``docs/architecture.md`` states hold in every
+   module: core ← host layer ← programs.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
@@ -240,3 +243,91 @@ def test_every_repository_file_a_page_names_exists() -> None:
         if not (ROOT / match["path"]).is_file()
     )
     assert missing == []
+
+
+# --- 4. the layers -------------------------------------------------------------------
+
+PACKAGE = ROOT / "letagents_trio"
+# Modules at the root that are programs, not core.
+ROOT_PROGRAMS = frozenset({"letagents_trio.cli", "letagents_trio._pytest_plugin"})
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> Iterator[str]:
+    """Every ``letagents_trio`` module ``path`` imports, relative imports resolved."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("letagents_trio"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                stem = ".".join(base)
+            elif node.module and node.module.startswith("letagents_trio"):
+                stem = ""
+            else:
+                continue
+            if node.module:
+                yield f"{stem}.{node.module}" if stem else node.module
+            else:
+                yield from (f"{stem}.{alias.name}" for alias in node.names)
+
+
+def layer(module: str) -> str:
+    """``core``, ``workers``, or the program a module belongs to."""
+    parts = module.split(".")
+    if module in ROOT_PROGRAMS:
+        return parts[1]
+    if len(parts) > 1 and (parts[1] == "workers" or not parts[1].startswith("_")):
+        return parts[1]
+    if len(parts) > 1 and parts[1] == "_demo":
+        return "_demo"
+    return "core"
+
+
+def allowed(importer: str, imported: str) -> bool:
+    """The rules of docs/architecture.md, "Which way imports go"."""
+    source, target = layer(importer), layer(imported)
+    if target == source or target == "core":
+        return True
+    if target in ("_demo", "cli"):
+        return False
+    if source == "core":
+        return False
+    if source == "workers":
+        return False
+    if source == "room_server":
+        return imported == "letagents_trio.workers._names"
+    return True
+
+
+def test_the_layer_of_a_module() -> None:
+    assert layer("letagents_trio") == "core"
+    assert layer("letagents_trio._manager") == "core"
+    assert layer("letagents_trio.workers._state") == "workers"
+    assert layer("letagents_trio.room_server._room") == "room_server"
+    assert layer("letagents_trio._demo") == "_demo"
+    assert layer("letagents_trio.cli") == "cli"
+    assert layer("letagents_trio._pytest_plugin") == "_pytest_plugin"
+
+
+def test_imports_run_one_way() -> None:
+    wrong = sorted(
+        f"{_module_name(path)} imports {imported}"
+        for path in PACKAGE.rglob("*.py")
+        for imported in _imports(path)
+        if not allowed(_module_name(path), imported)
+    )
+    assert wrong == []
+
+
+def test_the_import_scan_sees_imports() -> None:
+    # A guard on the scan itself: the worker handles use the core.
+    imported = set(_imports(PACKAGE / "workers" / "_handles.py"))
+    assert "letagents_trio._client" in imported
+    assert "letagents_trio.workers._state" in imported
