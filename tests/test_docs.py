@@ -9,8 +9,9 @@
    each, exactly the names in ``__all__`` of every public package, and nothing
    else: a name added to, moved between or removed from the packages fails
    here until the reference follows.
-3. **Paths.** Every repository file a doc page names (``tests/…``,
-   ``nurseries/…``, ``bench/…``) exists.
+3. **Paths.** Every repository file a doc page names (``letagents_trio/…``,
+   ``tests/…``, ``nurseries/…``, ``bench/…``) exists, so a module that moves
+   fails here until the pages that name it follow.
 4. **Layers.** The import rules ``docs/architecture.md`` states hold in every
    module: core ← host layer ← programs.
 """
@@ -232,7 +233,7 @@ def test_modules_in_the_reference_bring_prose_not_members() -> None:
 
 # --- 3. paths named in the docs -----------------------------------------------------
 
-PATH = re.compile(r"`(?P<path>(?:tests|nurseries|bench)/[\w/.-]+\.(?:py|txt))`")
+PATH = re.compile(r"`(?P<path>(?:letagents_trio|tests|nurseries|bench)/[\w/.-]+\.(?:py|txt))`")
 
 
 def test_every_repository_file_a_page_names_exists() -> None:
