@@ -1,7 +1,8 @@
 """The single entry point for checks: ``nox -s tests lint typing docs nurseries``.
 
-Each session installs the project and one PEP 735 dependency group from
-pyproject.toml, so the lists of tools live in one place.
+Each session installs the project with the extras its programs import and one
+PEP 735 dependency group from pyproject.toml, so the lists of tools and of
+dependencies live in one place.
 """
 
 from __future__ import annotations
@@ -32,18 +33,23 @@ STARTABLES = ",".join(
 )
 
 
-def install(session: nox.Session, *groups: str) -> None:
+# Every extra: the tests, mypy and autodoc import every program.
+ALL_EXTRAS = tuple(PYPROJECT["project"]["optional-dependencies"])
+
+
+def install(session: nox.Session, *groups: str, extras: tuple[str, ...] = ()) -> None:
     session.install("--upgrade", "pip")
     deps: list[str] = []
     for group in groups:
         deps.extend(nox.project.dependency_groups(PYPROJECT, group))
-    session.install("-e", ".", *deps)
+    project = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", project, *deps)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (the README's test command runs this)."""
-    install(session, "test")
+    install(session, "test", extras=ALL_EXTRAS)
     session.run("pytest", *session.posargs)
 
 
@@ -65,14 +71,14 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typing(session: nox.Session) -> None:
     """mypy --strict over the package, nurseries, tests and benchmarks."""
-    install(session, "typing")
+    install(session, "typing", extras=ALL_EXTRAS)
     session.run("mypy")
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the docs with warnings as errors and nitpicky references."""
-    install(session, "docs")
+    install(session, "docs", extras=ALL_EXTRAS)
     session.run(
         "sphinx-build", "-W", "-n", "--keep-going", "-b", "html", "docs", "docs/_build/html"
     )
@@ -81,7 +87,7 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def nurseries(session: nox.Session) -> None:
     """Run every example program in nurseries/."""
-    install(session)
+    install(session, extras=("mcp", "room", "testing"))
     for program in sorted(Path("nurseries").glob("*.py")):
         session.run("python", str(program))
 
@@ -89,13 +95,13 @@ def nurseries(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: the demo against the embedded reference room."""
-    install(session)
+    install(session, extras=("demo",))
     session.run("letagents-trio", "demo", *session.posargs)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks that print figures (never timed tests)."""
-    install(session)
+    install(session, extras=("room", "testing"))
     for program in sorted(Path("bench").glob("bench_*.py")):
         session.run("python", str(program), *session.posargs)

@@ -32,7 +32,7 @@ napoleon_numpy_docstring = False
 nitpicky = True
 _EXTERNAL = (
     "trio|httpx2|attrs|random|enum|contextlib|collections|typing|types|os|pathlib"
-    "|datetime|starlette|hypercorn|mcp|re"
+    "|datetime|hypercorn|mcp|mcp_types|re"
 )
 _TYPING = (
     "Mapping|Iterator|AsyncIterator|Awaitable|Callable|Sequence|Any|NoReturn|Protocol"
@@ -45,10 +45,18 @@ nitpick_ignore_regex = [
     (r"py:class", rf"({_BUILTINS})"),
     (r"py:.*", r"Outcome\..*"),
     # Private modules and type aliases that appear in signatures.
-    (r"py:.*", r"letagents_trio\.(room_server\.)?_\w+\..*"),
+    (r"py:.*", r"letagents_trio\.(\w+\.)?_\w+\..*"),
     (r"py:class", r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode)"),
     # Module constants and row types named in docstrings but not documented on their own.
     (r"py:.*", r"(GRACEFUL_TIMEOUT|SHUTDOWN_TIMEOUT|RoomRow|default_state_path)"),
+    # Private helpers and constants of the host layer and the MCP server that
+    # their public docstrings name; private, so not in the reference.
+    (
+        r"py:.*",
+        r"(ChatStorage|WorkerHandlesAPI|local_owner_slug|local_host_id|detect_runtime_label"
+        r"|default_local_chat_path|message_cursor|register_tools|_exit_now"
+        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL)",
+    ),
     # Napoleon reads "Returns: X (y: z)" lines as a type.
     (r"py:class", r"(The stream handle|the connection is recorded)"),
 ]

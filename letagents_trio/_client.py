@@ -19,7 +19,7 @@ What :class:`RoomClient` adds to plain HTTP (PROTOCOL §2, §5.7, §10):
   and then 2 s, or later when ``Retry-After`` asks for more (capped at 30 s).
 
 The state file is reached only through the small :class:`StateHooks` protocol,
-which :class:`letagents_trio.LocalStateStore` satisfies.
+which :class:`letagents_trio.workers.LocalStateStore` satisfies.
 """
 
 from __future__ import annotations

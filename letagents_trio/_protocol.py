@@ -1,4 +1,8 @@
-"""The letagents wire protocol's constants, in one place (PROTOCOL.md §1).
+"""The letagents wire protocol's constants, in one place (PROTOCOL §1).
+
+"PROTOCOL §N" (or a bare "§N"), here and throughout the code and the tests,
+means section N of ``docs/protocol.md``: the protocol as this project
+implements it.
 
 Upstream states times in milliseconds; letagents-trio states every time in
 seconds on trio's clock, so each constant here is the upstream value / 1000 and

@@ -2,10 +2,16 @@
 
 Each subcommand lives with its concern; this module only dispatches, and
 imports each one lazily so ``letagents-trio room`` never loads the MCP SDK.
+
+The core installs with trio, httpx2, attrs and trio-websocket only; each
+command's third-party needs come with an extra of the same name
+(``pip install 'letagents-trio[mcp]'``). A command whose extra is missing says
+so in one line and exits with status 2, instead of a traceback.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -17,26 +23,38 @@ usage: letagents-trio {demo,room,mcp} [options]
   mcp    run the MCP server on stdio, for MCP hosts (letagents-trio mcp --help)
 """
 
+# Where each command's ``main(argv) -> int`` lives; imported only when run.
+COMMANDS: dict[str, str] = {
+    "demo": "letagents_trio._demo",
+    "room": "letagents_trio.room_server._cli",
+    "mcp": "letagents_trio.mcp_server",
+}
 
-def _demo(argv: Sequence[str]) -> int:
-    from ._demo import main
+# The top-level modules the extras bring (see pyproject.toml). A command that
+# fails to import one of these lacks its extra; any other missing module is a
+# broken install or a bug, and keeps its traceback.
+EXTRA_MODULES: frozenset[str] = frozenset({"hypercorn", "mcp", "mcp_types", "rich"})
 
-    return main(list(argv))
-
-
-def _room(argv: Sequence[str]) -> int:
-    from .room_server._cli import main
-
-    return main(list(argv))
-
-
-def _mcp(argv: Sequence[str]) -> int:
-    from .mcp_server import main
-
-    return main(list(argv))
+# Exit status for a usage problem, as argparse uses.
+USAGE_ERROR = 2
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"demo": _demo, "room": _room, "mcp": _mcp}
+def missing_extra_message(command: str, module: str) -> str:
+    """What to tell a user who ran ``command`` without its extra."""
+    return (
+        f"letagents-trio {command} needs the [{command}] extra (module {module!r} is not"
+        f" installed):\n  pip install 'letagents-trio[{command}]'\n"
+    )
+
+
+def _load(command: str) -> Callable[[list[str]], int]:
+    """Import ``command``'s module and return its ``main``.
+
+    Raises:
+        ModuleNotFoundError: the module, or something it imports, is not installed.
+    """
+    main: Callable[[list[str]], int] = importlib.import_module(COMMANDS[command]).main
+    return main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,11 +62,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, end="")
-        return 0 if args else 2
-    command = COMMANDS.get(args[0])
-    if command is None:
+        return 0 if args else USAGE_ERROR
+    if args[0] not in COMMANDS:
         print(f"letagents-trio: unknown command {args[0]!r}\n\n{USAGE}", end="", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
+    try:
+        command = _load(args[0])
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in EXTRA_MODULES:
+            raise
+        print(missing_extra_message(args[0], missing), end="", file=sys.stderr)
+        return USAGE_ERROR
     return command(args[1:])
 
 

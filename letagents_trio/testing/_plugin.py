@@ -1,23 +1,13 @@
-"""pytest plugin: the ``fake_room`` fixture (registered through the ``pytest11`` entry point).
+"""The ``fake_room`` fixture under its former entry-point name.
 
-Trio fixtures need pytest-trio: enable ``trio_mode = true`` (or mark tests with
-``@pytest.mark.trio``) in the project that uses it.
+The ``pytest11`` entry point now names :mod:`letagents_trio._pytest_plugin`,
+which imports nothing but pytest when loaded (see there why it cannot live in
+this package). An environment installed before that change still names this
+module until it is reinstalled; this keeps it working meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from .._pytest_plugin import fake_room as fake_room
 
-import pytest
-
-from ._fake_room import FakeRoom, open_fake_room
-
-
-@pytest.fixture
-async def fake_room() -> AsyncIterator[FakeRoom]:
-    """A fresh :class:`~letagents_trio.testing.FakeRoom` for one test.
-
-    Pair it with pytest-trio's ``autojump_clock`` fixture for exact virtual time.
-    """
-    async with open_fake_room() as room:
-        yield room
+__all__ = ["fake_room"]

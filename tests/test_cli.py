@@ -1,0 +1,122 @@
+"""The ``letagents-trio`` dispatcher: usage, and a missing extra said in one line.
+
+A command's module is imported only when that command runs; when the import
+fails for a module one of the extras brings, the command prints which extra to
+install and exits with 2. Any other missing module keeps its traceback.
+The same over a real interpreter, with the module blocked, is in
+``tests/e2e/test_missing_extras.py``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import types
+from importlib.metadata import packages_distributions, requires
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from letagents_trio import cli
+
+PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
+
+
+def _import_failing(missing: str) -> types.SimpleNamespace:
+    def import_module(name: str) -> types.ModuleType:
+        raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+
+    return types.SimpleNamespace(import_module=import_module)
+
+
+def test_usage_without_a_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert capsys.readouterr().out == cli.USAGE
+
+
+def test_help_is_not_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    assert capsys.readouterr().out == cli.USAGE
+
+
+def test_an_unknown_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve"]) == 2
+    assert "unknown command 'serve'" in capsys.readouterr().err
+
+
+def test_a_command_runs_its_modules_main_with_the_rest_of_argv(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[tuple[str, list[str]]] = []
+
+    def import_module(name: str) -> types.SimpleNamespace:
+        def main(argv: list[str]) -> int:
+            seen.append((name, argv))
+            return 7
+
+        return types.SimpleNamespace(main=main)
+
+    monkeypatch.setattr(cli, "importlib", types.SimpleNamespace(import_module=import_module))
+    assert cli.main(["room", "--port", "0"]) == 7
+    assert seen == [("letagents_trio.room_server._cli", ["--port", "0"])]
+
+
+@pytest.mark.parametrize(
+    ("command", "missing"), [("mcp", "mcp"), ("room", "hypercorn"), ("demo", "rich")]
+)
+def test_a_missing_extra_says_which_extra_to_install(
+    command: str,
+    missing: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(cli, "importlib", _import_failing(missing))
+    assert cli.main([command]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"letagents-trio {command} needs the [{command}] extra (module {missing!r} is not"
+        f" installed):\n  pip install 'letagents-trio[{command}]'\n"
+    )
+
+
+def test_a_missing_submodule_of_an_extra_counts_as_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "importlib", _import_failing("mcp.server.mcpserver"))
+    assert cli.main(["mcp"]) == 2
+    assert "module 'mcp' is not installed" in capsys.readouterr().err
+
+
+def test_any_other_missing_module_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A module no extra brings is a broken install or a bug: advice would mislead.
+    monkeypatch.setattr(cli, "importlib", _import_failing("pydantic"))
+    with pytest.raises(ModuleNotFoundError) as caught:
+        cli.main(["mcp"])
+    assert caught.value.name == "pydantic"
+
+
+def test_each_command_has_the_extra_of_its_name() -> None:
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    assert set(cli.COMMANDS) <= set(extras)
+
+
+def test_the_modules_advised_on_are_the_ones_the_extras_bring() -> None:
+    # Each module the dispatcher treats as "an extra is missing" is installed by
+    # a distribution an extra names, or by one such distribution requires.
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    named = {_name(r) for requirements in extras.values() for r in requirements}
+    named.discard("letagents-trio")
+    brought = named | {_name(r) for d in named for r in requires(d) or ()}
+    providers = packages_distributions()
+    for module in cli.EXTRA_MODULES:
+        assert {canonicalize_name(d) for d in providers[module]} & brought, module
+    # And every distribution an extra names directly is advised on, except the
+    # test plugin, which no command imports.
+    advised = {canonicalize_name(d) for m in cli.EXTRA_MODULES for d in providers[m]}
+    assert named - advised == {"pytest-trio"}
+
+
+def _name(requirement: str) -> str:
+    return canonicalize_name(Requirement(requirement).name)

@@ -1,0 +1,334 @@
+"""The docs follow the code: the protocol sections it cites, the public names it exports.
+
+1. **Citations.** Code, tests and doc pages cite the protocol as ``PROTOCOL §N``
+   (or a bare ``§N``), meaning ``docs/protocol.md``. Every cited number must be
+   a heading of that page, or a numbered item or step of the section one level
+   up (``§8.3.14`` and ``§8.3 item 14`` are item 14 of §8.3). Ranges (``§7.2-§7.4``,
+   ``§8.1.6–7``) stand for every number in them.
+2. **Reference.** ``docs/reference.md`` documents, with one autodoc directive
+   each, exactly the names in ``__all__`` of every public package, and nothing
+   else: a name added to, moved between or removed from the packages fails
+   here until the reference follows.
+3. **Paths.** Every repository file a doc page names (``letagents_trio/…``,
+   ``tests/…``, ``nurseries/…``, ``bench/…``) exists, so a module that moves
+   fails here until the pages that name it follow.
+4. **Layers.** The import rules ``docs/architecture.md`` states hold in every
+   module: core ← host layer ← programs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import letagents_trio
+
+ROOT = Path(__file__).parent.parent
+DOCS = ROOT / "docs"
+PROTOCOL = DOCS / "protocol.md"
+REFERENCE = DOCS / "reference.md"
+
+# --- 1. protocol citations ----------------------------------------------------
+
+# The SSE decoder and its tests cite the HTML standard (WHATWG §9.2.5-9.2.6),
+# not the protocol.
+HTML_STANDARD_CITERS = frozenset({"letagents_trio/_sse.py", "tests/test_sse.py"})
+
+_NUMBER = r"\d+(?:\.\d+)*"
+_ITEMS = r"\d+(?:\s*[-–]\s*\d+)?(?:\s*(?:,|and)\s*\d+(?:\s*[-–]\s*\d+)?)*"
+CITATION = re.compile(
+    rf"(?P<html>WHATWG\s+|HTML\s+)?§(?P<first>{_NUMBER})"
+    rf"(?:\s*[-–]\s*§?(?P<last>{_NUMBER}))?"
+    rf"(?:\s+(?:items?|steps?)\s+(?P<items>{_ITEMS}))?"
+)
+HEADING = re.compile(rf"^#{{1,6}}\s+(?P<number>{_NUMBER})\.?\s", re.MULTILINE)
+
+Number = tuple[int, ...]
+
+
+def _number(text: str) -> Number:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _span(first: Number, last: Number) -> list[Number]:
+    """Every number from ``first`` to ``last``; ``last`` may give only its tail."""
+    last = first[: len(first) - len(last)] + last
+    if first[:-1] != last[:-1] or last[-1] < first[-1]:
+        return [first, last]
+    return [(*first[:-1], n) for n in range(first[-1], last[-1] + 1)]
+
+
+def _items(text: str) -> Iterator[int]:
+    """``2-4 and 10`` → 2, 3, 4, 10."""
+    for part in re.split(r"\s*(?:,|and)\s*", text):
+        low, _, high = re.sub(r"\s", "", part).replace("–", "-").partition("-")
+        yield from range(int(low), int(high or low) + 1)
+
+
+def cited_numbers(text: str) -> Iterator[Number]:
+    """Every protocol section or item that ``text`` cites."""
+    for match in CITATION.finditer(text):
+        if match["html"]:
+            continue
+        first = _number(match["first"])
+        numbers = _span(first, _number(match["last"])) if match["last"] else [first]
+        if match["items"]:
+            numbers = [(*numbers[-1], item) for item in _items(match["items"])]
+        yield from numbers
+
+
+def citing_files() -> list[Path]:
+    files = [
+        *sorted((ROOT / "letagents_trio").rglob("*.py")),
+        *sorted((ROOT / "tests").rglob("*.py")),
+    ]
+    files += sorted(DOCS.glob("*.md"))
+    return [f for f in files if f.relative_to(ROOT).as_posix() not in HTML_STANDARD_CITERS]
+
+
+def protocol_sections() -> dict[Number, str]:
+    """Each numbered heading of docs/protocol.md, with the text up to the next heading."""
+    text = PROTOCOL.read_text()
+    headings = list(HEADING.finditer(text))
+    every = [m.start() for m in re.finditer(r"^#{1,6}\s", text, re.MULTILINE)]
+    sections: dict[Number, str] = {}
+    for match in headings:
+        end = next((start for start in every if start > match.start()), len(text))
+        number = _number(match["number"])
+        assert number not in sections, f"§{match['number']} is a heading twice"
+        sections[number] = text[match.end() : end]
+    return sections
+
+
+def resolves(number: Number, sections: dict[Number, str]) -> bool:
+    """A heading, or a top-level numbered item of the section one level up."""
+    if number in sections:
+        return True
+    parent = sections.get(number[:-1])
+    return parent is not None and re.search(rf"^{number[-1]}\.\s", parent, re.MULTILINE) is not None
+
+
+def test_the_citation_parser_reads_every_form() -> None:
+    assert list(cited_numbers("PROTOCOL §2.1 R4, §3")) == [(2, 1), (3,)]
+    assert list(cited_numbers("PROTOCOL.md §5.4, §7.2-§7.4 and")) == [
+        (5, 4),
+        (7, 2),
+        (7, 3),
+        (7, 4),
+    ]
+    assert list(cited_numbers("§8.1.6–7: after")) == [(8, 1, 6), (8, 1, 7)]
+    assert list(cited_numbers("§8.5 items 2-4 and 10")) == [
+        (8, 5, 2),
+        (8, 5, 3),
+        (8, 5, 4),
+        (8, 5, 10),
+    ]
+    assert list(cited_numbers("(§2.2 steps 1-4)")) == [(2, 2, 1), (2, 2, 2), (2, 2, 3), (2, 2, 4)]
+    assert list(cited_numbers("the §5.2 item 13 text")) == [(5, 2, 13)]
+    assert list(cited_numbers("(WHATWG §9.2.7)")) == []
+
+
+def test_protocol_headings_are_numbered_in_order() -> None:
+    numbers = list(protocol_sections())
+    assert numbers == sorted(numbers)
+    assert [n for n in numbers if len(n) == 1] == [(n,) for n in range(1, 11)]
+
+
+def test_every_protocol_citation_is_a_section_of_docs_protocol() -> None:
+    sections = protocol_sections()
+    unresolved = sorted(
+        {
+            f"{path.relative_to(ROOT)}: §{'.'.join(map(str, number))}"
+            for path in citing_files()
+            for number in cited_numbers(path.read_text())
+            if not resolves(number, sections)
+        }
+    )
+    assert unresolved == []
+
+
+def test_the_code_cites_the_protocol_many_times() -> None:
+    # A guard on the scan itself: it found the code's citations (about 50 say
+    # "PROTOCOL §", more cite a bare §), so the test above is not vacuous.
+    files = [f for f in citing_files() if f.suffix == ".py"]
+    assert sum(len(list(cited_numbers(f.read_text()))) for f in files) > 150
+
+
+def test_the_protocol_module_says_where_protocol_citations_point() -> None:
+    doc = importlib.import_module("letagents_trio._protocol").__doc__ or ""
+    assert "docs/protocol.md" in doc
+
+
+# --- 2. the reference ------------------------------------------------------------
+
+# Every public package: the root and each subpackage without a leading underscore.
+PUBLIC_PACKAGES = [
+    "letagents_trio",
+    "letagents_trio.workers",
+    "letagents_trio.testing",
+    "letagents_trio.room_server",
+    "letagents_trio.mcp_server",
+]
+
+DIRECTIVE = re.compile(
+    r"^\.\. (?P<kind>auto\w+):: (?P<target>\S+)\n(?P<options>(?:   :.*\n)*)", re.MULTILINE
+)
+
+
+def reference_directives() -> list[tuple[str, str, str]]:
+    return [
+        (m["kind"], m["target"], m["options"]) for m in DIRECTIVE.finditer(REFERENCE.read_text())
+    ]
+
+
+def documented_names() -> list[tuple[str, str]]:
+    """(package, name) for every directive that documents one object."""
+    names = []
+    for kind, target, _ in reference_directives():
+        if kind != "automodule":
+            package, _, name = target.rpartition(".")
+            names.append((package, name))
+    return names
+
+
+def test_the_public_packages_are_the_root_and_its_public_subpackages() -> None:
+    subpackages = {
+        f"letagents_trio.{info.name}"
+        for info in pkgutil.iter_modules(letagents_trio.__path__)
+        if info.ispkg and not info.name.startswith("_")
+    }
+    assert {"letagents_trio", *subpackages} == set(PUBLIC_PACKAGES)
+
+
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_the_reference_documents_exactly_all(package: str) -> None:
+    exported = set(importlib.import_module(package).__all__)
+    documented = {name for owner, name in documented_names() if owner == package}
+    assert sorted(documented - exported) == [], "documented but not exported"
+    assert sorted(exported - documented) == [], "exported but not documented"
+
+
+def test_the_reference_documents_nothing_else_and_each_name_once() -> None:
+    names = documented_names()
+    assert sorted({owner for owner, _ in names} - set(PUBLIC_PACKAGES)) == []
+    assert len(names) == len(set(names))
+
+
+def test_modules_in_the_reference_bring_prose_not_members() -> None:
+    # An automodule with members would document names this test cannot see.
+    modules = [
+        (target, options)
+        for kind, target, options in reference_directives()
+        if kind == "automodule"
+    ]
+    assert modules
+    assert [target for target, options in modules if ":no-members:" not in options] == []
+
+
+# --- 3. paths named in the docs -----------------------------------------------------
+
+PATH = re.compile(r"`(?P<path>(?:letagents_trio|tests|nurseries|bench)/[\w/.-]+\.(?:py|txt))`")
+
+
+def test_every_repository_file_a_page_names_exists() -> None:
+    missing = sorted(
+        f"{page.name}: {match['path']}"
+        for page in DOCS.glob("*.md")
+        for match in PATH.finditer(page.read_text())
+        if not (ROOT / match["path"]).is_file()
+    )
+    assert missing == []
+
+
+# --- 4. the layers -------------------------------------------------------------------
+
+PACKAGE = ROOT / "letagents_trio"
+# Modules at the root that are programs, not core.
+ROOT_PROGRAMS = frozenset({"letagents_trio.cli", "letagents_trio._pytest_plugin"})
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> Iterator[str]:
+    """Every ``letagents_trio`` module ``path`` imports, relative imports resolved."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("letagents_trio"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                stem = ".".join(base)
+            elif node.module and node.module.startswith("letagents_trio"):
+                stem = ""
+            else:
+                continue
+            if node.module:
+                yield f"{stem}.{node.module}" if stem else node.module
+            else:
+                yield from (f"{stem}.{alias.name}" for alias in node.names)
+
+
+def layer(module: str) -> str:
+    """``core``, ``workers``, or the program a module belongs to."""
+    parts = module.split(".")
+    if module in ROOT_PROGRAMS:
+        return parts[1]
+    if len(parts) > 1 and (parts[1] == "workers" or not parts[1].startswith("_")):
+        return parts[1]
+    if len(parts) > 1 and parts[1] == "_demo":
+        return "_demo"
+    return "core"
+
+
+def allowed(importer: str, imported: str) -> bool:
+    """The rules of docs/architecture.md, "Which way imports go"."""
+    source, target = layer(importer), layer(imported)
+    if target == source or target == "core":
+        return True
+    if target in ("_demo", "cli"):
+        return False
+    if source == "core":
+        return False
+    if source == "workers":
+        return False
+    if source == "room_server":
+        return imported == "letagents_trio.workers._names"
+    return True
+
+
+def test_the_layer_of_a_module() -> None:
+    assert layer("letagents_trio") == "core"
+    assert layer("letagents_trio._manager") == "core"
+    assert layer("letagents_trio.workers._state") == "workers"
+    assert layer("letagents_trio.room_server._room") == "room_server"
+    assert layer("letagents_trio._demo") == "_demo"
+    assert layer("letagents_trio.cli") == "cli"
+    assert layer("letagents_trio._pytest_plugin") == "_pytest_plugin"
+
+
+def test_imports_run_one_way() -> None:
+    wrong = sorted(
+        f"{_module_name(path)} imports {imported}"
+        for path in PACKAGE.rglob("*.py")
+        for imported in _imports(path)
+        if not allowed(_module_name(path), imported)
+    )
+    assert wrong == []
+
+
+def test_the_import_scan_sees_imports() -> None:
+    # A guard on the scan itself: the worker handles use the core.
+    imported = set(_imports(PACKAGE / "workers" / "_handles.py"))
+    assert "letagents_trio._client" in imported
+    assert "letagents_trio.workers._state" in imported
