@@ -7,8 +7,8 @@ one connection manager, run as a task of the demo's process nursery; the
 holders are the library's own, untouched. The demo only steers the room and
 watches the managers' timelines (:meth:`ConnectionManager.subscribe`).
 
-The package: ``_story.py`` plays the story (:func:`run_demo`); ``_cli.py`` is
-the command line (:func:`main`).
+The package: ``_story.py`` plays the story (:func:`run_demo`); ``_values.py``
+holds the options and the report; ``_cli.py`` is the command line (:func:`main`).
 
 This package is a command-line program, not library code: it writes to the
 terminal through a rich :class:`~rich.console.Console` and leaves logging
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from ._cli import build_parser as build_parser
 from ._cli import main as main
-from ._story import DemoOptions as DemoOptions
-from ._story import DemoReport as DemoReport
-from ._story import SessionSummary as SessionSummary
-from ._story import StepResult as StepResult
 from ._story import run_demo as run_demo
+from ._values import DemoOptions as DemoOptions
+from ._values import DemoReport as DemoReport
+from ._values import SessionSummary as SessionSummary
+from ._values import StepResult as StepResult
 
 __all__ = [
     "DemoOptions",

@@ -21,7 +21,8 @@ import trio
 from rich.console import Console
 
 from .._errors import LetAgentsError
-from ._story import DEFAULT_WORKERS, MAX_WORKERS, DemoOptions, DemoReport, run_demo
+from ._story import run_demo
+from ._values import DEFAULT_WORKERS, MAX_WORKERS, DemoOptions, DemoReport
 
 __all__ = ["OWNER_TOKEN_ENV", "build_parser", "main"]
 
