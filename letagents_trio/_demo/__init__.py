@@ -7,8 +7,19 @@ one connection manager, run as a task of the demo's process nursery; the
 holders are the library's own, untouched. The demo only steers the room and
 watches the managers' timelines (:meth:`ConnectionManager.subscribe`).
 
-The package: ``_story.py`` plays the story (:func:`run_demo`); ``_values.py``
-holds the options and the report; ``_cli.py`` is the command line (:func:`main`).
+The package, one concern a module:
+
+- ``_story.py``: the story (a drop, a room restart, a refusal, a session the
+  room ends, a name passing on once its process announced its exit) and the
+  shutdown that ends it, as the orchestration of what happens;
+  :func:`run_demo`.
+- ``_processes.py``: supervision of the room server (embedded and
+  restartable, or another room) and of the client "processes", the demo's
+  record of tokens and every session held.
+- ``_view.py``: the rich live view, the event lines and the summary, pure
+  functions of the demo's state, and the :class:`Narrator` that shows them.
+- ``_values.py``: the options and the report (frozen values).
+- ``_cli.py``: the command line: options, signals, exit status (:func:`main`).
 
 This package is a command-line program, not library code: it writes to the
 terminal through a rich :class:`~rich.console.Console` and leaves logging

@@ -1,76 +1,52 @@
-"""The demo's story, told on a real room: the actors, the steps, the view.
+"""The demo's story: what happens, step by step, and the shutdown that ends it.
 
-The demo is a small play with real actors: the reference room served by
-hypercorn on a free loopback port (or another room, ``--api-url``), real HTTP,
-trio's real clock. Each "process" of the story is one :class:`RoomClient` and
-one connection manager, run as a task of the demo's process nursery; the
-holders are the library's own, untouched. The demo only steers the room and
-watches the managers' timelines (:meth:`ConnectionManager.subscribe`).
+The story plays inside one cancel scope (an interrupt cancels it):
 
-How it runs:
+0. Process 1 registers N durable workers and holds them; a rival process
+   starts beside it.
+1. **A drop**: the network drops a stream; its holder reopens it after 1 s.
+2. **A room restart**: the room stops and is served again on the same port,
+   same store; every holder comes back.
+3. **A refusal**: the rival re-registers a worker with the predecessor proof,
+   the room rotates the token, process 1's next attempt is refused and, since
+   the demo's record of tokens says the session is no longer ours, its holder
+   stops.
+4. **A session the room ends** (``event: ended``).
+5. **A name passing**: "Juniper" is held by process 2, so a new worker asking
+   for it gets a codename; process 2 exits (exit announced) and the next
+   worker asking for "Juniper" gets it.
 
-1. **Room.** A :class:`~letagents_trio.room_server.Room` over a memory (or
-   SQLite, ``--db``) store, served by :func:`serve_room` inside a cancel scope
-   of the room nursery, so that it can be stopped and served again on the same
-   port with the same room and store (a restart).
-2. **Processes.** Process 1 registers N durable workers the way a client does
-   (``call_when_free`` on ``POST …/agent-sessions``) and holds them. A rival
-   process and, later, process 2 are further tasks. Each process keeps going
-   until asked to exit; then its manager announces its exits and the task ends.
-3. **Story**, inside one cancel scope (Ctrl-C cancels it): a dropped stream
-   reopened after 1 s; a room restart with every holder coming back; a
-   refusal (the rival re-registers a worker with the predecessor proof, the
-   room rotates the token, process 1's next attempt is refused and, since the
-   demo's record of tokens says the session is no longer ours, its holder
-   stops); a session ended by the room (``event: ended``); a name passing:
-   "Juniper" is held by process 2, so a new worker asking for it gets a
-   codename; process 2 exits (exit announced) and the next worker asking for
-   "Juniper" gets it. Every wait for a holder is bounded by
-   :data:`STEP_TIMEOUT` and woken by events, never polled.
-4. **Shutdown.** Whatever ended the story, every remaining process is asked to
-   exit at the same moment, so all exits are announced concurrently, each
-   manager within its own ``exit_deadline``; only then does the room stop.
-   The summary lists every session ever held, with the time from shutdown
-   start to its announcement.
+Steps 1 and 2 need the embedded room's internals and are skipped against
+another room; step 4 then goes through the room's disconnect route. Every
+wait for a holder is bounded by :data:`STEP_TIMEOUT` and woken by events,
+never polled.
 
-The command line (options, signals, exit status) is ``_cli.py``'s.
+**Shutdown.** Whatever ended the story, every remaining process is asked to
+exit at the same moment (:meth:`Cast.running`), so all exits are announced
+concurrently, each manager within its own ``exit_deadline``; only then does
+the room stop. The summary lists every session ever held, with the time from
+shutdown start to its announcement.
+
+The story only orchestrates: the processes are the :class:`Cast`'s, the
+room's the :class:`Venue`'s, and what is shown the :class:`Narrator`'s.
 """
 
 from __future__ import annotations
 
-import math
-import secrets
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Final, final
 
-import attrs
 import trio
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 
-from .._client import RoomClient, encode_room_path
-from .._events import EventKind, HolderEvent
-from .._holder import HolderStatus, ProcessHolder
-from .._manager import ConnectionManager, ExitAnnouncement, open_connection_manager
+from .._holder import HolderStatus
 from .._policy import Outcome
-from .._session import AgentSession
-from ..room_server import MemoryStore, Room, RoomStore, SQLiteStore, serve_room
-from ..workers._handles import (
-    durable_registration_body,
-    new_connection_token,
-    new_worker_id,
-    worker_agent_name,
-)
-from ._values import WORKER_NAMES, DemoOptions, DemoReport, SessionSummary, StepResult
+from ._processes import Cast, Tracked, Venue, all_connected, open_venue
+from ._values import WORKER_NAMES, DemoOptions, DemoReport, StepResult
+from ._view import Narrator, Row, print_summary, step_line
 
-__all__ = ["run_demo"]
+__all__ = ["BEAT", "PASSED_NAME", "STEP_TIMEOUT", "Story", "run_demo"]
 
 # The name that passes from process 2 to a new worker in the last step.
 PASSED_NAME: Final = "Juniper"
@@ -80,382 +56,145 @@ BEAT: Final = 2.8
 # The longest a step waits for the holders to do what it shows, in seconds.
 # Reconnects after a drop take 1 s (2 s, 5 s if the room is still down).
 STEP_TIMEOUT: Final = 20.0
-# The embedded room binds loopback only: nothing leaves the machine.
-LOOPBACK: Final = "127.0.0.1"
-# The embedded room's one account, as `letagents-trio room` names its dev account.
-DEMO_LOGIN: Final = "dev"
-# Events kept for the live view's "latest events" panel.
-RECENT_EVENTS: Final = 8
-# The live view redraws this often, so "next attempt in" counts down smoothly.
-REFRESH_INTERVAL: Final = 0.25
 
 PROCESS_1: Final = "process 1"
 RIVAL: Final = "rival"
 PROCESS_2: Final = "process 2"
 
 
-# --- the actors ------------------------------------------------------------------------
-
-
 @final
-@attrs.frozen
-class _Tokens:
-    """The demo's state hooks: a session is still ours while we hold its latest token."""
+class Story:
+    """Plays the story once, in ``venue``, told by a :class:`Narrator` on ``console``.
 
-    tokens: dict[str, str]
+    Args:
+        options: what to play.
+        venue: where (the embedded room, or another).
+        console: where to tell it.
+        on_step: called with each finished step, as it finishes.
+        t0: trio time of the demo's start; lines are stamped from it.
+    """
 
-    async def mark_ended(self, session: AgentSession) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def is_still_ours(self, session: AgentSession) -> bool:
-        await trio.lowlevel.checkpoint()
-        return self.tokens.get(session.session_id) == session.session_token
-
-
-@final
-@attrs.define(eq=False)
-class _Tracked:
-    """A session held by one demo process, and what became of it."""
-
-    name: str
-    process: str
-    worker_id: str
-    session: AgentSession = attrs.field(repr=False)
-    holder: ProcessHolder
-    how_it_ended: str = "held"
-    announcement: ExitAnnouncement | None = None
-    shutdown_started: float | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.holder.status not in (HolderStatus.ENDED, HolderStatus.STOPPED)
-
-
-@final
-@attrs.define(eq=False)
-class _Process:
-    """One demo "process": a room client and a connection manager, run as a task."""
-
-    label: str
-    client: RoomClient
-    manager: ConnectionManager
-    exit_requested: trio.Event = attrs.field(factory=trio.Event)
-    done: trio.Event = attrs.field(factory=trio.Event)
-    shutdown_started: float | None = None
-    announcements: tuple[ExitAnnouncement, ...] = ()
-
-    def request_exit(self, at: float) -> None:
-        if not self.exit_requested.is_set():
-            self.shutdown_started = at
-            self.exit_requested.set()
-
-
-@final
-class _RoomRunner:
-    """Serves one Room in a cancel scope of ``nursery``, restartable on the same port."""
-
-    def __init__(self, room: Room, nursery: trio.Nursery) -> None:
-        self.room = room
-        self._nursery = nursery
-        self._port = 0
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
-        self.url = ""
-
-    async def start(self) -> str:
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
-        self.url = await self._nursery.start(self._serve, self._port)
-        self._port = int(self.url.rsplit(":", 1)[1])
-        return self.url
-
-    async def _serve(self, port: int, *, task_status: trio.TaskStatus[str]) -> None:
-        try:
-            with self._scope:
-                async with trio.open_nursery() as nursery:
-                    url: str = await nursery.start(
-                        partial(serve_room, self.room, host=LOOPBACK, port=port)
-                    )
-                    task_status.started(url)
-        finally:
-            self._stopped.set()
-
-    async def stop(self) -> None:
-        self._scope.cancel(reason="the demo restarts the room")
-        await self._stopped.wait()
-
-
-# --- the demo ----------------------------------------------------------------------------
-
-
-@final
-class _Demo:
     def __init__(
         self,
         options: DemoOptions,
+        venue: Venue,
         console: Console,
         *,
         on_step: Callable[[StepResult], object] | None,
+        t0: float,
     ) -> None:
         self.options = options
-        self.console = console
-        self.live_view = options.live and console.is_terminal
+        self.venue = venue
         self.on_step = on_step
-        self.owner_token = options.owner_token or secrets.token_urlsafe(24)
-        self.login = DEMO_LOGIN
-        self.room_id = options.room_id or (
-            "demo" if options.api_url is None else f"demo-{secrets.token_hex(4)}"
-        )
-        # One machine plays every process: one host id, as the state file would give.
-        self.host_id = "phost_" + uuid.uuid4().hex
-        self.runner: _RoomRunner | None = None
-        self.api_url = options.api_url or ""
-        self.processes: dict[str, _Process] = {}
-        self.tracked: list[_Tracked] = []
-        # The demo's record of each session's current token: the local state
-        # file of the real client. still_ours compares a holder's token with it.
-        self.tokens: dict[str, str] = {}
         self.steps: list[StepResult] = []
-        self.narration = "Starting the room…"
-        self.recent: list[str] = []
         self.codename: str | None = None
         self.passed_name: str | None = None
         self.interrupted = False
-        self.t0 = trio.current_time()
-        self._changed = trio.lowlevel.ParkingLot()
-        self._live: Live | None = None
-        self._process_nursery: trio.Nursery | None = None
+        self.view = Narrator(
+            console,
+            live=options.live,
+            room_id=venue.room_id,
+            rows=self._rows,
+            steps=self._steps,
+            t0=t0,
+        )
+        self.cast = Cast(venue, log=self.view.log, refresh=self.view.refresh)
         # The story runs in this scope; an interrupt cancels it (then exits are announced).
         self._story_scope = trio.CancelScope()
 
-    # --- output ----------------------------------------------------------------
+    def _rows(self) -> list[Row]:
+        return self.cast.rows()
 
-    def clock(self) -> str:
-        return f"{trio.current_time() - self.t0:6.2f}s"
+    def _steps(self) -> list[StepResult]:
+        return self.steps
 
-    def say(self, text: str) -> None:
-        self.narration = text
-        if self._live is None:
-            self.console.print(
-                f"[dim]{self.clock()}[/] [bold]{text}[/]", highlight=False, soft_wrap=True
-            )
-        self.refresh()
+    # --- running it all ------------------------------------------------------------------
 
-    def log(self, line: str) -> None:
-        stamped = f"{self.clock()} {line}"
-        if self._live is None:
-            self.console.print(Text(stamped, style="dim"), soft_wrap=True)
-        else:
-            self.recent = [*self.recent[-(RECENT_EVENTS - 1) :], stamped]
+    async def play(self, interrupt: trio.Event | None) -> DemoReport:
+        """Play the story, shut every process down, print the summary; returns the report."""
+        where = "embedded" if self.venue.runner is not None else "external"
+        self.view.say(f"The {where} room listens on {self.venue.api_url}.")
+        with self.view.showing():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.view.tick)
+                if interrupt is not None:
+                    nursery.start_soon(self._on_interrupt, interrupt)
+                async with self.cast.running():
+                    with self._story_scope:
+                        await self.story()
+                    if self._story_scope.cancelled_caught:
+                        self.view.say("Interrupted: every process exits and announces it.")
+                nursery.cancel_scope.cancel(reason="the story is over")
+        report = self.report()
+        print_summary(self.view.console, report)
+        return report
 
-    def refresh(self) -> None:
-        if self._live is not None:
-            self._live.update(self.render(), refresh=True)
+    async def _on_interrupt(self, interrupt: trio.Event) -> None:
+        await interrupt.wait()
+        self.interrupted = True
+        self._story_scope.cancel(reason="interrupted")
 
-    def render(self) -> RenderableType:
-        table = Table(title=f"Process connections in room {self.room_id!r}", expand=False)
-        for column in ("worker", "process", "state", "connection", "attempts", "next attempt"):
-            table.add_column(column)
-        now = trio.current_time()
-        for entry in self.tracked:
-            stats = entry.holder.statistics()
-            state = stats.status.value
-            if not entry.running:
-                state = f"{state} ({entry.how_it_ended})"
-            next_at = (
-                "" if stats.next_attempt_at is None else f"in {stats.next_attempt_at - now:.1f} s"
-            )
-            table.add_row(
-                entry.name,
-                entry.process,
-                Text(state, style=_STATUS_STYLE[stats.status]),
-                (stats.connection_id or "")[:8],
-                _attempts_text(stats.attempts),
-                next_at,
-            )
-        events = Text("\n".join(self.recent) or "(no events yet)", style="dim")
-        story = Text()
-        for step in self.steps:
-            style = _STEP_STYLE[step.status]
-            story.append(f"step {step.number} {step.title}: {step.status}\n", style=style)
-        story.append(Text.from_markup(self.narration, style="bold"))
-        return Group(
-            Panel(story, title="story", border_style="cyan"),
-            table,
-            Panel(events, title="latest events", border_style="dim"),
+    def report(self) -> DemoReport:
+        """What happened so far."""
+        return DemoReport(
+            steps=tuple(self.steps),
+            sessions=self.cast.summaries(),
+            interrupted=self.interrupted,
+            codename=self.codename,
+            passed_name=self.passed_name,
         )
 
-    # --- waiting on holders ----------------------------------------------------------
-
-    def _note_event(self, label: str, event: HolderEvent) -> None:
-        entry = self._entry(label, event.session_id)
-        name = entry.name if entry is not None else event.session_id[:8]
-        if event.kind is EventKind.STOPPED and entry is not None:
-            entry.how_it_ended = event.detail or "stopped"
-        elif event.kind is EventKind.ENDED and entry is not None:
-            entry.how_it_ended = "ended by the room"
-        elif event.kind is EventKind.EXIT:
-            return  # told with its timing by _record_exits
-        self.log(f"{label:>9} {name:<16} {_describe(event)}")
-        self._changed.unpark_all()
-        self.refresh()
-
-    def _entry(self, label: str, session_id: str) -> _Tracked | None:
-        for entry in reversed(self.tracked):
-            if entry.process == label and entry.session.session_id == session_id:
-                return entry
-        return None
+    # --- waiting on holders --------------------------------------------------------------
 
     async def until(self, condition: Callable[[], bool]) -> bool:
         """Wait (woken by events, bounded by STEP_TIMEOUT) until ``condition()``."""
         with trio.move_on_after(STEP_TIMEOUT):
-            while not condition():
-                await self._changed.park()
+            await self.cast.wait_until(condition)
             return True
         return False
+
+    async def connected(self, *entries: Tracked, other_than: Mapping[str, str] = {}) -> bool:
+        """Wait until each entry's holder has a named connection (not the one given)."""
+        return await self.until(partial(all_connected, entries, other_than))
 
     async def pause(self) -> None:
         await trio.sleep(BEAT / self.options.speed)
 
-    # --- processes ---------------------------------------------------------------------
-
-    async def start_process(self, label: str) -> _Process:
-        assert self._process_nursery is not None
-        process: _Process = await self._process_nursery.start(self._run_process, label)
-        self.processes[label] = process
-        return process
-
-    async def _run_process(self, label: str, *, task_status: trio.TaskStatus[_Process]) -> None:
-        async with (
-            RoomClient(self.api_url, owner_token=self.owner_token) as client,
-            open_connection_manager(client, state=_Tokens(self.tokens)) as manager,
-        ):
-            process = _Process(label=label, client=client, manager=manager)
-            try:
-                with manager.subscribe(math.inf) as events:
-                    async with trio.open_nursery() as watchers:
-                        watchers.start_soon(self._watch, label, events)
-                        task_status.started(process)
-                        await process.exit_requested.wait()
-                        process.announcements = await manager.announce_exits()
-                        watchers.cancel_scope.cancel(reason="process exited")
-            finally:
-                if process.shutdown_started is None:  # cancelled from outside
-                    process.shutdown_started = trio.current_time()
-                process.done.set()
-        self._record_exits(process)
-
-    async def _watch(self, label: str, events: trio.MemoryReceiveChannel[HolderEvent]) -> None:
-        async for event in events:
-            self._note_event(label, event)
-
-    def _record_exits(self, process: _Process) -> None:
-        for announcement in process.announcements:
-            entry = self._entry(process.label, announcement.session_id)
-            if entry is None:
-                continue
-            entry.announcement = announcement
-            entry.shutdown_started = process.shutdown_started
-            entry.how_it_ended = "exit announced"
-            taken = announcement.finished_at - (process.shutdown_started or 0.0)
-            verdict = (
-                "recorded" if announcement.recorded else (announcement.error or "not recorded")
-            )
-            self.log(
-                f"{process.label:>9} {entry.name:<16} exit announced in "
-                f"{taken * 1000:.0f} ms: {verdict}"
-            )
-        self._changed.unpark_all()
-        self.refresh()
-
-    async def stop_process(self, process: _Process) -> None:
-        process.request_exit(trio.current_time())
-        await process.done.wait()
-
-    # --- registering -------------------------------------------------------------------
-
-    async def register(
-        self,
-        process: _Process,
-        name: str,
-        *,
-        worker_id: str | None = None,
-        replacing: AgentSession | None = None,
-    ) -> tuple[AgentSession, str]:
-        """Register a durable worker as a client does; returns (session, worker id)."""
-        worker_id = worker_id or new_worker_id()
-        body = durable_registration_body(
-            actor_key=f"{self.login}/{worker_agent_name(worker_id)}",
-            worker_id=worker_id,
-            display_name=name,
-            connection_token=new_connection_token(),
-            process_host_id=self.host_id,
-            predecessor=(replacing.session_id, replacing.session_token) if replacing else None,
-        )
-        answer = await process.client.call_when_free(
-            "POST", f"/rooms/{encode_room_path(self.room_id)}/agent-sessions", json=body
-        )
-        session = AgentSession.from_json(answer)
-        self.tokens[session.session_id] = session.session_token
-        return session, worker_id
-
-    def hold(self, process: _Process, session: AgentSession, worker_id: str) -> _Tracked:
-        holder = process.manager.hold(session)
-        entry = _Tracked(
-            name=session.display_name,
-            process=process.label,
-            worker_id=worker_id,
-            session=session,
-            holder=holder,
-        )
-        self.tracked.append(entry)
-        self.refresh()
-        return entry
-
-    async def connected(self, *entries: _Tracked, other_than: Mapping[str, str] = {}) -> bool:
-        """Wait until each entry's holder has a named connection (not the one given)."""
-
-        def ready() -> bool:
-            for entry in entries:
-                cid = entry.holder.connection_id
-                if cid is None or other_than.get(entry.session.session_id) == cid:
-                    return False
-            return True
-
-        return await self.until(ready)
-
-    # --- the story ---------------------------------------------------------------------
-
     def step(self, number: int, title: str, status: str, detail: str) -> None:
         result = StepResult(number=number, title=title, status=status, detail=detail)
         self.steps.append(result)
-        style = _STEP_STYLE[status]
-        self.say(f"Step {number} ({title}): [{style}]{status}[/]. {detail}")
+        self.view.say(step_line(result))
         if self.on_step is not None:
             self.on_step(result)
 
-    def target(self, index: int) -> _Tracked:
+    def target(self, index: int) -> Tracked:
         """Process 1's worker ``index`` (the last one with fewer workers), held now."""
-        first = [e for e in self.tracked if e.process == PROCESS_1][: self.options.workers]
+        tracked = self.cast.tracked
+        first = [e for e in tracked if e.process == PROCESS_1][: self.options.workers]
         worker = first[min(index, len(first) - 1)]
-        for entry in reversed(self.tracked):
+        for entry in reversed(tracked):
             if entry.session.session_id == worker.session.session_id and entry.running:
                 return entry
         return worker
 
+    # --- the story -----------------------------------------------------------------------
+
     async def story(self) -> None:
-        p1 = await self.start_process(PROCESS_1)
-        await self.start_process(RIVAL)
-        self.say(f"Process 1 registers {self.options.workers} workers and holds their connections.")
+        cast = self.cast
+        p1 = await cast.start_process(PROCESS_1)
+        await cast.start_process(RIVAL)
+        self.view.say(
+            f"Process 1 registers {self.options.workers} workers and holds their connections."
+        )
         for name in WORKER_NAMES[: self.options.workers]:
-            session, worker_id = await self.register(p1, name)
-            self.hold(p1, session, worker_id)
-        workers = list(self.tracked)
+            session, worker_id = await cast.register(p1, name)
+            cast.hold(p1, session, worker_id)
+        workers = list(cast.tracked)
         if not await self.connected(*workers):
-            self.say("[red]Not every worker got a connection; the story cannot go on.[/]")
+            self.view.say("[red]Not every worker got a connection; the story cannot go on.[/]")
             self.steps.append(StepResult(number=0, title="start", status="failed", detail=""))
             return
-        self.say("Every worker holds an open process connection: the room sees process 1.")
+        self.view.say("Every worker holds an open process connection: the room sees process 1.")
         await self.pause()
         await self.step_drop()
         await self.pause()
@@ -467,17 +206,20 @@ class _Demo:
         await self.pause()
         await self.step_name_passes()
         await self.pause()
-        self.say("The story is over: process 1 and the rival exit and announce it.")
+        self.view.say("The story is over: process 1 and the rival exit and announce it.")
 
     async def step_drop(self) -> None:
         title = "a dropped stream"
-        if self.runner is None:
+        runner = self.venue.runner
+        if runner is None:
             self.step(1, title, "skipped", "Cutting a stream needs the embedded room.")
             return
         entry = self.target(0)
         before = entry.holder.connection_id or ""
-        self.say(f"Step 1: the network drops {entry.name}'s stream. The holder waits 1 s, reopens.")
-        for stream in self.runner.room.process_streams(entry.session.session_id):
+        self.view.say(
+            f"Step 1: the network drops {entry.name}'s stream. The holder waits 1 s, reopens."
+        )
+        for stream in runner.room.process_streams(entry.session.session_id):
             stream.close("dropped")
         cut_at = trio.current_time()
         if await self.connected(entry, other_than={entry.session.session_id: before}):
@@ -488,15 +230,16 @@ class _Demo:
 
     async def step_restart(self) -> None:
         title = "a room restart"
-        if self.runner is None:
+        runner = self.venue.runner
+        if runner is None:
             self.step(2, title, "skipped", "Restarting needs the embedded room.")
             return
-        held = [e for e in self.tracked if e.running]
+        held = [e for e in self.cast.tracked if e.running]
         before = {e.session.session_id: e.holder.connection_id or "" for e in held}
-        self.say("Step 2: the room restarts. Its streams close silently; holders see a drop.")
-        await self.runner.stop()
-        self.say("Step 2: the room is down. It comes back on the same port, same store.")
-        await self.runner.start()
+        self.view.say("Step 2: the room restarts. Its streams close silently; holders see a drop.")
+        await runner.stop()
+        self.view.say("Step 2: the room is down. It comes back on the same port, same store.")
+        await runner.start()
         restarted_at = trio.current_time()
         if await self.connected(*held, other_than=before):
             took = trio.current_time() - restarted_at
@@ -509,15 +252,15 @@ class _Demo:
     async def step_refusal(self) -> None:
         title = "a refusal"
         entry = self.target(1)
-        rival = self.processes[RIVAL]
-        self.say(
+        rival = self.cast.processes[RIVAL]
+        self.view.say(
             f"Step 3: another process re-registers {entry.name} (same instance, with the "
             "predecessor proof). The room rotates the token."
         )
-        session, worker_id = await self.register(
+        session, worker_id = await self.cast.register(
             rival, entry.name, worker_id=entry.worker_id, replacing=entry.session
         )
-        taken = self.hold(rival, session, worker_id)
+        taken = self.cast.hold(rival, session, worker_id)
 
         def refused_and_stopped() -> bool:
             return entry.holder.status is HolderStatus.STOPPED
@@ -538,12 +281,13 @@ class _Demo:
     async def step_ended(self) -> None:
         title = "a session ended by the room"
         entry = self.target(2)
-        owner = self.processes[entry.process]
-        if self.runner is not None:
-            self.say(f"Step 4: the room ends {entry.name}'s session.")
-            self.runner.room.end_session(entry.session.session_id, reason="room_admin")
+        owner = self.cast.processes[entry.process]
+        runner = self.venue.runner
+        if runner is not None:
+            self.view.say(f"Step 4: the room ends {entry.name}'s session.")
+            runner.room.end_session(entry.session.session_id, reason="room_admin")
         else:
-            self.say(
+            self.view.say(
                 f"Step 4: {entry.name}'s session is ended through the room's disconnect "
                 "route (another room: no room internals)."
             )
@@ -569,28 +313,31 @@ class _Demo:
 
     async def step_name_passes(self) -> None:
         title = "a name passing"
-        p1 = self.processes[PROCESS_1]
-        self.say(f"Step 5: process 2 starts and holds a worker named {PASSED_NAME!r}.")
-        p2 = await self.start_process(PROCESS_2)
-        session, worker_id = await self.register(p2, PASSED_NAME)
-        first = self.hold(p2, session, worker_id)
+        cast = self.cast
+        p1 = cast.processes[PROCESS_1]
+        self.view.say(f"Step 5: process 2 starts and holds a worker named {PASSED_NAME!r}.")
+        p2 = await cast.start_process(PROCESS_2)
+        session, worker_id = await cast.register(p2, PASSED_NAME)
+        first = cast.hold(p2, session, worker_id)
         if not await self.connected(first):
             self.step(5, title, "failed", f"Process 2 could not hold {PASSED_NAME!r}.")
             return
         await self.pause()
-        session, worker_id = await self.register(p1, PASSED_NAME)
+        session, worker_id = await cast.register(p1, PASSED_NAME)
         self.codename = session.display_name
-        self.hold(p1, session, worker_id)
-        self.say(
+        cast.hold(p1, session, worker_id)
+        self.view.say(
             f"Step 5: a new worker asks for {PASSED_NAME!r} while process 2 lives: "
             f"it gets the codename {self.codename!r}."
         )
         await self.pause()
-        self.say("Step 5: process 2 exits; its manager announces the exit within the deadline.")
-        await self.stop_process(p2)
-        session, worker_id = await self.register(p1, PASSED_NAME)
+        self.view.say(
+            "Step 5: process 2 exits; its manager announces the exit within the deadline."
+        )
+        await cast.stop_process(p2)
+        session, worker_id = await cast.register(p1, PASSED_NAME)
         self.passed_name = session.display_name
-        latest = self.hold(p1, session, worker_id)
+        latest = cast.hold(p1, session, worker_id)
         await self.connected(latest)
         if self.passed_name == PASSED_NAME and self.codename != PASSED_NAME:
             self.step(
@@ -608,175 +355,6 @@ class _Demo:
                 f"Expected a codename then {PASSED_NAME!r}; got {self.codename!r} then "
                 f"{self.passed_name!r}.",
             )
-
-    # --- running it all ------------------------------------------------------------------
-
-    async def run(self, interrupt: trio.Event | None) -> DemoReport:
-        async with trio.open_nursery() as room_nursery:
-            if self.options.api_url is None:
-                store: RoomStore = (
-                    MemoryStore() if self.options.db is None else SQLiteStore(self.options.db)
-                )
-                try:
-                    self.runner = _RoomRunner(
-                        Room(store=store, owner_tokens={self.owner_token: self.login}),
-                        room_nursery,
-                    )
-                    self.api_url = await self.runner.start()
-                    await self._play(interrupt)
-                    room_nursery.cancel_scope.cancel(reason="the demo is over")
-                finally:
-                    if isinstance(store, SQLiteStore):
-                        store.close()
-            else:
-                await self._learn_login()
-                await self._play(interrupt)
-        return self.report()
-
-    async def _learn_login(self) -> None:
-        async with RoomClient(self.api_url, owner_token=self.owner_token) as client:
-            me = await client.call("GET", "/agents/me")
-        self.login = str(me["account"]["login"])
-
-    async def _play(self, interrupt: trio.Event | None) -> None:
-        where = "embedded" if self.runner is not None else "external"
-        self.say(f"The {where} room listens on {self.api_url}.")
-        with self._live_view():
-            async with trio.open_nursery() as processes:
-                self._process_nursery = processes
-                ticker = trio.CancelScope()
-                processes.start_soon(self._tick, ticker)
-                if interrupt is not None:
-                    processes.start_soon(self._on_interrupt, interrupt)
-                with self._story_scope:
-                    await self.story()
-                if self._story_scope.cancelled_caught:
-                    self.say("Interrupted: every process exits and announces it.")
-                shutdown_at = trio.current_time()
-                for process in self.processes.values():
-                    process.request_exit(shutdown_at)
-                for process in self.processes.values():
-                    await process.done.wait()
-                ticker.cancel(reason="the story is over")
-                processes.cancel_scope.cancel(reason="the story is over")
-        self.print_summary()
-
-    async def _on_interrupt(self, interrupt: trio.Event) -> None:
-        await interrupt.wait()
-        self.interrupted = True
-        self._story_scope.cancel(reason="interrupted")
-
-    async def _tick(self, scope: trio.CancelScope) -> None:
-        with scope:
-            while self._live is not None:
-                self.refresh()
-                await trio.sleep(REFRESH_INTERVAL)
-
-    @contextmanager
-    def _live_view(self) -> Iterator[None]:
-        if not self.live_view:
-            yield
-            return
-        live = Live(self.render(), console=self.console, auto_refresh=False)
-        live.start()
-        self._live = live
-        try:
-            yield
-        finally:
-            self._live = None
-            live.update(self.render(), refresh=True)
-            live.stop()
-
-    # --- the end ---------------------------------------------------------------------------
-
-    def report(self) -> DemoReport:
-        sessions = []
-        for entry in self.tracked:
-            stats = entry.holder.statistics()
-            announcement = entry.announcement
-            after = None
-            if announcement is not None and entry.shutdown_started is not None:
-                after = announcement.finished_at - entry.shutdown_started
-            sessions.append(
-                SessionSummary(
-                    name=entry.name,
-                    process=entry.process,
-                    session_id=entry.session.session_id,
-                    attempts={o.value: n for o, n in stats.attempts.items() if n},
-                    reconnects=max(stats.opens - 1, 0),
-                    how_it_ended=entry.how_it_ended,
-                    announce_after=after,
-                    recorded=None if announcement is None else announcement.recorded,
-                )
-            )
-        return DemoReport(
-            steps=tuple(self.steps),
-            sessions=tuple(sessions),
-            interrupted=self.interrupted,
-            codename=self.codename,
-            passed_name=self.passed_name,
-        )
-
-    def print_summary(self) -> None:
-        report = self.report()
-        table = Table(title="Summary: every session held", box=box.SIMPLE_HEAD)
-        table.add_column("worker", no_wrap=True)
-        table.add_column("process", no_wrap=True)
-        table.add_column("session", no_wrap=True)
-        table.add_column("attempts")
-        table.add_column("reconnects", justify="right")
-        table.add_column("how it ended")
-        table.add_column("exit announced in", justify="right")
-        table.add_column("recorded", no_wrap=True)
-        for s in report.sessions:
-            table.add_row(
-                s.name,
-                s.process,
-                s.session_id[:8],
-                ", ".join(f"{k} {v}" for k, v in s.attempts.items()) or "none",
-                str(s.reconnects),
-                s.how_it_ended,
-                "—" if s.announce_after is None else f"{s.announce_after * 1000:.0f} ms",
-                {True: "yes", False: "no", None: "—"}[s.recorded],
-            )
-        self.console.print(table)
-        for step in report.steps:
-            self.console.print(f"  step {step.number} {step.title}: {step.status}", highlight=False)
-        if report.interrupted:
-            self.console.print("Interrupted; every held session announced its exit.")
-
-
-_STEP_STYLE: Final = {"ok": "green", "failed": "red", "skipped": "yellow"}
-_STATUS_STYLE: Final = {
-    HolderStatus.CONNECTING: "yellow",
-    HolderStatus.OPEN: "green",
-    HolderStatus.WAITING: "magenta",
-    HolderStatus.ENDED: "red",
-    HolderStatus.STOPPED: "dim",
-}
-
-
-def _attempts_text(attempts: Mapping[Outcome, int]) -> str:
-    return ", ".join(f"{o.value} {n}" for o, n in attempts.items() if n) or "-"
-
-
-def _describe(event: HolderEvent) -> str:
-    short = (event.connection_id or "")[:8]
-    if event.kind is EventKind.CONNECTION:
-        return f"connection {short}"
-    if event.kind is EventKind.CLOSED:
-        outcome = event.outcome.value if event.outcome else "?"
-        return f"closed: {outcome} ({event.detail})"
-    if event.kind is EventKind.BACKOFF:
-        return f"next attempt in {event.delay or 0:.1f} s"
-    if event.kind is EventKind.STOPPED:
-        return f"stopped: {event.detail}"
-    if event.kind is EventKind.EXIT:
-        return f"exit: {event.detail}"
-    return str(event.kind.value)
-
-
-# --- entry points --------------------------------------------------------------------------
 
 
 async def run_demo(
@@ -805,5 +383,8 @@ async def run_demo(
         (shielded, within each manager's exit deadline) before the
         cancellation goes on; the summary is then not printed.
     """
-    demo = _Demo(options, console or Console(), on_step=on_step)
-    return await demo.run(interrupt)
+    t0 = trio.current_time()
+    console = console or Console()
+    async with open_venue(options) as venue:
+        story = Story(options, venue, console, on_step=on_step, t0=t0)
+        return await story.play(interrupt)
