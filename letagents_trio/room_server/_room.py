@@ -57,7 +57,6 @@ import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any, Final, Literal, NoReturn, final
 
 import attrs
@@ -71,13 +70,17 @@ from .._protocol import (
     AGENT_SESSION_ENDED_CODE,
     ALREADY_ACTIVE_CODE,
     ALREADY_ACTIVE_TEXT,
+    BAD_CURSOR_TEXT,
     BEARER_MISMATCH_TEXT,
     BUSY_TEXT,
+    DEFAULT_MESSAGE_PAGE,
     DEFAULT_POLL_TIMEOUT,
     DURABLE_CREDENTIAL_TEXT,
     IDENTITY_TOO_LONG_CODE,
     IDENTITY_TOO_LONG_TEXT,
     INVALID_CREDENTIALS_TEXT,
+    MAX_MESSAGE_CHARS,
+    MAX_MESSAGE_PAGE,
     NAMES_EXHAUSTED_CODE,
     NAMES_EXHAUSTED_TEXT,
     OFFLINE_ANNOUNCE_MAX_AGE,
@@ -92,7 +95,10 @@ from .._protocol import (
     SESSION_ID_REQUIRED_TEXT,
     SESSION_NOT_FOUND_TEXT,
     SESSION_REQUIRED_TEXT,
+    TEXT_REQUIRED_TEXT,
+    TEXT_TOO_LONG_TEXT,
     WORKER_REQUIRED_TEXT,
+    format_iso,
 )
 from ..workers._names import (
     actor_label,
@@ -143,11 +149,9 @@ CloseMode = Literal["ended", "replaced", "shutdown", "dropped"]
 ROOM_NOT_FOUND_TEXT: Final = "Room not found"
 OWNER_AUTH_TEXT: Final = "Authentication required."
 AGENT_NAME_REQUIRED_TEXT: Final = "name is required"
-TEXT_REQUIRED_TEXT: Final = "text is required"
 TITLE_REQUIRED_TEXT: Final = "title is required"
 TASK_NOT_FOUND_TEXT: Final = "Task not found"
 LEASE_NOT_FOUND_TEXT: Final = "Lease not found"
-BAD_CURSOR_TEXT: Final = "after must be a message id"
 BAD_TIMEOUT_TEXT: Final = "timeout must be a number of milliseconds"
 BAD_LEASE_KIND_TEXT: Final = "kind must be a non-empty string"
 
@@ -159,10 +163,6 @@ MAX_INSTANCE_ID_CHARS: Final = 128
 MAX_DISPLAY_NAME_CHARS: Final = 128
 # Room and session ids beyond this are refused before any lookup.
 MAX_ROUTING_ID_CHARS: Final = 256
-# Messages: a page, and the largest text one message may carry.
-MESSAGE_PAGE: Final = 50
-MAX_MESSAGE_PAGE: Final = 200
-MAX_MESSAGE_CHARS: Final = 64 * 1024
 # Poll timeout when the request names none, in the room's milliseconds.
 DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
 # A connection credential is base64url; the client sends 43 characters.
@@ -189,11 +189,8 @@ def _token_matches(row: SessionRow, token: str) -> bool:
 
 
 def iso_ms(ms: int | None) -> str | None:
-    """Render epoch ms as JavaScript's ``toISOString`` does (``...T..:..:..sssZ``)."""
-    if ms is None:
-        return None
-    stamp = datetime.fromtimestamp(ms // 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{ms % 1000:03d}Z"
+    """Render optional epoch ms as JavaScript's ``toISOString`` does (``None`` stays)."""
+    return None if ms is None else format_iso(ms / 1000)
 
 
 def _account_id(login: str) -> str:
@@ -338,7 +335,8 @@ class Room:
         store: where rows live (:class:`MemoryStore` or :class:`SQLiteStore`).
         clock: the clock every time-based rule reads (epoch ms).
         owner_tokens: owner bearer token → account login (dev auth).
-        config: intervals and limits; :meth:`RoomConfig.from_env` by default.
+        config: intervals and limits; upstream's defaults unless given (the
+            room never reads the environment: its entry point does).
 
     Attributes:
         busy_registrations: the next this many registrations answer 503 busy
@@ -348,7 +346,7 @@ class Room:
     store: RoomStore
     clock: RoomClock = attrs.field(factory=SystemClock)
     owner_tokens: Mapping[str, str] = attrs.field(factory=dict, repr=False)
-    config: RoomConfig = attrs.field(factory=RoomConfig.from_env)
+    config: RoomConfig = attrs.field(factory=RoomConfig)
     busy_registrations: int = 0
     _streams: dict[str, list[ProcessStream]] = attrs.field(init=False, factory=dict)
     _delivery: dict[str, _Delivery] = attrs.field(init=False, factory=dict)
@@ -1229,7 +1227,7 @@ class Room:
             if not isinstance(text, str) or not text.strip():
                 _refuse(400, TEXT_REQUIRED_TEXT)
             if len(text) > MAX_MESSAGE_CHARS:
-                _refuse(413, "text is too long")
+                _refuse(413, TEXT_TOO_LONG_TEXT)
         except _Refusal as refusal:
             return refusal.reply
         message = self.store.add_message(
@@ -1294,7 +1292,7 @@ class Room:
             self._require_room(room_id)
             self._authenticate(room_id, creds, worker_only=False)
             cursor = self._cursor(after)
-            size = MESSAGE_PAGE
+            size = DEFAULT_MESSAGE_PAGE
             if limit:
                 if not limit.isdigit():
                     _refuse(400, "limit must be a positive integer")
@@ -1351,7 +1349,7 @@ class Room:
         finally:
             delivery.open_polls -= 1
             delivery.closed_at = self.now_ms()
-        return Reply(status=200, body=self._page(room_id, cursor, MESSAGE_PAGE))
+        return Reply(status=200, body=self._page(room_id, cursor, DEFAULT_MESSAGE_PAGE))
 
     # --- tasks and leases (minimal) -------------------------------------------------------
 

@@ -8,11 +8,8 @@ import pytest
 import trio
 import trio.testing
 
+from letagents_trio._protocol import liveness_notice_after_from_env, poll_max_from_env
 from letagents_trio.room_server import RoomConfig
-from letagents_trio.room_server._config import (
-    liveness_notice_after_from_env,
-    poll_max_from_env,
-)
 
 from .helpers import ROOM, registered, registration, say, session_headers
 
