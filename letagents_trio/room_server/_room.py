@@ -100,6 +100,7 @@ from .._protocol import (
     WORKER_REQUIRED_TEXT,
     format_iso,
 )
+from .._util import Notifier
 from ..workers._names import (
     actor_label,
     allocation_base,
@@ -350,7 +351,7 @@ class Room:
     busy_registrations: int = 0
     _streams: dict[str, list[ProcessStream]] = attrs.field(init=False, factory=dict)
     _delivery: dict[str, _Delivery] = attrs.field(init=False, factory=dict)
-    _room_changed: dict[str, trio.Event] = attrs.field(init=False, factory=dict)
+    _room_changed: dict[str, Notifier] = attrs.field(init=False, factory=dict)
     _locks: dict[str, trio.Lock] = attrs.field(init=False, factory=dict)
     _agents: dict[str, dict[str, dict[str, Any]]] = attrs.field(init=False, factory=dict)
 
@@ -424,12 +425,9 @@ class Room:
         )
 
     def _wake_room(self, room_id: str) -> None:
-        event = self._room_changed.pop(room_id, None)
-        if event is not None:
-            event.set()
-
-    def _room_event(self, room_id: str) -> trio.Event:
-        return self._room_changed.setdefault(room_id, trio.Event())
+        changed = self._room_changed.get(room_id)
+        if changed is not None:
+            changed.notify()
 
     @staticmethod
     def projection(row: SessionRow) -> dict[str, Any]:
@@ -1334,21 +1332,22 @@ class Room:
         deadline = trio.current_time() + wait / 1000
         delivery = self._delivery.setdefault(row.session_id, _Delivery())
         delivery.open_polls += 1
+
+        def answerable() -> bool:
+            if self.store.messages_after(room_id, cursor, 1):
+                return True
+            current = self.store.get_session(row.session_id)
+            return current is None or not current.live
+
+        changed = self._room_changed.setdefault(room_id, Notifier())
         try:
-            await trio.lowlevel.checkpoint()
-            while True:
-                if self.store.messages_after(room_id, cursor, 1):
-                    break
-                current = self.store.get_session(row.session_id)
-                if current is None or not current.live:
-                    break
-                with trio.move_on_at(deadline) as scope:
-                    await self._room_event(room_id).wait()
-                if scope.cancelled_caught:
-                    break
+            with trio.move_on_at(deadline):
+                await changed.wait_until(answerable)
         finally:
             delivery.open_polls -= 1
             delivery.closed_at = self.now_ms()
+            if not changed.waiting:
+                self._room_changed.pop(room_id, None)
         return Reply(status=200, body=self._page(room_id, cursor, DEFAULT_MESSAGE_PAGE))
 
     # --- tasks and leases (minimal) -------------------------------------------------------
