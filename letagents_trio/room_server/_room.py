@@ -14,9 +14,9 @@ it cannot be had, §10).
 
 Registration (R3, §5.3, §7.3), in order:
 
-1. Owner token → account (401), the on-demand busy counter (503), the body
-   checks (400 ``actor_key``, identity bounds, the durable credential, the
-   replacement pair; 403 for a foreign ``actor_key``).
+1. Owner token → account (401), the body checks (400 ``actor_key``,
+   identity bounds, the durable credential, the replacement pair; 403 for a
+   foreign ``actor_key``).
 2. The one wait: if the name asked for is held only by same-owner holders that
    will be gone within 15 s (``name_comes_free_at``), sleep once until that
    moment + 500 ms, outside the lock.
@@ -338,17 +338,12 @@ class Room:
         owner_tokens: owner bearer token → account login (dev auth).
         config: intervals and limits; upstream's defaults unless given (the
             room never reads the environment: its entry point does).
-
-    Attributes:
-        busy_registrations: the next this many registrations answer 503 busy
-            (fault injection, §10); each one answered counts it down.
     """
 
     store: RoomStore
     clock: RoomClock = attrs.field(factory=SystemClock)
     owner_tokens: Mapping[str, str] = attrs.field(factory=dict, repr=False)
     config: RoomConfig = attrs.field(factory=RoomConfig)
-    busy_registrations: int = 0
     _streams: dict[str, list[ProcessStream]] = attrs.field(init=False, factory=dict)
     _delivery: dict[str, _Delivery] = attrs.field(init=False, factory=dict)
     _room_changed: dict[str, Notifier] = attrs.field(init=False, factory=dict)
@@ -608,10 +603,6 @@ class Room:
             account = self._owner(owner_token)
             if account is None:
                 _refuse(401, REGISTRATION_AUTH_TEXT)
-            if self.busy_registrations > 0:
-                self.busy_registrations -= 1
-                await trio.lowlevel.checkpoint()
-                return _busy()
             if not _valid_room_id(room_id):
                 _refuse(404, ROOM_NOT_FOUND_TEXT)
             req = self._parse_registration(account, body)
