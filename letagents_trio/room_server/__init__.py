@@ -14,10 +14,6 @@ from ._clock import RoomClock as RoomClock
 from ._clock import SystemClock as SystemClock
 from ._clock import TrioClock as TrioClock
 from ._config import RoomConfig as RoomConfig
-from ._room import CloseMode as CloseMode
-from ._room import Credentials as Credentials
-from ._room import ProcessStream as ProcessStream
-from ._room import Reply as Reply
 from ._room import Room as Room
 from ._room import RoomStatistics as RoomStatistics
 from ._serve import serve_room as serve_room
@@ -29,6 +25,10 @@ from ._store import RoomStore as RoomStore
 from ._store import SessionRow as SessionRow
 from ._store import SQLiteStore as SQLiteStore
 from ._store import TaskRow as TaskRow
+from ._streams import CloseMode as CloseMode
+from ._streams import ProcessStream as ProcessStream
+from ._wire import Credentials as Credentials
+from ._wire import Reply as Reply
 
 __all__ = [
     "Account",

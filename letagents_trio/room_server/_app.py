@@ -30,14 +30,18 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 from urllib.parse import parse_qs, unquote
 
 import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
-from ._room import Credentials, ProcessStream, Reply, Room
+from ._wire import Credentials, Reply
+
+if TYPE_CHECKING:
+    from ._room import Room
+    from ._streams import ProcessStream
 
 __all__ = ["SSE_DRAIN_TIMEOUT", "create_app"]
 
