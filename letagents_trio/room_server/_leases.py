@@ -4,8 +4,11 @@ A task is a title in a room; a lease is a session's hold on a task, of a kind
 (``work`` by default), active until released or expired. One active lease per
 (task, kind): taking one another session holds answers 409, taking one again
 returns it. The liveness notices name a session's active ``work`` leases
-(:func:`work_task_ids`); a registration may adopt leases of ended sessions
-(``_registration.adopts``).
+(:func:`work_task_ids`). A registration adopts leases its owner's ended
+sessions left (:func:`adopts`, §7.3): the same agent instance always does;
+once the old process has exited, the same agent key does, and so does a
+same-named non-durable holder's ``work`` lease whose agent key has no live
+session left. ``room_admin`` ends pass nothing on.
 
 The checks and rules are pure functions of rows, bodies and the time; the
 :class:`TaskBoard` authenticates the calls, applies them and stores the rows.
@@ -14,19 +17,20 @@ The checks and rules are pure functions of rows, bodies and the time; the
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
 from .._protocol import MAX_MESSAGE_CHARS
-from ._store import LeaseRow, TaskRow
+from ..workers._names import is_durable_worker_id, name_key
+from ._store import END_REASON_ROOM_ADMIN, LeaseRow, TaskRow
 from ._wire import Credentials, Refusal, Reply, iso, refuse
 
 if TYPE_CHECKING:
     from ._accounts import Accounts
     from ._clock import RoomClock
-    from ._store import RoomStore
+    from ._store import RoomStore, SessionRow
 
 __all__ = [
     "ALREADY_LEASED_CODE",
@@ -39,6 +43,8 @@ __all__ = [
     "TITLE_REQUIRED_TEXT",
     "TaskBoard",
     "active_lease",
+    "adopted",
+    "adopts",
     "lease_json",
     "new_lease",
     "new_task",
@@ -201,6 +207,34 @@ class TaskBoard:
             self.store.put_lease(lease)
         return Reply(status=200, body=lease_json(lease))
 
+    def adopt(
+        self, row: SessionRow, before: SessionRow | None, *, exited: Callable[[SessionRow], bool]
+    ) -> list[LeaseRow]:
+        """Move to the new session ``row`` the active leases it adopts (:func:`adopts`).
+
+        Args:
+            row: the session just registered (stored).
+            before: the row it was, when a durable worker's row was kept.
+            exited: whether a holder's process has exited, seen by the registrant.
+        """
+        now = self.clock.now_ms()
+        adopted_leases: list[LeaseRow] = []
+        live_keys = {s.agent_key for s in self.store.room_sessions(row.room_id) if s.live}
+        for lease in self.store.room_leases(row.room_id):
+            if not lease.active(now):
+                continue
+            holder = (
+                before
+                if before is not None and lease.session_id == before.session_id
+                else self.store.get_session(lease.session_id)
+            )
+            if holder is None or not adopts(lease, holder, row, live_keys=live_keys, exited=exited):
+                continue
+            moved = adopted(lease, row.session_id)
+            self.store.put_lease(moved)
+            adopted_leases.append(moved)
+        return adopted_leases
+
     def work_task_ids(self, session_id: str) -> list[str]:
         """Task ids of the active work leases a session holds, oldest lease first."""
         row = self.store.get_session(session_id)
@@ -232,3 +266,49 @@ def lease_json(lease: LeaseRow) -> dict[str, Any]:
         "expires_at": iso(lease.expires_at),
         "released_at": iso(lease.released_at),
     }
+
+
+def adopts(
+    lease: LeaseRow,
+    holder: SessionRow,
+    row: SessionRow,
+    *,
+    live_keys: set[str],
+    exited: Callable[[SessionRow], bool],
+) -> bool:
+    """Whether the new session ``row`` adopts an active ``lease`` its ``holder`` left (§7.3).
+
+    Only leases of ended, unsupervised sessions of the same owner not ended by
+    the room's admin move. The same agent key and instance always adopts;
+    otherwise, once the holder's process has ``exited``, the same agent key
+    does, and so does a same-named non-durable holder's ``work`` lease whose
+    agent key has no live session left.
+    """
+    if holder.live:
+        return False
+    if (
+        holder.end_reason == END_REASON_ROOM_ADMIN
+        or holder.supervisor_grant_id is not None
+        or holder.owner_account_id != row.owner_account_id
+    ):
+        return False
+    same_identity = holder.agent_key == row.agent_key
+    if same_identity and holder.agent_instance_id == row.agent_instance_id:
+        return True
+    if not exited(holder):
+        return False
+    return same_identity or (
+        lease.kind == "work"
+        and not is_durable_worker_id(holder.agent_instance_id)
+        and name_key(holder.display_name) == name_key(row.display_name)
+        and holder.agent_key not in live_keys
+    )
+
+
+def adopted(lease: LeaseRow, session_id: str) -> LeaseRow:
+    """The lease moved to ``session_id``; a work lease's epoch moves on."""
+    return attrs.evolve(
+        lease,
+        session_id=session_id,
+        epoch=lease.epoch + 1 if lease.kind == "work" else lease.epoch,
+    )

@@ -1,4 +1,4 @@
-"""Messages (R7, R8), the delivery connection a long poll stands for, and liveness notices.
+"""Messages (R7, R8) and the delivery connection a long poll stands for.
 
 Request checks are pure functions that return the parsed value or refuse
 (:func:`parse_cursor`, :func:`parse_page_size`, :func:`parse_wait_ms`,
@@ -9,13 +9,6 @@ room with a poll waiting).
 Delivery (§7.1): an open poll of a session, and the 12 s after the last one
 closed, count as an open delivery connection for the presence rules.
 :class:`Deliveries` keeps that per session.
-
-Liveness notices (§7.5) are decided per session by pure functions of its row,
-the time and whether it is reachable: :func:`recovery_notice` for a reachable
-session announced offline and not yet back, :func:`offline_notice` for an
-unreachable, unheard one holding active work leases for between the grace and
-60 min, once per outage epoch. Each decision carries the notice's text, its
-dedupe id and the row with the announcement recorded.
 """
 
 from __future__ import annotations
@@ -33,7 +26,6 @@ from .._protocol import (
     DEFAULT_POLL_TIMEOUT,
     MAX_MESSAGE_CHARS,
     MAX_MESSAGE_PAGE,
-    OFFLINE_ANNOUNCE_MAX_AGE,
     TEXT_REQUIRED_TEXT,
     TEXT_TOO_LONG_TEXT,
 )
@@ -45,7 +37,7 @@ from ._wire import Credentials, Refusal, Reply, iso, refuse
 if TYPE_CHECKING:
     from ._accounts import Accounts
     from ._clock import RoomClock
-    from ._store import RoomStore, SessionRow
+    from ._store import RoomStore
 
 __all__ = [
     "BAD_LIMIT_TEXT",
@@ -53,32 +45,23 @@ __all__ = [
     "DEFAULT_POLL_TIMEOUT_MS",
     "LIVENESS_SENDER",
     "LIVENESS_SOURCE",
-    "OFFLINE_ANNOUNCE_MAX_AGE_MS",
     "Deliveries",
     "MessageBoard",
-    "Notice",
-    "announceable",
-    "format_offline_duration",
     "message_json",
     "message_text",
-    "offline_notice",
-    "offline_text",
     "page_json",
     "parse_cursor",
     "parse_page_size",
     "parse_wait_ms",
-    "recovery_notice",
 ]
 
 BAD_TIMEOUT_TEXT: Final = "timeout must be a number of milliseconds"
 BAD_LIMIT_TEXT: Final = "limit must be a positive integer"
 # Poll timeout when the request names none, in the room's milliseconds.
 DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
-# The _protocol.py value the room compares with its millisecond clock.
-OFFLINE_ANNOUNCE_MAX_AGE_MS: Final = round(OFFLINE_ANNOUNCE_MAX_AGE * 1000)
 # Cursors longer than this are no message id (and would not fit the store's integer).
 _MAX_CURSOR_DIGITS: Final = 18
-# Liveness notices are posted as the room itself, marked as such.
+# Room notices (liveness, §7.5) are posted as the room itself, marked as such.
 LIVENESS_SENDER: Final = "letagents"
 LIVENESS_SOURCE: Final = "agent_liveness"
 
@@ -302,82 +285,3 @@ class MessageBoard:
                 self._changed.pop(room_id, None)
         found = self.store.messages_after(room_id, cursor, DEFAULT_MESSAGE_PAGE + 1)
         return Reply(status=200, body=page_json(room_id, found, DEFAULT_MESSAGE_PAGE))
-
-
-# --- liveness notices (§7.5) ------------------------------------------------------------
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Notice:
-    """A liveness notice to post once (per dedupe id), and the row that records it."""
-
-    text: str
-    dedupe_id: str
-    row: SessionRow
-
-
-def announceable(row: SessionRow) -> bool:
-    """Only live, unsupervised worker sessions are ever announced offline."""
-    return row.session_kind == "worker" and not row.supervisor_grant_id and row.live
-
-
-def recovery_notice(row: SessionRow, now: int) -> Notice | None:
-    """For a reachable session: the recovery notice due, if it was announced offline since."""
-    announced = row.offline_announced_at
-    if announced is None or (
-        row.recovery_announced_at is not None and row.recovery_announced_at >= announced
-    ):
-        return None
-    return Notice(
-        text=f"[status] {row.actor_label} is connected to the room again.",
-        dedupe_id=f"agent_liveness:recovered:{row.session_id}:{announced}",
-        row=attrs.evolve(row, recovery_announced_at=now),
-    )
-
-
-def offline_notice(
-    row: SessionRow, task_ids: list[str], now: int, *, grace_ms: int
-) -> Notice | None:
-    """For an unreachable session holding work: the offline notice due, if any.
-
-    Due when it has been unheard for at least ``grace_ms`` and at most 60 min,
-    once per outage epoch (the drop it started with, else the row's last update).
-    """
-    if not task_ids:
-        return None
-    last_seen = max(row.last_seen_at or 0, row.agent_heard_at or 0, row.process_seen_at or 0)
-    offline_for = now - last_seen
-    if not grace_ms <= offline_for <= OFFLINE_ANNOUNCE_MAX_AGE_MS:
-        return None
-    epoch = (
-        row.process_disconnected_at if row.process_disconnected_at is not None else row.updated_at
-    )
-    if row.offline_epoch_announced == epoch:
-        return None
-    return Notice(
-        text=offline_text(row.actor_label, offline_for, task_ids),
-        dedupe_id=f"agent_liveness:offline:{row.session_id}:{epoch}",
-        row=attrs.evolve(row, offline_epoch_announced=epoch, offline_announced_at=now),
-    )
-
-
-def format_offline_duration(offline_ms: int) -> str:
-    """``<m>m`` (at least 1), ``<h>h`` or ``<h>h <m>m`` (§7.5)."""
-    minutes = max(1, offline_ms // 60_000)
-    hours, rest = divmod(minutes, 60)
-    if hours == 0:
-        return f"{minutes}m"
-    return f"{hours}h" if rest == 0 else f"{hours}h {rest}m"
-
-
-def offline_text(label: str, offline_ms: int, task_ids: list[str]) -> str:
-    """The offline notice of §7.5, word for word."""
-    shown = ", ".join(task_ids[:3])
-    if len(task_ids) > 3:
-        shown += f" and {len(task_ids) - 3} more"
-    return (
-        f"[status] {label} has been offline for {format_offline_duration(offline_ms)}"
-        f" while holding {shown}. It may still be working; reassign only after it or its"
-        " supervisor confirms it has stopped, or a human directs the transfer."
-    )

@@ -8,8 +8,8 @@ that makes it.
 1. :func:`parse_registration`: the body checks (400 ``actor_key``, identity
    bounds, the durable credential, the replacement pair; 403 for a foreign
    ``actor_key``).
-2. :func:`wanted_name`: the name whose holders the room's one wait is about
-   (``_presence.name_comes_free_at``).
+2. :func:`name_wait`: how long the room's one wait lasts, if at all: until
+   the holders of the name wanted (:func:`wanted_name`) are gone.
 3. :func:`plan_registration`, under the room's registration lock:
 
    * lost-response retry: the ``connection_token`` of an existing row of this
@@ -25,9 +25,8 @@ that makes it.
      + k)``. Same-owner holders that are gone do not hold the base name: live
      ones are ended (the *takeover*).
 
-4. :func:`registered_row`: the session row written.
-5. :func:`adopts`: which leases of ended sessions move to the new session
-   (§7.3 adoption; ``room_admin`` ends pass nothing on).
+4. :func:`registered_row`: the session row written; the leases it adopts
+   are ``_leases.adopts``'s to decide (§7.3).
 """
 
 from __future__ import annotations
@@ -60,27 +59,29 @@ from ..workers._names import (
     is_durable_worker_id,
     name_key,
 )
-from ._presence import Holder, Registrant, SessionEvidence, is_releasable
+from ._presence import (
+    Holder,
+    Registrant,
+    SessionEvidence,
+    is_releasable,
+    name_comes_free_at,
+    name_wait_ms,
+)
 from ._store import Account, LeaseRow, SessionRow
 from ._wire import Reply, opt_str, projection, refuse, token_matches
 
 __all__ = [
-    "END_REASON_DISCONNECT",
-    "END_REASON_NAME_HANDOVER",
-    "END_REASON_REPLACED",
-    "END_REASON_ROOM_ADMIN",
     "MAX_ACTOR_KEY_CHARS",
     "MAX_DISPLAY_NAME_CHARS",
     "MAX_INSTANCE_ID_CHARS",
     "NameChoice",
     "Plan",
     "RegistrationRequest",
-    "adopted",
-    "adopts",
     "choose_name",
     "created_reply",
     "holder",
     "holders",
+    "name_wait",
     "parse_registration",
     "plan_registration",
     "registered_row",
@@ -97,11 +98,6 @@ MAX_DISPLAY_NAME_CHARS: Final = 128
 _TOKEN_RE: Final = re.compile(r"[A-Za-z0-9_-]{32,256}")
 # The _protocol.py value the room compares with its millisecond clock.
 SAME_INSTANCE_RECLAIM_STALE_AFTER_MS: Final = round(SAME_INSTANCE_RECLAIM_STALE_AFTER * 1000)
-# How the session was ended, stored in end_reason.
-END_REASON_DISCONNECT: Final = "disconnect"
-END_REASON_REPLACED: Final = "replaced"
-END_REASON_NAME_HANDOVER: Final = "name_handover"
-END_REASON_ROOM_ADMIN: Final = "room_admin"
 
 
 @final
@@ -230,6 +226,28 @@ def wanted_name(req: RegistrationRequest, sessions: Sequence[SessionRow]) -> str
             if s.agent_key == req.actor_key and s.agent_instance_id == req.instance_id:
                 return s.assigned_base_display_name or s.display_name
     return _base_name(req)
+
+
+def name_wait(
+    req: RegistrationRequest,
+    account: Account,
+    sessions: Sequence[SessionRow],
+    *,
+    now: int,
+    holder_of: Callable[[SessionRow], Holder],
+) -> float | None:
+    """How long, in ms, the one wait before the lock lasts; ``None``: no wait (step 2).
+
+    A registration waits once when the name it wants is held only by holders
+    of its owner that will be gone within 15 s (``name_comes_free_at``).
+    """
+    at = name_comes_free_at(
+        wanted_name(req, sessions),
+        [holder_of(s) for s in holders(sessions)],
+        registrant=registrant(account, req),
+        now=now,
+    )
+    return None if at is None else name_wait_ms(at, now=now)
 
 
 @final
@@ -510,49 +528,3 @@ def created_reply(row: SessionRow, token: str, adopted: Sequence[LeaseRow]) -> R
             for lease in adopted
         ]
     return Reply(status=201, body=body)
-
-
-def adopts(
-    lease: LeaseRow,
-    holder: SessionRow,
-    row: SessionRow,
-    *,
-    live_keys: set[str],
-    exited: Callable[[SessionRow], bool],
-) -> bool:
-    """Whether the new session ``row`` adopts an active ``lease`` its ``holder`` left (§7.3).
-
-    Only leases of ended, unsupervised sessions of the same owner not ended by
-    the room's admin move. The same agent key and instance always adopts;
-    otherwise, once the holder's process has ``exited``, the same agent key
-    does, and so does a same-named non-durable holder's ``work`` lease whose
-    agent key has no live session left.
-    """
-    if holder.live:
-        return False
-    if (
-        holder.end_reason == END_REASON_ROOM_ADMIN
-        or holder.supervisor_grant_id is not None
-        or holder.owner_account_id != row.owner_account_id
-    ):
-        return False
-    same_identity = holder.agent_key == row.agent_key
-    if same_identity and holder.agent_instance_id == row.agent_instance_id:
-        return True
-    if not exited(holder):
-        return False
-    return same_identity or (
-        lease.kind == "work"
-        and not is_durable_worker_id(holder.agent_instance_id)
-        and name_key(holder.display_name) == name_key(row.display_name)
-        and holder.agent_key not in live_keys
-    )
-
-
-def adopted(lease: LeaseRow, session_id: str) -> LeaseRow:
-    """The lease moved to ``session_id``; a work lease's epoch moves on."""
-    return attrs.evolve(
-        lease,
-        session_id=session_id,
-        epoch=lease.epoch + 1 if lease.kind == "work" else lease.epoch,
-    )

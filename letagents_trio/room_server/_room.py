@@ -46,8 +46,24 @@ from . import _leases, _messages, _registration
 from ._accounts import Accounts
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
-from ._presence import Holder, SessionEvidence, exited, name_comes_free_at, name_wait_ms
-from ._store import Account, LeaseRow, MessageRow, RoomRow, RoomStore, SessionRow
+from ._liveness import LivenessSweep
+from ._presence import (
+    Holder,
+    SessionEvidence,
+    evidence_of,
+    exited,
+)
+from ._store import (
+    END_REASON_DISCONNECT,
+    END_REASON_NAME_HANDOVER,
+    END_REASON_REPLACED,
+    Account,
+    LeaseRow,
+    MessageRow,
+    RoomRow,
+    RoomStore,
+    SessionRow,
+)
 from ._streams import ProcessStream, StreamRegistry
 from ._wire import (
     ROOM_NOT_FOUND_TEXT,
@@ -100,6 +116,7 @@ class Room:
     _streams: StreamRegistry = attrs.field(init=False)
     _board: _messages.MessageBoard = attrs.field(init=False)
     _tasks: _leases.TaskBoard = attrs.field(init=False)
+    _liveness: LivenessSweep = attrs.field(init=False)
     _locks: dict[str, trio.Lock] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -110,6 +127,14 @@ class Room:
         )
         self._board = _messages.MessageBoard(store, clock, accounts, config.poll_max_ms)
         self._tasks = _leases.TaskBoard(store, clock, accounts)
+        self._liveness = LivenessSweep(
+            store,
+            clock,
+            self._board,
+            self._tasks,
+            lambda sid, now: self._streams.holds(sid) or self.delivery_connected(sid, now),
+            config.liveness_notice_after_ms,
+        )
 
     # --- state and evidence ---------------------------------------------------------------
 
@@ -139,17 +164,7 @@ class Room:
 
     def evidence(self, row: SessionRow, now: int | None = None) -> SessionEvidence:
         """Return the presence evidence of a session row (§7.1)."""
-        return SessionEvidence(
-            process_seen_at=row.process_seen_at,
-            process_connection_id=row.process_connection_id,
-            process_disconnected_at=row.process_disconnected_at,
-            process_host_id=row.process_host_id,
-            agent_heard_at=row.agent_heard_at,
-            last_seen_at=row.last_seen_at,
-            ended_at=row.ended_at,
-            delivery_connected=self.delivery_connected(row.session_id, now),
-            agent_instance_id=row.agent_instance_id,
-        )
+        return evidence_of(row, delivery_connected=self.delivery_connected(row.session_id, now))
 
     @staticmethod
     def projection(row: SessionRow) -> dict[str, Any]:
@@ -195,15 +210,14 @@ class Room:
                 refuse(404, ROOM_NOT_FOUND_TEXT)
             req = _registration.parse_registration(account, body)
             now = self.now_ms()
-            sessions = self.store.room_sessions(room_id)
-            at = name_comes_free_at(
-                _registration.wanted_name(req, sessions),
-                [self._holder(s, now) for s in _registration.holders(sessions)],
-                registrant=_registration.registrant(account, req),
+            wait = _registration.name_wait(
+                req,
+                account,
+                self.store.room_sessions(room_id),
                 now=now,
+                holder_of=lambda s: self._holder(s, now),
             )
-            if at is not None:
-                wait = name_wait_ms(at, now=now)
+            if wait is not None:
                 logger.info("registration in %s waits %d ms for a name to come free", room_id, wait)
                 await trio.sleep(wait / 1000)
             lock = self.registration_lock(room_id)
@@ -249,59 +263,28 @@ class Room:
             assert req.connection_token is not None
             return _registration.created_reply(plan.retry, req.connection_token, []), []
         ended = [
-            *(self._end_row(r, now, _registration.END_REASON_NAME_HANDOVER) for r in plan.takeover),
-            *(self._end_row(r, now, _registration.END_REASON_REPLACED) for r in plan.replace),
+            *(self._end_row(r, now, END_REASON_NAME_HANDOVER) for r in plan.takeover),
+            *(self._end_row(r, now, END_REASON_REPLACED) for r in plan.replace),
         ]
         token = req.connection_token or secrets.token_urlsafe(32)
         row = _registration.registered_row(
             req, plan, account=account, room_id=room_id, token_hash=hash_token(token), now=now
         )
         self.store.put_session(row)
-        adopted = self._adopt_leases(row, plan.rotate, req, now)
+        observer = req.process_host_id
+        adopted = self._tasks.adopt(
+            row,
+            plan.rotate,
+            exited=lambda s: exited(self.evidence(s, now), now=now, observer_host_id=observer),
+        )
         if plan.rotate is not None:
             # The rotated row's old streams belong to the old token: end them.
             self._streams.close(row.session_id, "replaced")
         rotated = " (rotated)" if plan.rotate is not None else ""
         logger.info(
-            "registered session %s in %s as %r%s",
-            row.session_id,
-            room_id,
-            row.display_name,
-            rotated,
+            "registered session %s in %s as %r%s", row.session_id, room_id, plan.name, rotated
         )
         return _registration.created_reply(row, token, adopted), ended
-
-    def _adopt_leases(
-        self,
-        row: SessionRow,
-        before: SessionRow | None,
-        req: _registration.RegistrationRequest,
-        now: int,
-    ) -> list[LeaseRow]:
-        """Move the active leases ``row`` adopts from ended sessions (§7.3)."""
-        adopted: list[LeaseRow] = []
-        live_keys = {s.agent_key for s in self.store.room_sessions(row.room_id) if s.live}
-
-        def has_exited(holder: SessionRow) -> bool:
-            evidence = self.evidence(holder, now)
-            return exited(evidence, now=now, observer_host_id=req.process_host_id)
-
-        for lease in self.store.room_leases(row.room_id):
-            if not lease.active(now):
-                continue
-            holder = (
-                before
-                if before is not None and lease.session_id == before.session_id
-                else self.store.get_session(lease.session_id)
-            )
-            if holder is None or not _registration.adopts(
-                lease, holder, row, live_keys=live_keys, exited=has_exited
-            ):
-                continue
-            moved = _registration.adopted(lease, row.session_id)
-            self.store.put_lease(moved)
-            adopted.append(moved)
-        return adopted
 
     # --- ending sessions -------------------------------------------------------------------
 
@@ -395,7 +378,7 @@ class Room:
                 refuse(403, OWN_DISCONNECT_TEXT)
         except Refusal as refusal:
             return refusal.reply
-        ended = self.end_session(session_id, reason=_registration.END_REASON_DISCONNECT)
+        ended = self.end_session(session_id, reason=END_REASON_DISCONNECT)
         row = ended if ended is not None else self.store.get_session(session_id)
         assert row is not None
         body = {"room_id": room_id, "agent_session": projection(row), "delivery_session": None}
@@ -490,27 +473,7 @@ class Room:
         Returns:
             The notices posted by this sweep.
         """
-        now = self.now_ms()
-        posted: list[MessageRow] = []
-        for room_id in self.store.room_ids():
-            for row in self.store.room_sessions(room_id):
-                if not _messages.announceable(row):
-                    continue
-                if self._streams.holds(row.session_id) or self.delivery_connected(
-                    row.session_id, now
-                ):
-                    notice = _messages.recovery_notice(row, now)
-                else:
-                    tasks = self.active_work_task_ids(row.session_id)
-                    grace = self.config.liveness_notice_after_ms
-                    notice = _messages.offline_notice(row, tasks, now, grace_ms=grace)
-                if notice is None:
-                    continue
-                message = self.post_notice(room_id, notice.text, dedupe_id=notice.dedupe_id)
-                self.store.put_session(notice.row)
-                if message is not None:
-                    posted.append(message)
-        return posted
+        return self._liveness.sweep()
 
     async def run(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

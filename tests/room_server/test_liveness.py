@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, TrioClock
-from letagents_trio.room_server._messages import format_offline_duration, offline_text
+from letagents_trio.room_server._liveness import format_offline_duration, offline_text
 
 from .helpers import EPOCH, OWNER_TOKEN, ROOM, drop, hold, registered, registration, session_headers
 
