@@ -3,13 +3,14 @@
 See ``docs/room-server.md`` for what it implements and how its rules map to
 PROTOCOL.md. Build a :class:`Room` over a store and a clock, serve it with
 :func:`serve_room` (hypercorn's trio worker), or mount :func:`create_app`
-in-process with ``letagents_trio.testing``'s streaming transport.
+in-process with ``letagents_trio.testing``'s streaming transport. The command
+line (``letagents-trio room``) lives in ``_cli``; it is the one place the
+room's settings are read from the environment.
 """
 
 from __future__ import annotations
 
 from ._app import create_app as create_app
-from ._cli import main as main
 from ._clock import RoomClock as RoomClock
 from ._clock import SystemClock as SystemClock
 from ._clock import TrioClock as TrioClock
@@ -50,7 +51,6 @@ __all__ = [
     "TaskRow",
     "TrioClock",
     "create_app",
-    "main",
     "serve_room",
 ]
 
