@@ -1,18 +1,28 @@
 """The reference room: every rule of the room API, independent of HTTP.
 
 Routes (``_app.py``) only parse requests and render :class:`~._wire.Reply`
-values; the rules live in :class:`Room` and the pure modules beside it, so the
-HTTP app, ``testing.FakeRoom`` and the demo all run the same code. ``Room``
-orchestrates: it owns the store, the clock, the registration locks and the
-in-memory state (held streams, open polls), authenticates each call, and
-applies what the pure rules decide:
+values; the rules live beside :class:`Room`, so the HTTP app,
+``testing.FakeRoom`` and the demo all run the same code. Each module holds the
+pure rules of one concern (functions of rows, bodies and times, tested without
+I/O) and, where the concern keeps state, the small part that applies them:
 
-* ``_registration``: body checks, naming, hand-over and lease adoption (R2, R3);
+* ``_accounts``: owner accounts (R1, R2) and session authentication
+  (:class:`~._accounts.Accounts`);
+* ``_registration``: body checks, naming and the hand-over plan (R3, §7.3);
 * ``_presence``: has a session's process exited, is it gone (§7.2);
-* ``_streams``: the held process streams and the evidence they leave (R4, R5);
-* ``_messages``: message checks, delivery connections and liveness notices
-  (R7, R8, §7.5);
-* ``_leases``: tasks and leases.
+* ``_streams``: process streams, their evidence and announced exits (R4, R5;
+  :class:`~._streams.StreamRegistry`);
+* ``_messages``: messages, long polls and delivery connections (R7, R8;
+  :class:`~._messages.MessageBoard`);
+* ``_leases``: tasks, leases and lease adoption (:class:`~._leases.TaskBoard`);
+* ``_liveness``: offline and recovery notices (§7.5;
+  :class:`~._liveness.LivenessSweep`);
+* ``_wire``: :class:`~._wire.Credentials`, :class:`~._wire.Reply`, refusals,
+  row JSON.
+
+``Room`` builds the parts over one store and clock, owns the registration
+locks, runs a registration from its rules, ends sessions (which touches
+streams and polls), and answers every route with a thin public method.
 
 Consistency. The room runs on one trio thread and its store calls are
 synchronous, so a read-check-write sequence with no ``await`` in it is atomic:
@@ -47,12 +57,7 @@ from ._accounts import Accounts
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
 from ._liveness import LivenessSweep
-from ._presence import (
-    Holder,
-    SessionEvidence,
-    evidence_of,
-    exited,
-)
+from ._presence import SessionEvidence, evidence_of, exited
 from ._store import (
     END_REASON_DISCONNECT,
     END_REASON_NAME_HANDOVER,
@@ -123,17 +128,23 @@ class Room:
         store, clock, config = self.store, self.clock, self.config
         self._accounts = accounts = Accounts(store, clock, self.owner_tokens)
         self._streams = StreamRegistry(
-            store, clock, accounts, config.heartbeat_interval, config.refresh_interval
+            store,
+            clock,
+            accounts,
+            heartbeat_interval=config.heartbeat_interval,
+            refresh_interval=config.refresh_interval,
         )
-        self._board = _messages.MessageBoard(store, clock, accounts, config.poll_max_ms)
+        self._board = _messages.MessageBoard(store, clock, accounts, poll_max_ms=config.poll_max_ms)
         self._tasks = _leases.TaskBoard(store, clock, accounts)
         self._liveness = LivenessSweep(
             store,
             clock,
             self._board,
             self._tasks,
-            lambda sid, now: self._streams.holds(sid) or self.delivery_connected(sid, now),
-            config.liveness_notice_after_ms,
+            reachable=lambda sid, now: (
+                self._streams.holds(sid) or self.delivery_connected(sid, now)
+            ),
+            grace_ms=config.liveness_notice_after_ms,
         )
 
     # --- state and evidence ---------------------------------------------------------------
@@ -215,7 +226,7 @@ class Room:
                 account,
                 self.store.room_sessions(room_id),
                 now=now,
-                holder_of=lambda s: self._holder(s, now),
+                holder_of=lambda s: _registration.holder(s, self.evidence(s, now)),
             )
             if wait is not None:
                 logger.info("registration in %s waits %d ms for a name to come free", room_id, wait)
@@ -239,9 +250,6 @@ class Room:
             await trio.lowlevel.checkpoint()
             return refusal.reply
 
-    def _holder(self, row: SessionRow, now: int) -> Holder:
-        return _registration.holder(row, self.evidence(row, now))
-
     def _register_locked(
         self, account: Account, room_id: str, req: _registration.RegistrationRequest
     ) -> tuple[Reply, list[SessionRow]]:
@@ -256,7 +264,7 @@ class Room:
             sessions=self.store.room_sessions(room_id),
             proof=None if req.replace_id is None else self.store.get_session(req.replace_id),
             now=now,
-            holder_of=lambda s: self._holder(s, now),
+            holder_of=lambda s: _registration.holder(s, self.evidence(s, now)),
             max_offset=self.config.max_name_offset,
         )
         if plan.retry is not None:
@@ -463,12 +471,7 @@ class Room:
     # --- liveness notices (§7.5) ------------------------------------------------------------
 
     def sweep_liveness(self) -> list[MessageRow]:
-        """Post the offline and recovery notices that are due now (§7.5).
-
-        Only live, unsupervised worker sessions that hold an active work lease
-        are announced offline, once per outage epoch, when they have been
-        unreachable and unheard for at least the grace and at most 60 min. A
-        recovery notice follows when such a session is reachable again.
+        """Post the offline and recovery notices due now (§7.5, see ``_liveness``).
 
         Returns:
             The notices posted by this sweep.
