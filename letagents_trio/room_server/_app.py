@@ -27,6 +27,7 @@ disconnect watcher, so a client that goes away stops counting as delivery.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -185,8 +186,9 @@ class _Request:
         return _credentials(self.scope, body)
 
 
-# A route's handler returns the reply to send, or None when it answered itself.
-Handler = Callable[[_Request], Awaitable[Reply | None]]
+# A route's handler returns the reply to send, or None when it answered itself;
+# a handler that never waits is a plain function.
+Handler = Callable[[_Request], Awaitable[Reply | None] | Reply]
 # In a route's path, ``{room+}`` is one or more non-empty segments (a room id may
 # hold ``/``) and ``{name}`` exactly one segment.
 _ROOM_PARAM: Final = "{room+}"
@@ -229,13 +231,13 @@ class _Route:
 def _routes(room: Room) -> tuple[_Route, ...]:
     """Every route of PROTOCOL.md §2: no two patterns can match one path."""
 
-    async def me(r: _Request) -> Reply:
+    def me(r: _Request) -> Reply:
         return room.me(r.credentials().owner_token)
 
     async def register_identity(r: _Request) -> Reply:
         return room.register_agent_identity(r.credentials().owner_token, await r.body())
 
-    async def health(r: _Request) -> Reply:
+    def health(r: _Request) -> Reply:
         return Reply(status=200, body={"ok": True})
 
     async def register(r: _Request) -> Reply:
@@ -253,7 +255,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         body = await r.body()
         return room.disconnect(r.params["room"], r.params["session"], r.credentials(body))
 
-    async def list_messages(r: _Request) -> Reply:
+    def list_messages(r: _Request) -> Reply:
         return room.list_messages(
             r.params["room"], r.credentials(), after=r.query("after"), limit=r.query("limit")
         )
@@ -361,7 +363,8 @@ def create_app(room: Room) -> ASGIApp:
                     status=405, body={"error": "Method not allowed"}, headers={"Allow": allow}
                 )
             else:
-                reply = await handler(_Request(scope, receive, send, params, limit))
+                answer = handler(_Request(scope, receive, send, params, limit))
+                reply = await answer if inspect.isawaitable(answer) else answer
             if reply is not None:
                 await _send_reply(send, reply)
             return

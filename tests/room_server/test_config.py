@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import trio
+
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, _cli
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ def test_the_cli_hands_the_room_the_environment(monkeypatch: pytest.MonkeyPatch)
 
     async def serve(room: Room, host: str, port: int) -> None:
         served.append(room)
+        await trio.lowlevel.checkpoint()
 
     monkeypatch.setattr(_cli, "_run", serve)
     monkeypatch.setattr(logging, "basicConfig", lambda **_: None)  # leave root logging be

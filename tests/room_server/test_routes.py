@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     import httpx2
     import trio.testing
 
+    from letagents_trio.room_server._wire import Reply
 
-async def _unused(_: object) -> None:
+
+def _unused(_: object) -> Reply:
     raise AssertionError("not called")
 
 
