@@ -56,7 +56,8 @@ async def start_room() -> tuple[trio.Process, str]:
     command = [
         sys.executable,
         "-c",
-        "import sys; from letagents_trio.room_server import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; from letagents_trio.room_server._cli import main;"
+        " sys.exit(main(sys.argv[1:]))",
         "--memory",
         "--port",
         "0",

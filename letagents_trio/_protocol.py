@@ -6,13 +6,21 @@ implements it.
 
 Upstream states times in milliseconds; letagents-trio states every time in
 seconds on trio's clock, so each constant here is the upstream value / 1000 and
-is named without the ``_MS`` suffix. Header names, paths and error texts are
-kept byte for byte: compatibility with the Node client and the room needs them.
+is named without the ``_MS`` suffix; the exceptions are the environment
+variables upstream reads, which are milliseconds as written. Header names, paths
+and error texts are kept byte for byte: compatibility with the Node client and
+the room needs them.
+
+Besides constants, two small pure functions live here because both sides of the
+wire need them: :func:`format_iso` (JavaScript's ``toISOString``, the form of
+every timestamp on the wire and in the state file) and the parsers of the two
+environment variables that room and client both read with upstream's rules.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -80,6 +88,18 @@ OFFLINE_ANNOUNCE_MAX_AGE: Final = 3600.0
 DEFAULT_POLL_TIMEOUT: Final = 30.0
 # Stored in place of process_connection_id once a process announced its exit.
 AGENT_PROCESS_EXITED: Final = "exited"
+# How long a registration waits for the room's registration lock before the
+# room answers 503 busy: a stuck registration must not hold every other one.
+REGISTRATION_LOCK_TIMEOUT: Final = 5.0
+
+# --- messages: the same page and bounds in the room and in local chat ---------
+
+# A page of messages when the request names no limit.
+DEFAULT_MESSAGE_PAGE: Final = 50
+# The largest page a request may ask for: bounds one answer's size.
+MAX_MESSAGE_PAGE: Final = 200
+# The longest text one message may carry, in characters.
+MAX_MESSAGE_CHARS: Final = 64 * 1024
 
 # --- headers, media types, texts ----------------------------------------------
 
@@ -124,6 +144,11 @@ OWN_EXIT_TEXT: Final = "A process speaks only for its own session."
 OWN_DISCONNECT_TEXT: Final = "Worker sessions can only disconnect themselves."
 SESSION_NOT_FOUND_TEXT: Final = "Agent session not found"
 SESSION_ID_REQUIRED_TEXT: Final = "agent_session_id is required"
+# Refusals of a message send or read, shared by the room and local chat (ours:
+# upstream's were not read, PROTOCOL.md §9.7).
+TEXT_REQUIRED_TEXT: Final = "text is required"
+TEXT_TOO_LONG_TEXT: Final = "text is too long"
+BAD_CURSOR_TEXT: Final = "after must be a message id"
 
 # The machine-readable ``code`` beside some of those texts.
 AGENT_SESSION_ENDED_CODE: Final = "agent_session_ended"
@@ -135,17 +160,70 @@ REPLACEMENT_PROOF_CODE: Final = "invalid_agent_session_replacement_proof"
 # Where a client goes when neither the environment nor the caller names a room API.
 DEFAULT_API_URL: Final = "http://localhost:3001"
 
+# --- the environment variables upstream reads (milliseconds, as written) ---------
+# Room and MCP server read the same variables with the same rules (PROTOCOL.md §1).
 
-# --- the date format on the wire and in the state file -------------------------
+POLL_MAX_ENV: Final = "LETAGENTS_POLL_MAX_MS"
+# Upstream's long-poll cap: long enough to save requests, short enough for proxies.
+DEFAULT_POLL_MAX_MS: Final = 180_000
+# Below a second a "long" poll is a busy loop.
+POLL_MAX_FLOOR_MS: Final = 1_000
+# A day: no proxy holds a request longer.
+POLL_MAX_CLAMP_MS: Final = 86_400_000
+LIVENESS_NOTICE_AFTER_ENV: Final = "LETAGENTS_LIVENESS_NOTICE_AFTER_MS"
+# 30 min: the newest upstream test's visible "offline" grace.
+DEFAULT_LIVENESS_NOTICE_AFTER_MS: Final = 1_800_000
+# Upstream's accepted range for the grace; a value outside it means the default.
+LIVENESS_NOTICE_MIN_MS: Final = 120_000
+LIVENESS_NOTICE_MAX_MS: Final = 3_600_000
+
+# --- the date format on the wire and in the state file ----------------------------
 
 
 def format_iso(seconds: float) -> str:
     """Format a Unix time like JavaScript's ``Date.prototype.toISOString``.
 
     UTC, milliseconds (truncated, as ``Date`` keeps whole milliseconds) and a
-    ``Z``: ``2026-11-30T20:41:02.123Z``. The room, the state file and the Node
-    client all write dates this way.
+    ``Z``: ``2026-11-30T20:41:02.123Z``. A time made of whole milliseconds
+    (``ms / 1000``) prints those milliseconds, although ``seconds * 1000`` may
+    land a hair below them in binary floating point.
     """
     millis = math.floor(seconds * 1000)
+    if (millis + 1) / 1000 == seconds:
+        millis += 1
     moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
+
+
+def _env_number(raw: str | None) -> float | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def poll_max_from_env(environ: Mapping[str, str]) -> int:
+    """Return the long-poll cap in ms from ``LETAGENTS_POLL_MAX_MS``, by upstream's rules.
+
+    Unset, empty, not a number or below 1 000 falls back to 180 000; above
+    86 400 000 is clamped to it.
+    """
+    value = _env_number(environ.get(POLL_MAX_ENV))
+    if value is None or value < POLL_MAX_FLOOR_MS:
+        return DEFAULT_POLL_MAX_MS
+    return int(min(math.floor(value), POLL_MAX_CLAMP_MS))
+
+
+def liveness_notice_after_from_env(environ: Mapping[str, str]) -> int:
+    """Return the offline-notice grace in ms from ``LETAGENTS_LIVENESS_NOTICE_AFTER_MS``.
+
+    Accepted only between 120 000 and 3 600 000 (then floored); anything else
+    falls back to 1 800 000.
+    """
+    value = _env_number(environ.get(LIVENESS_NOTICE_AFTER_ENV))
+    if value is None or not LIVENESS_NOTICE_MIN_MS <= value <= LIVENESS_NOTICE_MAX_MS:
+        return DEFAULT_LIVENESS_NOTICE_AFTER_MS
+    return math.floor(value)

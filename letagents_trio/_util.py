@@ -1,8 +1,12 @@
-"""Small helpers with no better home."""
+"""Small helpers with no better home: module metadata, and waiting for a condition."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import final
+
+import attrs
+import trio
 
 
 def fixup_module_metadata(module_name: str, namespace: Mapping[str, object]) -> None:
@@ -25,3 +29,38 @@ def fixup_module_metadata(module_name: str, namespace: Mapping[str, object]) -> 
             value.__module__ = module_name
         except (AttributeError, TypeError):
             continue
+
+
+@final
+@attrs.define(eq=False)
+class Notifier:
+    """Wait until a predicate holds, re-checked each time the owner says something changed.
+
+    Like ``trio.Condition`` without the lock: state lives on one trio thread, so
+    a predicate reads it safely between checkpoints. The owner calls
+    :meth:`notify` after every change a waiter may care about; waiters park on a
+    ``trio.lowlevel.ParkingLot`` in between, so nothing polls.
+    """
+
+    _lot: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot, init=False)
+
+    def notify(self) -> None:
+        """Wake every waiter to re-check its predicate (cheap when nobody waits)."""
+        self._lot.unpark_all()
+
+    @property
+    def waiting(self) -> int:
+        """How many tasks are parked waiting for a change."""
+        return len(self._lot)
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Return once ``predicate()`` is true, checking it now and after each :meth:`notify`.
+
+        Cancellation:
+            A checkpoint, also when the predicate already holds. Cancelled,
+            nothing changes: bound the wait with ``trio.move_on_at`` or
+            ``trio.fail_after``.
+        """
+        while not predicate():
+            await self._lot.park()
+        await trio.lowlevel.checkpoint()

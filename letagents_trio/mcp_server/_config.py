@@ -32,8 +32,7 @@ from typing import Final, final
 
 import attrs
 
-from .._protocol import DEFAULT_API_URL
-from ..room_server._config import poll_max_from_env
+from .._protocol import DEFAULT_API_URL, poll_max_from_env
 from ..workers._local_chat import LOCAL_CHAT_DB_ENV, default_local_chat_path
 from ..workers._state import LocalStateStore
 

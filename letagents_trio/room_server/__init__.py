@@ -3,21 +3,18 @@
 See ``docs/room-server.md`` for what it implements and how its rules map to
 PROTOCOL.md. Build a :class:`Room` over a store and a clock, serve it with
 :func:`serve_room` (hypercorn's trio worker), or mount :func:`create_app`
-in-process with ``letagents_trio.testing``'s streaming transport.
+in-process with ``letagents_trio.testing``'s streaming transport. The command
+line (``letagents-trio room``) lives in ``_cli``; it is the one place the
+room's settings are read from the environment.
 """
 
 from __future__ import annotations
 
 from ._app import create_app as create_app
-from ._cli import main as main
 from ._clock import RoomClock as RoomClock
 from ._clock import SystemClock as SystemClock
 from ._clock import TrioClock as TrioClock
 from ._config import RoomConfig as RoomConfig
-from ._room import CloseMode as CloseMode
-from ._room import Credentials as Credentials
-from ._room import ProcessStream as ProcessStream
-from ._room import Reply as Reply
 from ._room import Room as Room
 from ._room import RoomStatistics as RoomStatistics
 from ._serve import serve_room as serve_room
@@ -29,6 +26,10 @@ from ._store import RoomStore as RoomStore
 from ._store import SessionRow as SessionRow
 from ._store import SQLiteStore as SQLiteStore
 from ._store import TaskRow as TaskRow
+from ._streams import CloseMode as CloseMode
+from ._streams import ProcessStream as ProcessStream
+from ._wire import Credentials as Credentials
+from ._wire import Reply as Reply
 
 __all__ = [
     "Account",
@@ -50,7 +51,6 @@ __all__ = [
     "TaskRow",
     "TrioClock",
     "create_app",
-    "main",
     "serve_room",
 ]
 

@@ -1,9 +1,10 @@
 """The room's HTTP face: a raw ASGI app over :class:`~._room.Room`.
 
-Every route is thin: it parses the path, the query, the credentials (bearer
-header; session id and token from the ``X-LetAgents-Agent-Session-*`` headers,
-or from the JSON body's ``agent_session_id`` / ``agent_session_token``), and
-the JSON body, then calls one ``Room`` method and renders its :class:`Reply`.
+Routing is a table (:func:`_routes`): a path pattern and, per method, a thin
+handler that parses the query, the credentials (bearer header; session id and
+token from the ``X-LetAgents-Agent-Session-*`` headers, or from the JSON body's
+``agent_session_id`` / ``agent_session_token``) and the JSON body, then calls
+one ``Room`` method and renders its :class:`Reply`.
 
 Bad input never reaches the rules: a body over ``config.max_body_bytes``
 answers 413, malformed JSON or a non-object 400, an unknown path 404, a known
@@ -11,8 +12,10 @@ path with the wrong method 405; and an unexpected exception is logged and
 answered 500 (a bug, never a reaction to input).
 
 Room ids may contain ``/`` (``owner/repo``): each ``/``-separated segment is
-percent-decoded on its own, and the routes match from the end of the path, so
-``/rooms/owner/repo/messages`` is room ``owner/repo``.
+percent-decoded on its own, and a pattern's ``{room+}`` takes every segment
+between ``/rooms/`` and the route's fixed tail, so ``/rooms/owner/repo/messages``
+is room ``owner/repo``. No two patterns end alike, so the table's order does not
+matter.
 
 The process stream (R4) is a raw ASGI response with its own nursery: one task
 watches ``receive()`` for ``http.disconnect`` and closes the stream as
@@ -24,16 +27,22 @@ disconnect watcher, so a client that goes away stops counting as delivery.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, final
 from urllib.parse import parse_qs, unquote
 
+import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
-from ._room import Credentials, ProcessStream, Reply, Room
+from ._wire import Credentials, Reply
+
+if TYPE_CHECKING:
+    from ._room import Room
+    from ._streams import ProcessStream
 
 __all__ = ["SSE_DRAIN_TIMEOUT", "create_app"]
 
@@ -155,6 +164,180 @@ async def _watch_disconnect(receive: Receive, on_disconnect: Callable[[], None])
             return
 
 
+@final
+@attrs.frozen
+class _Request:
+    """One matched request: the ASGI triple, the path's parameters and the body limit."""
+
+    scope: Scope
+    receive: Receive
+    send: Send
+    params: Mapping[str, str]
+    limit: int
+
+    def query(self, name: str) -> str | None:
+        found = parse_qs(bytes(self.scope.get("query_string", b"")).decode("latin-1"))
+        return found.get(name, [None])[0]
+
+    async def body(self) -> dict[str, Any]:
+        return _parse_json(await _read_body(self.scope, self.receive, self.limit))
+
+    def credentials(self, body: Mapping[str, Any] | None = None) -> Credentials:
+        return _credentials(self.scope, body)
+
+
+# A route's handler returns the reply to send, or None when it answered itself;
+# a handler that never waits is a plain function.
+Handler = Callable[[_Request], Awaitable[Reply | None] | Reply]
+# In a route's path, ``{room+}`` is one or more non-empty segments (a room id may
+# hold ``/``) and ``{name}`` exactly one segment.
+_ROOM_PARAM: Final = "{room+}"
+
+
+@final
+@attrs.frozen
+class _Route:
+    """A path pattern and the handler of each method it answers."""
+
+    path: str
+    handlers: Mapping[str, Handler]
+
+    def match(self, segments: list[str]) -> dict[str, str] | None:
+        """The path's parameters if ``segments`` fit the pattern, else None."""
+        pattern = self.path[1:].split("/")
+        if _ROOM_PARAM in pattern:
+            at = pattern.index(_ROOM_PARAM)
+            head, tail = pattern[:at], pattern[at + 1 :]
+            if len(segments) < len(pattern):
+                return None
+            room = segments[at : len(segments) - len(tail)]
+            if not all(room):
+                return None
+            params = {"room": "/".join(room)}
+            segments = segments[:at] + segments[len(segments) - len(tail) :]
+            pattern = head + tail
+        else:
+            params = {}
+        if len(segments) != len(pattern):
+            return None
+        for want, got in zip(pattern, segments, strict=True):
+            if want.startswith("{"):
+                params[want[1:-1]] = got
+            elif want != got:
+                return None
+        return params
+
+
+def _routes(room: Room) -> tuple[_Route, ...]:
+    """Every route of PROTOCOL.md §2: no two patterns can match one path."""
+
+    def me(r: _Request) -> Reply:
+        return room.me(r.credentials().owner_token)
+
+    async def register_identity(r: _Request) -> Reply:
+        return room.register_agent_identity(r.credentials().owner_token, await r.body())
+
+    def health(r: _Request) -> Reply:
+        return Reply(status=200, body={"ok": True})
+
+    async def register(r: _Request) -> Reply:
+        body = await r.body()
+        return await room.register(r.credentials().owner_token, r.params["room"], body)
+
+    async def process_stream(r: _Request) -> None:
+        await _serve_process_stream(room, r)
+
+    async def exit_process(r: _Request) -> Reply:
+        body = await r.body()
+        return room.exit_process(r.params["room"], r.params["session"], r.credentials(body), body)
+
+    async def disconnect(r: _Request) -> Reply:
+        body = await r.body()
+        return room.disconnect(r.params["room"], r.params["session"], r.credentials(body))
+
+    def list_messages(r: _Request) -> Reply:
+        return room.list_messages(
+            r.params["room"], r.credentials(), after=r.query("after"), limit=r.query("limit")
+        )
+
+    async def send_message(r: _Request) -> Reply:
+        body = await r.body()
+        return room.send_message(r.params["room"], r.credentials(body), body)
+
+    async def poll(r: _Request) -> Reply | None:
+        return await _poll(room, r)
+
+    async def create_task(r: _Request) -> Reply:
+        body = await r.body()
+        return room.create_task(r.params["room"], r.credentials(body), body)
+
+    async def take_lease(r: _Request) -> Reply:
+        body = await r.body()
+        return room.take_lease(r.params["room"], r.params["task"], r.credentials(body), body)
+
+    async def release_lease(r: _Request) -> Reply:
+        body = await r.body()
+        return room.release_lease(r.params["room"], r.params["lease"], r.credentials(body))
+
+    sessions = "/rooms/{room+}/agent-sessions"
+    return (
+        _Route("/agents/me", {"GET": me}),
+        _Route("/agents", {"POST": register_identity}),
+        _Route("/health", {"GET": health}),
+        _Route("/healthz", {"GET": health}),
+        _Route(sessions, {"POST": register}),
+        _Route(sessions + "/{session}/process", {"GET": process_stream}),
+        _Route(sessions + "/{session}/process/exit", {"POST": exit_process}),
+        _Route(sessions + "/{session}/disconnect", {"POST": disconnect}),
+        _Route("/rooms/{room+}/messages", {"GET": list_messages, "POST": send_message}),
+        _Route("/rooms/{room+}/messages/poll", {"GET": poll}),
+        _Route("/rooms/{room+}/tasks", {"POST": create_task}),
+        _Route("/rooms/{room+}/tasks/{task}/leases", {"POST": take_lease}),
+        _Route("/rooms/{room+}/leases/{lease}/release", {"POST": release_lease}),
+    )
+
+
+async def _serve_process_stream(room: Room, r: _Request) -> None:
+    """R4: open the stream, or send the refusal; then write it until it closes."""
+    opened = room.open_process_stream(r.params["room"], r.params["session"], r.credentials())
+    if isinstance(opened, Reply):
+        await _send_reply(r.send, opened)
+        return
+    stream: ProcessStream = opened
+    await r.send(
+        {"type": "http.response.start", "status": 200, "headers": list(PROCESS_STREAM_HEADERS)}
+    )
+
+    async def write(chunk: bytes) -> None:
+        with trio.move_on_after(SSE_DRAIN_TIMEOUT) as scope:
+            await r.send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if scope.cancelled_caught:
+            logger.info("process stream %s stalled: dropped", stream.connection_id)
+            stream.close("dropped")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_disconnect, r.receive, lambda: stream.close("dropped"))
+        await room.run_process_stream(stream, write)
+        nursery.cancel_scope.cancel(reason="process stream closed")
+    await r.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _poll(room: Room, r: _Request) -> Reply | None:
+    """R7: the long poll, given up (nothing sent) as soon as the client goes away."""
+    reply: Reply | None = None
+    async with trio.open_nursery() as nursery:
+
+        def gone() -> None:
+            nursery.cancel_scope.cancel(reason="poll client went away")
+
+        nursery.start_soon(_watch_disconnect, r.receive, gone)
+        reply = await room.poll_messages(
+            r.params["room"], r.credentials(), after=r.query("after"), wait_ms=r.query("timeout")
+        )
+        nursery.cancel_scope.cancel(reason="poll answered")
+    return reply
+
+
 def create_app(room: Room) -> ASGIApp:
     """Return the ASGI app that serves ``room`` (every route of PROTOCOL.md §2).
 
@@ -165,184 +348,27 @@ def create_app(room: Room) -> ASGIApp:
         An ASGI 3 application; it also answers the lifespan protocol.
     """
     limit = room.config.max_body_bytes
-
-    async def process_stream(
-        scope: Scope, receive: Receive, send: Send, room_id: str, session_id: str
-    ) -> None:
-        opened = room.open_process_stream(room_id, session_id, _credentials(scope))
-        if isinstance(opened, Reply):
-            await _send_reply(send, opened)
-            return
-        stream: ProcessStream = opened
-        await send(
-            {"type": "http.response.start", "status": 200, "headers": list(PROCESS_STREAM_HEADERS)}
-        )
-
-        async def write(chunk: bytes) -> None:
-            with trio.move_on_after(SSE_DRAIN_TIMEOUT) as scope_:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if scope_.cancelled_caught:
-                logger.info("process stream %s stalled: dropped", stream.connection_id)
-                stream.close("dropped")
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_disconnect, receive, lambda: stream.close("dropped"))
-            await room.run_process_stream(stream, write)
-            nursery.cancel_scope.cancel(reason="process stream closed")
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def poll(scope: Scope, receive: Receive, send: Send, room_id: str) -> None:
-        query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
-        reply: Reply | None = None
-        async with trio.open_nursery() as nursery:
-
-            def gone() -> None:
-                nursery.cancel_scope.cancel(reason="poll client went away")
-
-            nursery.start_soon(_watch_disconnect, receive, gone)
-            reply = await room.poll_messages(
-                room_id,
-                _credentials(scope),
-                after=query.get("after", [None])[0],
-                wait_ms=query.get("timeout", [None])[0],
-            )
-            nursery.cancel_scope.cancel(reason="poll answered")
-        if reply is not None:
-            await _send_reply(send, reply)
+    routes = _routes(room)
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        method = str(scope.get("method", "GET")).upper()
         segments = _segments(scope)
-        not_found = Reply(status=404, body={"error": "Not found"})
-        if segments is None:
-            await _send_reply(send, not_found)
-            return
-
-        def allow(*methods: str) -> Reply | None:
-            if method in methods:
-                return None
-            return Reply(
-                status=405,
-                body={"error": "Method not allowed"},
-                headers={"Allow": ", ".join(methods)},
-            )
-
-        async def body() -> dict[str, Any]:
-            return _parse_json(await _read_body(scope, receive, limit))
-
-        async def post(handle: Callable[[dict[str, Any]], Reply]) -> None:
-            """Answer a POST route: refuse other methods, else hand the JSON body to ``handle``."""
-            reply = allow("POST")
-            if reply is None:
-                reply = handle(await body())
-            await _send_reply(send, reply)
-
-        query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
-        if segments == ["agents", "me"]:
-            await _send_reply(send, allow("GET") or room.me(_credentials(scope).owner_token))
-            return
-        if segments == ["agents"]:
-            await post(
-                lambda data: room.register_agent_identity(_credentials(scope).owner_token, data)
-            )
-            return
-        if segments in (["health"], ["healthz"]):
-            await _send_reply(send, allow("GET") or Reply(status=200, body={"ok": True}))
-            return
-        if len(segments) < 3 or segments[0] != "rooms":
-            await _send_reply(send, not_found)
-            return
-        parts = segments[1:]
-
-        def room_of(suffix_len: int) -> str | None:
-            head = parts[: len(parts) - suffix_len]
-            if not head or any(p == "" for p in head):
-                return None
-            return "/".join(head)
-
-        tail = parts[-4:]
-        # /rooms/{room}/agent-sessions/{session}/process/exit
-        if len(tail) == 4 and tail[0] == "agent-sessions" and tail[2:] == ["process", "exit"]:
-            room_id = room_of(4)
-            if room_id is not None:
-                session_id = tail[1]
-                rid = room_id
-                await post(
-                    lambda data: room.exit_process(rid, session_id, _credentials(scope, data), data)
+        for candidate in routes:
+            params = None if segments is None else candidate.match(segments)
+            if params is None:
+                continue
+            handler = candidate.handlers.get(str(scope.get("method", "GET")).upper())
+            if handler is None:
+                allow = ", ".join(candidate.handlers)
+                reply: Reply | None = Reply(
+                    status=405, body={"error": "Method not allowed"}, headers={"Allow": allow}
                 )
-                return
-        tail = parts[-3:]
-        if len(tail) == 3 and tail[0] == "agent-sessions" and tail[2] in ("process", "disconnect"):
-            room_id = room_of(3)
-            if room_id is not None:
-                if tail[2] == "process":
-                    refused = allow("GET")
-                    if refused is not None:
-                        await _send_reply(send, refused)
-                        return
-                    await process_stream(scope, receive, send, room_id, tail[1])
-                    return
-                session_id = tail[1]
-                rid = room_id
-                await post(lambda data: room.disconnect(rid, session_id, _credentials(scope, data)))
-                return
-        if len(tail) == 3 and tail[0] == "tasks" and tail[2] == "leases":
-            room_id = room_of(3)
-            if room_id is not None:
-                task_id = tail[1]
-                rid = room_id
-                await post(
-                    lambda data: room.take_lease(rid, task_id, _credentials(scope, data), data)
-                )
-                return
-        if len(tail) == 3 and tail[0] == "leases" and tail[2] == "release":
-            room_id = room_of(3)
-            if room_id is not None:
-                lease_id = tail[1]
-                rid = room_id
-                await post(
-                    lambda data: room.release_lease(rid, lease_id, _credentials(scope, data))
-                )
-                return
-        if parts[-2:] == ["messages", "poll"] and room_of(2) is not None:
-            room_id = room_of(2)
-            assert room_id is not None
-            refused = allow("GET")
-            if refused is not None:
-                await _send_reply(send, refused)
-                return
-            await poll(scope, receive, send, room_id)
+            else:
+                answer = handler(_Request(scope, receive, send, params, limit))
+                reply = await answer if inspect.isawaitable(answer) else answer
+            if reply is not None:
+                await _send_reply(send, reply)
             return
-        last = parts[-1]
-        room_id = room_of(1)
-        if room_id is None:
-            await _send_reply(send, not_found)
-            return
-        if last == "agent-sessions":
-            refused = allow("POST")
-            if refused is None:
-                data = await body()
-                refused = await room.register(_credentials(scope).owner_token, room_id, data)
-            await _send_reply(send, refused)
-            return
-        if last == "messages":
-            refused = allow("GET", "POST")
-            if refused is None and method == "GET":
-                refused = room.list_messages(
-                    room_id,
-                    _credentials(scope),
-                    after=query.get("after", [None])[0],
-                    limit=query.get("limit", [None])[0],
-                )
-            elif refused is None:
-                data = await body()
-                refused = room.send_message(room_id, _credentials(scope, data), data)
-            await _send_reply(send, refused)
-            return
-        if last == "tasks":
-            await post(lambda data: room.create_task(room_id, _credentials(scope, data), data))
-            return
-        await _send_reply(send, not_found)
+        await _send_reply(send, Reply(status=404, body={"error": "Not found"}))
 
     async def lifespan(receive: Receive, send: Send) -> None:
         while True:

@@ -2,70 +2,38 @@
 
 Intervals are seconds on trio's clock (they drive ``trio.sleep``); the two
 settings that upstream reads from the environment are milliseconds, as their
-environment variables are, and :meth:`RoomConfig.from_env` parses them with
-upstream's rules (PROTOCOL.md §1):
-
-* ``LETAGENTS_POLL_MAX_MS``: unset, empty, not a number or below 1 000 falls
-  back to 180 000; above 86 400 000 is clamped to it.
-* ``LETAGENTS_LIVENESS_NOTICE_AFTER_MS``: accepted only between 120 000 and
-  3 600 000 (then floored); anything else falls back to 1 800 000.
+environment variables are. The defaults are the protocol's
+(:mod:`letagents_trio._protocol`); :meth:`RoomConfig.from_env` applies the two
+environment overrides with upstream's rules (PROTOCOL.md §1). Only an entry
+point (the room CLI) calls it: everything below is handed its config.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from typing import Final, final
 
 import attrs
 
+from .._protocol import (
+    DEFAULT_LIVENESS_NOTICE_AFTER_MS,
+    DEFAULT_POLL_MAX_MS,
+    PROCESS_REFRESH_INTERVAL,
+    REGISTRATION_LOCK_TIMEOUT,
+    SSE_HEARTBEAT_INTERVAL,
+    liveness_notice_after_from_env,
+    poll_max_from_env,
+)
 from ..workers._names import MAX_DISPLAY_NAME_COLLISION_OFFSET
 
-__all__ = [
-    "DEFAULT_LIVENESS_NOTICE_AFTER_MS",
-    "DEFAULT_POLL_MAX_MS",
-    "RoomConfig",
-    "liveness_notice_after_from_env",
-    "poll_max_from_env",
-]
+__all__ = ["LIVENESS_SWEEP_INTERVAL", "MAX_BODY_BYTES", "RoomConfig"]
 
-# Upstream's long-poll cap: long enough to save requests, short enough for proxies.
-DEFAULT_POLL_MAX_MS: Final = 180_000
-# Below a second a "long" poll is a busy loop.
-_POLL_MAX_FLOOR_MS: Final = 1_000
-# A day: no proxy holds a request longer.
-_POLL_MAX_CLAMP_MS: Final = 86_400_000
-# 30 min: the newest upstream test's visible "offline" grace.
-DEFAULT_LIVENESS_NOTICE_AFTER_MS: Final = 1_800_000
-_LIVENESS_NOTICE_MIN_MS: Final = 120_000
-_LIVENESS_NOTICE_MAX_MS: Final = 3_600_000
-
-
-def _number(raw: str | None) -> float | None:
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return None if math.isnan(value) else value
-
-
-def poll_max_from_env(environ: Mapping[str, str]) -> int:
-    """Return the long-poll cap in ms from ``LETAGENTS_POLL_MAX_MS`` (upstream's rules)."""
-    value = _number(environ.get("LETAGENTS_POLL_MAX_MS"))
-    if value is None or value < _POLL_MAX_FLOOR_MS:
-        return DEFAULT_POLL_MAX_MS
-    return int(min(math.floor(value), _POLL_MAX_CLAMP_MS))
-
-
-def liveness_notice_after_from_env(environ: Mapping[str, str]) -> int:
-    """Return the offline-notice grace in ms from ``LETAGENTS_LIVENESS_NOTICE_AFTER_MS``."""
-    value = _number(environ.get("LETAGENTS_LIVENESS_NOTICE_AFTER_MS"))
-    if value is None or not _LIVENESS_NOTICE_MIN_MS <= value <= _LIVENESS_NOTICE_MAX_MS:
-        return DEFAULT_LIVENESS_NOTICE_AFTER_MS
-    return math.floor(value)
+# Liveness notices are due at minute granularity (§7.5): sweeping once a minute
+# posts each within a minute of its moment, for one pass over the sessions.
+LIVENESS_SWEEP_INTERVAL: Final = 60.0
+# No request of the room API needs more than a MiB; larger bodies answer 413.
+MAX_BODY_BYTES: Final = 1024 * 1024
 
 
 @final
@@ -88,18 +56,20 @@ class RoomConfig:
             (upstream's 1 024); a test may lower it to reach "exhausted".
     """
 
-    heartbeat_interval: float = 15.0
-    refresh_interval: float = 30.0
+    heartbeat_interval: float = SSE_HEARTBEAT_INTERVAL
+    refresh_interval: float = PROCESS_REFRESH_INTERVAL
     poll_max_ms: int = DEFAULT_POLL_MAX_MS
     liveness_notice_after_ms: int = DEFAULT_LIVENESS_NOTICE_AFTER_MS
-    liveness_sweep_interval: float = 60.0
-    registration_lock_timeout: float = 5.0
-    max_body_bytes: int = 1024 * 1024
+    liveness_sweep_interval: float = LIVENESS_SWEEP_INTERVAL
+    registration_lock_timeout: float = REGISTRATION_LOCK_TIMEOUT
+    max_body_bytes: int = MAX_BODY_BYTES
     max_name_offset: int = MAX_DISPLAY_NAME_COLLISION_OFFSET
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RoomConfig:
         """Build the defaults, with the two environment overrides applied.
+
+        Only entry points call this; the room itself never reads the environment.
 
         Args:
             environ: the environment to read; ``os.environ`` when ``None``.

@@ -42,12 +42,15 @@ of being given a codename.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
 from .. import _protocol
 from ..workers._names import is_durable_worker_id, name_key
+
+if TYPE_CHECKING:
+    from ._store import SessionRow
 
 
 def _ms(seconds: float) -> int:
@@ -64,6 +67,7 @@ __all__ = [
     "Holder",
     "Registrant",
     "SessionEvidence",
+    "evidence_of",
     "exited",
     "gone",
     "gone_soon_at",
@@ -116,6 +120,21 @@ class SessionEvidence:
     ended_at: float | None = None
     delivery_connected: bool = False
     agent_instance_id: str | None = None
+
+
+def evidence_of(row: SessionRow, *, delivery_connected: bool) -> SessionEvidence:
+    """The presence evidence of a stored session row (§7.1)."""
+    return SessionEvidence(
+        process_seen_at=row.process_seen_at,
+        process_connection_id=row.process_connection_id,
+        process_disconnected_at=row.process_disconnected_at,
+        process_host_id=row.process_host_id,
+        agent_heard_at=row.agent_heard_at,
+        last_seen_at=row.last_seen_at,
+        ended_at=row.ended_at,
+        delivery_connected=delivery_connected,
+        agent_instance_id=row.agent_instance_id,
+    )
 
 
 def _heard(s: SessionEvidence) -> float:

@@ -23,11 +23,15 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, final
+from typing import Any, Final, Protocol, TypeVar, final
 
 import attrs
 
 __all__ = [
+    "END_REASON_DISCONNECT",
+    "END_REASON_NAME_HANDOVER",
+    "END_REASON_REPLACED",
+    "END_REASON_ROOM_ADMIN",
     "Account",
     "LeaseRow",
     "MemoryStore",
@@ -56,6 +60,15 @@ class RoomRow:
 
     room_id: str
     created_at: int
+
+
+# How a session was ended, stored in its end_reason: it left itself, a newer
+# registration of its instance replaced it, another took its name over, or the
+# room's admin ended it (then its leases pass to no one).
+END_REASON_DISCONNECT: Final = "disconnect"
+END_REASON_REPLACED: Final = "replaced"
+END_REASON_NAME_HANDOVER: Final = "name_handover"
+END_REASON_ROOM_ADMIN: Final = "room_admin"
 
 
 @final

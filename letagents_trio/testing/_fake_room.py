@@ -54,6 +54,7 @@ import trio
 from .. import _protocol
 from .._client import RoomClient
 from .._session import AgentSession
+from .._util import Notifier
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
 from ..workers._handles import (
     durable_registration_body,
@@ -406,7 +407,7 @@ class FakeRoom:
         self._default_mode = ProcessMode.SERVED
         self._modes: dict[str, ProcessMode] = {}
         self._seen_sessions: set[str] = set()
-        self._changed = trio.lowlevel.ParkingLot()
+        self._changed = Notifier()
         self._rules: list[Rule] = []
         self._inner = create_app(room)
         self.transport = StreamingASGITransport(self._app, nursery=nursery)
@@ -546,12 +547,10 @@ class FakeRoom:
         Cancellation:
             A checkpoint; bound it with ``trio.fail_after`` in tests.
         """
-        while not condition():
-            await self._changed.park()
-        await trio.lowlevel.checkpoint()
+        await self._changed.wait_until(condition)
 
     def _note(self) -> None:
-        self._changed.unpark_all()
+        self._changed.notify()
 
     # --- the ASGI layer ------------------------------------------------------------
 

@@ -1,13 +1,16 @@
 """The reference room on loopback with faults, and the real MCP server as a subprocess.
 
 The room is a :class:`~letagents_trio.testing.FakeRoom` (the reference room
-with its process-route faults: modes, drops, black-holed exits, a request and
+with its faults: process modes, drops, black-holed exits, rules, a request and
 exit log) whose ASGI app hypercorn serves on 127.0.0.1, port 0, exactly as
-``room_server`` serves :func:`~letagents_trio.room_server.create_app`. In
-front of it, :class:`LoopbackRoom` adds only what PROTOCOL §8's fake rooms do
-to *other* routes: it records registration bodies, answers registrations 503
-busy, fails ``GET /agents/me``, refuses message sends, and holds disconnect
-answers. Everything else is the room's own rule.
+``room_server`` serves :func:`~letagents_trio.room_server.create_app`.
+:class:`LoopbackRoom` names the faults of PROTOCOL §8's fake rooms on *other*
+routes. Those a FakeRoom rule can say are rules on the FakeRoom: registrations
+answered 503 busy, ``GET /agents/me`` failing with a status or an empty
+account, disconnect answers held. Its thin ASGI front adds only what a rule
+cannot say (an account answer cut short inside its body, message sends refused
+for one session) and re-checks :meth:`LoopbackRoom.wait_until` whenever an
+answer goes out. Everything else is the room's own rule.
 
 Two drivers for the server: the SDK's stdio client (what hosts use), and
 :class:`RawServer`, JSON-RPC lines over the pipes of a process the test can
@@ -22,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -36,6 +40,7 @@ from hypercorn.trio import serve
 from mcp import StdioServerParameters
 
 from letagents_trio import _protocol
+from letagents_trio._util import Notifier
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig
 from letagents_trio.testing import FakeRoom
 
@@ -43,6 +48,8 @@ from ..mcp_server.helpers import ROOM
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from letagents_trio.testing import Hold, Rule
 
 OWNER_TOKEN: Final = "owner-stdio-token-0123456789"
 OWNER_LOGIN: Final = "owner"
@@ -53,7 +60,11 @@ EXIT_SLACK: Final = 0.5
 # Budget for anything else a test waits on (process start, registration).
 BUDGET: Final = 30
 # R3's busy answer (PROTOCOL §2.1).
-BUSY_TEXT: Final = "Agent session registration is busy. Retry shortly."
+BUSY_TEXT: Final = _protocol.BUSY_TEXT
+# The routes the faults are on, as FakeRoom rules match paths.
+REGISTRATION_PATH: Final = f"/rooms/{ROOM}/agent-sessions"
+ACCOUNT_PATH: Final = "/agents/me"
+DISCONNECT_PATH: Final = re.compile(r".*/disconnect")
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -73,44 +84,103 @@ class AccountFault(enum.Enum):
 
 @attrs.define(eq=False)
 class LoopbackRoom:
-    """The FakeRoom served on loopback, behind the route faults of PROTOCOL §8.
+    """The FakeRoom served on loopback, with the route faults of PROTOCOL §8.
 
     Attributes:
-        fake: the FakeRoom (process modes, drops, black-holed exits, logs).
+        fake: the FakeRoom (process modes, drops, black-holed exits, rules, logs).
         url: the base URL, once served.
-        registrations: the body of every ``POST /rooms/{room}/agent-sessions``.
-        busy_registrations: answer this many next registrations 503 busy.
-        account_fault: how ``GET /agents/me`` fails, or None.
         message_refusals: session id -> (status, body) its sends are answered with.
-        hold_disconnects: while true, a disconnect reaches the room but its
-            answer is held until :meth:`release_disconnects`.
-        held_disconnects: how many disconnect answers are held now.
     """
 
     fake: FakeRoom
     url: str = ""
-    registrations: list[dict[str, Any]] = attrs.field(factory=list)
-    busy_registrations: int = 0
-    account_fault: AccountFault | None = None
     message_refusals: dict[str, tuple[int, dict[str, str]]] = attrs.field(factory=dict)
-    hold_disconnects: bool = False
-    held_disconnects: int = 0
-    _release: trio.Event = attrs.field(factory=trio.Event)
-    _changed: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    _account_fault: AccountFault | None = attrs.field(default=None, init=False)
+    _account_rule: Rule | None = attrs.field(default=None, init=False)
+    _busy_rule: Rule | None = attrs.field(default=None, init=False)
+    _disconnect_hold: Hold | None = attrs.field(default=None, init=False)
+    _changed: Notifier = attrs.field(factory=Notifier, init=False)
 
     @property
     def room(self) -> Room:
         """The reference room."""
         return self.fake.room
 
+    @property
+    def registrations(self) -> list[dict[str, Any]]:
+        """The body of every ``POST /rooms/{room}/agent-sessions``, from the FakeRoom's log."""
+        return [
+            r.body if isinstance(r.body, dict) else {}
+            for r in self.fake.requests_to("POST", REGISTRATION_PATH)
+        ]
+
+    @property
+    def busy_registrations(self) -> int:
+        """How many next registrations are answered 503 busy (a FakeRoom rule)."""
+        rule = self._busy_rule
+        return rule.times_left or 0 if rule is not None and rule.active else 0
+
+    @busy_registrations.setter
+    def busy_registrations(self, count: int) -> None:
+        if self._busy_rule is not None:
+            self._busy_rule.remove()
+        self._busy_rule = None
+        if count > 0:
+            self._busy_rule = self.fake.on("POST", REGISTRATION_PATH).respond(
+                503, {"error": BUSY_TEXT}, headers={"Retry-After": "1"}, times=count
+            )
+
+    @property
+    def account_fault(self) -> AccountFault | None:
+        """How ``GET /agents/me`` fails, or None (a FakeRoom rule, but for ``DROPPED``)."""
+        return self._account_fault
+
+    @account_fault.setter
+    def account_fault(self, fault: AccountFault | None) -> None:
+        if self._account_rule is not None:
+            self._account_rule.remove()
+        self._account_rule = None
+        self._account_fault = fault
+        on_account = self.fake.on("GET", ACCOUNT_PATH)
+        if fault is AccountFault.BUSY:
+            failing = {"error": "The room is failing for a moment."}
+            self._account_rule = on_account.respond(503, failing, times=None)
+        elif fault is AccountFault.EMPTY:
+            self._account_rule = on_account.respond(200, {}, times=None)
+
+    @property
+    def hold_disconnects(self) -> bool:
+        """While true, a disconnect reaches the room but its answer is held (a FakeRoom rule)."""
+        hold = self._disconnect_hold
+        return hold is not None and hold.rule.active
+
+    @hold_disconnects.setter
+    def hold_disconnects(self, hold: bool) -> None:
+        if hold and not self.hold_disconnects:
+            self._disconnect_hold = self.fake.on("POST", DISCONNECT_PATH).hold(times=None)
+        elif not hold and self._disconnect_hold is not None:
+            self._disconnect_hold.rule.remove()
+
+    @property
+    def held_disconnects(self) -> int:
+        """How many disconnect answers are held now."""
+        hold = self._disconnect_hold
+        return 0 if hold is None or hold.released else hold.held
+
+    def release_disconnects(self) -> None:
+        """Send every held disconnect answer, and hold no more."""
+        self.hold_disconnects = False
+        if self._disconnect_hold is not None:
+            self._disconnect_hold.release()
+
     async def wait_until(self, condition: Callable[[], bool]) -> None:
         """Wait until ``condition()`` holds.
 
-        Re-checked whenever this front is asked or sends, *and* whenever the
-        FakeRoom behind it records a request or an exit: the front notes a
-        request before the FakeRoom has logged it, so a condition on the
-        FakeRoom's log (say, "a poll was asked for") would otherwise wait for
-        the next unrelated event (a heartbeat, 15 s later).
+        Re-checked whenever the front is asked or sends, *and* whenever the
+        FakeRoom behind it records a request, an exit or a held answer: the
+        front notes a request before the FakeRoom has logged it, so a
+        condition on the FakeRoom's log (say, "a poll was asked for") would
+        otherwise wait for the next unrelated event (a heartbeat, 15 s later).
 
         Cancellation:
             A checkpoint; bound it with ``trio.fail_after``.
@@ -120,22 +190,12 @@ class LoopbackRoom:
             return
         async with trio.open_nursery() as nursery:
 
-            async def front() -> None:
-                while not condition():
-                    await self._changed.park()
+            async def until(wait: Callable[[Callable[[], bool]], Awaitable[None]]) -> None:
+                await wait(condition)
                 nursery.cancel_scope.cancel(reason="the condition holds")
 
-            async def behind() -> None:
-                await self.fake.wait_until(condition)
-                nursery.cancel_scope.cancel(reason="the condition holds")
-
-            nursery.start_soon(front)
-            nursery.start_soon(behind)
-
-    def release_disconnects(self) -> None:
-        """Send every held disconnect answer, and hold no more."""
-        self.hold_disconnects = False
-        self._release.set()
+            nursery.start_soon(until, self._changed.wait_until)
+            nursery.start_soon(until, self.fake.wait_until)
 
     def process_gets(self, session_id: str) -> list[float]:
         """When each ``GET …/process`` for ``session_id`` arrived (trio time)."""
@@ -145,95 +205,42 @@ class LoopbackRoom:
         """How many process streams the room holds open for ``session_id``."""
         return len(self.room.process_streams(session_id))
 
-    def _note(self) -> None:
-        self._changed.unpark_all()
-
     async def app(self, scope: Message, receive: Receive, send: Send) -> None:
-        """The ASGI app hypercorn serves: the faults, then the FakeRoom."""
+        """The ASGI app hypercorn serves: the front's faults, then the FakeRoom."""
         if scope["type"] != "http":
             await self.fake.app(scope, receive, send)
             return
 
         async def noting(message: Message) -> None:
             await send(message)
-            self._note()
+            self._changed.notify()
 
-        self._note()
+        self._changed.notify()
         try:
             await self._route(scope, receive, noting)
         finally:
-            self._note()
+            self._changed.notify()
 
     async def _route(self, scope: Message, receive: Receive, send: Send) -> None:
         method: str = scope["method"]
         path: str = scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if method == "GET" and path == "/agents/me" and self.account_fault is not None:
-            await self._account_fault(send)
-            return
-        if method == "POST" and path == f"/rooms/{ROOM}/agent-sessions":
-            message = await receive()
-            self.registrations.append(json.loads(message.get("body", b"") or b"{}"))
-            if self.busy_registrations > 0:
-                self.busy_registrations -= 1
-                await _answer(send, 503, {"error": BUSY_TEXT}, [(b"retry-after", b"1")])
-                return
-            await self.fake.app(scope, _replaying(message, receive), send)
+        if method == "GET" and path == ACCOUNT_PATH and self.account_fault is AccountFault.DROPPED:
+            # A body cut short is no FakeRoom rule: promise 100 bytes, send one.
+            headers_out = [(b"content-type", b"application/json"), (b"content-length", b"100")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers_out})
+            await send({"type": "http.response.body", "body": b"{", "more_body": False})
             return
         session_id = headers.get(_protocol.SESSION_ID_HEADER.lower(), "")
         if method == "POST" and path.endswith("/messages") and session_id in self.message_refusals:
+            # Rules match method and path, not the session: this fault is the front's.
             await _answer(send, *self.message_refusals[session_id])
-            return
-        if method == "POST" and path.endswith("/disconnect") and self.hold_disconnects:
-            answer: list[Message] = []
-
-            async def keep(message: Message) -> None:
-                answer.append(message)
-                await trio.lowlevel.checkpoint()
-
-            await self.fake.app(scope, receive, keep)
-            self.held_disconnects += 1
-            self._note()
-            await self._release.wait()
-            self.held_disconnects -= 1
-            for message in answer:
-                await send(message)
             return
         await self.fake.app(scope, receive, send)
 
-    async def _account_fault(self, send: Send) -> None:
-        if self.account_fault is AccountFault.BUSY:
-            await _answer(send, 503, {"error": "The room is failing for a moment."})
-        elif self.account_fault is AccountFault.EMPTY:
-            await _answer(send, 200, {})
-        else:
-            headers = [(b"content-type", b"application/json"), (b"content-length", b"100")]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": b"{", "more_body": False})
 
-
-def _replaying(first: Message, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``first`` again, then the real ones."""
-    replayed = False
-
-    async def again() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            await trio.lowlevel.checkpoint()
-            return first
-        return await receive()
-
-    return again
-
-
-async def _answer(
-    send: Send,
-    status: int,
-    body: dict[str, str],
-    extra_headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    headers = [(b"content-type", b"application/json"), *(extra_headers or [])]
+async def _answer(send: Send, status: int, body: dict[str, str]) -> None:
+    headers = [(b"content-type", b"application/json")]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 

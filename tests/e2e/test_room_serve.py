@@ -91,7 +91,8 @@ async def test_cli_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-c",
-        "import sys; from letagents_trio.room_server import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; from letagents_trio.room_server._cli import main;"
+        " sys.exit(main(sys.argv[1:]))",
         "--port",
         "0",
         "--db",

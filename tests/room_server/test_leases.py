@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
+
+from letagents_trio.room_server._leases import adopted, adopts
+from letagents_trio.room_server._store import LeaseRow, SessionRow
 
 from .helpers import (
     ROOM,
@@ -142,3 +146,56 @@ async def test_admin_ended_and_other_durable_holders_pass_nothing(
     room.end_session(admin["session_id"], reason="room_admin")
     back = await registered(client, registration(name="Admin", instance=instance, replace=admin))
     assert "adopted_task_leases" not in back
+
+
+# --- the pure adoption rule (§7.3) ------------------------------------------------------------
+
+NEW = SessionRow(
+    session_id="new",
+    room_id=ROOM,
+    token_hash="h",
+    agent_key="owner/a",
+    agent_instance_id="i1",
+    display_name="Alpha",
+    owner_account_id="acct",
+)
+OLD = attrs.evolve(NEW, session_id="old", ended_at=1)
+WORK = LeaseRow(
+    lease_id="l", room_id=ROOM, task_id="t", kind="work", session_id="old", epoch=1, created_at=0
+)
+
+
+def adopts_if(holder: SessionRow, *, exited: bool, live_keys: frozenset[str] = frozenset()) -> bool:
+    return adopts(WORK, holder, NEW, live_keys=set(live_keys), exited=lambda _: exited)
+
+
+def test_the_same_instance_always_adopts_and_nobody_adopts_from_the_living() -> None:
+    assert adopts_if(OLD, exited=False)
+    assert not adopts_if(attrs.evolve(OLD, ended_at=None), exited=True)
+
+
+def test_admin_ends_supervised_holders_and_other_owners_pass_nothing_on() -> None:
+    for holder in (
+        attrs.evolve(OLD, end_reason="room_admin"),
+        attrs.evolve(OLD, supervisor_grant_id="g"),
+        attrs.evolve(OLD, owner_account_id="someone-else"),
+    ):
+        assert not adopts_if(holder, exited=True)
+
+
+def test_another_instance_adopts_once_the_old_process_exited() -> None:
+    same_key = attrs.evolve(OLD, agent_instance_id="i0")
+    assert not adopts_if(same_key, exited=False)
+    assert adopts_if(same_key, exited=True)
+    same_name = attrs.evolve(OLD, agent_key="owner/b", agent_instance_id="i0")
+    assert adopts_if(same_name, exited=True)
+    assert not adopts_if(same_name, exited=True, live_keys=frozenset({"owner/b"}))
+    durable = attrs.evolve(same_name, agent_instance_id="worker_" + "0" * 32)
+    assert not adopts_if(durable, exited=True)
+
+
+def test_an_adopted_work_lease_moves_to_the_next_epoch() -> None:
+    moved = adopted(WORK, "new")
+    assert (moved.session_id, moved.epoch) == ("new", 2)
+    other = attrs.evolve(WORK, kind="review")
+    assert adopted(other, "new").epoch == 1

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, TrioClock
-from letagents_trio.room_server._room import format_offline_duration, offline_text
+from letagents_trio.room_server._liveness import (
+    announceable,
+    format_offline_duration,
+    offline_notice,
+    offline_text,
+    recovery_notice,
+)
+from letagents_trio.room_server._store import SessionRow
 
 from .helpers import EPOCH, OWNER_TOKEN, ROOM, drop, hold, registered, registration, session_headers
 
@@ -133,3 +141,50 @@ def _creds(session: dict[str, Any]) -> Any:
 )
 def test_durations(ms: int, text: str) -> None:
     assert format_offline_duration(ms) == text
+
+
+# --- the pure decisions --------------------------------------------------------------------------
+
+GRACE = 30 * 60_000
+QUIET = SessionRow(
+    session_id="s",
+    room_id=ROOM,
+    token_hash="h",
+    actor_label="Builder",
+    updated_at=1_000,
+    last_seen_at=1_000,
+    process_seen_at=5_000,
+    process_disconnected_at=5_000,
+)
+
+
+def test_an_unreachable_worker_with_work_is_announced_once_per_outage() -> None:
+    assert offline_notice(QUIET, ["t1"], 5_000 + GRACE - 1, grace_ms=GRACE) is None
+    assert offline_notice(QUIET, [], 5_000 + GRACE, grace_ms=GRACE) is None
+    notice = offline_notice(QUIET, ["t1"], 5_000 + GRACE, grace_ms=GRACE)
+    assert notice is not None
+    assert notice.dedupe_id == "agent_liveness:offline:s:5000"
+    assert notice.text.startswith("[status] Builder has been offline for 30m while holding t1.")
+    assert (notice.row.offline_epoch_announced, notice.row.offline_announced_at) == (
+        5_000,
+        5_000 + GRACE,
+    )
+    assert offline_notice(notice.row, ["t1"], 5_000 + GRACE + 1, grace_ms=GRACE) is None
+    assert offline_notice(QUIET, ["t1"], 5_000 + 3_600_001, grace_ms=GRACE) is None
+
+
+def test_a_recovery_follows_an_offline_notice_once() -> None:
+    assert recovery_notice(QUIET, 10_000) is None
+    announced = attrs.evolve(QUIET, offline_announced_at=9_000)
+    notice = recovery_notice(announced, 10_000)
+    assert notice is not None
+    assert notice.text == "[status] Builder is connected to the room again."
+    assert notice.dedupe_id == "agent_liveness:recovered:s:9000"
+    assert recovery_notice(notice.row, 11_000) is None
+
+
+def test_only_live_unsupervised_workers_are_announced() -> None:
+    assert announceable(QUIET)
+    assert not announceable(attrs.evolve(QUIET, ended_at=1))
+    assert not announceable(attrs.evolve(QUIET, supervisor_grant_id="g"))
+    assert not announceable(attrs.evolve(QUIET, session_kind="controller"))

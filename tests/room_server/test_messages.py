@@ -8,11 +8,15 @@ import pytest
 import trio
 import trio.testing
 
+from letagents_trio._protocol import liveness_notice_after_from_env, poll_max_from_env
 from letagents_trio.room_server import RoomConfig
-from letagents_trio.room_server._config import (
-    liveness_notice_after_from_env,
-    poll_max_from_env,
+from letagents_trio.room_server._messages import (
+    Deliveries,
+    parse_cursor,
+    parse_page_size,
+    parse_wait_ms,
 )
+from letagents_trio.room_server._wire import Refusal
 
 from .helpers import ROOM, registered, registration, say, session_headers
 
@@ -186,3 +190,45 @@ def test_poll_cap_from_env(raw: str | None, expected: int) -> None:
 def test_liveness_grace_from_env(raw: str | None, expected: int) -> None:
     env = {} if raw is None else {"LETAGENTS_LIVENESS_NOTICE_AFTER_MS": raw}
     assert liveness_notice_after_from_env(env) == expected
+
+
+# --- the pure checks and the delivery linger ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("after", "cursor"), [(None, 0), ("", 0), ("0", 0), ("42", 42)])
+def test_a_cursor_is_a_message_id(after: str | None, cursor: int) -> None:
+    assert parse_cursor(after) == cursor
+
+
+@pytest.mark.parametrize("after", ["-1", "x", "1.5", "9" * 19])
+def test_anything_else_is_no_cursor(after: str) -> None:
+    with pytest.raises(Refusal) as caught:
+        parse_cursor(after)
+    assert caught.value.reply.status == 400
+
+
+@pytest.mark.parametrize(
+    ("limit", "size"), [(None, 50), ("", 50), ("0", 1), ("7", 7), ("9999999", 200)]
+)
+def test_a_page_is_clamped_to_1_to_200(limit: str | None, size: int) -> None:
+    assert parse_page_size(limit) == size
+
+
+@pytest.mark.parametrize(
+    ("wait_ms", "wait"), [(None, 30_000), ("", 30_000), ("-5", -5), ("1e9", 1e9)]
+)
+def test_a_poll_timeout_is_any_number_capped_later(wait_ms: str | None, wait: float) -> None:
+    assert parse_wait_ms(wait_ms) == wait
+
+
+def test_delivery_lingers_12_s_after_the_last_poll_closed() -> None:
+    deliveries = Deliveries()
+    assert not deliveries.connected("s", 0)
+    deliveries.poll_opened("s")
+    deliveries.poll_opened("s")
+    deliveries.poll_closed("s", 1_000)
+    assert deliveries.connected("s", 60_000)  # one still open
+    deliveries.poll_closed("s", 2_000)
+    assert deliveries.open_polls() == 0
+    assert deliveries.connected("s", 13_999)
+    assert not deliveries.connected("s", 14_000)

@@ -8,6 +8,11 @@ import pytest
 import trio
 import trio.testing
 
+from letagents_trio.room_server import _registration
+from letagents_trio.room_server._presence import Holder, evidence_of
+from letagents_trio.room_server._registration import Plan, parse_registration, plan_registration
+from letagents_trio.room_server._store import Account, SessionRow
+from letagents_trio.room_server._wire import Refusal, hash_token
 from letagents_trio.workers._handles import (
     PUBLIC_SESSION_FIELDS,
     durable_registration_body,
@@ -316,26 +321,16 @@ async def test_registration_needs_an_owner(
     assert room.store.room_sessions(ROOM) == []
 
 
-async def test_busy_on_demand(
-    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
-) -> None:
-    room.busy_registrations = 2
-    body = registration()
-    for _ in range(2):
-        r = await register(client, body)
-        assert (r.status_code, r.json(), r.headers["retry-after"]) == (503, BUSY, "1")
-    assert room.store.room_sessions(ROOM) == []
-    assert (await register(client, body)).status_code == 201
-
-
 async def test_busy_when_the_registration_lock_is_held_5_s(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
+    body = registration()
     async with room.registration_lock(ROOM):
-        r = await register(client, registration())
+        r = await register(client, body)
         assert (r.status_code, r.json(), r.headers["retry-after"]) == (503, BUSY, "1")
         assert trio.current_time() == 5
     assert room.store.room_sessions(ROOM) == []
+    assert (await register(client, body)).status_code == 201
 
 
 async def test_concurrent_registrations_for_one_name(
@@ -387,3 +382,64 @@ async def test_bad_json_and_sizes(
     r = await client.get("/nothing/here")
     assert r.status_code == 404
     assert room.store.room_ids() == []
+
+
+# --- the pure plan ---------------------------------------------------------------------------
+
+ACCOUNT = Account(account_id="acct_owner", login="owner")
+NOW = 1_000_000
+
+
+def _planned(body: dict[str, Any], sessions: list[SessionRow], *, releasable: bool = False) -> Plan:
+    def holder_of(row: SessionRow) -> Holder:
+        # Gone (releasable) or present, as the test needs: no delivery, long silent.
+        evidence = evidence_of(row, delivery_connected=not releasable)
+        return _registration.holder(row, evidence)
+
+    return plan_registration(
+        parse_registration(ACCOUNT, body),
+        account=ACCOUNT,
+        room_id=ROOM,
+        sessions=sessions,
+        proof=None,
+        now=NOW,
+        holder_of=holder_of,
+        max_offset=1024,
+    )
+
+
+def _row(body: dict[str, Any], session_id: str, name: str, **change: Any) -> SessionRow:
+    fields: dict[str, Any] = {
+        "token_hash": hash_token(body["connection_token"]),
+        "agent_key": body["actor_key"],
+        "agent_instance_id": body["agent_instance_id"],
+        "display_name": name,
+        "assigned_base_display_name": name,
+        "owner_account_id": ACCOUNT.account_id,
+    }
+    return SessionRow(session_id=session_id, room_id=ROOM, **{**fields, **change})
+
+
+def test_the_plan_answers_a_lost_response_with_the_row_it_made() -> None:
+    body = registration(name="Alpha")
+    row = _row(body, "s1", "Alpha")
+    assert _planned(body, [row]) == Plan(retry=row)
+
+
+def test_the_plan_refuses_a_durable_worker_that_does_not_prove_its_row() -> None:
+    body = registration(name="Alpha")
+    row = _row(body, "s1", "Alpha", token_hash=hash_token("another-token"))
+    with pytest.raises(Refusal) as caught:
+        _planned(body, [row])
+    assert caught.value.reply.body["active_session_id"] == "s1"
+
+
+def test_the_plan_takes_over_a_gone_holder_of_the_same_owner_and_codenames_past_others() -> None:
+    other = registration(name="Alpha")
+    held = _row(other, "s0", "Alpha", last_seen_at=0, process_seen_at=0)
+    body = registration(name="Alpha")
+    taken = _planned(body, [held], releasable=True)
+    assert (taken.name, taken.base, taken.takeover) == ("Alpha", "Alpha", (held,))
+    kept = _planned(body, [held], releasable=False)
+    assert kept.name != "Alpha"
+    assert (kept.base, kept.takeover) == ("Alpha", ())

@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import pytest
@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 from letagents_trio import ApiError, HolderStatus, RoomUnreachable
+from letagents_trio._protocol import BUSY_TEXT
 from letagents_trio.workers import StateUnavailable, WorkerError
 from letagents_trio.workers._handles import (
     ACCOUNT_UNVERIFIED_TEXT,
@@ -63,6 +64,9 @@ if TYPE_CHECKING:
     from letagents_trio.testing import FakeRoom
 
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}")
+# The room's busy answer to a registration (R3, PROTOCOL §2.1).
+BUSY: Final = {"error": BUSY_TEXT}
+RETRY_AFTER_1: Final = {"Retry-After": "1"}
 
 
 def _session_path(sid: str, suffix: str = "") -> str:
@@ -391,7 +395,7 @@ async def test_a_busy_room_is_asked_again_after_one_then_two_seconds(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
     await seed_state(state_path)
-    fake_room.room.busy_registrations = 2
+    fake_room.on("POST", REGISTRATIONS).respond(503, BUSY, headers=RETRY_AFTER_1, times=2)
     async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
         assert [r.time for r in registrations(fake_room)] == [0, 1, 3]
@@ -606,7 +610,8 @@ async def test_a_cancelled_leader_leaves_the_waiters_to_register_themselves(
         await p.store.end_session(
             created.session.session_id, "2026-01-01T00:00:00.000Z", created.session.session_token
         )
-        fake_room.room.busy_registrations = 1  # the leader waits 1 s: cancel it then
+        # The leader is answered busy and waits 1 s: cancel it then.
+        fake_room.on("POST", REGISTRATIONS).respond(503, BUSY, headers=RETRY_AFTER_1)
         async with trio.open_nursery() as nursery:
             leader = trio.CancelScope()
 

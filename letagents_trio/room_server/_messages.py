@@ -1,0 +1,287 @@
+"""Messages (R7, R8) and the delivery connection a long poll stands for.
+
+Request checks are pure functions that return the parsed value or refuse
+(:func:`parse_cursor`, :func:`parse_page_size`, :func:`parse_wait_ms`,
+:func:`message_text`); the :class:`MessageBoard` authenticates, stores, and
+wakes the room's open polls (one :class:`~letagents_trio._util.Notifier` per
+room with a poll waiting).
+
+Delivery (§7.1): an open poll of a session, and the 12 s after the last one
+closed, count as an open delivery connection for the presence rules.
+:class:`Deliveries` keeps that per session.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+import trio
+
+from .._protocol import (
+    BAD_CURSOR_TEXT,
+    DEFAULT_MESSAGE_PAGE,
+    DEFAULT_POLL_TIMEOUT,
+    MAX_MESSAGE_CHARS,
+    MAX_MESSAGE_PAGE,
+    TEXT_REQUIRED_TEXT,
+    TEXT_TOO_LONG_TEXT,
+)
+from .._util import Notifier
+from ._presence import AGENT_DELIVERY_LINGERS_MS
+from ._store import MessageRow
+from ._wire import Credentials, Refusal, Reply, iso, refuse
+
+if TYPE_CHECKING:
+    from ._accounts import Accounts
+    from ._clock import RoomClock
+    from ._store import RoomStore
+
+__all__ = [
+    "BAD_LIMIT_TEXT",
+    "BAD_TIMEOUT_TEXT",
+    "DEFAULT_POLL_TIMEOUT_MS",
+    "LIVENESS_SENDER",
+    "LIVENESS_SOURCE",
+    "Deliveries",
+    "MessageBoard",
+    "message_json",
+    "message_text",
+    "page_json",
+    "parse_cursor",
+    "parse_page_size",
+    "parse_wait_ms",
+]
+
+BAD_TIMEOUT_TEXT: Final = "timeout must be a number of milliseconds"
+BAD_LIMIT_TEXT: Final = "limit must be a positive integer"
+# Poll timeout when the request names none, in the room's milliseconds.
+DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
+# Cursors longer than this are no message id (and would not fit the store's integer).
+_MAX_CURSOR_DIGITS: Final = 18
+# Room notices (liveness, §7.5) are posted as the room itself, marked as such.
+LIVENESS_SENDER: Final = "letagents"
+LIVENESS_SOURCE: Final = "agent_liveness"
+
+
+def message_json(message: MessageRow) -> dict[str, Any]:
+    """The JSON of a message."""
+    return {
+        "id": str(message.message_id),
+        "room_id": message.room_id,
+        "sender": message.sender,
+        "text": message.text,
+        "created_at": iso(message.created_at),
+        "agent_session_id": message.agent_session_id,
+        "source": message.source,
+        "prompt_kind": message.prompt_kind,
+    }
+
+
+def page_json(room_id: str, found: Sequence[MessageRow], limit: int) -> dict[str, Any]:
+    """One page: the first ``limit`` of ``found``, fetched as ``limit + 1`` for ``has_more``."""
+    return {
+        "messages": [message_json(m) for m in found[:limit]],
+        "has_more": len(found) > limit,
+        "room_id": room_id,
+    }
+
+
+def parse_cursor(after: str | None) -> int:
+    """The message id a read starts after (0 when none), or refuse 400."""
+    if after is None or after == "":
+        return 0
+    if not after.isdigit() or len(after) > _MAX_CURSOR_DIGITS:
+        refuse(400, BAD_CURSOR_TEXT)
+    return int(after)
+
+
+def parse_page_size(limit: str | None) -> int:
+    """The page size asked for, clamped to 1 … :data:`MAX_MESSAGE_PAGE`, or refuse 400."""
+    if not limit:
+        return DEFAULT_MESSAGE_PAGE
+    if not limit.isdigit():
+        refuse(400, BAD_LIMIT_TEXT)
+    return max(1, min(int(limit[:6]), MAX_MESSAGE_PAGE))
+
+
+def parse_wait_ms(wait_ms: str | None) -> float:
+    """The poll timeout asked for in ms (30 000 when none), or refuse 400; not yet capped."""
+    if not wait_ms:
+        return DEFAULT_POLL_TIMEOUT_MS
+    try:
+        wait = float(wait_ms)
+    except ValueError:
+        refuse(400, BAD_TIMEOUT_TEXT)
+    if math.isnan(wait):
+        refuse(400, BAD_TIMEOUT_TEXT)
+    return wait
+
+
+def message_text(body: Mapping[str, Any]) -> str:
+    """The text a message send carries, or refuse (400 blank, 413 too long)."""
+    text = body.get("text")
+    if not isinstance(text, str) or not text.strip():
+        refuse(400, TEXT_REQUIRED_TEXT)
+    if len(text) > MAX_MESSAGE_CHARS:
+        refuse(413, TEXT_TOO_LONG_TEXT)
+    return text
+
+
+@attrs.define(eq=False)
+class _Delivery:
+    open_polls: int = 0
+    closed_at: int | None = None
+
+
+@final
+@attrs.define(eq=False)
+class Deliveries:
+    """Which sessions have a delivery connection: an open poll, or one closed < 12 s ago."""
+
+    _sessions: dict[str, _Delivery] = attrs.field(init=False, factory=dict)
+
+    def poll_opened(self, session_id: str) -> None:
+        """Count one more open poll of the session."""
+        self._sessions.setdefault(session_id, _Delivery()).open_polls += 1
+
+    def poll_closed(self, session_id: str, now: int) -> None:
+        """Count one poll of the session closed at ``now`` (the linger starts)."""
+        delivery = self._sessions[session_id]
+        delivery.open_polls -= 1
+        delivery.closed_at = now
+
+    def connected(self, session_id: str, now: int) -> bool:
+        """True while a poll of the session is open, or closed less than 12 s before ``now``."""
+        delivery = self._sessions.get(session_id)
+        if delivery is None:
+            return False
+        if delivery.open_polls > 0:
+            return True
+        return delivery.closed_at is not None and now - delivery.closed_at < (
+            AGENT_DELIVERY_LINGERS_MS
+        )
+
+    def open_polls(self) -> int:
+        """How many polls are open, over every session."""
+        return sum(d.open_polls for d in self._sessions.values())
+
+
+@final
+@attrs.define(eq=False)
+class MessageBoard:
+    """Every room's messages (R7, R8), their long polls and the delivery these stand for.
+
+    Args:
+        store: the room's rows.
+        clock: the room's clock (epoch ms).
+        accounts: authenticates the calls.
+        poll_max_ms: the long-poll cap.
+    """
+
+    store: RoomStore
+    clock: RoomClock
+    accounts: Accounts
+    poll_max_ms: int
+    deliveries: Deliveries = attrs.field(init=False, factory=Deliveries)
+    _changed: dict[str, Notifier] = attrs.field(init=False, factory=dict)
+
+    def wake(self, room_id: str) -> None:
+        """Let the room's open polls re-check (a message came, or a session ended)."""
+        changed = self._changed.get(room_id)
+        if changed is not None:
+            changed.notify()
+
+    def send(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
+        """R8: post a chat message as the session."""
+        try:
+            self.accounts.require_room(room_id)
+            row = self.accounts.authenticate(room_id, creds, worker_only=False)
+            text = message_text(body)
+        except Refusal as refusal:
+            return refusal.reply
+        message = self.store.add_message(
+            MessageRow(
+                room_id=room_id,
+                sender=row.display_name,
+                text=text,
+                created_at=self.clock.now_ms(),
+                agent_session_id=row.session_id,
+            )
+        )
+        self.wake(room_id)
+        return Reply(status=201, body=message_json(message))
+
+    def post_notice(
+        self, room_id: str, text: str, *, dedupe_id: str, source: str, prompt_kind: str
+    ) -> MessageRow | None:
+        """Post a notice as ``letagents`` once per dedupe id; ``None`` if already posted."""
+        if self.store.message_by_dedupe_id(room_id, dedupe_id) is not None:
+            return None
+        message = self.store.add_message(
+            MessageRow(
+                room_id=room_id,
+                sender=LIVENESS_SENDER,
+                text=text,
+                created_at=self.clock.now_ms(),
+                source=source,
+                prompt_kind=prompt_kind,
+                dedupe_id=dedupe_id,
+            )
+        )
+        self.wake(room_id)
+        return message
+
+    def read(
+        self, room_id: str, creds: Credentials, *, after: str | None, limit: str | None
+    ) -> Reply:
+        """One page of messages after a cursor."""
+        try:
+            self.accounts.require_room(room_id)
+            self.accounts.authenticate(room_id, creds, worker_only=False)
+            cursor = parse_cursor(after)
+            size = parse_page_size(limit)
+        except Refusal as refusal:
+            return refusal.reply
+        found = self.store.messages_after(room_id, cursor, size + 1)
+        return Reply(status=200, body=page_json(room_id, found, size))
+
+    async def poll(
+        self, room_id: str, creds: Credentials, *, after: str | None, wait_ms: str | None
+    ) -> Reply:
+        """R7: wait up to ``min(timeout, cap)`` ms for a message after ``after``, or the end.
+
+        Cancellation:
+            A checkpoint. Cancelled (the client went away), the poll stops
+            counting as open; the 12 s linger starts then.
+        """
+        try:
+            self.accounts.require_room(room_id)
+            row = self.accounts.authenticate(room_id, creds, worker_only=False)
+            cursor = parse_cursor(after)
+            wait = parse_wait_ms(wait_ms)
+        except Refusal as refusal:
+            await trio.lowlevel.checkpoint()
+            return refusal.reply
+        wait = max(0.0, min(wait, float(self.poll_max_ms)))
+        deadline = trio.current_time() + wait / 1000
+
+        def answerable() -> bool:
+            if self.store.messages_after(room_id, cursor, 1):
+                return True
+            current = self.store.get_session(row.session_id)
+            return current is None or not current.live
+
+        changed = self._changed.setdefault(room_id, Notifier())
+        self.deliveries.poll_opened(row.session_id)
+        try:
+            with trio.move_on_at(deadline):
+                await changed.wait_until(answerable)
+        finally:
+            self.deliveries.poll_closed(row.session_id, self.clock.now_ms())
+            if not changed.waiting:
+                self._changed.pop(room_id, None)
+        found = self.store.messages_after(room_id, cursor, DEFAULT_MESSAGE_PAGE + 1)
+        return Reply(status=200, body=page_json(room_id, found, DEFAULT_MESSAGE_PAGE))

@@ -1,0 +1,335 @@
+"""Process streams (R4, PROTOCOL.md §2.2, §3): the held connections and their rules.
+
+A :class:`ProcessStream` is one held ``GET …/process`` connection. The
+:class:`StreamRegistry` opens them (authenticated, §2.2 steps 1-4), serves
+them, records announced exits (R5), and holds the open ones per session, in
+opening order, so the room can close them: ``"ended"`` writes ``event:
+ended`` first (the session ended); ``"replaced"`` and ``"shutdown"`` close
+silently and record nothing; ``"dropped"`` is the client gone away, and
+records ``process_disconnected_at``. The first mode asked for wins.
+
+:func:`serve_stream` writes the body: ``: connected``, ``event: open`` with the
+connection id, ``: heartbeat`` every heartbeat interval and a refresh every
+refresh interval, until the stream is asked to close. The evidence each step
+leaves on the session row is a pure function here, given the row and the time:
+
+* :func:`opened`: ``process_seen_at`` now, a new ``process_connection_id``, no
+  ``process_disconnected_at`` (§2.2 step 4);
+* :func:`refresh_outcome`: the 30 s refresh keeps ``process_seen_at`` moving,
+  or says how to close (the session ended, or a newer connection replaced
+  this one; §2.2 step 5);
+* :func:`dropped`: the client went away from the current connection of a live
+  session (§2.2 step 6);
+* :func:`exit_recorded`: an announced exit (R5) is recorded when it names the
+  current connection, or names none after a recorded drop.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, final
+
+import attrs
+import trio
+
+from .._protocol import (
+    AGENT_PROCESS_EXITED,
+    AGENT_SESSION_ENDED_ADVICE,
+    AGENT_SESSION_ENDED_CODE,
+    OWN_EXIT_TEXT,
+    OWN_PROCESS_TEXT,
+    SESSION_ENDED_410_TEXT,
+)
+from ._wire import Credentials, Refusal, Reply, refuse
+
+if TYPE_CHECKING:
+    from ._accounts import Accounts
+    from ._clock import RoomClock
+    from ._store import RoomStore, SessionRow
+
+__all__ = [
+    "CloseMode",
+    "ProcessStream",
+    "StreamRegistry",
+    "dropped",
+    "exit_recorded",
+    "opened",
+    "refresh_outcome",
+    "serve_stream",
+]
+
+logger = logging.getLogger("letagents_trio.room_server")
+
+CloseMode = Literal["ended", "replaced", "shutdown", "dropped"]
+
+# The fixed frames of the body (§3).
+CONNECTED_FRAME: Final = b": connected\n\n"
+HEARTBEAT_FRAME: Final = b": heartbeat\n\n"
+ENDED_FRAME: Final = b"event: ended\ndata: {}\n\n"
+
+
+@final
+@attrs.define(eq=False)
+class ProcessStream:
+    """One held process connection (R4), as the room sees it.
+
+    Attributes:
+        session_id: the session the stream belongs to.
+        room_id: its room.
+        connection_id: the lowercase UUID v4 sent in ``event: open``.
+    """
+
+    session_id: str
+    room_id: str
+    connection_id: str
+    _mode: CloseMode | None = None
+    _close_requested: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def close_mode(self) -> CloseMode | None:
+        """How the stream was (or is being) closed; ``None`` while open."""
+        return self._mode
+
+    def close(self, mode: CloseMode) -> None:
+        """Ask the stream to close; the first mode asked for wins.
+
+        ``"ended"`` writes ``event: ended`` first; ``"replaced"`` and
+        ``"shutdown"`` close silently and record nothing; ``"dropped"`` closes as
+        if the client vanished and records ``process_disconnected_at``.
+        """
+        if self._mode is None:
+            self._mode = mode
+        self._close_requested.set()
+
+
+@final
+@attrs.define(eq=False)
+class StreamRegistry:
+    """The process streams the room holds (R4), and the exits it records (R5).
+
+    Args:
+        store: the room's rows.
+        clock: the room's clock (epoch ms).
+        accounts: authenticates the calls.
+        heartbeat_interval: seconds between ``: heartbeat`` comments.
+        refresh_interval: seconds between ``process_seen_at`` refreshes.
+    """
+
+    store: RoomStore
+    clock: RoomClock
+    accounts: Accounts
+    heartbeat_interval: float
+    refresh_interval: float
+    _held: dict[str, list[ProcessStream]] = attrs.field(init=False, factory=dict)
+
+    def open(self, room_id: str, session_id: str, creds: Credentials) -> ProcessStream | Reply:
+        """Authenticate and open a process connection (§2.2 steps 1-4), or refuse."""
+        try:
+            self.accounts.require_room(room_id)
+            try:
+                self.accounts.authenticate(room_id, creds)
+            except Refusal as refusal:
+                if (
+                    refusal.reply.status == 401
+                    and refusal.reply.body.get("error") == AGENT_SESSION_ENDED_ADVICE
+                    and creds.session_id == session_id
+                ):
+                    refuse(410, SESSION_ENDED_410_TEXT, code=AGENT_SESSION_ENDED_CODE)
+                raise
+            if creds.session_id != session_id:
+                refuse(403, OWN_PROCESS_TEXT)
+            row = self.store.get_session(session_id)
+            if (
+                row is None
+                or not row.live
+                or row.session_kind != "worker"
+                or row.room_id != room_id
+            ):
+                refuse(410, SESSION_ENDED_410_TEXT, code=AGENT_SESSION_ENDED_CODE)
+        except Refusal as refusal:
+            return refusal.reply
+        connection_id = str(uuid.uuid4())
+        self.store.put_session(opened(row, connection_id, self.clock.now_ms()))
+        stream = ProcessStream(session_id=session_id, room_id=room_id, connection_id=connection_id)
+        self._held.setdefault(session_id, []).append(stream)
+        logger.debug("process stream %s opened for %s", connection_id, session_id)
+        return stream
+
+    async def serve(self, stream: ProcessStream, write: Callable[[bytes], Awaitable[None]]) -> None:
+        """Write the stream's body until it closes (:func:`serve_stream`), then let it go.
+
+        Cancellation:
+            A checkpoint. Cancelled (server shutdown), the stream is forgotten
+            and nothing is recorded, unless it had already been marked dropped.
+        """
+        try:
+            await serve_stream(
+                stream,
+                write,
+                heartbeat_interval=self.heartbeat_interval,
+                refresh_interval=self.refresh_interval,
+                refresh=self._refresh,
+            )
+        finally:
+            self._forget(stream)
+            if stream.close_mode == "dropped":
+                row = dropped(
+                    self.store.get_session(stream.session_id), stream, self.clock.now_ms()
+                )
+                if row is not None:
+                    self.store.put_session(row)
+            logger.debug("process stream %s closed (%s)", stream.connection_id, stream.close_mode)
+
+    def _refresh(self, stream: ProcessStream) -> CloseMode | None:
+        row = self.store.get_session(stream.session_id)
+        outcome = refresh_outcome(row, stream)
+        if row is not None and outcome is None:
+            self.store.put_session(attrs.evolve(row, process_seen_at=self.clock.now_ms()))
+        return outcome
+
+    def record_exit(
+        self, room_id: str, session_id: str, creds: Credentials, body: Mapping[str, Any]
+    ) -> Reply:
+        """R5: record an announced exit under §2.2's rules (:func:`exit_recorded`)."""
+        try:
+            self.accounts.require_room(room_id)
+            self.accounts.authenticate(room_id, creds)
+            if creds.session_id != session_id:
+                refuse(403, OWN_EXIT_TEXT)
+        except Refusal as refusal:
+            return refusal.reply
+        connection_id = body.get("process_connection_id")
+        given = connection_id if isinstance(connection_id, str) and connection_id else None
+        row = exit_recorded(self.store.get_session(session_id), given, self.clock.now_ms())
+        if row is not None:
+            self.store.put_session(row)
+        return Reply(status=200, body={"recorded": row is not None})
+
+    def _forget(self, stream: ProcessStream) -> None:
+        streams = self._held.get(stream.session_id)
+        if streams is not None and stream in streams:
+            streams.remove(stream)
+            if not streams:
+                del self._held[stream.session_id]
+
+    def of(self, session_id: str) -> list[ProcessStream]:
+        """The streams held for a session (a copy)."""
+        return list(self._held.get(session_id, []))
+
+    def holds(self, session_id: str) -> bool:
+        """Whether any stream of the session is held."""
+        return bool(self._held.get(session_id))
+
+    def count(self) -> int:
+        """How many streams are held."""
+        return sum(len(streams) for streams in self._held.values())
+
+    def close(self, session_id: str, mode: CloseMode) -> None:
+        """Ask every held stream of a session to close in ``mode``."""
+        for stream in self.of(session_id):
+            stream.close(mode)
+
+    def close_all(self, mode: CloseMode) -> None:
+        """Ask every held stream to close in ``mode``."""
+        for session_id in list(self._held):
+            self.close(session_id, mode)
+
+
+def opened(row: SessionRow, connection_id: str, now: int) -> SessionRow:
+    """The row once a process connection opened (§2.2 step 4)."""
+    return attrs.evolve(
+        row, process_seen_at=now, process_connection_id=connection_id, process_disconnected_at=None
+    )
+
+
+def refresh_outcome(row: SessionRow | None, stream: ProcessStream) -> CloseMode | None:
+    """The 30 s refresh (§2.2 step 5): ``None`` to keep the stream, else how to close it."""
+    if row is None or not row.live:
+        return "ended"
+    if row.process_connection_id != stream.connection_id:
+        return "replaced"
+    return None
+
+
+def dropped(row: SessionRow | None, stream: ProcessStream, now: int) -> SessionRow | None:
+    """§2.2 step 6: the row once the client went away, if still current and live."""
+    if row is None or not row.live or row.process_connection_id != stream.connection_id:
+        return None
+    return attrs.evolve(row, process_seen_at=now, process_disconnected_at=now)
+
+
+def exit_recorded(row: SessionRow | None, connection_id: str | None, now: int) -> SessionRow | None:
+    """R5: the row once an announced exit is recorded, or ``None`` if it is not.
+
+    Recorded for a live worker session that has had a process connection, when
+    the exit names its current connection, or names none after a recorded drop.
+    The exit is stamped no earlier than the agent was last heard.
+    """
+    if (
+        row is None
+        or not row.live
+        or row.session_kind != "worker"
+        or row.process_seen_at is None
+        or not (
+            row.process_connection_id == connection_id
+            if connection_id is not None
+            else row.process_disconnected_at is not None
+        )
+    ):
+        return None
+    at = max(now, row.agent_heard_at or 0)
+    return attrs.evolve(
+        row,
+        process_seen_at=at,
+        process_disconnected_at=at,
+        process_connection_id=AGENT_PROCESS_EXITED,
+    )
+
+
+async def serve_stream(
+    stream: ProcessStream,
+    write: Callable[[bytes], Awaitable[None]],
+    *,
+    heartbeat_interval: float,
+    refresh_interval: float,
+    refresh: Callable[[ProcessStream], CloseMode | None],
+) -> None:
+    """Write the SSE body of ``stream`` until it is asked to close (§3).
+
+    Args:
+        stream: the held stream.
+        write: sends one chunk of the body.
+        heartbeat_interval: seconds between ``: heartbeat`` comments.
+        refresh_interval: seconds between calls of ``refresh``.
+        refresh: refreshes the session's evidence; returns how to close, if so.
+
+    Cancellation:
+        A checkpoint; cancelled, it stops writing at once (``event: ended``
+        is written only when the stream closes as ``"ended"``).
+    """
+    opening = f'event: open\ndata: {{"connection_id":"{stream.connection_id}"}}\n\n'
+    await write(CONNECTED_FRAME)
+    await write(opening.encode("ascii"))
+    start = trio.current_time()
+    beats = refreshes = 1
+    while not stream._close_requested.is_set():
+        next_beat = start + beats * heartbeat_interval
+        next_refresh = start + refreshes * refresh_interval
+        with trio.move_on_at(min(next_beat, next_refresh)):
+            await stream._close_requested.wait()
+        if stream._close_requested.is_set():
+            break
+        now = trio.current_time()
+        if now >= next_refresh:
+            refreshes += 1
+            outcome = refresh(stream)
+            if outcome is not None:
+                stream.close(outcome)
+                break
+        if now >= next_beat:
+            beats += 1
+            await write(HEARTBEAT_FRAME)
+    if stream.close_mode == "ended":
+        await write(ENDED_FRAME)

@@ -1,0 +1,79 @@
+"""The route table: patterns, parameters, and the 404 / 405 answers around them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from letagents_trio.room_server._app import _Route
+
+from .helpers import owner_headers
+
+if TYPE_CHECKING:
+    import httpx2
+    import trio.testing
+
+    from letagents_trio.room_server._wire import Reply
+
+
+def _unused(_: object) -> Reply:
+    raise AssertionError("not called")
+
+
+def route(path: str) -> _Route:
+    return _Route(path, {"GET": _unused})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "params"),
+    [
+        ("/agents/me", "/agents/me", {}),
+        ("/agents/me", "/agents/me/", None),
+        ("/rooms/{room+}/messages", "/rooms/r/messages", {"room": "r"}),
+        ("/rooms/{room+}/messages", "/rooms/owner/repo/messages", {"room": "owner/repo"}),
+        ("/rooms/{room+}/messages", "/rooms/owner//messages", None),
+        ("/rooms/{room+}/messages", "/rooms/messages", None),
+        ("/rooms/{room+}/messages", "/rooms/r/messages/poll", None),
+        (
+            "/rooms/{room+}/agent-sessions/{session}/process/exit",
+            "/rooms/a/b/agent-sessions/s1/process/exit",
+            {"room": "a/b", "session": "s1"},
+        ),
+        (
+            "/rooms/{room+}/agent-sessions/{session}/process",
+            "/rooms/agent-sessions/s1/process",
+            None,
+        ),
+        ("/rooms/{room+}/tasks/{task}/leases", "/rooms/r/tasks//leases", {"room": "r", "task": ""}),
+    ],
+)
+def test_a_pattern_matches_whole_paths_and_names_their_parts(
+    pattern: str, path: str, params: dict[str, str] | None
+) -> None:
+    assert route(pattern).match(path[1:].split("/")) == params
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "allow"),
+    [
+        ("DELETE", "/rooms/r/messages", 405, "GET, POST"),
+        ("GET", "/rooms/r/agent-sessions", 405, "POST"),
+        ("POST", "/rooms/r/agent-sessions/s/process", 405, "GET"),
+        ("GET", "/rooms/r/agent-sessions/s/process/exit", 405, "POST"),
+        ("PUT", "/healthz", 405, "GET"),
+        ("GET", "/rooms/r/unknown", 404, None),
+        ("GET", "/rooms/r", 404, None),
+        ("GET", "/nowhere", 404, None),
+    ],
+)
+async def test_a_known_path_with_another_method_is_405_and_says_which(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    method: str,
+    path: str,
+    status: int,
+    allow: str | None,
+) -> None:
+    r = await client.request(method, path, headers=owner_headers())
+    assert (r.status_code, r.headers.get("allow")) == (status, allow)
