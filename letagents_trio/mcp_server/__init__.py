@@ -5,7 +5,7 @@ Run it with ``letagents-trio mcp`` or ``python -m letagents_trio.mcp_server``
 in-process with :func:`create_server` and connect ``mcp.Client(server)`` to it.
 """
 
-from ..workers._handles import public_session as public_session
+from ..workers._wire import public_session as public_session
 from ._config import ServerConfig as ServerConfig
 from ._main import RUNTIME_CONTRACT_ARG as RUNTIME_CONTRACT_ARG
 from ._main import main as main

@@ -71,8 +71,8 @@ from pydantic import Field
 from .._client import encode_room_path
 from .._errors import LetAgentsError, LocalChatError, RoomUnreachable, WorkerError
 from .._redact import redact
-from ..workers._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT, public_session
 from ..workers._local_chat import message_cursor
+from ..workers._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT, public_session
 
 if TYPE_CHECKING:
     from .._client import RoomClient

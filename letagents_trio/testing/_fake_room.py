@@ -55,7 +55,7 @@ from .. import _protocol
 from .._client import RoomClient
 from .._session import AgentSession
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
-from ..workers._handles import (
+from ..workers._wire import (
     durable_registration_body,
     new_connection_token,
     new_worker_id,

@@ -61,8 +61,8 @@ import trio
 
 from .._errors import LocalChatBusy, LocalChatError, LocalChatUnavailable, WorkerError
 from .._protocol import format_iso
-from ._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 from ._state import LOCK_POLL_INTERVAL
+from ._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 
 if TYPE_CHECKING:
     from .._session import AgentSession

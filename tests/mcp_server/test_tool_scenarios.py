@@ -17,7 +17,7 @@ from mcp import Client
 from letagents_trio.mcp_server import create_server
 from letagents_trio.testing import ProcessMode
 from letagents_trio.workers import LocalStateStore
-from letagents_trio.workers._handles import (
+from letagents_trio.workers._wire import (
     AMBIGUOUS_ROOM_TEXT,
     RECOVER_ARGUMENTS_TEXT,
     UNKNOWN_WORKER_TEXT,

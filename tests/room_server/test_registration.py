@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio.workers._handles import (
+from letagents_trio.workers._wire import (
     PUBLIC_SESSION_FIELDS,
     durable_registration_body,
     new_connection_token,

@@ -20,8 +20,15 @@ import trio
 import trio.testing
 
 from letagents_trio import ApiError, HolderStatus, RoomUnreachable
-from letagents_trio.workers import StateUnavailable, WorkerError
-from letagents_trio.workers._handles import (
+from letagents_trio.workers import (
+    StateUnavailable,
+    WorkerError,
+    WorkerHandlesStatistics,
+    WorkerRegistration,
+)
+from letagents_trio.workers._names import codename
+from letagents_trio.workers._records import Operation, prepare_operation
+from letagents_trio.workers._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
     BOTH_HANDLES_TEXT,
     CONTROLLER_TEXT,
@@ -37,11 +44,7 @@ from letagents_trio.workers._handles import (
     SUPERSEDED_TEXT,
     SUPERVISED_TEXT,
     UNKNOWN_WORKER_TEXT,
-    WorkerHandlesStatistics,
-    WorkerRegistration,
-    _Operation,
 )
-from letagents_trio.workers._names import codename
 
 from .helpers import (
     OWNER_TOKEN,
@@ -236,11 +239,11 @@ async def test_a_failed_account_lookup_is_not_cached(
 def test_an_operation_sends_its_predecessor_proof_whole_or_not_at_all(
     stored: dict[str, str], proof: tuple[str, str] | None
 ) -> None:
-    operation = _Operation.from_json({"operation_id": "op", "connection_token": "tok", **stored})
+    operation = Operation.from_json({"operation_id": "op", "connection_token": "tok", **stored})
     assert operation is not None
     assert operation.predecessor == proof
     # What is stored again keeps the same proof.
-    again = _Operation.from_json(operation.to_json())
+    again = Operation.from_json(operation.to_json())
     assert again is not None
     assert again.predecessor == proof
 
@@ -323,7 +326,11 @@ async def test_a_pending_operation_blocks_worker_calls_and_a_second_preparation(
                 pass
         # Preparing a second operation beside it is refused.
         with pytest.raises(WorkerError, match=re.escape(IN_PROGRESS_TEXT)):
-            await p.handles._prepare(created.worker_id, ROOM)
+            await p.store.update(
+                lambda s: prepare_operation(
+                    s, created.worker_id, ROOM, operation_id="op-2", connection_token="token-2"
+                )
+            )
 
 
 async def test_an_operation_superseded_while_in_flight_is_not_written(

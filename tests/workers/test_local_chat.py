@@ -34,7 +34,6 @@ from letagents_trio._errors import (
 )
 from letagents_trio._protocol import format_iso
 from letagents_trio._session import AgentSession
-from letagents_trio.workers._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 from letagents_trio.workers._local_chat import (
     BAD_CURSOR_TEXT,
     LOCAL_CHAT_DB_ENV,
@@ -49,6 +48,7 @@ from letagents_trio.workers._local_chat import (
     default_local_chat_path,
     message_cursor,
 )
+from letagents_trio.workers._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 
 ROOM = "room_local"
 # A wall time exactly representable in milliseconds.

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from letagents_trio.workers._chat_storage import ChatStorage, ChatStorageSettings
-from letagents_trio.workers._handles import git_branch, local_owner_slug
+from letagents_trio.workers._git import git_branch
+from letagents_trio.workers._identity import local_owner_slug
 
 if TYPE_CHECKING:
     import pytest
