@@ -35,6 +35,7 @@ from .._errors import WorkerError
 from ._names import (
     AGENT_CODENAME_SPACE,
     actor_label,
+    allocate_name,
     codename,
     is_durable_worker_id,
     name_key,
@@ -464,9 +465,9 @@ def store_local_session(
     stored session may only be replaced with its own token or the operation's
     (another process re-registered it otherwise). A first registration takes
     the worker's name unless another session of the room holds its name key,
-    then the first free codename of the canonical key (never a number
-    suffix); a later one keeps the name it has. The actor label is kept while
-    the name is.
+    then the first free codename of the canonical key (:func:`allocate_name`,
+    never a number suffix); a later one keeps the name it has. The actor label
+    is kept while the name is.
 
     Returns:
         The stored session record.
@@ -494,11 +495,16 @@ def store_local_session(
             and other.get("room_id") == room_id
             and other_id != session_id
         }
-        name = facts.worker_name
-        offset = 1
-        while name_key(name) in used and offset <= AGENT_CODENAME_SPACE:
-            name = codename(f"{facts.canonical_key}:{offset}").display_name
-            offset += 1
+        name = allocate_name(
+            facts.worker_name,
+            facts.canonical_key,
+            lambda candidate: name_key(candidate) in used,
+            max_offset=AGENT_CODENAME_SPACE,
+        )
+        if name is None:
+            # The whole codename space is held: a local room never refuses, so
+            # the last candidate is taken anyway.
+            name = codename(f"{facts.canonical_key}:{AGENT_CODENAME_SPACE}").display_name
     label = (
         str(prior["actor_label"])
         if prior and prior.get("actor_label") and prior.get("display_name") == name
