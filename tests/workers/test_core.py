@@ -27,7 +27,7 @@ from letagents_trio.workers import (
     WorkerRegistration,
 )
 from letagents_trio.workers._names import codename
-from letagents_trio.workers._records import Operation, prepare_operation
+from letagents_trio.workers._records import prepare_operation
 from letagents_trio.workers._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
     BOTH_HANDLES_TEXT,
@@ -225,27 +225,6 @@ async def test_a_failed_account_lookup_is_not_cached(
 
 
 # --- the prepared operation -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("stored", "proof"),
-    [
-        ({"predecessor_id": "s1", "predecessor_token": "t1"}, ("s1", "t1")),
-        ({"predecessor_id": "s1"}, None),  # half a proof is none: the room would refuse it
-        ({"predecessor_token": "t1"}, None),
-        ({}, None),
-    ],
-)
-def test_an_operation_sends_its_predecessor_proof_whole_or_not_at_all(
-    stored: dict[str, str], proof: tuple[str, str] | None
-) -> None:
-    operation = Operation.from_json({"operation_id": "op", "connection_token": "tok", **stored})
-    assert operation is not None
-    assert operation.predecessor == proof
-    # What is stored again keeps the same proof.
-    again = Operation.from_json(operation.to_json())
-    assert again is not None
-    assert again.predecessor == proof
 
 
 async def test_the_operation_is_stored_before_the_registration_is_sent(
