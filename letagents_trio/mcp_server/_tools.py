@@ -58,7 +58,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol, final
 from urllib.parse import urlencode
 
@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from .._client import RoomClient
     from .._manager import ConnectionManager
     from .._session import AgentSession
+    from ..workers._handles import WorkerHandles
     from ..workers._local_chat import LocalChat
     from ..workers._state import LocalStateStore
     from ._config import ServerConfig
@@ -88,8 +89,6 @@ __all__ = [
     "LOCAL_SENDER_TEXT",
     "ServerState",
     "ToolRegistrar",
-    "WorkerHandlesAPI",
-    "WorkerRegistrationAPI",
     "clamp_poll_timeout",
     "poll_abort_after",
     "register_tools",
@@ -153,59 +152,6 @@ def poll_abort_after(server_timeout_ms: int) -> int:
     return server_timeout_ms + margin
 
 
-# --- what the tools need from the worker-handle layer ------------------------------
-
-
-class WorkerRegistrationAPI(Protocol):
-    """The part of :class:`letagents_trio.workers._handles.WorkerRegistration` the tools read."""
-
-    @property
-    def worker_id(self) -> str: ...
-    @property
-    def session(self) -> AgentSession: ...
-    @property
-    def name_held_here(self) -> str | None: ...
-    @property
-    def adopted_task_leases(self) -> tuple[Mapping[str, str], ...]: ...
-    def public_session(self) -> dict[str, Any]: ...
-
-
-class WorkerHandlesAPI(Protocol):
-    """The part of :class:`letagents_trio.workers._handles.WorkerHandles` the tools call."""
-
-    async def register(
-        self,
-        *,
-        room_id: str | None,
-        worker_id: str | None = None,
-        registration_key: str | None = None,
-        display_name: str | None = None,
-        runtime: str | None = None,
-        cwd: str | None = None,
-        recover_lost_worker: bool = False,
-        session_kind: str | None = None,
-    ) -> WorkerRegistrationAPI: ...
-
-    async def disconnect(
-        self,
-        *,
-        worker_id: str | None = None,
-        agent_session_id: str | None = None,
-        room_id: str | None = None,
-    ) -> AgentSession: ...
-
-    def acting_as(
-        self,
-        *,
-        worker_id: str | None = None,
-        agent_session_id: str | None = None,
-        room_id: str | None = None,
-        allow_ended: bool = False,
-    ) -> AbstractAsyncContextManager[AgentSession]: ...
-
-    def is_local_room(self, room_id: str) -> bool: ...
-
-
 @final
 @attrs.define(eq=False)
 class ServerState:
@@ -224,7 +170,7 @@ class ServerState:
     client: RoomClient
     store: LocalStateStore
     manager: ConnectionManager
-    handles: WorkerHandlesAPI
+    handles: WorkerHandles
     chat: LocalChat
 
 
