@@ -152,6 +152,8 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                     manager=manager,
                     chat_storage=ChatStorage(config.chat_storage_settings_path),
                     owner_mode=config.owner_mode,
+                    runtime_label=config.runtime_label,
+                    ide_label=config.ide_label,
                 )
                 logger.info("serving %s (profile %s)", config.api_url, config.profile)
                 try:

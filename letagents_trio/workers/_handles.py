@@ -77,8 +77,8 @@ import trio
 
 from .._errors import StateUnavailable, WorkerError
 from ._acting import acting_session, resolve_target
-from ._identity import local_owner_slug
-from ._names import js_trim
+from ._identity import DEFAULT_RUNTIME_LABEL, local_owner_slug
+from ._names import DEFAULT_IDE_LABEL, js_trim
 from ._records import (
     create_or_reuse_worker,
     held_under,
@@ -202,6 +202,10 @@ class WorkerHandles:
             should be opened with the same value).
         local_owner: the owner slug of local identities when no account is
             signed in; default: the user name (:func:`local_owner_slug`).
+        runtime_label: the runtime label of registrations that name none
+            (the MCP server passes ``LETAGENTS_RUNTIME``'s); default ``"python"``.
+        ide_label: the IDE label of every registration (the MCP server passes
+            ``LETAGENTS_IDE``'s, normalised); default ``"Agent"``.
     """
 
     client: RoomClient
@@ -210,6 +214,8 @@ class WorkerHandles:
     chat_storage: ChatStorage | None = None
     owner_mode: bool = True
     local_owner: str | None = None
+    runtime_label: str = DEFAULT_RUNTIME_LABEL
+    ide_label: str = DEFAULT_IDE_LABEL
     _account_login: str | None = attrs.field(default=None, init=False)
     _pins: dict[str, AgentSession] = attrs.field(factory=dict, init=False)
     _in_flight: dict[tuple[str, str], _Flight] = attrs.field(factory=dict, init=False)
@@ -297,7 +303,7 @@ class WorkerHandles:
             worker_id: a saved handle, to resume.
             registration_key: this chat's own key, to create (or find again).
             display_name: the name to ask for (create), or to recover by.
-            runtime: the runtime label; default :func:`detect_runtime_label`.
+            runtime: the runtime label; default :attr:`runtime_label`.
             cwd: the chat's working directory, for ``repo_branch``.
             recover_lost_worker: recover the one worker this process holds under
                 ``display_name`` in the room.
@@ -439,7 +445,12 @@ class WorkerHandles:
                 self._hold(pin)
             await trio.lowlevel.checkpoint()
             return pin, ()
-        registrar = Registrar(client=self.client, state=self.state)
+        registrar = Registrar(
+            client=self.client,
+            state=self.state,
+            runtime_label=self.runtime_label,
+            ide_label=self.ide_label,
+        )
         session, leases = await registrar.register(
             owner, record, room_id, room, local=local, runtime=runtime, cwd=cwd
         )

@@ -16,9 +16,11 @@ Three ids, from most to least durable:
 * :data:`PROCESS_INSTANCE_ID`: a random UUID per process, part of the
   ``tool_bridge_id`` in :func:`registration_liveness`.
 
-Runtime and IDE labels come from the environment (``LETAGENTS_RUNTIME``,
-``LETAGENTS_IDE``); the IDE label is normalised by
-:func:`letagents_trio.workers._names.normalize_ide_label` (PROTOCOL §5.4's map).
+Runtime and IDE labels are read from an environment mapping the caller passes
+(``LETAGENTS_RUNTIME``, ``LETAGENTS_IDE``; the MCP server's
+``ServerConfig.from_env`` is the one reader of the process environment); the
+IDE label is normalised by :func:`letagents_trio.workers._names.normalize_ide_label`
+(PROTOCOL §5.4's map).
 
 Local identities (no account signed in) are owned by :func:`local_owner_slug`,
 the user name reduced to what a canonical key segment may hold.
@@ -271,16 +273,14 @@ def registration_liveness(
     }
 
 
-def detect_runtime_label(environ: Mapping[str, str] | None = None) -> str:
-    """The runtime label: ``$LETAGENTS_RUNTIME`` trimmed, else ``"python"``."""
-    env = os.environ if environ is None else environ
-    return env.get(RUNTIME_ENV, "").strip() or DEFAULT_RUNTIME_LABEL
+def detect_runtime_label(environ: Mapping[str, str]) -> str:
+    """The runtime label: ``LETAGENTS_RUNTIME`` of ``environ`` trimmed, else ``"python"``."""
+    return environ.get(RUNTIME_ENV, "").strip() or DEFAULT_RUNTIME_LABEL
 
 
-def detect_ide_label(environ: Mapping[str, str] | None = None) -> str:
-    """The IDE label: ``$LETAGENTS_IDE`` normalised (PROTOCOL §5.4), else ``"Agent"``."""
-    env = os.environ if environ is None else environ
-    return normalize_ide_label(env.get(IDE_ENV))
+def detect_ide_label(environ: Mapping[str, str]) -> str:
+    """The IDE label: ``LETAGENTS_IDE`` of ``environ``, normalised (§5.4), else ``"Agent"``."""
+    return normalize_ide_label(environ.get(IDE_ENV))
 
 
 def local_owner_slug(name: str | None = None) -> str:

@@ -46,13 +46,7 @@ from .._client import encode_room_path
 from .._errors import ApiError, LetAgentsError, StateError, WorkerError
 from .._session import AgentSession
 from ._git import git_branch
-from ._identity import (
-    detect_ide_label,
-    detect_runtime_label,
-    local_host_id,
-    process_host_id,
-    registration_liveness,
-)
+from ._identity import local_host_id, process_host_id, registration_liveness
 from ._names import codename
 from ._records import (
     LocalSessionFacts,
@@ -140,10 +134,14 @@ class Registrar:
     Args:
         client: the room client.
         state: the shared state file.
+        runtime_label: the runtime label when a registration names none.
+        ide_label: the IDE label of every registration.
     """
 
     client: RoomClient
     state: LocalStateStore
+    runtime_label: str
+    ide_label: str
 
     async def register(
         self,
@@ -247,7 +245,7 @@ class Registrar:
     ) -> tuple[AgentSession, tuple[dict[str, str], ...]]:
         worker_id = str(worker["worker_id"])
         display_name = str(worker.get("display_name") or codename(worker_id).display_name)
-        runtime_label = runtime or detect_runtime_label()
+        runtime_label = runtime or self.runtime_label
         host_id = await local_host_id(self.state)
         body = durable_registration_body(
             actor_key=canonical_key,
@@ -257,7 +255,7 @@ class Registrar:
             process_host_id=process_host_id(host_id),
             registration_liveness=registration_liveness(host_id, runtime_label),
             runtime=runtime_label,
-            ide_label=detect_ide_label(),
+            ide_label=self.ide_label,
             repo_branch=git_branch(cwd),
             predecessor=operation.predecessor,
         )
@@ -309,8 +307,8 @@ class Registrar:
             canonical_key=canonical_key,
             worker_name=str(worker.get("display_name") or codename(worker_id).display_name),
             owner_label=owner.label,
-            ide_label=detect_ide_label(),
-            runtime=runtime or detect_runtime_label(),
+            ide_label=self.ide_label,
+            runtime=runtime or self.runtime_label,
             repo_branch=git_branch(cwd),
             now=iso_now(self.state.wall_clock),
         )

@@ -1,6 +1,6 @@
 """The local state file: one JSON object shared by every MCP server on the machine.
 
-The file (``~/.letagents/mcp-state.json``, or ``$LETAGENTS_STATE_PATH``) holds the
+The file (``~/.letagents/mcp-state.json`` unless a path is given) holds the
 owner's sign-in, the host id, the stored agent sessions and the worker handles
 (PROTOCOL §6.3). The Node client reads and writes the same file, so this module
 follows its protocol exactly; a Python and a Node server on one machine then
@@ -65,17 +65,16 @@ from .._errors import StateError, StateLockTimeout, StateUnavailable
 from .._protocol import format_iso
 from .._session import AgentSession
 from ._names import is_durable_worker_id
+from ._paths import STATE_FILE, letagents_file
 
 __all__ = [
     "LOCK_POLL_INTERVAL",
     "LOCK_STALE_AFTER",
     "LOCK_TIMEOUT",
-    "STATE_PATH_ENV",
     "STATE_UNAVAILABLE_MESSAGE",
     "LocalStateStore",
     "OwnerAuth",
     "StateSnapshot",
-    "default_state_path",
     "ensure_mapping",
     "iso_now",
     "mapping_at",
@@ -85,8 +84,6 @@ logger = logging.getLogger("letagents_trio.state")
 
 T = TypeVar("T")
 
-# The Node client's variable: both clients must find the same file.
-STATE_PATH_ENV: Final = "LETAGENTS_STATE_PATH"
 # The Node client's lock poll: short next to a ~ms update, cheap next to 2 s.
 LOCK_POLL_INTERVAL: Final = 0.025
 # The Node client's give-up: an update holds the lock for milliseconds, so 2 s
@@ -105,19 +102,8 @@ _FILE_MODE: Final = 0o600
 _TEMP_RANDOM_BYTES: Final = 6
 
 
-def default_state_path() -> Path:
-    """The state file path: ``$LETAGENTS_STATE_PATH``, else ``~/.letagents/mcp-state.json``.
-
-    An empty variable counts as unset, as in the Node client.
-    """
-    configured = os.environ.get(STATE_PATH_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".letagents" / "mcp-state.json"
-
-
 def _to_path(value: os.PathLike[str] | str | None) -> Path:
-    return default_state_path() if value is None else Path(value)
+    return letagents_file(STATE_FILE) if value is None else Path(value)
 
 
 def iso_now(wall_clock: Callable[[], float] = time.time) -> str:
@@ -306,8 +292,8 @@ class LocalStateStore:
     """The local state file, shared with other processes through its lock.
 
     Args:
-        path: the state file; ``None`` means :func:`default_state_path` at
-            construction time.
+        path: the state file; ``None`` means ``~/.letagents/mcp-state.json``
+            (the MCP server passes ``LETAGENTS_STATE_PATH`` when it is set).
         wall_clock: Unix time source for timestamps, auth expiry and the stale
             lock check (tests pass one that follows a ``MockClock``).
     """

@@ -59,11 +59,14 @@ def test_chat_storage_settings(tmp_path: Path) -> None:
     assert not storage.is_local("anything")
 
 
-def test_chat_storage_follows_the_environment(
+def test_chat_storage_defaults_under_home_whatever_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "settings.json"
+    """Only the MCP server's entry point reads LETAGENTS_CHAT_STORAGE_SETTINGS_PATH."""
+    path = tmp_path / ".letagents" / "chat-storage.json"
+    path.parent.mkdir()
     path.write_text(json.dumps({"mode": "local"}))
-    monkeypatch.setenv("LETAGENTS_CHAT_STORAGE_SETTINGS_PATH", str(path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LETAGENTS_CHAT_STORAGE_SETTINGS_PATH", str(tmp_path / "elsewhere.json"))
     assert ChatStorage().path == path
     assert ChatStorage().is_local("r")
