@@ -31,7 +31,7 @@ def _room(argv: Sequence[str]) -> int:
 
 
 def _mcp(argv: Sequence[str]) -> int:
-    from .mcp_server import main
+    from .mcp_server._main import main
 
     return main(list(argv))
 

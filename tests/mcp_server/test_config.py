@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from letagents_trio.mcp_server import RUNTIME_CONTRACT_ARG, ServerConfig, runtime_contract
+from letagents_trio.mcp_server import ServerConfig
+from letagents_trio.mcp_server._main import RUNTIME_CONTRACT_ARG, runtime_contract
 from letagents_trio.workers import LocalChat, LocalStateStore
 from letagents_trio.workers._chat_storage import ChatStorage
 
