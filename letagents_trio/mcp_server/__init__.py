@@ -12,10 +12,10 @@ the resource a host reads to learn which tools are served.
 """
 
 from ._config import ServerConfig as ServerConfig
+from ._facade import ServerState as ServerState
 from ._server import READINESS_URI as READINESS_URI
 from ._server import LetAgentsMCPServer as LetAgentsMCPServer
 from ._server import create_server as create_server
-from ._tools import ServerState as ServerState
 
 __all__ = [
     "READINESS_URI",

@@ -51,8 +51,9 @@ from ..workers._handles import WorkerHandles
 from ..workers._local_chat import LocalChat
 from ..workers._state import LocalStateStore
 from ._config import ServerConfig
+from ._facade import ServerState
 from ._stdio import claim_stdin
-from ._tools import ServerState, register_tools, registered_tool_names
+from ._tools import register_tools, registered_tool_names
 
 if TYPE_CHECKING:
     import httpx2
