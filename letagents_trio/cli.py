@@ -27,7 +27,7 @@ usage: letagents-trio {demo,room,mcp} [options]
 COMMANDS: dict[str, str] = {
     "demo": "letagents_trio._demo",
     "room": "letagents_trio.room_server._cli",
-    "mcp": "letagents_trio.mcp_server",
+    "mcp": "letagents_trio.mcp_server._main",
 }
 
 # The top-level modules the extras bring (see pyproject.toml). A command that

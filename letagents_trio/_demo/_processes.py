@@ -45,7 +45,7 @@ from .._holder import HolderStatus, ProcessHolder
 from .._manager import ConnectionManager, ExitAnnouncement, open_connection_manager
 from .._session import AgentSession
 from ..room_server import MemoryStore, Room, RoomStore, SQLiteStore, serve_room
-from ..workers._handles import (
+from ..workers._wire import (
     durable_registration_body,
     new_connection_token,
     new_worker_id,

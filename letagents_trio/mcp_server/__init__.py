@@ -3,36 +3,29 @@
 Run it with ``letagents-trio mcp`` or ``python -m letagents_trio.mcp_server``
 (configuration from the environment; see ``docs/mcp-hosts.md``), or build one
 in-process with :func:`create_server` and connect ``mcp.Client(server)`` to it.
+
+Public: what an MCP host or an embedder builds and reads. :class:`ServerConfig`
+(``ServerConfig.from_env()`` reads the environment the Node server reads),
+:func:`create_server` and the :class:`LetAgentsMCPServer` it returns, the
+:class:`ServerState` its lifespan yields to tools, and :data:`READINESS_URI`,
+the resource a host reads to learn which tools are served.
 """
 
-from ..workers._handles import public_session as public_session
 from ._config import ServerConfig as ServerConfig
-from ._main import RUNTIME_CONTRACT_ARG as RUNTIME_CONTRACT_ARG
-from ._main import main as main
-from ._main import runtime_contract as runtime_contract
-from ._server import READINESS_RESOURCE_NAME as READINESS_RESOURCE_NAME
+from ._facade import ServerState as ServerState
 from ._server import READINESS_URI as READINESS_URI
 from ._server import LetAgentsMCPServer as LetAgentsMCPServer
 from ._server import create_server as create_server
-from ._server import readiness_text as readiness_text
-from ._tools import ServerState as ServerState
-from ._tools import clamp_poll_timeout as clamp_poll_timeout
-from ._tools import poll_abort_after as poll_abort_after
-from ._tools import registered_tool_names as registered_tool_names
 
 __all__ = [
-    "READINESS_RESOURCE_NAME",
     "READINESS_URI",
-    "RUNTIME_CONTRACT_ARG",
     "LetAgentsMCPServer",
     "ServerConfig",
     "ServerState",
-    "clamp_poll_timeout",
     "create_server",
-    "main",
-    "poll_abort_after",
-    "public_session",
-    "readiness_text",
-    "registered_tool_names",
-    "runtime_contract",
 ]
+
+from .._util import fixup_module_metadata as _fixup_module_metadata
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

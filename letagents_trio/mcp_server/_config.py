@@ -17,10 +17,19 @@ The variables are the Node MCP server's, with its rules (PROTOCOL §1, §6.1, §
   chose the one whose worker_id facade a chat needs).
 * ``LETAGENTS_SUPERVISOR_PROVIDER``: reported as ``provider`` by the
   readiness resource, nothing more.
+* ``LETAGENTS_RUNTIME`` and ``LETAGENTS_IDE``: the runtime and IDE labels of
+  worker registrations; default ``python`` and ``Agent``.
+* ``LETAGENTS_AGENT_SESSION_BEARER``: set by a supervisor; any non-empty value
+  turns owner mode off (no worker handles, no process connections).
 * ``LETAGENTS_POLL_MAX_MS``: the long-poll cap; parsed by the same function
   the reference room uses, so both sides agree by construction.
 
 The token is a secret: it is hidden from ``repr`` and never logged.
+
+This is the one place the MCP server (and the host layer below it) reads the
+process environment: every path, label and mode is passed down from here. A
+path variable that is unset or empty means ``~/.letagents/<file>``, as in the
+Node client.
 """
 
 from __future__ import annotations
@@ -33,7 +42,17 @@ from typing import Final, final
 import attrs
 
 from .._protocol import DEFAULT_API_URL, poll_max_from_env
-from ..workers._local_chat import LOCAL_CHAT_DB_ENV, default_local_chat_path
+from ..workers._identity import DEFAULT_RUNTIME_LABEL, detect_ide_label, detect_runtime_label
+from ..workers._names import DEFAULT_IDE_LABEL
+from ..workers._paths import (
+    CHAT_STORAGE_FILE,
+    CHAT_STORAGE_SETTINGS_ENV,
+    LOCAL_CHAT_DB_ENV,
+    LOCAL_CHAT_FILE,
+    STATE_FILE,
+    STATE_PATH_ENV,
+    letagents_file,
+)
 from ..workers._state import LocalStateStore
 
 __all__ = [
@@ -43,7 +62,6 @@ __all__ = [
     "INTERACTIVE_DESKTOP_PROFILE",
     "SUPERVISED_PROFILES",
     "ServerConfig",
-    "default_chat_storage_settings_path",
 ]
 
 # A chat in a desktop host: durable workers, worker_id on room tools.
@@ -61,11 +79,6 @@ WORKER_BEARER_ENV: Final = "LETAGENTS_AGENT_SESSION_BEARER"
 SUPERVISED_PROFILES: Final = frozenset({"supervised_mcp_polling", "cursor_supervised_room_turn"})
 
 
-def default_chat_storage_settings_path() -> Path:
-    """``~/.letagents/chat-storage.json``, the Node client's default."""
-    return Path.home() / ".letagents" / "chat-storage.json"
-
-
 def _strip_slashes(url: str) -> str:
     return url.rstrip("/")
 
@@ -73,6 +86,12 @@ def _strip_slashes(url: str) -> str:
 def _text(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name, "").strip()
     return value or None
+
+
+def _path(environ: Mapping[str, str], name: str, default_file: str) -> Path:
+    """The path in variable ``name``; unset or empty means ``~/.letagents/<default_file>``."""
+    configured = environ.get(name)
+    return Path(configured) if configured else letagents_file(default_file)
 
 
 @final
@@ -89,6 +108,8 @@ class ServerConfig:
         profile: the execution profile (decides the tool surface).
         provider: ``LETAGENTS_SUPERVISOR_PROVIDER``, reported by the readiness resource.
         poll_max_ms: the long-poll cap in milliseconds.
+        runtime_label: the runtime label of worker registrations.
+        ide_label: the IDE label of worker registrations (normalised, §5.4).
         owner_mode: whether this process acts for the owner: false when a
             supervisor set ``LETAGENTS_AGENT_SESSION_BEARER`` (PROTOCOL §4.1).
             The connection manager and the worker handles both take it from here.
@@ -96,12 +117,16 @@ class ServerConfig:
 
     api_url: str = attrs.field(default=DEFAULT_API_URL, converter=_strip_slashes)
     token: str | None = attrs.field(default=None, repr=False)
-    state_path: Path = attrs.field(factory=lambda: LocalStateStore().path)
-    chat_storage_settings_path: Path = attrs.field(factory=default_chat_storage_settings_path)
-    local_chat_path: Path = attrs.field(factory=default_local_chat_path)
+    state_path: Path = attrs.field(factory=lambda: letagents_file(STATE_FILE))
+    chat_storage_settings_path: Path = attrs.field(
+        factory=lambda: letagents_file(CHAT_STORAGE_FILE)
+    )
+    local_chat_path: Path = attrs.field(factory=lambda: letagents_file(LOCAL_CHAT_FILE))
     profile: str = DEFAULT_PROFILE
     provider: str | None = None
     poll_max_ms: int = attrs.field(factory=lambda: poll_max_from_env({}))
+    runtime_label: str = DEFAULT_RUNTIME_LABEL
+    ide_label: str = DEFAULT_IDE_LABEL
     owner_mode: bool = True
 
     @property
@@ -125,24 +150,21 @@ class ServerConfig:
         is unset, to find the stored owner token.
         """
         env = os.environ if environ is None else environ
-        state_path = Path(p) if (p := env.get("LETAGENTS_STATE_PATH")) else None
-        store = LocalStateStore(state_path)
+        state_path = _path(env, STATE_PATH_ENV, STATE_FILE)
         token = _text(env, "LETAGENTS_TOKEN")
         if token is None:
-            auth = store.auth()
+            auth = LocalStateStore(state_path).auth()
             token = auth.token if auth is not None else None
-        chat = env.get("LETAGENTS_CHAT_STORAGE_SETTINGS_PATH")
-        local_chat = env.get(LOCAL_CHAT_DB_ENV)
         return cls(
             api_url=env.get("LETAGENTS_API_URL") or DEFAULT_API_URL,
             token=token,
-            state_path=store.path,
-            chat_storage_settings_path=Path(chat) if chat else default_chat_storage_settings_path(),
-            local_chat_path=(
-                Path(local_chat) if local_chat else Path.home() / ".letagents" / "local-chat.sqlite"
-            ),
+            state_path=state_path,
+            chat_storage_settings_path=_path(env, CHAT_STORAGE_SETTINGS_ENV, CHAT_STORAGE_FILE),
+            local_chat_path=_path(env, LOCAL_CHAT_DB_ENV, LOCAL_CHAT_FILE),
             profile=_text(env, "LETAGENTS_EXECUTION_PROFILE") or DEFAULT_PROFILE,
             provider=_text(env, "LETAGENTS_SUPERVISOR_PROVIDER"),
             poll_max_ms=poll_max_from_env(env),
+            runtime_label=detect_runtime_label(env),
+            ide_label=detect_ide_label(env),
             owner_mode=not env.get(WORKER_BEARER_ENV),
         )

@@ -46,16 +46,17 @@ from mcp.server.stdio import stdio_server
 from .._client import RoomClient
 from .._manager import open_connection_manager
 from .._version import __version__
+from ..workers._chat_storage import ChatStorage
+from ..workers._handles import WorkerHandles
 from ..workers._local_chat import LocalChat
 from ..workers._state import LocalStateStore
 from ._config import ServerConfig
+from ._facade import ServerState
 from ._stdio import claim_stdin
-from ._tools import ServerState, WorkerHandlesAPI, register_tools, registered_tool_names
+from ._tools import register_tools, registered_tool_names
 
 if TYPE_CHECKING:
     import httpx2
-
-    from .._manager import ConnectionManager
 
 __all__ = [
     "READINESS_RESOURCE_NAME",
@@ -87,21 +88,6 @@ def readiness_text(config: ServerConfig) -> str:
             "tools": registered_tool_names(config),
         },
         separators=(",", ":"),
-    )
-
-
-def _open_handles(
-    *, client: RoomClient, store: LocalStateStore, manager: ConnectionManager, config: ServerConfig
-) -> WorkerHandlesAPI:
-    from ..workers._chat_storage import ChatStorage
-    from ..workers._handles import WorkerHandles
-
-    return WorkerHandles(
-        client=client,
-        state=store,
-        manager=manager,
-        chat_storage=ChatStorage(config.chat_storage_settings_path),
-        owner_mode=config.owner_mode,
     )
 
 
@@ -161,7 +147,15 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                     client, state=store, owner_mode=config.owner_mode
                 ) as manager,
             ):
-                handles = _open_handles(client=client, store=store, manager=manager, config=config)
+                handles = WorkerHandles(
+                    client=client,
+                    state=store,
+                    manager=manager,
+                    chat_storage=ChatStorage(config.chat_storage_settings_path),
+                    owner_mode=config.owner_mode,
+                    runtime_label=config.runtime_label,
+                    ide_label=config.ide_label,
+                )
                 logger.info("serving %s (profile %s)", config.api_url, config.profile)
                 try:
                     yield ServerState(

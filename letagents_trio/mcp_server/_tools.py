@@ -6,43 +6,28 @@ which tools exist: the server registers through it, and
 resource and ``--letagents-runtime-contract`` list exactly what a client can
 call (upstream's rule: discover through the production registration path).
 
-What a tool does, in order:
+What a tool does: it resolves whom it acts as through the ``worker_id``
+facade, makes one room call with that session's credentials, and answers
+compact JSON, its expected failures as ``isError`` results (all three in
+:mod:`._facade`). A room the chat-storage settings mark ``local``
+(:meth:`WorkerHandles.is_local_room`) never sees HTTP: its chat is the
+server's one :class:`~letagents_trio.workers.LocalChat` (a SQLite file shared
+by every MCP server of the user):
 
-1. **Facade** (PROTOCOL §5.1, profiles ``interactive_desktop`` and
-   ``autonomous_mcp_worker``): every room tool except
-   ``register_agent_session`` takes an optional ``worker_id``. Given one, no
-   ``agent_session_id`` may be given too; the call runs *as* the worker:
-   :meth:`WorkerHandles.acting_as` checks the worker's connection, yields its
-   session (whose room replaces ``room_id``), and re-checks the connection
-   from disk after the call (PROTOCOL §6.6). A legacy ``agent_session_id``
-   that names a durable worker's session goes through the same guard. In
-   other profiles ``worker_id`` is not part of any schema.
-2. **The room call**, with the session's credentials (``RoomClient`` records
-   an ended session on a 401, §5.7). A room the chat-storage settings mark
-   ``local`` (:meth:`WorkerHandles.is_local_room`) never sees HTTP: its chat
-   is the server's one :class:`~letagents_trio.LocalChat` (a SQLite file
-   shared by every MCP server of the user):
-
-   * ``send_message`` is :meth:`LocalChat.send` with a ``check`` that runs
-     the §6.6 connection check again *inside* the database's write lock, so a
-     send that waited behind another process's write while its worker was
-     re-registered elsewhere fails and writes nothing (PROTOCOL §8.3.14);
-   * ``read_messages`` is :meth:`LocalChat.read`;
-   * ``wait_for_messages`` is :meth:`LocalChat.wait` for the clamped
-     timeout (``trio.move_on_after``), answered with a read when it expires;
-     on every look it asks whether this process still holds the worker's
-     connection, so a wait whose worker was reconnected elsewhere fails and
-     never returns its successor's messages;
-   * ``get_room_guidelines`` fails with :data:`LOCAL_GUIDELINES_TEXT`;
-   * a send with no worker (no ``worker_id`` or ``agent_session_id``) fails
-     with :data:`LOCAL_SENDER_TEXT`: a local message needs a session to be
-     from. Reads and waits without one are the owner's, as in hosted rooms.
-3. **The result**: compact JSON text. Expected failures (a worker rule, a
-   room answer, an unreachable room, a damaged state file) become an
-   ``isError`` result whose text is the error's message, upstream's exact
-   text where one exists. Every result text passes a last guard that
-   replaces the owner token and the session token of the call, should either
-   ever appear (they cannot by construction; the guard is cheap).
+* ``send_message`` is :meth:`LocalChat.send` with a ``check`` that runs the
+  §6.6 connection check again *inside* the database's write lock, so a send
+  that waited behind another process's write while its worker was
+  re-registered elsewhere fails and writes nothing (PROTOCOL §8.3.14);
+* ``read_messages`` is :meth:`LocalChat.read`;
+* ``wait_for_messages`` is :meth:`LocalChat.wait` for the clamped timeout
+  (``trio.move_on_after``), answered with a read when it expires; on every
+  look it asks whether this process still holds the worker's connection, so
+  a wait whose worker was reconnected elsewhere fails and never returns its
+  successor's messages;
+* ``get_room_guidelines`` fails with :data:`LOCAL_GUIDELINES_TEXT`;
+* a send with no worker (no ``worker_id`` or ``agent_session_id``) fails with
+  :data:`LOCAL_SENDER_TEXT`: a local message needs a session to be from.
+  Reads and waits without one are the owner's, as in hosted rooms.
 
 Cancellation: a tool call the host cancels (``notifications/cancelled``) is
 cancelled at the handler's scope by the SDK; the room request in flight is
@@ -52,51 +37,46 @@ closed with it, so the room stops counting it (a long poll ends at once).
 from __future__ import annotations
 
 import functools
-import hmac
 import inspect
-import json
-import logging
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol, final
 from urllib.parse import urlencode
 
-import attrs
 import trio
-from mcp.server.mcpserver import Context
-from mcp_types import CallToolResult, TextContent
+
+# Tool signatures are evaluated at run time (the SDK and _without_parameter read them).
+from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
-from .._client import encode_room_path
-from .._errors import LetAgentsError, LocalChatError, RoomUnreachable, WorkerError
-from .._redact import redact
-from ..workers._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT, public_session
+from .._errors import LocalChatError, WorkerError
 from ..workers._local_chat import message_cursor
+from ..workers._wire import public_session
+from ._facade import (
+    ToolContext,
+    ToolFn,
+    Who,
+    blank,
+    call_as,
+    expected_errors,
+    ok,
+    recheck,
+    server_state,
+)
 
 if TYPE_CHECKING:
-    from .._client import RoomClient
-    from .._manager import ConnectionManager
     from .._session import AgentSession
-    from ..workers._local_chat import LocalChat
-    from ..workers._state import LocalStateStore
     from ._config import ServerConfig
 
 __all__ = [
     "INSTRUCTION",
     "LOCAL_GUIDELINES_TEXT",
     "LOCAL_SENDER_TEXT",
-    "ServerState",
     "ToolRegistrar",
-    "WorkerHandlesAPI",
-    "WorkerRegistrationAPI",
     "clamp_poll_timeout",
     "poll_abort_after",
     "register_tools",
     "registered_tool_names",
 ]
-
-logger = logging.getLogger("letagents_trio.mcp_server")
 
 # --- texts and numbers (PROTOCOL §5.1, §5.3, §7.6) ---------------------------------
 
@@ -116,8 +96,6 @@ RESUMED_WORK: Final = (
     "An earlier session of this agent held these leases, and this session holds them now:"
     " {items}. Carry on with that work, or release what is not yours to do."
 )
-# Our own text (upstream's default-room lookup has no equivalent here).
-NO_ROOM_TEXT: Final = "Pass room_id, or the worker_id of a worker registered in this process."
 # Our own texts for local rooms (upstream's local-room tools were not read):
 # there is no room server to keep guidelines, and a message must be from a session.
 LOCAL_GUIDELINES_TEXT: Final = (
@@ -153,238 +131,6 @@ def poll_abort_after(server_timeout_ms: int) -> int:
     return server_timeout_ms + margin
 
 
-# --- what the tools need from the worker-handle layer ------------------------------
-
-
-class WorkerRegistrationAPI(Protocol):
-    """The part of :class:`letagents_trio.workers._handles.WorkerRegistration` the tools read."""
-
-    @property
-    def worker_id(self) -> str: ...
-    @property
-    def session(self) -> AgentSession: ...
-    @property
-    def name_held_here(self) -> str | None: ...
-    @property
-    def adopted_task_leases(self) -> tuple[Mapping[str, str], ...]: ...
-    def public_session(self) -> dict[str, Any]: ...
-
-
-class WorkerHandlesAPI(Protocol):
-    """The part of :class:`letagents_trio.workers._handles.WorkerHandles` the tools call."""
-
-    async def register(
-        self,
-        *,
-        room_id: str | None,
-        worker_id: str | None = None,
-        registration_key: str | None = None,
-        display_name: str | None = None,
-        runtime: str | None = None,
-        cwd: str | None = None,
-        recover_lost_worker: bool = False,
-        session_kind: str | None = None,
-    ) -> WorkerRegistrationAPI: ...
-
-    async def disconnect(
-        self,
-        *,
-        worker_id: str | None = None,
-        agent_session_id: str | None = None,
-        room_id: str | None = None,
-    ) -> AgentSession: ...
-
-    def acting_as(
-        self,
-        *,
-        worker_id: str | None = None,
-        agent_session_id: str | None = None,
-        room_id: str | None = None,
-        allow_ended: bool = False,
-    ) -> AbstractAsyncContextManager[AgentSession]: ...
-
-    def is_local_room(self, room_id: str) -> bool: ...
-
-
-@final
-@attrs.define(eq=False)
-class ServerState:
-    """What the server's lifespan yields: one per served connection.
-
-    Attributes:
-        config: the configuration read at start.
-        client: the room client (owner token inside).
-        store: the shared local state file.
-        manager: the connection manager holding process connections.
-        handles: the worker handles (registration, the facade's guard).
-        chat: the local rooms' chat (one per server; closed when the lifespan ends).
-    """
-
-    config: ServerConfig
-    client: RoomClient
-    store: LocalStateStore
-    manager: ConnectionManager
-    handles: WorkerHandlesAPI
-    chat: LocalChat
-
-
-ToolContext = Context[ServerState, Any]
-
-
-def _state(ctx: ToolContext) -> ServerState:
-    return ctx.request_context.lifespan_context
-
-
-# --- results -------------------------------------------------------------------------
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None]) -> str:
-    secrets = [state.config.token]
-    secrets.extend(s.session_token for s in sessions if s is not None)
-    redacted = redact(text, secrets)
-    if redacted != text:
-        logger.error("a tool result carried a credential; it was redacted")
-    return redacted
-
-
-def _ok(state: ServerState, payload: object, *sessions: AgentSession | None) -> CallToolResult:
-    text = _guard(_compact(payload), state, sessions)
-    return CallToolResult(content=[TextContent(type="text", text=text)])
-
-
-def _failed(state: ServerState, text: str) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=_guard(text, state, []))], is_error=True
-    )
-
-
-ToolFn = Callable[..., Awaitable[CallToolResult]]
-
-
-def _expected_errors(fn: ToolFn) -> ToolFn:
-    """Turn the library's expected errors into ``isError`` results with their text."""
-
-    @functools.wraps(fn)
-    async def call(*args: Any, **kwargs: Any) -> CallToolResult:
-        try:
-            return await fn(*args, **kwargs)
-        except LetAgentsError as exc:
-            ctx = kwargs["ctx"]
-            logger.info("tool %s failed: %s", fn.__name__, type(exc).__name__)
-            return _failed(_state(ctx), str(exc))
-
-    return call
-
-
-# --- the facade ---------------------------------------------------------------------
-
-
-def _blank(value: str | None) -> bool:
-    return value is None or not value.strip()
-
-
-@attrs.frozen(kw_only=True)
-class _Who:
-    """Who a room tool acts as: the three facade arguments, as given."""
-
-    room_id: str | None
-    agent_session_id: str | None
-    worker_id: str | None
-
-
-@asynccontextmanager
-async def _acting(state: ServerState, who: _Who) -> AsyncIterator[tuple[str, AgentSession | None]]:
-    """Resolve who a room tool acts as; yields ``(room_id, session or None)``.
-
-    A ``worker_id`` or ``agent_session_id`` goes through
-    :meth:`WorkerHandles.acting_as` (which refuses both at once, guards
-    durable workers before and after the block, and finds legacy sessions in
-    the state file). With neither, the call is the owner's own, in ``room_id``.
-
-    Raises:
-        WorkerError: the facade's rules refused the call.
-    """
-    room = None if _blank(who.room_id) else who.room_id
-    if not _blank(who.worker_id) or not _blank(who.agent_session_id):
-        async with state.handles.acting_as(
-            worker_id=None if _blank(who.worker_id) else who.worker_id,
-            agent_session_id=None if _blank(who.agent_session_id) else who.agent_session_id,
-            room_id=room,
-        ) as session:
-            yield session.room_id, session
-        return
-    if room is None:
-        raise WorkerError(NO_ROOM_TEXT)
-    await trio.lowlevel.checkpoint()
-    yield room, None
-
-
-async def _recheck(state: ServerState, who: _Who, room: str, session: AgentSession) -> None:
-    """The §6.6 connection check again, now: is ``session`` still this worker's, here?
-
-    Raises:
-        WorkerError: the worker's connection was replaced (by another process)
-            or disconnected since ``session`` was read.
-        StateUnavailable: the state file is damaged.
-
-    Cancellation:
-        A checkpoint; nothing to undo.
-    """
-    async with state.handles.acting_as(
-        worker_id=None if _blank(who.worker_id) else who.worker_id,
-        agent_session_id=None if _blank(who.agent_session_id) else who.agent_session_id,
-        room_id=room,
-    ) as now:
-        if not hmac.compare_digest(now.session_token, session.session_token):
-            raise WorkerError(CONNECTION_REPLACED_OR_DISCONNECTED_TEXT)
-
-
-LocalCall = Callable[[str, "AgentSession | None"], Awaitable[Any]]
-"""How a tool answers in a local room: ``(room_id, session or None) -> answer``."""
-
-
-async def _call_as(
-    state: ServerState,
-    who: _Who,
-    method: str,
-    route: str,
-    *,
-    local: LocalCall,
-    body: object = None,
-    abort_ms: int | None = None,
-) -> tuple[str, AgentSession | None, Any]:
-    """One room call under the facade: ``method /rooms/{room}/{route}``, or ``local``.
-
-    Returns ``(room_id, session or None, the answer)``. ``body`` is sent as
-    JSON; with ``abort_ms`` the call is abandoned after that many
-    milliseconds. In a local room nothing is sent: ``local(room, session)``
-    answers instead, inside the same guard.
-
-    Raises:
-        WorkerError: the facade's rules refused the call.
-        ApiError: the room refused it.
-        RoomUnreachable: the room could not be reached, or did not answer in time.
-        LocalChatError: the local chat refused it (see ``local``).
-
-    Cancellation:
-        A checkpoint; cancelled, the room request is closed with it (a local
-        call writes nothing it had not committed).
-    """
-    async with _acting(state, who) as (room, session):
-        if state.handles.is_local_room(room):
-            return room, session, await local(room, session)
-        path = f"/rooms/{encode_room_path(room)}/{route}"
-        limit = math.inf if abort_ms is None else abort_ms / 1000
-        with trio.move_on_after(limit) as scope:
-            return room, session, await state.client.call(method, path, json=body, session=session)
-    assert scope.cancelled_caught
-    raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")
-
-
 def _without_parameter(fn: ToolFn, name: str) -> ToolFn:
     """``fn`` as a tool whose schema lacks ``name`` (it is then always None)."""
     signature = inspect.signature(fn, eval_str=True)
@@ -414,7 +160,7 @@ SessionId = Annotated[
 # --- the tools --------------------------------------------------------------------------
 
 
-@_expected_errors
+@expected_errors
 async def register_agent_session(
     ctx: ToolContext,
     worker_id: Annotated[
@@ -441,7 +187,7 @@ async def register_agent_session(
     ] = None,
 ) -> CallToolResult:
     """Register this chat's worker in a room, or reconnect it by its worker_id."""
-    state = _state(ctx)
+    state = server_state(ctx)
     registration = await state.handles.register(
         room_id=room_id,
         worker_id=worker_id,
@@ -470,10 +216,10 @@ async def register_agent_session(
         )
         payload["resumed_work"] = RESUMED_WORK.format(items=items)
     payload["instruction"] = INSTRUCTION
-    return _ok(state, payload, session)
+    return ok(state, payload, session)
 
 
-@_expected_errors
+@expected_errors
 async def disconnect_agent_session(
     ctx: ToolContext,
     room_id: RoomId = None,
@@ -481,16 +227,16 @@ async def disconnect_agent_session(
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """End this chat's worker session in its room and stop holding its connection."""
-    state = _state(ctx)
+    state = server_state(ctx)
     ended = await state.handles.disconnect(
-        worker_id=None if _blank(worker_id) else worker_id,
-        agent_session_id=None if _blank(agent_session_id) else agent_session_id,
-        room_id=None if _blank(room_id) else room_id,
+        worker_id=None if blank(worker_id) else worker_id,
+        agent_session_id=None if blank(agent_session_id) else agent_session_id,
+        room_id=None if blank(room_id) else room_id,
     )
-    return _ok(state, {"success": True, "agent_session": public_session(ended)}, ended)
+    return ok(state, {"success": True, "agent_session": public_session(ended)}, ended)
 
 
-@_expected_errors
+@expected_errors
 async def send_message(
     ctx: ToolContext,
     text: Annotated[str, Field(description="The message.", min_length=1)],
@@ -499,20 +245,20 @@ async def send_message(
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Send a message to a room, as this chat's worker."""
-    state = _state(ctx)
-    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    state = server_state(ctx)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
 
     async def local(room: str, session: AgentSession | None) -> dict[str, Any]:
         if session is None:
             raise LocalChatError(LOCAL_SENDER_TEXT)
         return await state.chat.send(
-            session, text, check=functools.partial(_recheck, state, who, room, session)
+            session, text, check=functools.partial(recheck, state, who, room, session)
         )
 
-    _, session, message = await _call_as(
+    _, session, message = await call_as(
         state, who, "POST", "messages", body={"text": text}, local=local
     )
-    return _ok(state, {"success": True, "message": message}, session)
+    return ok(state, {"success": True, "message": message}, session)
 
 
 def _messages_payload(answer: object, room: str) -> dict[str, Any]:
@@ -528,7 +274,7 @@ def _messages_payload(answer: object, room: str) -> dict[str, Any]:
     return payload
 
 
-@_expected_errors
+@expected_errors
 async def read_messages(
     ctx: ToolContext,
     room_id: RoomId = None,
@@ -542,26 +288,26 @@ async def read_messages(
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Read a room's messages after a cursor, without waiting."""
-    state = _state(ctx)
+    state = server_state(ctx)
     query: dict[str, str | int] = {}
-    if not _blank(after_message_id):
+    if not blank(after_message_id):
         assert after_message_id is not None
         query["after"] = after_message_id
     query["limit"] = limit or MESSAGE_LIMIT
     query["include_prompt_only"] = 1
-    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
 
     async def local(room: str, session: AgentSession | None) -> dict[str, Any]:
         cursor = message_cursor(after_message_id)
         return await state.chat.read(room, after=cursor, limit=limit or MESSAGE_LIMIT)
 
-    room, session, answer = await _call_as(
+    room, session, answer = await call_as(
         state, who, "GET", f"messages?{urlencode(query)}", local=local
     )
-    return _ok(state, _messages_payload(answer, room), session)
+    return ok(state, _messages_payload(answer, room), session)
 
 
-@_expected_errors
+@expected_errors
 async def wait_for_messages(
     ctx: ToolContext,
     room_id: RoomId = None,
@@ -583,15 +329,15 @@ async def wait_for_messages(
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Wait for new messages in a room (HTTP long poll); call it in a loop with a cursor."""
-    state = _state(ctx)
+    state = server_state(ctx)
     server_timeout = clamp_poll_timeout(timeout, state.config.poll_max_ms)
     abort_ms = poll_abort_after(server_timeout)
     query: dict[str, str | int] = {}
-    if not _blank(after_message_id):
+    if not blank(after_message_id):
         assert after_message_id is not None
         query["after"] = after_message_id
     query.update(limit=MESSAGE_LIMIT, timeout=server_timeout, include_prompt_only=1)
-    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
 
     async def local(room: str, session: AgentSession | None) -> dict[str, Any]:
         cursor = message_cursor(after_message_id)
@@ -601,7 +347,7 @@ async def wait_for_messages(
                 await trio.lowlevel.checkpoint()
                 return True
             try:
-                await _recheck(state, who, room, session)
+                await recheck(state, who, room, session)
             except WorkerError:
                 return False
             return True
@@ -612,13 +358,13 @@ async def wait_for_messages(
             )
         return await state.chat.read(room, after=cursor, limit=MESSAGE_LIMIT)
 
-    room, session, answer = await _call_as(
+    room, session, answer = await call_as(
         state, who, "GET", f"messages/poll?{urlencode(query)}", abort_ms=abort_ms, local=local
     )
-    return _ok(state, _messages_payload(answer, room), session)
+    return ok(state, _messages_payload(answer, room), session)
 
 
-@_expected_errors
+@expected_errors
 async def get_room_guidelines(
     ctx: ToolContext,
     room_id: RoomId = None,
@@ -626,15 +372,15 @@ async def get_room_guidelines(
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Read the room's guidelines: how its people want agents to work there."""
-    state = _state(ctx)
-    who = _Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    state = server_state(ctx)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
 
     async def local(room: str, session: AgentSession | None) -> Any:
         await trio.lowlevel.checkpoint()
         raise LocalChatError(LOCAL_GUIDELINES_TEXT)
 
-    _, session, answer = await _call_as(state, who, "GET", "guidelines", local=local)
-    return _ok(state, answer, session)
+    _, session, answer = await call_as(state, who, "GET", "guidelines", local=local)
+    return ok(state, answer, session)
 
 
 # --- registration ------------------------------------------------------------------------

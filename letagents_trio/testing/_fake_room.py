@@ -56,7 +56,7 @@ from .._client import RoomClient
 from .._session import AgentSession
 from .._util import Notifier
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
-from ..workers._handles import (
+from ..workers._wire import (
     durable_registration_body,
     new_connection_token,
     new_worker_id,

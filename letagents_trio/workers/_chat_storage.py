@@ -6,10 +6,10 @@ hosted room API) or in a local SQLite database, from a small JSON file
 
     {"mode": "cloud" | "local", "roomOverrides": {"<room_id>": "local" | "cloud"}}
 
-at ``$LETAGENTS_CHAT_STORAGE_SETTINGS_PATH``, else
-``~/.letagents/chat-storage.json``. A room's override wins; otherwise ``mode``
-decides. Worker handles ask this before registering: a local room gets a
-``local_`` session and no HTTP at all.
+at ``~/.letagents/chat-storage.json`` unless a path is given (the MCP server
+passes ``LETAGENTS_CHAT_STORAGE_SETTINGS_PATH`` when it is set). A room's
+override wins; otherwise ``mode`` decides. Worker handles ask this before
+registering: a local room gets a ``local_`` session and no HTTP at all.
 
 The file is read on every question (it is a few bytes), so a user who flips a
 room to local storage does not have to restart the server. A missing file
@@ -30,31 +30,21 @@ from typing import Any, Final, final
 
 import attrs
 
+from ._paths import CHAT_STORAGE_FILE, letagents_file
+
 __all__ = [
-    "CHAT_STORAGE_SETTINGS_ENV",
     "ChatStorage",
     "ChatStorageSettings",
-    "default_chat_storage_path",
 ]
 
 logger = logging.getLogger("letagents_trio.chat_storage")
 
-# The Node client's variable: both clients must read the same settings.
-CHAT_STORAGE_SETTINGS_ENV: Final = "LETAGENTS_CHAT_STORAGE_SETTINGS_PATH"
 # The two storage modes the settings file knows.
 _MODES: Final = ("cloud", "local")
 
 
-def default_chat_storage_path() -> Path:
-    """``$LETAGENTS_CHAT_STORAGE_SETTINGS_PATH``, else ``~/.letagents/chat-storage.json``."""
-    configured = os.environ.get(CHAT_STORAGE_SETTINGS_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".letagents" / "chat-storage.json"
-
-
 def _to_path(value: os.PathLike[str] | str | None) -> Path:
-    return default_chat_storage_path() if value is None else Path(value)
+    return letagents_file(CHAT_STORAGE_FILE) if value is None else Path(value)
 
 
 def _freeze_overrides(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -106,8 +96,7 @@ class ChatStorage:
     """The chat-storage settings file, read afresh on every question.
 
     Args:
-        path: the settings file; ``None`` means :func:`default_chat_storage_path`
-            at construction time.
+        path: the settings file; ``None`` means ``~/.letagents/chat-storage.json``.
     """
 
     path: Path = attrs.field(default=None, converter=_to_path)

@@ -16,16 +16,23 @@ Three ids, from most to least durable:
 * :data:`PROCESS_INSTANCE_ID`: a random UUID per process, part of the
   ``tool_bridge_id`` in :func:`registration_liveness`.
 
-Runtime and IDE labels come from the environment (``LETAGENTS_RUNTIME``,
-``LETAGENTS_IDE``); the IDE label is normalised by
-:func:`letagents_trio.workers._names.normalize_ide_label` (PROTOCOL §5.4's map).
+Runtime and IDE labels are read from an environment mapping the caller passes
+(``LETAGENTS_RUNTIME``, ``LETAGENTS_IDE``; the MCP server's
+``ServerConfig.from_env`` is the one reader of the process environment); the
+IDE label is normalised by :func:`letagents_trio.workers._names.normalize_ide_label`
+(PROTOCOL §5.4's map).
+
+Local identities (no account signed in) are owned by :func:`local_owner_slug`,
+the user name reduced to what a canonical key segment may hold.
 """
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import os
 import platform as _platform
+import re
 import socket
 import sys
 import uuid
@@ -51,6 +58,7 @@ __all__ = [
     "detect_ide_label",
     "detect_runtime_label",
     "local_host_id",
+    "local_owner_slug",
     "node_arch",
     "node_platform",
     "process_host_id",
@@ -72,6 +80,10 @@ _HOST_ID_PREFIX: Final = "host_"
 _PROCESS_HOST_ID_PREFIX: Final = "phost_"
 # phost_ ids carry this many hex digits of the sha256.
 _PROCESS_HOST_ID_HEX: Final = 32
+# A local owner slug keeps only what a key segment may hold.
+_SLUG_DROP: Final = re.compile(r"[^a-z0-9-]+")
+# Used when the user name gives nothing usable.
+_DEFAULT_LOCAL_SLUG: Final = "local"
 
 # sys.platform prefixes and the process.platform name Node gives the same OS.
 _NODE_PLATFORMS: Final = (
@@ -261,13 +273,26 @@ def registration_liveness(
     }
 
 
-def detect_runtime_label(environ: Mapping[str, str] | None = None) -> str:
-    """The runtime label: ``$LETAGENTS_RUNTIME`` trimmed, else ``"python"``."""
-    env = os.environ if environ is None else environ
-    return env.get(RUNTIME_ENV, "").strip() or DEFAULT_RUNTIME_LABEL
+def detect_runtime_label(environ: Mapping[str, str]) -> str:
+    """The runtime label: ``LETAGENTS_RUNTIME`` of ``environ`` trimmed, else ``"python"``."""
+    return environ.get(RUNTIME_ENV, "").strip() or DEFAULT_RUNTIME_LABEL
 
 
-def detect_ide_label(environ: Mapping[str, str] | None = None) -> str:
-    """The IDE label: ``$LETAGENTS_IDE`` normalised (PROTOCOL §5.4), else ``"Agent"``."""
-    env = os.environ if environ is None else environ
-    return normalize_ide_label(env.get(IDE_ENV))
+def detect_ide_label(environ: Mapping[str, str]) -> str:
+    """The IDE label: ``LETAGENTS_IDE`` of ``environ``, normalised (§5.4), else ``"Agent"``."""
+    return normalize_ide_label(environ.get(IDE_ENV))
+
+
+def local_owner_slug(name: str | None = None) -> str:
+    """The owner slug of local identities: the user name, lower-cased, ``[a-z0-9-]`` only.
+
+    Args:
+        name: the name to slugify; ``None`` means the current user's.
+    """
+    if name is None:
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError):  # no passwd entry, no LOGNAME
+            name = ""
+    slug = _SLUG_DROP.sub("-", name.lower()).strip("-")
+    return slug or _DEFAULT_LOCAL_SLUG

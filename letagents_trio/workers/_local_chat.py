@@ -1,9 +1,10 @@
 """The chat of local rooms: one SQLite file shared by every MCP server of the user.
 
 A room the chat-storage settings file marks ``local`` (PROTOCOL §6.1) never
-sees HTTP. Its messages live in ``$LETAGENTS_LOCAL_CHAT_DB`` (default
-``~/.letagents/local-chat.sqlite``), which every MCP server process of the user
-opens at once, so all the coordination is SQLite's own file locking.
+sees HTTP. Its messages live in ``~/.letagents/local-chat.sqlite`` (or the
+path given: the MCP server passes ``LETAGENTS_LOCAL_CHAT_DB`` when it is set),
+which every MCP server process of the user opens at once, so all the
+coordination is SQLite's own file locking.
 
 The algorithm, per call:
 
@@ -61,8 +62,9 @@ import trio
 
 from .._errors import LocalChatBusy, LocalChatError, LocalChatUnavailable, WorkerError
 from .._protocol import format_iso
-from ._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
+from ._paths import LOCAL_CHAT_DB_ENV, LOCAL_CHAT_FILE, letagents_file
 from ._state import LOCK_POLL_INTERVAL
+from ._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 
 if TYPE_CHECKING:
     from .._session import AgentSession
@@ -71,7 +73,6 @@ __all__ = [
     "BAD_CURSOR_TEXT",
     "BUSY_TIMEOUT",
     "DEFAULT_MESSAGE_PAGE",
-    "LOCAL_CHAT_DB_ENV",
     "LOCK_RETRY_INTERVAL",
     "LOCK_WAIT_LIMIT",
     "MAX_MESSAGE_CHARS",
@@ -81,7 +82,6 @@ __all__ = [
     "WAIT_RECHECK_INTERVAL",
     "LocalChat",
     "LocalChatStatistics",
-    "default_local_chat_path",
     "message_cursor",
 ]
 
@@ -89,8 +89,6 @@ logger = logging.getLogger("letagents_trio.local_chat")
 
 _T = TypeVar("_T")
 
-# The Node client's variable: both clients look for the same file.
-LOCAL_CHAT_DB_ENV: Final = "LETAGENTS_LOCAL_CHAT_DB"
 # SQLite's own wait for a lock, in seconds. It blocks trio's thread, so it is
 # kept short: it absorbs the common sub-millisecond overlap of two writers, and
 # anything longer goes through the cancellable retry loop.
@@ -146,16 +144,8 @@ _HEADER_QUERY: Final = (
 _BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
-def default_local_chat_path() -> Path:
-    """``$LETAGENTS_LOCAL_CHAT_DB``, else ``~/.letagents/local-chat.sqlite``."""
-    configured = os.environ.get(LOCAL_CHAT_DB_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".letagents" / "local-chat.sqlite"
-
-
 def _to_path(value: os.PathLike[str] | str | None) -> Path:
-    return default_local_chat_path() if value is None else Path(value)
+    return letagents_file(LOCAL_CHAT_FILE) if value is None else Path(value)
 
 
 def message_cursor(after_message_id: str | None) -> int | None:
@@ -231,8 +221,7 @@ class LocalChat:
     its schema) by the first call. Call :meth:`close` when done.
 
     Args:
-        path: the SQLite file; ``None`` means :func:`default_local_chat_path`
-            at construction time.
+        path: the SQLite file; ``None`` means ``~/.letagents/local-chat.sqlite``.
         wall_clock: Unix time for ``created_at`` (tests pass a fixed clock).
         lock_wait_limit: seconds on trio's clock a call waits for another
             process's lock before :class:`LocalChatBusy`.

@@ -1,6 +1,6 @@
 """The local state file: one JSON object shared by every MCP server on the machine.
 
-The file (``~/.letagents/mcp-state.json``, or ``$LETAGENTS_STATE_PATH``) holds the
+The file (``~/.letagents/mcp-state.json`` unless a path is given) holds the
 owner's sign-in, the host id, the stored agent sessions and the worker handles
 (PROTOCOL §6.3). The Node client reads and writes the same file, so this module
 follows its protocol exactly; a Python and a Node server on one machine then
@@ -17,6 +17,8 @@ reader sees the old file or the new one, never a mix. Three outcomes:
 
 Writing is only ever a locked read-modify-write (:meth:`LocalStateStore.update`);
 an unlocked whole-file write would silently undo another process's update.
+The bytes read and written are JSON exactly as the Node client parses and
+stringifies it (:mod:`._nodejson`).
 
 The lock is the file ``<path>.lock``, taken by an exclusive create:
 
@@ -48,7 +50,6 @@ done nothing or everything.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import secrets
@@ -56,7 +57,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, NoReturn, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 import attrs
 import trio
@@ -65,17 +66,17 @@ from .._errors import StateError, StateLockTimeout, StateUnavailable
 from .._protocol import format_iso
 from .._session import AgentSession
 from ._names import is_durable_worker_id
+from ._nodejson import decode_json, encode_json, json_type
+from ._paths import STATE_FILE, letagents_file
 
 __all__ = [
     "LOCK_POLL_INTERVAL",
     "LOCK_STALE_AFTER",
     "LOCK_TIMEOUT",
-    "STATE_PATH_ENV",
     "STATE_UNAVAILABLE_MESSAGE",
     "LocalStateStore",
     "OwnerAuth",
     "StateSnapshot",
-    "default_state_path",
     "ensure_mapping",
     "iso_now",
     "mapping_at",
@@ -85,8 +86,6 @@ logger = logging.getLogger("letagents_trio.state")
 
 T = TypeVar("T")
 
-# The Node client's variable: both clients must find the same file.
-STATE_PATH_ENV: Final = "LETAGENTS_STATE_PATH"
 # The Node client's lock poll: short next to a ~ms update, cheap next to 2 s.
 LOCK_POLL_INTERVAL: Final = 0.025
 # The Node client's give-up: an update holds the lock for milliseconds, so 2 s
@@ -96,28 +95,14 @@ LOCK_TIMEOUT: Final = 2.0
 LOCK_STALE_AFTER: Final = 10.0
 # The exact upstream text worker handles show for a damaged state file.
 STATE_UNAVAILABLE_MESSAGE: Final = "Worker state is unavailable; restore it before reconnecting."
-# JavaScript's array indices are 0 .. 2**32 - 2; such keys come first in its objects.
-_MAX_ARRAY_INDEX: Final = 2**32 - 1
-_MAX_INDEX_DIGITS: Final = len(str(_MAX_ARRAY_INDEX))
 # Owner-only: the file holds the owner's token and session tokens.
 _FILE_MODE: Final = 0o600
 # 12 hex characters of randomness in temp names, as the Node client uses.
 _TEMP_RANDOM_BYTES: Final = 6
 
 
-def default_state_path() -> Path:
-    """The state file path: ``$LETAGENTS_STATE_PATH``, else ``~/.letagents/mcp-state.json``.
-
-    An empty variable counts as unset, as in the Node client.
-    """
-    configured = os.environ.get(STATE_PATH_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".letagents" / "mcp-state.json"
-
-
 def _to_path(value: os.PathLike[str] | str | None) -> Path:
-    return default_state_path() if value is None else Path(value)
+    return letagents_file(STATE_FILE) if value is None else Path(value)
 
 
 def iso_now(wall_clock: Callable[[], float] = time.time) -> str:
@@ -162,7 +147,7 @@ def ensure_mapping(parent: dict[str, Any], key: str) -> dict[str, Any]:
     if isinstance(value, dict):
         return value
     error = StateUnavailable(STATE_UNAVAILABLE_MESSAGE)
-    error.add_note(f"{key!r} in the state file is {_json_type(value)}, not an object")
+    error.add_note(f"{key!r} in the state file is {json_type(value)}, not an object")
     raise error
 
 
@@ -180,69 +165,6 @@ def session_in(data: Mapping[str, Any], session_id: str) -> AgentSession | None:
         return AgentSession.from_json(record)
     except ValueError:
         return None
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _reject_constant(name: str) -> NoReturn:
-    # JSON.parse rejects NaN and Infinity; so do we, so both clients agree.
-    raise ValueError(f"{name} is not JSON")
-
-
-def _is_array_index(key: str) -> bool:
-    # "0", "7", "10", ... up to 2**32 - 2: the keys JavaScript objects list first.
-    if key == "0":
-        return True
-    return (
-        key.isascii()
-        and key.isdigit()
-        and key[0] != "0"
-        and len(key) <= _MAX_INDEX_DIGITS
-        and int(key) < _MAX_ARRAY_INDEX
-    )
-
-
-def _js_ordered(value: Any) -> Any:
-    """The value with each object's keys in the order a JavaScript object keeps them.
-
-    JavaScript lists integer-like keys first, ascending, then the others in
-    insertion order; ordering ours the same way makes our file byte for byte
-    what the Node client would write for the same data.
-    """
-    if isinstance(value, dict):
-        items = [(key, _js_ordered(item)) for key, item in value.items()]
-        if any(_is_array_index(key) for key, _ in items):
-            indexed = sorted(
-                (kv for kv in items if _is_array_index(kv[0])), key=lambda kv: int(kv[0])
-            )
-            items = indexed + [kv for kv in items if not _is_array_index(kv[0])]
-        return dict(items)
-    if isinstance(value, list):
-        return [_js_ordered(item) for item in value]
-    return value
-
-
-def _encode(state: Mapping[str, Any]) -> bytes:
-    """2-space JSON plus a newline, keys in JavaScript's order, as JSON.stringify writes it."""
-    ordered = _js_ordered(state)
-    text = json.dumps(ordered, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate cannot be UTF-8; the escaped form is the same JSON.
-        return (json.dumps(ordered, indent=2, allow_nan=False) + "\n").encode("ascii")
 
 
 @final
@@ -306,8 +228,8 @@ class LocalStateStore:
     """The local state file, shared with other processes through its lock.
 
     Args:
-        path: the state file; ``None`` means :func:`default_state_path` at
-            construction time.
+        path: the state file; ``None`` means ``~/.letagents/mcp-state.json``
+            (the MCP server passes ``LETAGENTS_STATE_PATH`` when it is set).
         wall_clock: Unix time source for timestamps, auth expiry and the stale
             lock check (tests pass one that follows a ``MockClock``).
     """
@@ -336,12 +258,12 @@ class LocalStateStore:
         except OSError as exc:
             return StateSnapshot(data={}, complete=False, problem=f"unreadable: {exc}")
         try:
-            data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            data = decode_json(raw)
         except (UnicodeDecodeError, ValueError) as exc:
             return StateSnapshot(data={}, complete=False, problem=f"not valid JSON: {exc}")
         if not isinstance(data, dict):
             return StateSnapshot(
-                data={}, complete=False, problem=f"not a JSON object but {_json_type(data)}"
+                data={}, complete=False, problem=f"not a JSON object but {json_type(data)}"
             )
         return StateSnapshot(data=data, complete=True)
 
@@ -610,11 +532,11 @@ class LocalStateStore:
         if not snapshot.complete:
             raise self._unavailable(snapshot.problem)
         state = dict(snapshot.data)
-        before = _encode(state)
+        before = encode_json(state)
         if drop_expired:
             _drop_expired_auth(state, self.wall_clock())
         result = fn(state)
-        after = _encode(state)
+        after = encode_json(state)
         if after != before:
             self._write_atomic(after)
         return result

@@ -22,7 +22,7 @@ import trio
 from letagents_trio import HolderStatus
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
 from letagents_trio.workers import WorkerError
-from letagents_trio.workers._handles import CONNECTION_REPLACED_TEXT
+from letagents_trio.workers._wire import CONNECTION_REPLACED_TEXT
 
 from ..workers.helpers import OWNER_TOKEN, ROOM, open_proc
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from letagents_trio.mcp_server import RUNTIME_CONTRACT_ARG, ServerConfig, runtime_contract
+from letagents_trio.mcp_server import ServerConfig
+from letagents_trio.mcp_server._main import RUNTIME_CONTRACT_ARG, runtime_contract
 from letagents_trio.workers import LocalChat, LocalStateStore
+from letagents_trio.workers._chat_storage import ChatStorage
 
 
 def test_defaults(tmp_path: Path) -> None:
@@ -47,20 +49,40 @@ async def test_token_falls_back_to_the_state_file(tmp_path: Path) -> None:
     assert "env-token" not in repr(config)
 
 
-@pytest.mark.parametrize("raw", [None, "", "/elsewhere/chat.sqlite"])
-def test_local_chat_path_is_the_node_clients(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: str | None
+PATH_VARIABLES = {
+    "LETAGENTS_STATE_PATH": ("state_path", "mcp-state.json"),
+    "LETAGENTS_CHAT_STORAGE_SETTINGS_PATH": ("chat_storage_settings_path", "chat-storage.json"),
+    "LETAGENTS_LOCAL_CHAT_DB": ("local_chat_path", "local-chat.sqlite"),
+}
+
+
+@pytest.mark.parametrize("variable", PATH_VARIABLES)
+@pytest.mark.parametrize("raw", [None, "", "/elsewhere/file"])
+def test_paths_are_the_node_clients(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, raw: str | None
 ) -> None:
-    """LETAGENTS_LOCAL_CHAT_DB, else ~/.letagents/local-chat.sqlite (empty counts as unset),
-    the same file LocalChat() opens by default."""
-    monkeypatch.delenv("LETAGENTS_LOCAL_CHAT_DB", raising=False)
+    """Each variable, else ~/.letagents/<file> (empty counts as unset): the files
+    LocalStateStore(), ChatStorage() and LocalChat() open when given no path."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env = {} if raw is None else {variable: raw}
+    field, name = PATH_VARIABLES[variable]
+    expected = Path(raw) if raw else tmp_path / ".letagents" / name
+    assert getattr(ServerConfig.from_env(env), field) == expected
+    assert getattr(ServerConfig(), field) == tmp_path / ".letagents" / name
+    assert ServerConfig().state_path == LocalStateStore().path
+    assert ServerConfig().chat_storage_settings_path == ChatStorage().path
+    assert ServerConfig().local_chat_path == LocalChat().path
+
+
+def test_runtime_and_ide_labels_come_from_the_environment(tmp_path: Path) -> None:
+    """LETAGENTS_RUNTIME (trimmed) and LETAGENTS_IDE (normalised), read here only."""
     env = {"LETAGENTS_STATE_PATH": str(tmp_path / "s.json")}
-    if raw is not None:
-        env["LETAGENTS_LOCAL_CHAT_DB"] = raw
-    expected = Path(raw) if raw else Path.home() / ".letagents" / "local-chat.sqlite"
-    assert ServerConfig.from_env(env).local_chat_path == expected
-    if not raw:
-        assert ServerConfig().local_chat_path == LocalChat().path == expected
+    config = ServerConfig.from_env(env)
+    assert (config.runtime_label, config.ide_label) == ("python", "Agent")
+    config = ServerConfig.from_env(
+        {**env, "LETAGENTS_RUNTIME": " codex ", "LETAGENTS_IDE": "claude-code"}
+    )
+    assert (config.runtime_label, config.ide_label) == ("codex", "Claude Code")
 
 
 @pytest.mark.parametrize(

@@ -23,11 +23,11 @@ from mcp import Client
 
 from letagents_trio.mcp_server import create_server
 from letagents_trio.mcp_server._tools import LOCAL_GUIDELINES_TEXT, LOCAL_SENDER_TEXT
-from letagents_trio.workers._handles import (
+from letagents_trio.workers._local_chat import BAD_CURSOR_TEXT
+from letagents_trio.workers._wire import (
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     CONNECTION_REPLACED_TEXT,
 )
-from letagents_trio.workers._local_chat import BAD_CURSOR_TEXT
 
 from .helpers import call_error, call_ok, config_for, register, text_of
 

@@ -17,9 +17,10 @@ from mcp import Client
 from letagents_trio.mcp_server import create_server
 from letagents_trio.testing import ProcessMode
 from letagents_trio.workers import LocalStateStore
-from letagents_trio.workers._handles import (
+from letagents_trio.workers._wire import (
     AMBIGUOUS_ROOM_TEXT,
     RECOVER_ARGUMENTS_TEXT,
+    SUPERVISED_TEXT,
     UNKNOWN_WORKER_TEXT,
 )
 
@@ -172,3 +173,34 @@ async def test_register_keeps_its_own_worker_id(fake_room: FakeRoom, tmp_path: P
     for name, tool in tools.items():
         if name != "register_agent_session":
             assert tool.input_schema["properties"]["worker_id"] == facade, name
+
+
+async def test_the_configs_labels_reach_the_registration(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """LETAGENTS_RUNTIME and LETAGENTS_IDE, read by ServerConfig.from_env only, are what
+    the worker handles send."""
+    config = config_for(fake_room, tmp_path, runtime_label="codex", ide_label="Claude Code")
+    with trio.fail_after(10):
+        async with Client(
+            create_server(config, transport=fake_room.transport), mode="legacy"
+        ) as client:
+            await register(client)
+    (sent,) = fake_room.requests_to("POST", REGISTRATIONS)
+    assert (sent.body["runtime"], sent.body["ide_label"]) == ("codex", "Claude Code")
+    liveness = sent.body["registration_liveness"]
+    assert liveness["liveness_capability"] == "codex_app_server_runtime_stream"
+
+
+async def test_without_owner_mode_worker_handles_are_refused(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """§4.1: under a supervisor's bearer (owner_mode off) nothing is registered or held."""
+    config = config_for(fake_room, tmp_path, owner_mode=False)
+    with trio.fail_after(10):
+        async with Client(
+            create_server(config, transport=fake_room.transport), mode="legacy"
+        ) as client:
+            args = {"room_id": ROOM, "registration_key": "k1"}
+            assert await call_error(client, "register_agent_session", args) == SUPERVISED_TEXT
+    assert fake_room.requests_to("POST", REGISTRATIONS) == []

@@ -16,12 +16,9 @@ import pytest
 import trio
 from mcp import Client
 
-from letagents_trio.mcp_server import (
-    READINESS_RESOURCE_NAME,
-    READINESS_URI,
-    create_server,
-    registered_tool_names,
-)
+from letagents_trio.mcp_server import READINESS_URI, create_server
+from letagents_trio.mcp_server._server import READINESS_RESOURCE_NAME
+from letagents_trio.mcp_server._tools import registered_tool_names
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers import LocalStateStore
 

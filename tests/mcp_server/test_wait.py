@@ -16,11 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp import Client
 
-from letagents_trio.mcp_server import (
-    clamp_poll_timeout,
-    create_server,
-    poll_abort_after,
-)
+from letagents_trio.mcp_server import create_server
+from letagents_trio.mcp_server._tools import clamp_poll_timeout, poll_abort_after
 from letagents_trio.testing import FakeRoom, open_fake_room
 
 from .helpers import ROOM, call_ok, config_for, register

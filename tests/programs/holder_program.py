@@ -19,8 +19,7 @@ import sys
 import trio
 
 from letagents_trio import HolderStatus, RoomClient, open_connection_manager
-from letagents_trio.workers._handles import WorkerHandles
-from letagents_trio.workers._state import LocalStateStore
+from letagents_trio.workers import LocalStateStore, WorkerHandles
 
 
 async def main(api_url: str, path: str, room: str, key: str, name: str, token: str) -> None:

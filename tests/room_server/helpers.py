@@ -17,7 +17,7 @@ from .paths import process_path
 if TYPE_CHECKING:
     import httpx2
 
-from letagents_trio.workers._handles import durable_registration_body
+from letagents_trio.workers._wire import durable_registration_body
 
 EPOCH: Final = 1_800_000_000_000
 OWNER_TOKEN: Final = "owner-test-token"

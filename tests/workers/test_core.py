@@ -21,8 +21,15 @@ import trio.testing
 
 from letagents_trio import ApiError, HolderStatus, RoomUnreachable
 from letagents_trio._protocol import BUSY_TEXT
-from letagents_trio.workers import StateUnavailable, WorkerError
-from letagents_trio.workers._handles import (
+from letagents_trio.workers import (
+    StateUnavailable,
+    WorkerError,
+    WorkerHandlesStatistics,
+    WorkerRegistration,
+)
+from letagents_trio.workers._names import codename
+from letagents_trio.workers._records import prepare_operation
+from letagents_trio.workers._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
     BOTH_HANDLES_TEXT,
     CONTROLLER_TEXT,
@@ -38,11 +45,7 @@ from letagents_trio.workers._handles import (
     SUPERSEDED_TEXT,
     SUPERVISED_TEXT,
     UNKNOWN_WORKER_TEXT,
-    WorkerHandlesStatistics,
-    WorkerRegistration,
-    _Operation,
 )
-from letagents_trio.workers._names import codename
 
 from .helpers import (
     OWNER_TOKEN,
@@ -228,27 +231,6 @@ async def test_a_failed_account_lookup_is_not_cached(
 # --- the prepared operation -------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("stored", "proof"),
-    [
-        ({"predecessor_id": "s1", "predecessor_token": "t1"}, ("s1", "t1")),
-        ({"predecessor_id": "s1"}, None),  # half a proof is none: the room would refuse it
-        ({"predecessor_token": "t1"}, None),
-        ({}, None),
-    ],
-)
-def test_an_operation_sends_its_predecessor_proof_whole_or_not_at_all(
-    stored: dict[str, str], proof: tuple[str, str] | None
-) -> None:
-    operation = _Operation.from_json({"operation_id": "op", "connection_token": "tok", **stored})
-    assert operation is not None
-    assert operation.predecessor == proof
-    # What is stored again keeps the same proof.
-    again = _Operation.from_json(operation.to_json())
-    assert again is not None
-    assert again.predecessor == proof
-
-
 async def test_the_operation_is_stored_before_the_registration_is_sent(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
@@ -327,7 +309,11 @@ async def test_a_pending_operation_blocks_worker_calls_and_a_second_preparation(
                 pass
         # Preparing a second operation beside it is refused.
         with pytest.raises(WorkerError, match=re.escape(IN_PROGRESS_TEXT)):
-            await p.handles._prepare(created.worker_id, ROOM)
+            await p.store.update(
+                lambda s: prepare_operation(
+                    s, created.worker_id, ROOM, operation_id="op-2", connection_token="token-2"
+                )
+            )
 
 
 async def test_an_operation_superseded_while_in_flight_is_not_written(

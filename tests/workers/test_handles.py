@@ -19,9 +19,9 @@ import trio
 import trio.testing
 
 from letagents_trio import ApiError, HolderStatus, RoomUnreachable
-from letagents_trio.workers import WorkerError
+from letagents_trio.workers import WorkerError, WorkerRegistration
 from letagents_trio.workers._chat_storage import ChatStorage
-from letagents_trio.workers._handles import (
+from letagents_trio.workers._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
     AMBIGUOUS_ROOM_TEXT,
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
@@ -29,7 +29,6 @@ from letagents_trio.workers._handles import (
     NO_CONNECTION_TEXT,
     ROOM_REQUIRED_TEXT,
     UNKNOWN_WORKER_TEXT,
-    WorkerRegistration,
 )
 
 from .helpers import (

@@ -195,13 +195,6 @@ def test_runtime_label() -> None:
     assert detect_runtime_label({"LETAGENTS_RUNTIME": " codex "}) == "codex"
 
 
-def test_runtime_label_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LETAGENTS_RUNTIME", "claude-code")
-    monkeypatch.setenv("LETAGENTS_IDE", "claude-code")
-    assert detect_runtime_label() == "claude-code"
-    assert detect_ide_label() == "Claude Code"
-
-
 @pytest.mark.parametrize(
     ("raw", "label"),
     [

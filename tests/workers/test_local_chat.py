@@ -34,10 +34,8 @@ from letagents_trio._errors import (
 )
 from letagents_trio._protocol import format_iso
 from letagents_trio._session import AgentSession
-from letagents_trio.workers._handles import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 from letagents_trio.workers._local_chat import (
     BAD_CURSOR_TEXT,
-    LOCAL_CHAT_DB_ENV,
     LOCK_RETRY_INTERVAL,
     MAX_MESSAGE_CHARS,
     MAX_MESSAGE_PAGE,
@@ -46,9 +44,10 @@ from letagents_trio.workers._local_chat import (
     WAIT_RECHECK_INTERVAL,
     LocalChat,
     LocalChatStatistics,
-    default_local_chat_path,
     message_cursor,
 )
+from letagents_trio.workers._paths import LOCAL_CHAT_DB_ENV
+from letagents_trio.workers._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
 
 ROOM = "room_local"
 # A wall time exactly representable in milliseconds.
@@ -133,22 +132,14 @@ def siblings(path: Path) -> list[str]:
 # --- paths and cursors ---------------------------------------------------------------------
 
 
-def test_default_path_is_the_env_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(LOCAL_CHAT_DB_ENV, str(tmp_path / "chat.db"))
-    assert default_local_chat_path() == tmp_path / "chat.db"
-    assert LocalChat().path == tmp_path / "chat.db"
-
-
-@pytest.mark.parametrize("unset", [True, False])
-def test_default_path_is_under_home(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, unset: bool
+def test_the_default_path_is_under_home_whatever_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    if unset:
-        monkeypatch.delenv(LOCAL_CHAT_DB_ENV, raising=False)
-    else:
-        monkeypatch.setenv(LOCAL_CHAT_DB_ENV, "")  # empty counts as unset
+    """Only the MCP server's entry point reads LETAGENTS_LOCAL_CHAT_DB; LocalChat never does."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert default_local_chat_path() == tmp_path / ".letagents" / "local-chat.sqlite"
+    monkeypatch.setenv(LOCAL_CHAT_DB_ENV, str(tmp_path / "chat.db"))
+    assert LocalChat().path == tmp_path / ".letagents" / "local-chat.sqlite"
+    assert LocalChat(tmp_path / "chat.db").path == tmp_path / "chat.db"
 
 
 def test_creating_the_object_touches_nothing(db_path: Path) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from letagents_trio.workers._chat_storage import ChatStorage, ChatStorageSettings
-from letagents_trio.workers._handles import git_branch, local_owner_slug
+from letagents_trio.workers._git import git_branch
+from letagents_trio.workers._identity import local_owner_slug
 
 if TYPE_CHECKING:
     import pytest
@@ -58,11 +59,14 @@ def test_chat_storage_settings(tmp_path: Path) -> None:
     assert not storage.is_local("anything")
 
 
-def test_chat_storage_follows_the_environment(
+def test_chat_storage_defaults_under_home_whatever_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "settings.json"
+    """Only the MCP server's entry point reads LETAGENTS_CHAT_STORAGE_SETTINGS_PATH."""
+    path = tmp_path / ".letagents" / "chat-storage.json"
+    path.parent.mkdir()
     path.write_text(json.dumps({"mode": "local"}))
-    monkeypatch.setenv("LETAGENTS_CHAT_STORAGE_SETTINGS_PATH", str(path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LETAGENTS_CHAT_STORAGE_SETTINGS_PATH", str(tmp_path / "elsewhere.json"))
     assert ChatStorage().path == path
     assert ChatStorage().is_local("r")

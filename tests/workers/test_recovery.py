@@ -21,9 +21,8 @@ import trio.testing
 from letagents_trio import ApiError
 from letagents_trio._protocol import AGENT_SESSION_ENDED_ADVICE
 from letagents_trio.testing import ProcessMode
-from letagents_trio.workers._handles import (
+from letagents_trio.workers._wire import (
     RECOVER_ARGUMENTS_TEXT,
-    WorkerRegistration,
     recover_ambiguous_text,
     recover_none_text,
 )
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from trio.testing import MockClock
 
     from letagents_trio.testing import FakeRoom
+    from letagents_trio.workers import WorkerRegistration
 
 
 async def _juniper_and_second(p: Proc) -> tuple[WorkerRegistration, WorkerRegistration]:

@@ -40,7 +40,6 @@ from letagents_trio.workers._state import (
     STATE_UNAVAILABLE_MESSAGE,
     LocalStateStore,
     OwnerAuth,
-    default_state_path,
     ensure_mapping,
     iso_now,
     mapping_at,
@@ -117,19 +116,15 @@ def must_not_run(state: dict[str, Any]) -> None:
 # --- path ------------------------------------------------------------------------
 
 
-def test_state_path_comes_from_the_environment(
+def test_the_default_path_is_under_home_whatever_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("LETAGENTS_STATE_PATH", str(tmp_path / "s.json"))
-    assert default_state_path() == tmp_path / "s.json"
-    assert LocalStateStore().path == tmp_path / "s.json"
-    assert LocalStateStore().lock_path == tmp_path / "s.json.lock"
-
-
-def test_state_path_defaults_under_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Only the MCP server's entry point reads LETAGENTS_STATE_PATH; the store never does."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("LETAGENTS_STATE_PATH", "")  # empty counts as unset
-    assert default_state_path() == tmp_path / ".letagents" / "mcp-state.json"
+    monkeypatch.setenv("LETAGENTS_STATE_PATH", str(tmp_path / "elsewhere.json"))
+    assert LocalStateStore().path == tmp_path / ".letagents" / "mcp-state.json"
+    assert LocalStateStore().lock_path == tmp_path / ".letagents" / "mcp-state.json.lock"
+    assert LocalStateStore(tmp_path / "s.json").lock_path == tmp_path / "s.json.lock"
 
 
 # --- reading -----------------------------------------------------------------------

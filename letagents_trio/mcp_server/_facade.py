@@ -1,0 +1,259 @@
+"""The worker_id facade and the results every MCP tool shares (PROTOCOL §5.1, §6.6).
+
+**Who a tool acts as.** In the profiles ``interactive_desktop`` and
+``autonomous_mcp_worker`` every room tool except ``register_agent_session``
+takes an optional ``worker_id``. Given one, no ``agent_session_id`` may be
+given too; the call runs *as* the worker: :meth:`WorkerHandles.acting_as`
+checks the worker's connection, yields its session (whose room replaces
+``room_id``), and re-checks the connection from disk after the call. A legacy
+``agent_session_id`` that names a durable worker's session goes through the
+same guard. With neither, the call is the owner's own, in ``room_id``. In
+other profiles ``worker_id`` is not part of any schema (see ``_tools.py``).
+
+**One room call** (:func:`call_as`): ``method /rooms/{room}/{route}`` with the
+session's credentials (``RoomClient`` records an ended session on a 401,
+§5.7), bounded for long polls; or, in a room the chat-storage settings mark
+``local``, the tool's local answer inside the same guard, with no HTTP.
+
+**The result**: compact JSON text. Expected failures (a worker rule, a room
+answer, an unreachable room, a damaged state file) become an ``isError``
+result whose text is the error's message, upstream's exact text where one
+exists (:func:`expected_errors`). Every result text passes a last guard that
+replaces the owner token and the session token of the call, should either
+ever appear (they cannot by construction; the guard is cheap).
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+import trio
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, TextContent
+
+from .._client import encode_room_path
+from .._errors import LetAgentsError, RoomUnreachable, WorkerError
+from .._redact import redact
+from ..workers._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
+
+if TYPE_CHECKING:
+    from .._client import RoomClient
+    from .._manager import ConnectionManager
+    from .._session import AgentSession
+    from ..workers._handles import WorkerHandles
+    from ..workers._local_chat import LocalChat
+    from ..workers._state import LocalStateStore
+    from ._config import ServerConfig
+
+__all__ = [
+    "NO_ROOM_TEXT",
+    "LocalCall",
+    "ServerState",
+    "ToolContext",
+    "ToolFn",
+    "Who",
+    "blank",
+    "call_as",
+    "expected_errors",
+    "failed",
+    "ok",
+    "recheck",
+    "server_state",
+]
+
+logger = logging.getLogger("letagents_trio.mcp_server")
+
+# Our own text (upstream's default-room lookup has no equivalent here).
+NO_ROOM_TEXT: Final = "Pass room_id, or the worker_id of a worker registered in this process."
+
+
+@final
+@attrs.define(eq=False)
+class ServerState:
+    """What the server's lifespan yields: one per served connection.
+
+    Attributes:
+        config: the configuration read at start.
+        client: the room client (owner token inside).
+        store: the shared local state file.
+        manager: the connection manager holding process connections.
+        handles: the worker handles (registration, the facade's guard).
+        chat: the local rooms' chat (one per server; closed when the lifespan ends).
+    """
+
+    config: ServerConfig
+    client: RoomClient
+    store: LocalStateStore
+    manager: ConnectionManager
+    handles: WorkerHandles
+    chat: LocalChat
+
+
+ToolContext = Context[ServerState, Any]
+
+
+def server_state(ctx: ToolContext) -> ServerState:
+    """The state the lifespan yielded, from a tool call's context."""
+    return ctx.request_context.lifespan_context
+
+
+# --- results -------------------------------------------------------------------------
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None]) -> str:
+    secrets = [state.config.token]
+    secrets.extend(s.session_token for s in sessions if s is not None)
+    redacted = redact(text, secrets)
+    if redacted != text:
+        logger.error("a tool result carried a credential; it was redacted")
+    return redacted
+
+
+def ok(state: ServerState, payload: object, *sessions: AgentSession | None) -> CallToolResult:
+    """A successful result: ``payload`` as compact JSON, guarded against the call's tokens."""
+    text = _guard(_compact(payload), state, sessions)
+    return CallToolResult(content=[TextContent(type="text", text=text)])
+
+
+def failed(state: ServerState, text: str) -> CallToolResult:
+    """An ``isError`` result with ``text`` (guarded against the owner token)."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=_guard(text, state, []))], is_error=True
+    )
+
+
+ToolFn = Callable[..., Awaitable[CallToolResult]]
+
+
+def expected_errors(fn: ToolFn) -> ToolFn:
+    """Turn the library's expected errors into ``isError`` results with their text."""
+
+    @functools.wraps(fn)
+    async def call(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            return await fn(*args, **kwargs)
+        except LetAgentsError as exc:
+            ctx = kwargs["ctx"]
+            logger.info("tool %s failed: %s", fn.__name__, type(exc).__name__)
+            return failed(server_state(ctx), str(exc))
+
+    return call
+
+
+# --- the facade ---------------------------------------------------------------------
+
+
+def blank(value: str | None) -> bool:
+    """Whether an optional argument is absent or only whitespace (then it counts as not given)."""
+    return value is None or not value.strip()
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Who:
+    """Who a room tool acts as: the three facade arguments, as given."""
+
+    room_id: str | None
+    agent_session_id: str | None
+    worker_id: str | None
+
+
+@asynccontextmanager
+async def _acting(state: ServerState, who: Who) -> AsyncIterator[tuple[str, AgentSession | None]]:
+    """Resolve who a room tool acts as; yields ``(room_id, session or None)``.
+
+    A ``worker_id`` or ``agent_session_id`` goes through
+    :meth:`WorkerHandles.acting_as` (which refuses both at once, guards
+    durable workers before and after the block, and finds legacy sessions in
+    the state file). With neither, the call is the owner's own, in ``room_id``.
+
+    Raises:
+        WorkerError: the facade's rules refused the call.
+    """
+    room = None if blank(who.room_id) else who.room_id
+    if not blank(who.worker_id) or not blank(who.agent_session_id):
+        async with state.handles.acting_as(
+            worker_id=None if blank(who.worker_id) else who.worker_id,
+            agent_session_id=None if blank(who.agent_session_id) else who.agent_session_id,
+            room_id=room,
+        ) as session:
+            yield session.room_id, session
+        return
+    if room is None:
+        raise WorkerError(NO_ROOM_TEXT)
+    await trio.lowlevel.checkpoint()
+    yield room, None
+
+
+async def recheck(state: ServerState, who: Who, room: str, session: AgentSession) -> None:
+    """The §6.6 connection check again, now: is ``session`` still this worker's, here?
+
+    Raises:
+        WorkerError: the worker's connection was replaced (by another process)
+            or disconnected since ``session`` was read.
+        StateUnavailable: the state file is damaged.
+
+    Cancellation:
+        A checkpoint; nothing to undo.
+    """
+    async with state.handles.acting_as(
+        worker_id=None if blank(who.worker_id) else who.worker_id,
+        agent_session_id=None if blank(who.agent_session_id) else who.agent_session_id,
+        room_id=room,
+    ) as now:
+        if not hmac.compare_digest(now.session_token, session.session_token):
+            raise WorkerError(CONNECTION_REPLACED_OR_DISCONNECTED_TEXT)
+
+
+LocalCall = Callable[[str, "AgentSession | None"], Awaitable[Any]]
+"""How a tool answers in a local room: ``(room_id, session or None) -> answer``."""
+
+
+async def call_as(
+    state: ServerState,
+    who: Who,
+    method: str,
+    route: str,
+    *,
+    local: LocalCall,
+    body: object = None,
+    abort_ms: int | None = None,
+) -> tuple[str, AgentSession | None, Any]:
+    """One room call under the facade: ``method /rooms/{room}/{route}``, or ``local``.
+
+    Returns ``(room_id, session or None, the answer)``. ``body`` is sent as
+    JSON; with ``abort_ms`` the call is abandoned after that many
+    milliseconds. In a local room nothing is sent: ``local(room, session)``
+    answers instead, inside the same guard.
+
+    Raises:
+        WorkerError: the facade's rules refused the call.
+        ApiError: the room refused it.
+        RoomUnreachable: the room could not be reached, or did not answer in time.
+        LocalChatError: the local chat refused it (see ``local``).
+
+    Cancellation:
+        A checkpoint; cancelled, the room request is closed with it (a local
+        call writes nothing it had not committed).
+    """
+    async with _acting(state, who) as (room, session):
+        if state.handles.is_local_room(room):
+            return room, session, await local(room, session)
+        path = f"/rooms/{encode_room_path(room)}/{route}"
+        limit = math.inf if abort_ms is None else abort_ms / 1000
+        with trio.move_on_after(limit) as scope:
+            return room, session, await state.client.call(method, path, json=body, session=session)
+    assert scope.cancelled_caught
+    raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")

@@ -1,0 +1,324 @@
+"""One registration of a worker in a room, past the fast path (PROTOCOL §5.3 steps 3-9).
+
+:class:`~letagents_trio.workers.WorkerHandles` decides *whether* to register
+(in-flight de-duplication, the pinned fast path) and keeps what it gets (pins,
+held connections). A :class:`Registrar` does the registration itself:
+
+1. *Identity*: the canonical key of the worker's agent name
+   ``worker-<hex>`` (``POST /agents``, hosted rooms only: a local room's key
+   is ``<owner>/worker-<hex>``). A hosted room needs a signed-in account.
+2. *Prepared operation*: ``{operation_id, connection_token}`` (the token is
+   43 characters of base64url) is stored under ``rooms[room].pending``
+   together with the predecessor's id and token, **before** anything is sent.
+   A pending operation left by a lost response is finished instead, with its
+   stored token: the room recognises the token and answers with the session
+   it already made, so a lost response never becomes a second session.
+3. *Finish (hosted)*: ``POST /rooms/{room}/agent-sessions`` through the
+   busy-retry wrapper, carrying ``process_host_id`` and
+   ``registration_liveness``. The 201 is validated field by field
+   (:func:`~._records.confirmed_record`); ``worker_bearer`` is dropped and
+   ``adopted_task_leases`` returned once, never stored. Under the lock, and
+   only if ``pending`` is still this operation, the session is stored, made
+   the room's current one, and ``pending`` removed. A definite refusal (4xx)
+   removes the pending operation (the room stored nothing); a lost answer, a
+   5xx or a cancellation keeps it, to be finished later with the same token.
+4. *Finish (local room)*: no HTTP. The session is made in the state file
+   (:func:`~._records.store_local_session`): its id is
+   ``local_`` + ``sha256_hex(worker_id + "\\n" + room)``, and a first
+   registration de-duplicates its name against the room's other sessions
+   with codenames (never numbered suffixes).
+
+Who registers is an :class:`Owner`: the account login from ``GET /agents/me``
+(:func:`account_login`), or the local owner slug without an owner token.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import trio
+
+from .._client import encode_room_path
+from .._errors import ApiError, LetAgentsError, StateError, WorkerError
+from .._session import AgentSession
+from ._git import git_branch
+from ._identity import local_host_id, process_host_id, registration_liveness
+from ._names import codename
+from ._records import (
+    LocalSessionFacts,
+    Operation,
+    confirmed_record,
+    drop_operation,
+    pending_operation,
+    prepare_operation,
+    store_hosted_session,
+    store_local_session,
+)
+from ._state import iso_now
+from ._wire import (
+    NO_CANONICAL_IDENTITY_TEXT,
+    SIGN_IN_TEXT,
+    durable_registration_body,
+    new_connection_token,
+    worker_agent_name,
+)
+
+if TYPE_CHECKING:
+    from .._client import RoomClient
+    from ._state import LocalStateStore
+
+__all__ = ["Owner", "Registrar", "account_login"]
+
+logger = logging.getLogger("letagents_trio.workers")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Owner:
+    """Who registers: the scope string, and the names used for local identities.
+
+    Attributes:
+        scope: ``<api_url>\\n<login lower-cased>``, or ``<api_url>\\nlocal:<slug>``.
+        login: the account login, or ``None`` without an owner token.
+        key_owner: the first segment of local canonical keys: login or slug.
+        label: the owner part of local actor labels.
+    """
+
+    scope: str
+    login: str | None
+    key_owner: str
+    label: str
+
+    @classmethod
+    def signed_in(cls, api_url: str, login: str) -> Owner:
+        """The owner of an account: handles are scoped to its lower-cased login."""
+        return cls(scope=f"{api_url}\n{login.lower()}", login=login, key_owner=login, label=login)
+
+    @classmethod
+    def local(cls, api_url: str, slug: str) -> Owner:
+        """The owner without an account: handles are scoped to the local slug."""
+        return cls(scope=f"{api_url}\nlocal:{slug}", login=None, key_owner=slug, label=slug)
+
+
+async def account_login(client: RoomClient) -> str | None:
+    """The owner's account login (``GET /agents/me``), or ``None`` when it cannot be read.
+
+    Cancellation:
+        A checkpoint; nothing to undo.
+    """
+    try:
+        answer = await client.call("GET", "/agents/me")
+    except LetAgentsError as exc:
+        logger.warning("could not read the account: %s", type(exc).__name__)
+        return None
+    account = answer.get("account") if isinstance(answer, Mapping) else None
+    login = account.get("login") if isinstance(account, Mapping) else None
+    if not isinstance(login, str) or not login.strip():
+        logger.warning("the room answered /agents/me without an account login")
+        return None
+    return login
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Registrar:
+    """Registers one worker in one room: identity, prepared operation, finish.
+
+    Knows nothing of pins, held connections or concurrent calls: the worker
+    handles build one per registration and keep what it returns.
+
+    Args:
+        client: the room client.
+        state: the shared state file.
+        runtime_label: the runtime label when a registration names none.
+        ide_label: the IDE label of every registration.
+    """
+
+    client: RoomClient
+    state: LocalStateStore
+    runtime_label: str
+    ide_label: str
+
+    async def register(
+        self,
+        owner: Owner,
+        worker: Mapping[str, Any],
+        room_id: str,
+        room: Mapping[str, Any],
+        *,
+        local: bool,
+        runtime: str | None,
+        cwd: str | None,
+    ) -> tuple[AgentSession, tuple[dict[str, str], ...]]:
+        """Register ``worker`` in ``room_id`` (its stored room record is ``room``).
+
+        Returns:
+            The stored session and the leases the room moved to it (hosted only).
+
+        Raises:
+            WorkerError: a §5.2 rule (sign-in, no canonical identity, not
+                confirmed, superseded, in progress, ...).
+            ApiError, RoomUnreachable: the room refused or did not answer; a
+                prepared operation stays stored unless the refusal was a 4xx.
+            StateUnavailable, StateLockTimeout: the state file.
+
+        Cancellation:
+            A checkpoint. Cancelled while the registration is in flight, the
+            prepared operation stays stored and the next call finishes it.
+        """
+        worker_id = str(worker["worker_id"])
+        if not local and owner.login is None:
+            raise WorkerError(SIGN_IN_TEXT)
+        canonical_key = await self._canonical_key(owner, worker, local=local)
+        operation = pending_operation(room)
+        if operation is not None:
+            logger.info(
+                "worker %s in %s: finishing operation %s left pending",
+                worker_id,
+                room_id,
+                operation.operation_id,
+            )
+        else:
+            operation = await self._prepare(worker_id, room_id)
+        if local:
+            session = await self._finish_local(
+                owner, worker, room_id, operation, canonical_key, runtime=runtime, cwd=cwd
+            )
+            return session, ()
+        return await self._finish_hosted(
+            worker, room_id, operation, canonical_key, runtime=runtime, cwd=cwd
+        )
+
+    async def _canonical_key(self, owner: Owner, worker: Mapping[str, Any], *, local: bool) -> str:
+        name = worker_agent_name(str(worker["worker_id"]))
+        if local:
+            await trio.lowlevel.checkpoint()
+            return f"{owner.key_owner}/{name}"
+        answer = await self.client.call(
+            "POST",
+            "/agents",
+            json={
+                "name": name,
+                "display_name": worker.get("display_name"),
+                "owner_label": owner.label,
+            },
+        )
+        key = answer.get("canonical_key") if isinstance(answer, Mapping) else None
+        if not isinstance(key, str) or not key:
+            raise WorkerError(NO_CANONICAL_IDENTITY_TEXT)
+        return key
+
+    async def _prepare(self, worker_id: str, room_id: str) -> Operation:
+        """Store a new pending operation (with the predecessor proof) before sending it."""
+        token = new_connection_token()
+        operation_id = str(uuid.uuid4())
+        return await self.state.update(
+            lambda state: prepare_operation(
+                state, worker_id, room_id, operation_id=operation_id, connection_token=token
+            )
+        )
+
+    async def _abandon(self, worker_id: str, room_id: str, operation: Operation) -> None:
+        """Remove ``operation`` from ``pending`` (if it is still there): the room refused it."""
+        try:
+            await self.state.update(
+                lambda state: drop_operation(state, worker_id, room_id, operation)
+            )
+        except StateError as exc:
+            # The room's refusal is the news; a pending left behind is
+            # finished (and refused again) by the next call.
+            logger.warning("could not drop a refused operation: %s", type(exc).__name__)
+
+    async def _finish_hosted(
+        self,
+        worker: Mapping[str, Any],
+        room_id: str,
+        operation: Operation,
+        canonical_key: str,
+        *,
+        runtime: str | None,
+        cwd: str | None,
+    ) -> tuple[AgentSession, tuple[dict[str, str], ...]]:
+        worker_id = str(worker["worker_id"])
+        display_name = str(worker.get("display_name") or codename(worker_id).display_name)
+        runtime_label = runtime or self.runtime_label
+        host_id = await local_host_id(self.state)
+        body = durable_registration_body(
+            actor_key=canonical_key,
+            worker_id=worker_id,
+            display_name=display_name,
+            connection_token=operation.connection_token,
+            process_host_id=process_host_id(host_id),
+            registration_liveness=registration_liveness(host_id, runtime_label),
+            runtime=runtime_label,
+            ide_label=self.ide_label,
+            repo_branch=git_branch(cwd),
+            predecessor=operation.predecessor,
+        )
+        refusal: ApiError | None = None
+        try:
+            created = await self.client.call_when_free(
+                "POST", f"/rooms/{encode_room_path(room_id)}/agent-sessions", json=body
+            )
+        except ApiError as exc:
+            refusal = exc
+        if refusal is not None:
+            if 400 <= refusal.status < 500:
+                # A definite refusal: the room stored nothing for this token.
+                await self._abandon(worker_id, room_id, operation)
+            raise refusal
+        record, leases = confirmed_record(
+            created,
+            operation=operation,
+            worker_id=worker_id,
+            canonical_key=canonical_key,
+            room_id=room_id,
+            display_name=display_name,
+        )
+        await self.state.update(
+            lambda state: store_hosted_session(state, worker_id, room_id, operation, record)
+        )
+        logger.info(
+            "worker %s registered in %s as session %s (%r)",
+            worker_id,
+            room_id,
+            record["session_id"],
+            record.get("display_name"),
+        )
+        return AgentSession.from_json(record), leases
+
+    async def _finish_local(
+        self,
+        owner: Owner,
+        worker: Mapping[str, Any],
+        room_id: str,
+        operation: Operation,
+        canonical_key: str,
+        *,
+        runtime: str | None,
+        cwd: str | None,
+    ) -> AgentSession:
+        worker_id = str(worker["worker_id"])
+        facts = LocalSessionFacts(
+            canonical_key=canonical_key,
+            worker_name=str(worker.get("display_name") or codename(worker_id).display_name),
+            owner_label=owner.label,
+            ide_label=self.ide_label,
+            runtime=runtime or self.runtime_label,
+            repo_branch=git_branch(cwd),
+            now=iso_now(self.state.wall_clock),
+        )
+        record = await self.state.update(
+            lambda state: store_local_session(state, worker_id, room_id, operation, facts)
+        )
+        logger.info(
+            "worker %s registered in local room %s as %r",
+            worker_id,
+            room_id,
+            record["display_name"],
+        )
+        return AgentSession.from_json(record)
