@@ -13,11 +13,14 @@ JSON line per event on stdout:
 
     {"event":"ready"}                      with --wait-go: waiting for a line on stdin
     {"event":"holding","n":N}              every session handed to the manager
-    {"event":"open","n":N,"ms":M}          every holder OPEN, M ms after "holding"
+    {"event":"open","n":N,"ms":M,...}      every holder OPEN, M ms after "holding"
     {"event":"tracemalloc",...}            with --tracemalloc: traced bytes while holding
     {"event":"signal","signal":"SIGTERM"}
     {"event":"exited","ms":M,"recorded":K,"errors":{...}}
                                            M ms from the signal to the manager's block left
+
+"open", "signal" and "exited" also carry gc_ms and gc_runs: the wall time spent in
+the cyclic garbage collector so far, and its runs, per generation.
 
 --cprofile-dir writes open.pstats (hold() calls until every holder is OPEN) and
 exit.pstats (signal until the block is left). Bench helper, not part of the package.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import signal
 import sys
@@ -51,6 +55,30 @@ def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
+class GCClock:
+    """Wall time spent in the cyclic garbage collector, by generation (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.runs = [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.seconds[generation] += time.perf_counter() - self._started
+            self.runs[generation] += 1
+
+    def report(self) -> dict[str, object]:
+        return {"gc_ms": [round(s * 1000, 1) for s in self.seconds], "gc_runs": list(self.runs)}
+
+
+GC = GCClock()
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--api", required=True)
@@ -68,7 +96,7 @@ async def cancel_on_signal(scope: trio.CancelScope, signalled: list[float]) -> N
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             signalled.append(time.perf_counter())
-            emit(event="signal", signal=signal.Signals(signum).name)
+            emit(event="signal", signal=signal.Signals(signum).name, **GC.report())
             scope.cancel()
             return
 
@@ -121,7 +149,8 @@ async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None
     if scope.cancelled_caught:
         emit(event="open_timeout", n=len(holders))
         return
-    emit(event="open", n=len(holders), ms=round((time.perf_counter() - started) * 1000, 1))
+    elapsed = round((time.perf_counter() - started) * 1000, 1)
+    emit(event="open", n=len(holders), ms=elapsed, **GC.report())
     if args.tracemalloc:
         # Let the open events (connection ids) arrive before the snapshot.
         await trio.sleep(1)
@@ -164,6 +193,7 @@ async def main(args: argparse.Namespace) -> None:
         ms=None if elapsed is None else round(elapsed, 1),
         recorded=sum(1 for a in report if a.recorded),
         errors=dict(errors),
+        **GC.report(),
     )
 
 

@@ -35,10 +35,12 @@ __all__ = [
     "HOLD_PY",
     "NODE",
     "Child",
+    "HostLoad",
     "Room",
     "child_env",
     "client_argv",
     "raise_nofile",
+    "wait_quiet",
 ]
 
 BENCH = Path(__file__).resolve().parent
@@ -67,6 +69,52 @@ def raise_nofile(want: int = 65536) -> int:
         except (ValueError, OSError):
             continue
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _host_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores (/proc/stat)."""
+    first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    ticks = [int(x) for x in first[1:9]]  # user nice system idle iowait irq softirq steal
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / CLOCK_TICKS, sum(ticks) / CLOCK_TICKS
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class HostLoad:
+    """CPU the rest of the machine used since this was made: the host's busy time
+    minus this harness's own and the measured processes' (given to :meth:`foreign`).
+
+    On 2 cores another test run on the machine skews every figure; rows where
+    this is large say so.
+    """
+
+    def __init__(self) -> None:
+        self._busy, _ = _host_busy()
+        self._own = _own_cpu()
+
+    def foreign(self, *measured: float | None) -> float:
+        busy, _ = _host_busy()
+        spent = busy - self._busy - (_own_cpu() - self._own)
+        return spent - sum(m for m in measured if m is not None)
+
+
+async def wait_quiet(max_busy: float, within: float) -> float:
+    """Wait, at most ``within`` s, for a 1 s stretch with the host under ``max_busy``
+    (a fraction of all cores) busy; return the last fraction seen."""
+    fraction = 1.0
+    with trio.move_on_after(within):
+        while True:
+            busy0, total0 = _host_busy()
+            await trio.sleep(1.0)
+            busy1, total1 = _host_busy()
+            fraction = (busy1 - busy0) / max(total1 - total0, 1e-9)
+            if fraction < max_busy:
+                return fraction
+    return fraction
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -230,6 +278,8 @@ class Room:
         self.http = httpx2.AsyncClient(timeout=10.0)
         self._flags = flags
         self._max_seconds = max_seconds
+        # Rooms killed by restart(), reaped (their total_cpu() is known).
+        self.retired: list[Child] = []
 
     @staticmethod
     async def _spawn(
@@ -277,6 +327,7 @@ class Room:
         Returns (killed_at, listening_at) on the perf_counter clock.
         """
         await self.child.kill()
+        self.retired.append(self.child)
         killed = self.child.gone_at or time.perf_counter()
         await self.http.aclose()
         await trio.sleep(down)

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import trio
-from _peer import NODE, Child, Room, client_argv, raise_nofile
+from _peer import NODE, Child, HostLoad, Room, client_argv, raise_nofile, wait_quiet
 
 REOPEN_BOUND = 120.0
 
@@ -62,6 +62,7 @@ class Storm:
     gone_s: float | None = None
     exits: int | None = None
     exits_matched: int | None = None
+    foreign_cpu_s: float | None = None
 
 
 def peak(samples: list[tuple[float, int, int]], window: float) -> int:
@@ -80,6 +81,10 @@ async def run_storm(
 ) -> Storm:
     result = Storm(sessions=sessions, client=client, jitter=jitter, down_s=down)
     tag = f"{sessions}-{client}-{jitter}-{down}"
+    busy = await wait_quiet(0.15, 120)
+    if busy >= 0.15:
+        result.note = f"host {busy:.0%} busy before the run"
+    load = HostLoad()
     async with Room.open(logs / f"room-{tag}.log", keepalive_ms=15000) as room:
         argv = client_argv(client, room.url, sessions, jitter=jitter or 0.0)
         child = await Child.spawn(client, argv, log=logs / f"client-{tag}.log")
@@ -87,6 +92,8 @@ async def run_storm(
             await storm(child, room, result, logs / f"room2-{tag}.log")
         finally:
             await child.kill()
+        rooms = [room.child.cpu_seconds(), *(r.total_cpu() for r in room.retired)]
+        result.foreign_cpu_s = load.foreign(child.total_cpu(), *rooms)
     return result
 
 
@@ -137,8 +144,8 @@ def table(results: list[Storm]) -> str:
     lines = [
         "| sessions | client | jitter | down | all open again (from kill / from up) "
         "| attempts (+1 s) | peak attempts/s (1 s / 100 ms×10) | client CPU | "
-        "gone after SIGTERM | exits matched |",
-        "|" + "---|" * 10,
+        "gone after SIGTERM | exits matched | other CPU on host |",
+        "|" + "---|" * 11,
     ]
     for r in results:
         jitter = "—" if r.jitter is None else f"{r.jitter:g}"
@@ -147,7 +154,7 @@ def table(results: list[Storm]) -> str:
             f"| {fmt(r.reopen_s)} / {fmt(r.reopen_after_up_s)} "
             f"| {r.attempts} ({r.attempts_after_1s}) "
             f"| {r.peak_per_s} / {r.peak_per_100ms_x10} | {fmt(r.storm_cpu_s)} "
-            f"| {fmt(r.gone_s)} | {r.exits_matched}/{r.sessions} |"
+            f"| {fmt(r.gone_s)} | {r.exits_matched}/{r.sessions} | {fmt(r.foreign_cpu_s)} |"
         )
     notes = [f"- {r.client} jitter={r.jitter}: {r.note}" for r in results if r.note]
     return "\n".join(lines + (["", *notes] if notes else []))

@@ -47,8 +47,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx2
 import trio
-from _peer import NODE, Child, Room, client_argv, raise_nofile
+from _peer import NODE, Child, HostLoad, Room, client_argv, raise_nofile, wait_quiet
 
 CASES = {
     "healthy": ("served", 0),
@@ -59,6 +60,8 @@ CLIENTS = ("py", "node")
 # Bounds: opening may take this long per session on top of a fixed 30 s.
 OPEN_BOUND_PER_SESSION = 0.01
 GONE_BOUND = 30.0
+# Rows during which other processes used more than this share of one core get a note.
+FOREIGN_NOTE = 0.1
 
 
 @dataclass
@@ -81,6 +84,11 @@ class Row:
     exits_matched: int | None = None
     exits_answered: int | None = None
     exit_span_s: float | None = None
+    gc_open_ms: float | None = None
+    gc_idle_ms: float | None = None
+    gc_exit_ms: float | None = None
+    host_busy_before: float | None = None
+    foreign_cpu_s: float | None = None
 
 
 async def run_row(
@@ -92,6 +100,8 @@ async def run_row(
         return row
     mode, delay = CASES[case]
     tag = f"{sessions}-{client}-{case}"
+    row.host_busy_before = await wait_quiet(args.quiet_below, args.quiet_within)
+    load = HostLoad()
     async with Room.open(
         logs / f"room-{tag}.log", keepalive_ms=args.keepalive_ms, mode=mode, exit_delay_ms=delay
     ) as room:
@@ -99,23 +109,34 @@ async def run_row(
         child = await Child.spawn(client, argv, log=logs / f"client-{tag}.log")
         try:
             await measure(child, room, row)
+        except (httpx2.HTTPError, OSError) as exc:
+            gone = "the room died; " if await room.child.wait_gone(0) is not None else ""
+            add_note(row, f"{gone}room status failed: {type(exc).__name__}")
         finally:
             await child.kill()
+        row.foreign_cpu_s = load.foreign(child.total_cpu(), room.child.cpu_seconds())
+    wall = time.perf_counter() - child.started
+    if row.foreign_cpu_s > FOREIGN_NOTE * wall:
+        add_note(row, f"other processes used {row.foreign_cpu_s:.1f} s of CPU during the row")
     return row
+
+
+def add_note(row: Row, note: str) -> None:
+    row.note = f"{row.note}; {note}" if row.note else note
 
 
 async def measure(child: Child, room: Room, row: Row) -> None:
     n = row.sessions
     holding = await child.next_event("holding", within=60)
     if holding is None:
-        row.note = "no 'holding' line within 60 s"
+        add_note(row, "no 'holding' line within 60 s")
         return
     row.holding_s = holding["_at"] - child.started
     bound = 30 + n * OPEN_BOUND_PER_SESSION
     opened = await room.wait_held(n, within=bound)
     if opened is None:
         served = (await room.status())["held_served"]
-        row.note = f"only {served}/{n} open after {bound:.0f} s"
+        add_note(row, f"only {served}/{n} open after {bound:.0f} s")
     else:
         row.open_s = opened - child.started
     row.open_cpu_s = child.cpu_seconds()
@@ -133,7 +154,7 @@ async def measure(child: Child, room: Room, row: Row) -> None:
     child.signal(signal.SIGTERM)
     gone = await child.wait_gone(GONE_BOUND)
     if gone is None:
-        row.note = (row.note + "; " if row.note else "") + f"still there {GONE_BOUND:.0f} s after"
+        add_note(row, f"still there {GONE_BOUND:.0f} s after SIGTERM")
     else:
         row.gone_s = gone - term_at
         total = child.total_cpu()
@@ -142,6 +163,13 @@ async def measure(child: Child, room: Room, row: Row) -> None:
     exited = await child.next_event("exited", within=1)
     if exited is not None and exited.get("ms") is not None:
         row.self_exit_ms = float(exited["ms"])
+    gc_ms = [sum(e["gc_ms"]) for e in child.events if "gc_ms" in e]
+    if len(gc_ms) == 3:  # open, signal, exited: the Python driver only
+        row.gc_open_ms, row.gc_idle_ms, row.gc_exit_ms = (
+            gc_ms[0],
+            gc_ms[1] - gc_ms[0],
+            gc_ms[2] - gc_ms[1],
+        )
     status = await room.settled_status()
     row.exits = status["exits"]
     row.exits_matched = status["exits_matched"]
@@ -199,6 +227,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--idle-window", type=float, default=None, help="seconds (10)")
     parser.add_argument("--keepalive-ms", type=int, default=5000)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument(
+        "--quiet-below",
+        type=float,
+        default=0.15,
+        help="before each row, wait for the host to be less busy than this share of all cores",
+    )
+    parser.add_argument("--quiet-within", type=float, default=120.0, help="...at most this long")
     args = parser.parse_args(argv)
     if not args.sessions:
         args.sessions = [300] if args.quick else [1000, 3000, 10000]
