@@ -6,7 +6,7 @@ trio.open_signal_receiver cancelling the scope around the manager (whose block
 then closes every stream and announces every exit within the exit deadline).
 
     python bench/_hold_py.py --api URL --room R --sessions N [--jitter J]
-        [--wait-go] [--tracemalloc FILE] [--cprofile-dir DIR]
+        [--wait-go] [--tracemalloc FILE] [--census FILE] [--cprofile-dir DIR] [--gc-freeze]
 
 Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them. One
 JSON line per event on stdout:
@@ -15,6 +15,7 @@ JSON line per event on stdout:
     {"event":"holding","n":N}              every session handed to the manager
     {"event":"open","n":N,"ms":M,...}      every holder OPEN, M ms after "holding"
     {"event":"tracemalloc",...}            with --tracemalloc: traced bytes while holding
+    {"event":"census",...}                 with --census: GC-tracked objects, a full collection
     {"event":"signal","signal":"SIGTERM"}
     {"event":"exited","ms":M,"recorded":K,"errors":{...}}
                                            M ms from the signal to the manager's block left
@@ -89,6 +90,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--wait-go", action="store_true")
     parser.add_argument("--tracemalloc", type=Path, default=None)
     parser.add_argument("--cprofile-dir", type=Path, default=None)
+    parser.add_argument("--census", type=Path, default=None)
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() once every stream is open (an embedder's mitigation, for comparison)",
+    )
     return parser.parse_args(argv)
 
 
@@ -121,6 +128,22 @@ def snapshot_heap(path: Path, count: int) -> None:
     emit(event="tracemalloc", bytes=total, per_stream=round(total / count))
 
 
+def census(path: Path, count: int) -> None:
+    """Write the objects the cyclic GC tracks, by type, per stream; time a full collection."""
+    objects = gc.get_objects()
+    by_type = Counter(type(o).__qualname__ for o in objects)
+    started = time.perf_counter()
+    gc.collect()
+    full = time.perf_counter() - started
+    lines = [
+        f"{len(objects)} GC-tracked objects while holding {count} streams "
+        f"({len(objects) / count:.1f} per stream); one full gc.collect(): {full * 1000:.0f} ms"
+    ]
+    lines += [f"{n / count:8.2f} per stream  {name}" for name, n in by_type.most_common(40)]
+    path.write_text("\n".join(lines) + "\n")
+    emit(event="census", objects=len(objects), full_collect_ms=round(full * 1000, 1))
+
+
 async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None:
     sessions = [
         AgentSession(
@@ -151,11 +174,17 @@ async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None
         return
     elapsed = round((time.perf_counter() - started) * 1000, 1)
     emit(event="open", n=len(holders), ms=elapsed, **GC.report())
-    if args.tracemalloc:
-        # Let the open events (connection ids) arrive before the snapshot.
+    if args.tracemalloc or args.census:
+        # Let the open events (connection ids) arrive before looking.
         await trio.sleep(1)
+    if args.tracemalloc:
         snapshot_heap(args.tracemalloc, len(holders))
         tracemalloc.stop()
+    if args.census:
+        census(args.census, len(holders))
+    if args.gc_freeze:
+        gc.freeze()
+        emit(event="gc_frozen", objects=gc.get_freeze_count())
 
 
 async def main(args: argparse.Namespace) -> None:

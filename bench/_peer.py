@@ -127,13 +127,22 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def client_argv(client: str, url: str, sessions: int, *, jitter: float = 0.0) -> list[str]:
-    """The command that holds ``sessions`` sessions with ``client`` ("py" or "node")."""
+    """The command that holds ``sessions`` sessions with ``client``.
+
+    ``node``: hold.mjs; ``py``: _hold_py.py; ``py-freeze``: _hold_py.py calling
+    gc.freeze() once every stream is open (what an embedder could do today).
+    """
     if client == "node":
         if NODE is None:
             raise RuntimeError("node is not installed")
         return [NODE, str(HOLD_MJS), "--room", ROOM_ID, "--sessions", str(sessions), "--api", url]
     argv = [sys.executable, str(HOLD_PY), "--api", url, "--room", ROOM_ID]
-    return [*argv, "--sessions", str(sessions), "--jitter", str(jitter)]
+    argv += ["--sessions", str(sessions), "--jitter", str(jitter)]
+    if client == "py-freeze":
+        argv.append("--gc-freeze")
+    elif client != "py":
+        raise ValueError(f"unknown client {client!r}")
+    return argv
 
 
 def _read_proc(pid: int, name: str) -> str | None:

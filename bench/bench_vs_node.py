@@ -6,7 +6,9 @@ For each session count, each case and each client, a fresh fake room
 * ``py``: bench/_hold_py.py, the package's public API (RoomClient,
   open_connection_manager, HoldPolicy defaults), SIGTERM caught with
   trio.open_signal_receiver cancelling the scope around the manager;
-* ``node``: peer/node/hold.mjs, the unmodified Node process-connection module.
+* ``node``: peer/node/hold.mjs, the unmodified Node process-connection module;
+* ``py-freeze`` (only when asked for with ``--clients``): ``py`` calling
+  gc.freeze() once every stream is open, to show what the cyclic GC costs.
 
 Measured per row:
 
@@ -57,6 +59,8 @@ CASES = {
     "blackhole": ("blackhole-exit", 0),
 }
 CLIENTS = ("py", "node")
+# Also accepted by --clients: the Python driver with gc.freeze() after opening.
+VARIANTS = ("py-freeze",)
 # Bounds: opening may take this long per session on top of a fixed 30 s.
 OPEN_BOUND_PER_SESSION = 0.01
 GONE_BOUND = 30.0
@@ -242,7 +246,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.clients = [c for c in args.clients.split(",") if c and not (args.no_node and c == "node")]
     args.cases = [c for c in args.cases.split(",") if c]
     for name in args.clients:
-        if name not in CLIENTS:
+        if name not in CLIENTS + VARIANTS:
             parser.error(f"unknown client {name!r}")
     for name in args.cases:
         if name not in CASES:

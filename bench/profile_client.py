@@ -1,18 +1,21 @@
 """Profile our client holding N sessions against fastroom: where CPU and memory go (issue 10).
 
-Three separate runs, each against a fresh fastroom.mjs (keep-alive every 15 s),
+Three separate runs, each against a fresh fastroom.mjs,
 each with bench/_hold_py.py started with ``--wait-go`` so a profiler can be in
 place before the first hold():
 
 * ``--py-spy`` (default on when py-spy is installed): ``py-spy record --pid``
   at ``--rate`` Hz, one recording for the open phase (go until the room's
-  ``held_served`` is N) and one for the goodbye (SIGTERM until the process is
-  gone). Sampling, so the figures are not inflated by the profiler; idle
-  samples are not recorded, so samples ≈ CPU time.
+  ``held_served`` is N), one over ``--idle-window`` s of holding (the room
+  sends a keep-alive every ``--keepalive-ms``, default 5000) and one for the
+  goodbye (SIGTERM until the process is gone). Sampling, so the figures are
+  not inflated by the profiler; idle samples are not recorded, so samples ≈
+  CPU time.
 * ``--cprofile``: the driver's cProfile of the same two phases, for call
   counts per stream (the times are inflated by cProfile's overhead).
 * ``--tracemalloc``: the driver's tracemalloc snapshot while holding
-  (25 frames), per stream.
+  (25 frames), per stream, then its census of the objects the cyclic GC
+  tracks (by type, per stream) and the time of one full collection.
 
     python bench/profile_client.py [N] [--out DIR] [--rate HZ] [--no-py-spy]
         [--cprofile] [--tracemalloc]
@@ -36,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
-from _peer import HOLD_PY, Child, Room, raise_nofile
+from _peer import HOLD_PY, Child, Room, raise_nofile, wait_quiet
 
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 # Innermost-frame file → the package that gets the sample's "self" time.
@@ -82,8 +85,13 @@ def short(frame: str) -> str:
     return f"{name} ({where})"
 
 
-def summarize_raw(path: Path, count: int, rate: int, top: int = 45) -> str:
-    """Self time by package and the top inclusive functions, per stream."""
+def summarize_raw(path: Path, count: int, cpu: float | None, top: int = 45) -> str:
+    """Self time by package and the top inclusive functions, per stream.
+
+    Shares come from the samples; ms per stream scale them to ``cpu``, the
+    phase's CPU seconds measured from /proc (sample counts alone are not a
+    reliable clock in py-spy's non-blocking mode).
+    """
     self_by_package: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -100,10 +108,13 @@ def summarize_raw(path: Path, count: int, rate: int, top: int = 45) -> str:
         for name in {short(f) for f in frames}:
             if not any(a in name for a in ALWAYS):
                 inclusive[name] += samples
-    per = 1000 / rate / count  # ms of CPU per stream for one sample
+    if not total:
+        return f"{path.name}: no samples"
+    cpu = cpu if cpu is not None else float("nan")
+    per = cpu * 1000 / total / count  # ms of CPU per stream for one sample
     lines = [
-        f"{path.name}: {total} samples at {rate} Hz = {total / rate:.2f} s CPU "
-        f"= {total * per:.3f} ms per stream"
+        f"{path.name}: {total} samples; {cpu:.2f} s CPU (/proc) = {cpu * 1000 / count:.3f} "
+        "ms per stream"
     ]
     lines.append("  self time by package (innermost frame):")
     for name, hits in self_by_package.most_common():
@@ -153,10 +164,13 @@ async def stop_spy(spy: Child) -> None:
 
 async def one_run(
     args: argparse.Namespace, kind: str, extra: list[str], out: Path
-) -> tuple[float, float]:
-    """Run the driver once; return (open seconds, seconds from SIGTERM to gone)."""
+) -> dict[str, tuple[float, float | None]]:
+    """Run the driver once; return (wall seconds, CPU seconds) by phase."""
     n = args.sessions
-    async with Room.open(out / f"room-{kind}.log", keepalive_ms=15000) as room:
+    busy = await wait_quiet(0.15, 120)
+    if busy >= 0.15:
+        print(f"note: the host was {busy:.0%} busy before the {kind} run", flush=True)
+    async with Room.open(out / f"room-{kind}.log", keepalive_ms=args.keepalive_ms) as room:
         argv = [sys.executable, str(HOLD_PY), "--api", room.url, "--sessions", str(n)]
         argv += ["--wait-go", *extra]
         child = await Child.spawn("py", argv, log=out / f"client-{kind}.log", stdin=True)
@@ -167,29 +181,51 @@ async def one_run(
             if kind == "py-spy":
                 spy = await start_spy(child.pid, out / "open.raw", args.rate, out / "spy-open.log")
             started = time.perf_counter()
+            cpu_go = child.cpu_seconds()
             await child.send_line("go")
             opened = await room.wait_held(n, within=30 + n * 0.01)
             if opened is None:
                 raise RuntimeError("not every stream opened")
+            phases = {"open": (opened - started, delta(cpu_go, child.cpu_seconds()))}
             await child.next_event("open", "open_timeout", within=30)
             if spy is not None:
                 await stop_spy(spy)
                 spy = None
             if kind == "tracemalloc":
-                await child.next_event("tracemalloc", within=120)
-            await trio.sleep(2.0)
+                await child.next_event("census", within=120)
+            await trio.sleep(1.0)
+            if kind == "py-spy" and args.idle_window:
+                spy = await start_spy(child.pid, out / "idle.raw", args.rate, out / "spy-idle.log")
+                cpu_idle = child.cpu_seconds()
+                await trio.sleep(args.idle_window)
+                phases["idle"] = (args.idle_window, delta(cpu_idle, child.cpu_seconds()))
+                await stop_spy(spy)
+                spy = None
             if kind == "py-spy":
                 spy = await start_spy(child.pid, out / "exit.raw", args.rate, out / "spy-exit.log")
             term = time.perf_counter()
+            cpu_term = child.cpu_seconds()
             child.signal(signal.SIGTERM)
             gone = await child.wait_gone(30)
+            phases["exit"] = ((gone or float("nan")) - term, delta(cpu_term, child.total_cpu()))
             if spy is not None and await spy.wait_gone(20) is None:
                 await spy.kill()
-            return opened - started, (gone or float("nan")) - term
+            return phases
         finally:
             if spy is not None:
                 await spy.kill()
             await child.kill()
+
+
+def delta(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+def describe(phases: dict[str, tuple[float, float | None]]) -> str:
+    return ", ".join(
+        f"{name} {wall:.2f} s wall / {'?' if cpu is None else f'{cpu:.2f}'} s CPU"
+        for name, (wall, cpu) in phases.items()
+    )
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -198,18 +234,21 @@ async def main(args: argparse.Namespace) -> None:
     n = args.sessions
     print(f"{n} sessions; outputs in {out}", flush=True)
     if args.py_spy:
-        opened, gone = await one_run(args, "py-spy", [], out)
-        print(f"\n== py-spy (open {opened:.2f} s, gone {gone:.2f} s after SIGTERM) ==")
-        print(report(out, ("open.raw", "exit.raw"), lambda p: summarize_raw(p, n, args.rate)))
+        phases = await one_run(args, "py-spy", [], out)
+        print(f"\n== py-spy at {args.rate} Hz ({describe(phases)}) ==")
+        cpu = {f"{name}.raw": spent for name, (_, spent) in phases.items()}
+        print(report(out, tuple(cpu), lambda p: summarize_raw(p, n, cpu[p.name])))
     if args.cprofile:
-        opened, gone = await one_run(args, "cprofile", ["--cprofile-dir", str(out)], out)
-        print(f"\n== cProfile (open {opened:.2f} s, gone {gone:.2f} s; inflated) ==")
+        phases = await one_run(args, "cprofile", ["--cprofile-dir", str(out)], out)
+        print(f"\n== cProfile ({describe(phases)}; inflated by cProfile) ==")
         print(report(out, ("open.pstats", "exit.pstats"), lambda p: summarize_pstats(p, n)))
     if args.tracemalloc:
-        heap = out / "tracemalloc.txt"
-        await one_run(args, "tracemalloc", ["--tracemalloc", str(heap)], out)
-        print("\n== tracemalloc while holding ==")
-        print(report(out, (heap.name,), lambda p: "\n".join(p.read_text().splitlines()[:70])))
+        heap, objects = out / "tracemalloc.txt", out / "census.txt"
+        extra = ["--tracemalloc", str(heap), "--census", str(objects)]
+        await one_run(args, "tracemalloc", extra, out)
+        print("\n== tracemalloc while holding, then the GC-tracked objects ==")
+        names = (heap.name, objects.name)
+        print(report(out, names, lambda p: "\n".join(p.read_text().splitlines()[:70])))
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -217,6 +256,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("sessions", type=int, nargs="?", default=3000)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--keepalive-ms", type=int, default=5000)
+    parser.add_argument("--idle-window", type=float, default=10.0, help="py-spy idle phase (s)")
     parser.add_argument("--no-py-spy", dest="py_spy", action="store_false")
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--tracemalloc", action="store_true")
