@@ -40,6 +40,7 @@ __all__ = [
     "child_env",
     "client_argv",
     "raise_nofile",
+    "stopped_by_signals",
     "wait_quiet",
 ]
 
@@ -69,6 +70,27 @@ def raise_nofile(want: int = 65536) -> int:
         except (ValueError, OSError):
             continue
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+@asynccontextmanager
+async def stopped_by_signals() -> AsyncIterator[trio.CancelScope]:
+    """A scope that SIGTERM, SIGINT or SIGHUP cancel, so that every ``finally``
+    kills and reaps its child (they run in sessions of their own, so a signal to
+    this harness does not reach them)."""
+
+    async def watch(scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                print(f"{name}: stopping, killing children", file=sys.stderr, flush=True)
+                scope.cancel()
+                return
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, scope)
+            yield scope
+            nursery.cancel_scope.cancel()
 
 
 def _host_busy() -> tuple[float, float]:

@@ -38,7 +38,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import trio
-from _peer import NODE, Child, HostLoad, Room, client_argv, raise_nofile, wait_quiet
+from _peer import (
+    NODE,
+    Child,
+    HostLoad,
+    Room,
+    client_argv,
+    raise_nofile,
+    stopped_by_signals,
+    wait_quiet,
+)
 
 REOPEN_BOUND = 120.0
 
@@ -182,17 +191,20 @@ async def main(args: argparse.Namespace) -> None:
         print("node is not installed: the fake room (fastroom.mjs) needs it; nothing to run")
         return
     results: list[Storm] = []
-    for down in args.down:
-        for client in args.clients:
-            jitters: list[float | None] = list(args.jitters) if client == "py" else [None]
-            for jitter in jitters:
-                result = await run_storm(client, args.sessions, jitter, down, logs)
-                results.append(result)
-                print(json.dumps(asdict(result)), flush=True)
-    print()
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+    try:
+        async with stopped_by_signals():
+            for down in args.down:
+                for client in args.clients:
+                    jitters: list[float | None] = list(args.jitters) if client == "py" else [None]
+                    for jitter in jitters:
+                        result = await run_storm(client, args.sessions, jitter, down, logs)
+                        results.append(result)
+                        print(json.dumps(asdict(result)), flush=True)
+    finally:
+        print()
+        print(table(results))
+        if args.json:
+            args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
 
 
 if __name__ == "__main__":
