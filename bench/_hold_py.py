@@ -1,0 +1,230 @@
+"""The Python counterpart of peer/node/hold.mjs: hold N worker sessions, announce on SIGTERM.
+
+Uses only the public names of letagents_trio, the way an embedder would: one
+RoomClient, one open_connection_manager, and SIGTERM/SIGINT handled with
+trio.open_signal_receiver cancelling the scope around the manager (whose block
+then closes every stream and announces every exit within the exit deadline).
+
+    python bench/_hold_py.py --api URL --room R --sessions N [--jitter J]
+        [--wait-go] [--tracemalloc FILE] [--census FILE] [--cprofile-dir DIR] [--gc-freeze]
+
+Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them. One
+JSON line per event on stdout:
+
+    {"event":"ready"}                      with --wait-go: waiting for a line on stdin
+    {"event":"holding","n":N}              every session handed to the manager
+    {"event":"open","n":N,"ms":M,...}      every holder OPEN, M ms after "holding"
+    {"event":"tracemalloc",...}            with --tracemalloc: traced bytes while holding
+    {"event":"census",...}                 with --census: GC-tracked objects, a full collection
+    {"event":"signal","signal":"SIGTERM"}
+    {"event":"exited","ms":M,"recorded":K,"errors":{...}}
+                                           M ms from the signal to the manager's block left
+
+"open", "signal" and "exited" also carry gc_ms and gc_runs: the wall time spent in
+the cyclic garbage collector so far, and its runs, per generation.
+
+--cprofile-dir writes open.pstats (hold() calls until every holder is OPEN) and
+exit.pstats (signal until the block is left). Bench helper, not part of the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import signal
+import sys
+import time
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+
+import trio
+
+from letagents_trio import (
+    AgentSession,
+    ConnectionManager,
+    HolderStatus,
+    HoldPolicy,
+    RoomClient,
+    open_connection_manager,
+)
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+class GCClock:
+    """Wall time spent in the cyclic garbage collector, by generation (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.runs = [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.seconds[generation] += time.perf_counter() - self._started
+            self.runs[generation] += 1
+
+    def report(self) -> dict[str, object]:
+        return {"gc_ms": [round(s * 1000, 1) for s in self.seconds], "gc_runs": list(self.runs)}
+
+
+GC = GCClock()
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--api", required=True)
+    parser.add_argument("--room", default="bench/room")
+    parser.add_argument("--sessions", type=int, required=True)
+    parser.add_argument("--jitter", type=float, default=0.0)
+    parser.add_argument("--open-timeout", type=float, default=300.0)
+    parser.add_argument("--wait-go", action="store_true")
+    parser.add_argument("--tracemalloc", type=Path, default=None)
+    parser.add_argument("--cprofile-dir", type=Path, default=None)
+    parser.add_argument("--census", type=Path, default=None)
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() once every stream is open (an embedder's mitigation, for comparison)",
+    )
+    return parser.parse_args(argv)
+
+
+async def cancel_on_signal(scope: trio.CancelScope, signalled: list[float]) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            signalled.append(time.perf_counter())
+            emit(event="signal", signal=signal.Signals(signum).name, **GC.report())
+            scope.cancel()
+            return
+
+
+def snapshot_heap(path: Path, count: int) -> None:
+    """Write the top allocation sites of the traced heap while holding."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)]
+    )
+    total = sum(stat.size for stat in snapshot.statistics("filename"))
+    lines = [f"traced {total} bytes while holding {count} streams ({total / count:.0f} B/stream)"]
+    for key in ("filename", "lineno", "traceback"):
+        lines.append(f"\n== top by {key} ==")
+        for stat in snapshot.statistics(key)[: 12 if key == "traceback" else 30]:
+            lines.append(
+                f"{stat.size / count:9.0f} B/stream {stat.count / count:7.2f} blocks/stream "
+                f"{stat.traceback[0]}"
+            )
+            if key == "traceback":
+                lines.extend(f"        {frame}" for frame in stat.traceback.format()[-16:])
+    path.write_text("\n".join(lines) + "\n")
+    emit(event="tracemalloc", bytes=total, per_stream=round(total / count))
+
+
+def census(path: Path, count: int) -> None:
+    """Write the objects the cyclic GC tracks, by type, per stream; time a full collection."""
+    objects = gc.get_objects()
+    by_type = Counter(type(o).__qualname__ for o in objects)
+    started = time.perf_counter()
+    gc.collect()
+    full = time.perf_counter() - started
+    lines = [
+        f"{len(objects)} GC-tracked objects while holding {count} streams "
+        f"({len(objects) / count:.1f} per stream); one full gc.collect(): {full * 1000:.0f} ms"
+    ]
+    lines += [f"{n / count:8.2f} per stream  {name}" for name, n in by_type.most_common(40)]
+    path.write_text("\n".join(lines) + "\n")
+    emit(event="census", objects=len(objects), full_collect_ms=round(full * 1000, 1))
+
+
+async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None:
+    sessions = [
+        AgentSession(
+            session_id=f"session_{i}",
+            session_token=f"tok_{i}",
+            room_id=args.room,
+            session_kind="worker",
+        )
+        for i in range(1, args.sessions + 1)
+    ]
+    profile = cProfile.Profile() if args.cprofile_dir else None
+    if args.tracemalloc:
+        tracemalloc.start(25)
+    if profile:
+        profile.enable()
+    holders = [manager.hold(session) for session in sessions]
+    emit(event="holding", n=len(holders))
+    started = time.perf_counter()
+    with trio.move_on_after(args.open_timeout) as scope:
+        for holder in holders:
+            assert holder is not None
+            await holder.wait_status(HolderStatus.OPEN)
+    if profile and args.cprofile_dir:
+        profile.disable()
+        profile.dump_stats(args.cprofile_dir / "open.pstats")
+    if scope.cancelled_caught:
+        emit(event="open_timeout", n=len(holders))
+        return
+    elapsed = round((time.perf_counter() - started) * 1000, 1)
+    emit(event="open", n=len(holders), ms=elapsed, **GC.report())
+    if args.tracemalloc or args.census:
+        # Let the open events (connection ids) arrive before looking.
+        await trio.sleep(1)
+    if args.tracemalloc:
+        snapshot_heap(args.tracemalloc, len(holders))
+        tracemalloc.stop()
+    if args.census:
+        census(args.census, len(holders))
+    if args.gc_freeze:
+        gc.freeze()
+        emit(event="gc_frozen", objects=gc.get_freeze_count())
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.wait_go:
+        emit(event="ready")
+        await trio.to_thread.run_sync(sys.stdin.readline)
+    signalled: list[float] = []
+    profile = cProfile.Profile() if args.cprofile_dir else None
+    policy = HoldPolicy(jitter=args.jitter)
+    held: ConnectionManager | None = None
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_on_signal, scope, signalled)
+            async with RoomClient(args.api) as client:
+                async with open_connection_manager(
+                    client, policy=policy, owner_mode=True
+                ) as manager:
+                    held = manager
+                    try:
+                        await hold_all(manager, args)
+                        await trio.sleep_forever()
+                    finally:
+                        # The goodbye runs as this block is left: profile it from here.
+                        if profile:
+                            profile.enable()
+    if profile and args.cprofile_dir:
+        profile.disable()
+        profile.dump_stats(args.cprofile_dir / "exit.pstats")
+    elapsed = (time.perf_counter() - signalled[0]) * 1000 if signalled else None
+    # A second call sends nothing and returns the first call's report.
+    report = await held.announce_exits() if held is not None else ()
+    errors = Counter(a.error for a in report if a.error)
+    emit(
+        event="exited",
+        ms=None if elapsed is None else round(elapsed, 1),
+        recorded=sum(1 for a in report if a.recorded),
+        errors=dict(errors),
+        **GC.report(),
+    )
+
+
+if __name__ == "__main__":
+    trio.run(main, parse(sys.argv[1:]))
