@@ -42,9 +42,9 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Any, Literal, final
+from typing import Any, final
 from urllib.parse import unquote
 
 import attrs
@@ -62,6 +62,7 @@ from ..workers._wire import (
     new_worker_id,
     worker_agent_name,
 )
+from ._rules import JSON_HEADERS, Answer, Hold, Rule, RuleBuilder, json_bytes, path_regex
 from ._transport import ASGIApp, Receive, Send, StreamingASGITransport
 
 __all__ = [
@@ -87,7 +88,6 @@ _PROCESS_PATH = re.compile(
     r"^/rooms/(?P<room>.+)/agent-sessions/(?P<sid>[^/]+)/process(?P<exit>/exit)?$"
 )
 # ``{name}`` in a rule's path stands for one path segment.
-_PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
 # What a client sees when a rule loses the request, or the room's answer.
 _REFUSED_TEXT = "Connection refused (a FakeRoom rule dropped the request)"
 _LOST_ANSWER_TEXT = "Server disconnected without sending a response."
@@ -168,207 +168,6 @@ class ExitRecord:
         """The ``process_connection_id`` the exit named."""
         value = self.body.get("process_connection_id")
         return value if isinstance(value, str) else None
-
-
-_RuleAction = Literal["respond", "drop_before_commit", "drop_after_commit", "hold", "rewrite"]
-
-
-def _path_regex(path: str | re.Pattern[str]) -> re.Pattern[str]:
-    """A rule's path as a regex matched against the whole decoded path."""
-    if isinstance(path, re.Pattern):
-        return path
-    parts, last = [], 0
-    for placeholder in _PLACEHOLDER.finditer(path):
-        parts.append(re.escape(path[last : placeholder.start()]))
-        parts.append("[^/]+")
-        last = placeholder.end()
-    parts.append(re.escape(path[last:]))
-    return re.compile("".join(parts))
-
-
-@final
-@attrs.define(eq=False, kw_only=True)
-class Rule:
-    """One armed fault: what the fake room does with the next matching requests.
-
-    Made by the actions of :class:`RuleBuilder` (``fake_room.on(...)``).
-
-    Attributes:
-        method: the HTTP method it matches (upper case).
-        path: the path pattern as given.
-        action: what it does to a matching request.
-        times_left: how many more requests it acts on; None means until removed.
-        hits: how many requests it has acted on.
-    """
-
-    method: str
-    path: str
-    action: str
-    times_left: int | None
-    hits: int = 0
-    _regex: re.Pattern[str] = attrs.field(alias="regex", repr=False)
-    _owner: FakeRoom = attrs.field(alias="owner", repr=False)
-    _status: int = attrs.field(default=200, alias="status", repr=False)
-    _body: bytes = attrs.field(default=b"", alias="body", repr=False)
-    _headers: list[tuple[bytes, bytes]] = attrs.field(factory=list, alias="headers", repr=False)
-    _rewrite: Callable[[Any], Any] | None = attrs.field(default=None, alias="rewrite", repr=False)
-    _hold: Hold | None = attrs.field(default=None, alias="hold", repr=False)
-
-    @property
-    def active(self) -> bool:
-        """Whether the rule still acts on matching requests."""
-        return self in self._owner._rules
-
-    def remove(self) -> None:
-        """Stop acting on requests; answers it holds now stay held until released."""
-        if self.active:
-            self._owner._rules.remove(self)
-
-    def _matches(self, method: str, path: str) -> bool:
-        return method == self.method and self._regex.fullmatch(path) is not None
-
-    def _use(self) -> None:
-        self.hits += 1
-        if self.times_left is not None:
-            self.times_left -= 1
-            if self.times_left == 0:
-                self.remove()
-
-
-@final
-@attrs.define(eq=False, kw_only=True)
-class Hold:
-    """The release handle of a :meth:`RuleBuilder.hold` rule.
-
-    Like a ``trio.Event``: answers wait until :meth:`release` is called once;
-    from then on the rule's answers pass at once.
-
-    Attributes:
-        rule: the rule whose answers are held.
-        held: how many answers the rule has held back so far (released ones included).
-    """
-
-    rule: Rule
-    held: int = 0
-    _released: trio.Event = attrs.field(factory=trio.Event, init=False, repr=False)
-
-    @property
-    def released(self) -> bool:
-        """Whether :meth:`release` was called."""
-        return self._released.is_set()
-
-    def release(self) -> None:
-        """Send every held answer now, and let later ones through without waiting."""
-        self._released.set()
-
-    async def wait_held(self, count: int = 1) -> None:
-        """Wait until the rule has held back ``count`` answers (the room has acted on them).
-
-        Cancellation:
-            A checkpoint; cancelled, nothing changes. Bound it with
-            ``trio.fail_after`` in tests.
-        """
-        await self.rule._owner.wait_until(lambda: self.held >= count)
-
-
-@final
-@attrs.frozen(kw_only=True)
-class RuleBuilder:
-    """The requests a rule is for; call one action to arm the rule.
-
-    Returned by :meth:`FakeRoom.on`. Every action takes ``times``: how many
-    matching requests the rule acts on (default 1; None means until
-    :meth:`Rule.remove`).
-    """
-
-    _owner: FakeRoom = attrs.field(alias="owner")
-    method: str
-    path: str | re.Pattern[str]
-
-    def respond(
-        self,
-        status: int,
-        json: object = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        times: int | None = 1,
-    ) -> Rule:
-        """Answer ``status`` with ``json`` (None: an empty body); the room never sees the request.
-
-        Args:
-            status: the HTTP status.
-            json: the body, encoded as JSON; None sends an empty body.
-            headers: extra response headers.
-            times: how many matching requests to answer.
-        """
-        raw = b"" if json is None else _json_bytes(json)
-        pairs = list(_JSON_HEADERS) if json is not None else []
-        for name, value in (headers or {}).items():
-            pairs.append((name.lower().encode("latin-1"), value.encode("latin-1")))
-        return self._arm("respond", times, status=status, body=raw, headers=pairs)
-
-    def drop_before_commit(self, *, times: int | None = 1) -> Rule:
-        """Lose the request on its way: the room never sees it.
-
-        The client gets ``httpx2.ConnectError``, as from a room that is down.
-        """
-        return self._arm("drop_before_commit", times)
-
-    def drop_after_commit(self, *, times: int | None = 1) -> Rule:
-        """Let the room act on the request, then lose its answer.
-
-        The client gets ``httpx2.RemoteProtocolError``, as when a server
-        disconnects without answering, while the room has stored whatever it
-        decided: the lost-response case a client must recover from.
-        """
-        return self._arm("drop_after_commit", times)
-
-    def hold(self, *, times: int | None = 1) -> Hold:
-        """Let the room act on the request, then hold its answer until :meth:`Hold.release`.
-
-        Returns:
-            The release handle; :meth:`Hold.wait_held` waits until an answer is held.
-        """
-        rule = self._arm("hold", times)
-        rule._hold = Hold(rule=rule)
-        return rule._hold
-
-    def rewrite(self, fn: Callable[[Any], Any], *, times: int | None = 1) -> Rule:
-        """Let the room answer, then send ``fn(answer)`` in place of its JSON answer.
-
-        ``fn`` gets the decoded JSON (whatever the status) and returns the JSON
-        to send. It runs after the room acted and before the client hears
-        anything, which also makes it the place to look at (or change) the
-        world at that moment. An answer that is not JSON fails the request
-        (the client gets a 500).
-        """
-        return self._arm("rewrite", times, rewrite=fn)
-
-    def _arm(self, action: _RuleAction, times: int | None, **options: Any) -> Rule:
-        if times is not None and times < 1:
-            raise ValueError(f"times must be at least 1 or None, not {times}")
-        pattern = self.path if isinstance(self.path, str) else self.path.pattern
-        rule = Rule(
-            method=self.method.upper(),
-            path=pattern,
-            action=action,
-            times_left=times,
-            regex=_path_regex(self.path),
-            owner=self._owner,
-            **options,
-        )
-        self._owner._rules.append(rule)
-        return rule
-
-
-@final
-@attrs.frozen(kw_only=True)
-class _Answer:
-    """An answer of the room, kept whole instead of sent."""
-
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
 
 
 @final
@@ -528,7 +327,7 @@ class FakeRoom:
 
     def requests_to(self, method: str, path: str | re.Pattern[str]) -> list[RequestRecord]:
         """The requests received whose method and path match, as :meth:`on` matches them."""
-        wanted, regex = method.upper(), _path_regex(path)
+        wanted, regex = method.upper(), path_regex(path)
         return [r for r in self.requests if r.method == wanted and regex.fullmatch(r.path)]
 
     def process_requests(self, session_id: str | None = None) -> list[RequestRecord]:
@@ -579,7 +378,7 @@ class FakeRoom:
         rule._use()
         self._note()
         if rule.action == "respond":
-            await _send(send, _Answer(status=rule._status, headers=rule._headers, body=rule._body))
+            await _send(send, Answer(status=rule._status, headers=rule._headers, body=rule._body))
             return
         if rule.action == "drop_before_commit":
             raise httpx2.ConnectError(_REFUSED_TEXT)
@@ -594,7 +393,7 @@ class FakeRoom:
             await hold._released.wait()
         elif rule._rewrite is not None:
             changed = rule._rewrite(json.loads(answer.body))
-            answer = attrs.evolve(answer, body=_json_bytes(changed))
+            answer = attrs.evolve(answer, body=json_bytes(changed))
         await _send(send, answer)
 
     async def _room_answers(
@@ -625,7 +424,7 @@ class FakeRoom:
         raw_path: str,
         scope: MutableMapping[str, Any],
         receive: Receive,
-    ) -> _Answer:
+    ) -> Answer:
         """Let the room answer to the end, keeping its answer instead of sending it."""
         status = 500
         headers: list[tuple[bytes, bytes]] = []
@@ -641,7 +440,7 @@ class FakeRoom:
             await trio.lowlevel.checkpoint()
 
         await self._room_answers(request, raw_path, scope, receive, capture)
-        return _Answer(status=status, headers=headers, body=b"".join(chunks))
+        return Answer(status=status, headers=headers, body=b"".join(chunks))
 
     async def _process(
         self, session_id: str, scope: MutableMapping[str, Any], receive: Receive, send: Send
@@ -650,7 +449,7 @@ class FakeRoom:
         canned = _CANNED.get(mode)
         if canned is not None:
             status, body = canned
-            await _send(send, _Answer(status=status, headers=_JSON_HEADERS, body=_json_bytes(body)))
+            await _send(send, Answer(status=status, headers=JSON_HEADERS, body=json_bytes(body)))
         elif mode is ProcessMode.SILENT:
             await send(
                 {
@@ -743,13 +542,6 @@ async def register_worker(
     return AgentSession.from_json(reply.body)
 
 
-_JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
-
-
-def _json_bytes(value: object) -> bytes:
-    return json.dumps(value).encode("utf-8")
-
-
 def _json_or_none(raw: bytes) -> Any:
     try:
         return json.loads(raw) if raw else None
@@ -776,7 +568,7 @@ async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
     return raw, again
 
 
-async def _send(send: Send, answer: _Answer) -> None:
+async def _send(send: Send, answer: Answer) -> None:
     """Send a whole answer, its ``content-length`` set to the body it carries now."""
     headers = [(k, v) for k, v in answer.headers if k.lower() != b"content-length"]
     headers.append((b"content-length", str(len(answer.body)).encode("latin-1")))
