@@ -273,7 +273,7 @@ class FakeRoom:
                 stands for one path segment (``"/rooms/{room}/messages"``);
                 a compiled pattern is matched with ``fullmatch``.
         """
-        return RuleBuilder(owner=self, method=method, path=path)
+        return RuleBuilder(rules=self._rules, changed=self._changed, method=method, path=path)
 
     @property
     def rules(self) -> tuple[Rule, ...]:

@@ -16,9 +16,18 @@ import attrs
 import trio
 
 if TYPE_CHECKING:
-    from ._fake_room import FakeRoom
+    from .._util import Notifier
 
-__all__ = ["JSON_HEADERS", "Answer", "Hold", "Rule", "RuleBuilder", "json_bytes", "path_regex"]
+__all__ = [
+    "JSON_HEADERS",
+    "Answer",
+    "Hold",
+    "Rule",
+    "RuleBuilder",
+    "json_bytes",
+    "path_regex",
+]
+
 
 # The headers of a JSON answer.
 JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
@@ -77,7 +86,10 @@ class Rule:
     times_left: int | None
     hits: int = 0
     _regex: re.Pattern[str] = attrs.field(alias="regex", repr=False)
-    _owner: FakeRoom = attrs.field(alias="owner", repr=False)
+    # The room's live list of armed rules, first match first.
+    _rules: list[Rule] = attrs.field(alias="rules", repr=False)
+    # The room's notifier: it wakes waiters whenever the room changes.
+    _changed: Notifier = attrs.field(alias="changed", repr=False)
     _status: int = attrs.field(default=200, alias="status", repr=False)
     _body: bytes = attrs.field(default=b"", alias="body", repr=False)
     _headers: list[tuple[bytes, bytes]] = attrs.field(factory=list, alias="headers", repr=False)
@@ -87,12 +99,12 @@ class Rule:
     @property
     def active(self) -> bool:
         """Whether the rule still acts on matching requests."""
-        return self in self._owner._rules
+        return self in self._rules
 
     def remove(self) -> None:
         """Stop acting on requests; answers it holds now stay held until released."""
         if self.active:
-            self._owner._rules.remove(self)
+            self._rules.remove(self)
 
     def _matches(self, method: str, path: str) -> bool:
         return method == self.method and self._regex.fullmatch(path) is not None
@@ -138,7 +150,7 @@ class Hold:
             A checkpoint; cancelled, nothing changes. Bound it with
             ``trio.fail_after`` in tests.
         """
-        await self.rule._owner.wait_until(lambda: self.held >= count)
+        await self.rule._changed.wait_until(lambda: self.held >= count)
 
 
 @final
@@ -146,12 +158,15 @@ class Hold:
 class RuleBuilder:
     """The requests a rule is for; call one action to arm the rule.
 
-    Returned by :meth:`FakeRoom.on`. Every action takes ``times``: how many
+    Returned by :meth:`~letagents_trio.testing.FakeRoom.on`. Every action takes ``times``: how many
     matching requests the rule acts on (default 1; None means until
     :meth:`Rule.remove`).
     """
 
-    _owner: FakeRoom = attrs.field(alias="owner")
+    # The room's live list of armed rules, first match first.
+    _rules: list[Rule] = attrs.field(alias="rules")
+    # The room's notifier, handed to each rule armed.
+    _changed: Notifier = attrs.field(alias="changed")
     method: str
     path: str | re.Pattern[str]
 
@@ -224,8 +239,9 @@ class RuleBuilder:
             action=action,
             times_left=times,
             regex=path_regex(self.path),
-            owner=self._owner,
+            rules=self._rules,
+            changed=self._changed,
             **options,
         )
-        self._owner._rules.append(rule)
+        self._rules.append(rule)
         return rule
