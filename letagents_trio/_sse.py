@@ -193,9 +193,7 @@ class SSEDecoder:
     max_line_bytes: int = attrs.field(default=MAX_EVENT_BYTES, kw_only=True, validator=_positive)
     max_event_bytes: int = attrs.field(default=MAX_EVENT_BYTES, kw_only=True, validator=_positive)
     _last_event_id: str = attrs.field(default="", kw_only=True, validator=_valid_seed, repr=False)
-    final_events: frozenset[str] = attrs.field(
-        default=frozenset(), kw_only=True, converter=_frozen
-    )
+    final_events: frozenset[str] = attrs.field(default=frozenset(), kw_only=True, converter=_frozen)
     _reconnection_time: int | None = attrs.field(default=None, init=False)
 
     _utf8: codecs.IncrementalDecoder = attrs.field(
