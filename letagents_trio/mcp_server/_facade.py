@@ -113,7 +113,7 @@ def _compact(value: object) -> str:
 
 
 def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None]) -> str:
-    secrets = [state.config.token]
+    secrets = [state.config.token, state.store.owner_token()]
     secrets.extend(s.session_token for s in sessions if s is not None)
     redacted = redact(text, secrets)
     if redacted != text:

@@ -136,6 +136,8 @@ class RequestRecord:
         has_session_token: whether the session-token header was present and non-empty.
         body: the request's JSON body, decoded; None when it had none or it was
             not JSON. Kept out of the repr: it may carry tokens.
+        bearer: the ``Authorization: Bearer`` token, if any (test data; kept
+            out of the repr).
     """
 
     time: float
@@ -144,6 +146,7 @@ class RequestRecord:
     session_id: str | None
     has_session_token: bool
     body: Any = attrs.field(default=None, repr=False)
+    bearer: str | None = attrs.field(default=None, repr=False)
 
 
 @final
@@ -569,6 +572,7 @@ class FakeRoom:
             session_id=headers.get(_protocol.SESSION_ID_HEADER.lower()),
             has_session_token=bool(headers.get(_protocol.SESSION_TOKEN_HEADER.lower())),
             body=_json_or_none(raw),
+            bearer=_bearer(headers.get("authorization")),
         )
         self.requests.append(request)
         self._note()
@@ -748,6 +752,11 @@ _JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json
 
 def _json_bytes(value: object) -> bytes:
     return json.dumps(value).encode("utf-8")
+
+
+def _bearer(authorization: str | None) -> str | None:
+    scheme, _, value = (authorization or "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
 
 
 def _json_or_none(raw: bytes) -> Any:

@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
-from .._errors import StateUnavailable, WorkerError
+from .._errors import ApiError, StateUnavailable, WorkerError
 from ._acting import acting_session, resolve_target
 from ._identity import DEFAULT_RUNTIME_LABEL, local_owner_slug
 from ._names import DEFAULT_IDE_LABEL, js_trim
@@ -217,6 +217,8 @@ class WorkerHandles:
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
     _account_login: str | None = attrs.field(default=None, init=False)
+    # Which owner token the cached login belongs to (the client's digest of it).
+    _account_key: str | None = attrs.field(default=None, init=False, repr=False)
     _pins: dict[str, AgentSession] = attrs.field(factory=dict, init=False)
     _in_flight: dict[tuple[str, str], _Flight] = attrs.field(factory=dict, init=False)
 
@@ -245,8 +247,9 @@ class WorkerHandles:
         )
 
     def forget_account(self) -> None:
-        """Drop the cached account (call after the owner signs in or out)."""
+        """Drop the cached account (a changed or removed owner token drops it anyway)."""
         self._account_login = None
+        self._account_key = None
 
     def _snapshot(self) -> Mapping[str, Any]:
         snapshot = self.state.read()
@@ -259,12 +262,21 @@ class WorkerHandles:
     # --- account and scope -------------------------------------------------------------
 
     async def _login(self) -> str | None:
-        """The account login (``GET /agents/me``, cached once it succeeds), or ``None``."""
-        if not self.client.has_owner_token:
+        """The account login (``GET /agents/me``, cached once it succeeds), or ``None``.
+
+        The cache belongs to one owner token: when the client's token changes
+        (another process signed in) or goes (a sign-out cleared it), the login
+        is asked again, or forgotten.
+        """
+        key = self.client.owner_token_key
+        if key is None:
+            self.forget_account()
             await trio.lowlevel.checkpoint()
             return None
-        if self._account_login is None:
+        if self._account_login is None or self._account_key != key:
+            self.forget_account()
             self._account_login = await account_login(self.client)
+            self._account_key = key
         else:
             await trio.lowlevel.checkpoint()
         return self._account_login
@@ -273,7 +285,7 @@ class WorkerHandles:
         if not self.owner_mode:
             raise WorkerError(SUPERVISED_TEXT)
         login = await self._login()
-        if self.client.has_owner_token and login is None:
+        if self._account_key is not None and login is None:
             raise WorkerError(ACCOUNT_UNVERIFIED_TEXT)
         if login is not None:
             return Owner.signed_in(self.client.api_url, login)
@@ -451,9 +463,14 @@ class WorkerHandles:
             runtime_label=self.runtime_label,
             ide_label=self.ide_label,
         )
-        session, leases = await registrar.register(
-            owner, record, room_id, room, local=local, runtime=runtime, cwd=cwd
-        )
+        try:
+            session, leases = await registrar.register(
+                owner, record, room_id, room, local=local, runtime=runtime, cwd=cwd
+            )
+        except ApiError as exc:
+            if exc.status == 401:  # the room refused the owner: ask for the account again
+                self.forget_account()
+            raise
         self._pins[session.session_id] = session
         if not local:
             self._hold(session)
