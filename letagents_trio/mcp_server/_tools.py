@@ -379,7 +379,7 @@ async def get_room_guidelines(
         await trio.lowlevel.checkpoint()
         raise LocalChatError(LOCAL_GUIDELINES_TEXT)
 
-    _, session, answer = await call_as(state, who, "GET", "guidelines", local=local)
+    _, session, answer = await call_as(state, who, "GET", "agent-guidelines", local=local)
     return ok(state, answer, session)
 
 
