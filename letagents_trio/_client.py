@@ -25,11 +25,12 @@ which :class:`letagents_trio.workers.LocalStateStore` satisfies.
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import json
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Protocol, final
@@ -45,7 +46,16 @@ from ._redact import redact
 if TYPE_CHECKING:
     from ._session import AgentSession
 
-__all__ = ["RoomClient", "StateHooks", "encode_room_path", "encode_session_path"]
+__all__ = [
+    "OwnerTokenSource",
+    "RoomClient",
+    "StateHooks",
+    "encode_room_path",
+    "encode_session_path",
+]
+
+OwnerTokenSource = str | Callable[[], str | None] | None
+"""An owner token, or a callable asked for the current one before every request."""
 
 logger = logging.getLogger("letagents_trio.api")
 
@@ -118,7 +128,11 @@ class RoomClient:
 
     Args:
         api_url: the room API's base URL; trailing slashes are removed.
-        owner_token: the owner's bearer token, if the process acts for an owner.
+        owner_token: the owner's bearer token, if the process acts for an owner;
+            or a callable asked for it before every request (None or ``""``:
+            none now), so a sign-out or a sign-in made elsewhere (the state
+            file's ``auth``) takes effect at the next request, as in the Node
+            client. It is called often: it must be cheap and never block.
         transport: an ``httpx2.AsyncBaseTransport`` to use instead of the network
             (for example :class:`letagents_trio.testing.StreamingASGITransport`).
         state: where ended sessions and owner logouts are recorded; None records nothing.
@@ -128,12 +142,16 @@ class RoomClient:
         self,
         api_url: str = _protocol.DEFAULT_API_URL,
         *,
-        owner_token: str | None = None,
+        owner_token: OwnerTokenSource = None,
         transport: httpx2.AsyncBaseTransport | None = None,
         state: StateHooks | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("/")
-        self._owner_token = owner_token or None
+        if callable(owner_token):
+            self._owner_source: Callable[[], str | None] = owner_token
+        else:
+            fixed = owner_token or None
+            self._owner_source = lambda: fixed
         self._state = state
         self._injected_transport = transport
         self._ssl_context: ssl.SSLContext | None = None
@@ -159,9 +177,24 @@ class RoomClient:
         return f"<RoomClient api_url={self.api_url!r} owner_token={owner}>"
 
     @property
+    def _owner_token(self) -> str | None:
+        """The owner token now: asked of the source each time, never cached."""
+        return self._owner_source() or None
+
+    @property
     def has_owner_token(self) -> bool:
-        """Whether requests carry an owner bearer token."""
+        """Whether requests made now carry an owner bearer token."""
         return self._owner_token is not None
+
+    @property
+    def owner_token_key(self) -> str | None:
+        """A digest naming the current owner token (SHA-256 hex), or None without one.
+
+        Lets a cache of what the token stands for (the account) notice that
+        the token changed, without holding the token itself.
+        """
+        token = self._owner_token
+        return None if token is None else hashlib.sha256(token.encode("utf-8")).hexdigest()
 
     async def __aenter__(self) -> RoomClient:
         return self
@@ -190,8 +223,9 @@ class RoomClient:
         headers: dict[str, str] = {}
         if json_body:
             headers["Content-Type"] = "application/json"
-        if self._owner_token:
-            headers["Authorization"] = f"Bearer {self._owner_token}"
+        owner_token = self._owner_token  # asked afresh for every request
+        if owner_token:
+            headers["Authorization"] = f"Bearer {owner_token}"
         if session is not None:
             headers[_protocol.SESSION_ID_HEADER] = session.session_id
             headers[_protocol.SESSION_TOKEN_HEADER] = session.session_token

@@ -9,11 +9,17 @@ silence deadline). A connector reports a refusal by raising
 network failure by raising :class:`~letagents_trio.RoomUnreachable`.
 
 :class:`SSEConnector` is the connector for the room's HTTP route
-(PROTOCOL §2.1 R4, §3): status 200 with a ``text/event-stream`` body opens the
-connection; 410 means ended; 404 and 405 mean the room lacks the route; 5xx
-counts as dropped; any other answer is a refusal. The ``open`` event's data is
-parsed as JSON for ``connection_id``; an ``ended`` event ends the session. A
-WebSocket connector would implement the same two methods.
+(PROTOCOL §2.1 R4, §3): any 2xx status that can carry a body (not 204 or
+205), with a ``text/event-stream`` body, opens the connection, as the Node
+client's ``response.ok`` does; 410 means ended; 404 and 405 mean the room lacks
+the route; 5xx counts as dropped; any other answer is a refusal. The ``open``
+event's data is parsed as JSON for ``connection_id``. ``ended`` is final
+wherever its ``event`` line appears, as in the Node client, which looks for
+the text ``event: ended``: once the line is read (before its blank line),
+with no ``data`` line, or cut off by the end of the stream or a broken
+connection (``docs/process-connection.md`` tabulates where ours and Node's
+still differ, and why). A WebSocket connector would implement the same two
+methods.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ logger = logging.getLogger("letagents_trio.transport")
 
 # Connection ids are UUIDs; anything longer is not one and is not kept.
 _MAX_CONNECTION_ID = 128
+# The one event type that ends the session, wherever its line appears (§3).
+_ENDED_EVENT = "ended"
+# 2xx statuses that carry no body (fetch gives them a null body: Node refuses).
+_NULL_BODY_STATUSES = frozenset({204, 205})
 
 
 @final
@@ -105,7 +115,9 @@ def classify_status(status: int, content_type: str | None) -> Outcome | None:
         return Outcome.UNSUPPORTED
     if status >= 500:
         return Outcome.DROPPED
-    if status != 200 or not is_event_stream(content_type):
+    if not 200 <= status < 300 or status in _NULL_BODY_STATUSES:
+        return Outcome.REFUSED
+    if not is_event_stream(content_type):
         return Outcome.REFUSED
     return None
 
@@ -117,26 +129,41 @@ class _SSENews:
     def __init__(self, chunks: AsyncIterator[bytes], decoder: SSEDecoder) -> None:
         self._chunks = chunks
         self._decoder = decoder
+        self._done = False
 
     def __aiter__(self) -> _SSENews:
         return self
 
     async def __anext__(self) -> StreamNews:
+        if self._done:
+            await trio.lowlevel.checkpoint()
+            raise StopAsyncIteration
         try:
             chunk = await anext(self._chunks)
         except StopAsyncIteration:
-            self._decoder.close()
+            if self._ended_at_close():
+                return StreamNews(ended=True)
             raise
         except httpx2.TransportError as exc:
+            if self._ended_at_close():
+                return StreamNews(ended=True)
             raise RoomUnreachable(f"process stream broke: {type(exc).__name__}") from exc
         connection_id: str | None = None
         ended = False
         for event in self._decoder.feed(chunk):
             if event.event == "open":
                 connection_id = _connection_id(event.data) or connection_id
-            elif event.event == "ended":
+            elif event.event == _ENDED_EVENT:
                 ended = True
+        ended = ended or self._decoder.event_type == _ENDED_EVENT
+        # Ended is said once: the session is over, nothing after it is news.
+        self._done = ended
         return StreamNews(connection_id=connection_id, ended=ended)
+
+    def _ended_at_close(self) -> bool:
+        """The stream ended: close the decoder; was an ``ended`` block cut off?"""
+        self._done = True
+        return any(event.event == _ENDED_EVENT for event in self._decoder.close())
 
 
 def _connection_id(data: str) -> str | None:
@@ -197,7 +224,9 @@ class SSEConnector:
             if outcome is not None:
                 raise AttemptRejected(outcome, f"HTTP {response.status_code}")
             decoder = SSEDecoder(
-                max_line_bytes=self._max_event_bytes, max_event_bytes=self._max_event_bytes
+                max_line_bytes=self._max_event_bytes,
+                max_event_bytes=self._max_event_bytes,
+                final_events=(_ENDED_EVENT,),
             )
             async with aclosing(response.aiter_bytes()) as chunks:
                 try:

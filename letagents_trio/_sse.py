@@ -39,6 +39,15 @@ The algorithm, per :meth:`SSEDecoder.feed` call:
    and the pending line: an event without its blank line never happened, and
    an ``id`` inside it never moved the cursor.
 
+**Final events** (ours, for the Node client's fidelity; off by default). An
+event type named in ``final_events`` is final wherever its ``event`` line
+appears: a blank line dispatches it even without a ``data`` line (with data
+``""``), and :meth:`SSEDecoder.close` dispatches an incomplete block of that
+type (reading the pending line as if its terminator had come) instead of
+dropping it. :attr:`SSEDecoder.event_type` shows the type of the block being
+built, so a caller can act on a final type before its block ends. With no
+final events the decoder is WHATWG-exact.
+
 Decisions the spec leaves open, or that are ours:
 
 - **retry** (F9) lives on the decoder (:attr:`SSEDecoder.reconnection_time`),
@@ -73,6 +82,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterable
 from typing import Final, final
 
 import attrs
@@ -110,6 +120,10 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
 def _valid_seed(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if _ID_FORBIDDEN.search(value):
         raise ValueError("last_event_id must not contain NUL, CR or LF")
+
+
+def _frozen(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
 
 
 def _new_utf8_decoder() -> codecs.IncrementalDecoder:
@@ -169,6 +183,8 @@ class SSEDecoder:
             the stream may send (C6).
         last_event_id: the cursor to start from, usually the previous
             response's :attr:`last_event_id`; must not hold NUL, CR or LF.
+        final_events: event types that are final (see the module docstring):
+            dispatched without data, and at the end of the stream.
 
     Raises:
         ValueError: a limit below 1, or a seed holding NUL, CR or LF.
@@ -177,6 +193,7 @@ class SSEDecoder:
     max_line_bytes: int = attrs.field(default=MAX_EVENT_BYTES, kw_only=True, validator=_positive)
     max_event_bytes: int = attrs.field(default=MAX_EVENT_BYTES, kw_only=True, validator=_positive)
     _last_event_id: str = attrs.field(default="", kw_only=True, validator=_valid_seed, repr=False)
+    final_events: frozenset[str] = attrs.field(default=frozenset(), kw_only=True, converter=_frozen)
     _reconnection_time: int | None = attrs.field(default=None, init=False)
 
     _utf8: codecs.IncrementalDecoder = attrs.field(
@@ -215,6 +232,15 @@ class SSEDecoder:
         its line is read, even if the block never dispatches.
         """
         return self._reconnection_time
+
+    @property
+    def event_type(self) -> str:
+        """The ``event`` type of the block being built (``""`` when none yet).
+
+        Reset by each dispatch; a line still waiting for its terminator does
+        not count.
+        """
+        return self._event_type
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode the next bytes of the body and return the events they complete.
@@ -265,14 +291,32 @@ class SSEDecoder:
             raise
         return events
 
-    def close(self) -> None:
+    def close(self) -> list[ServerSentEvent]:
         """End of stream: discard the incomplete event and the pending line (E4).
 
         The cursor stays at the last dispatched event. Idempotent; the decoder
         cannot be fed afterwards.
+
+        Returns:
+            Nothing (``[]``), unless the incomplete block, its pending line read
+            as complete, has a type in ``final_events``: then that one event,
+            dispatched as a blank line would have.
         """
-        if self._finished is None:
-            self._finish("closed")
+        if self._finished is not None:
+            return []
+        events: list[ServerSentEvent] = []
+        if self.final_events and (self._event_type or self._pending):
+            try:
+                if self._pending:
+                    self._interpret([""])  # completes the pending line; dispatches nothing
+                if self._event_type in self.final_events:
+                    event = self._dispatch()
+                    if event is not None:
+                        events.append(event)
+            except StreamProtocolError:
+                events = []
+        self._finish("closed")
+        return events
 
     def _interpret(self, lines: list[str]) -> list[ServerSentEvent]:
         """Interpret complete lines (F1-F10), returning the events dispatched."""
@@ -318,7 +362,7 @@ class SSEDecoder:
     def _dispatch(self) -> ServerSentEvent | None:
         """Dispatch the event being built (E1-E3)."""
         self._last_event_id = self._id_buffer  # E1
-        if not self._data:  # E2
+        if not self._data and self._event_type not in self.final_events:  # E2
             self._event_type = ""
             return None
         event = ServerSentEvent(  # E3

@@ -57,7 +57,11 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream")]
         (409, None, Outcome.REFUSED),
         (302, "text/event-stream", Outcome.REFUSED),
         (204, "text/event-stream", Outcome.REFUSED),
-        (201, "text/event-stream", Outcome.REFUSED),
+        (205, "text/event-stream", Outcome.REFUSED),
+        (201, "text/event-stream", None),  # any 2xx with a body opens, as Node's response.ok
+        (206, "text/event-stream", None),
+        (299, "text/event-stream", None),
+        (201, "application/json", Outcome.REFUSED),
         (200, "text/event-stream", None),
         (200, "text/event-stream; charset=utf-8", None),
         (200, "TEXT/EVENT-STREAM", None),
@@ -222,15 +226,66 @@ async def test_open_and_ended_in_one_chunk_are_one_news() -> None:
     assert news == [StreamNews(connection_id="c1", ended=True)]
 
 
-async def test_an_ended_event_cut_before_its_blank_line_never_happened() -> None:
+# ``ended`` is final wherever its event line appears (issue 12 item 5), as in the
+# Node client, which ends on the text "event: ended" in the stream's tail.
+
+
+async def test_an_ended_event_cut_before_its_blank_line_still_ends() -> None:
     news = await news_of([b"event: ended\ndata: {}\n"])
-    assert news == [StreamNews()]
+    assert news == [StreamNews(ended=True)]
 
 
-async def test_an_ended_event_without_data_is_not_dispatched() -> None:
-    # WHATWG: a block without a data line dispatches nothing (the room always sends data: {}).
+async def test_an_ended_event_without_data_ends() -> None:
     news = await news_of([b"event: ended\n\n"])
-    assert news == [StreamNews()]
+    assert news == [StreamNews(ended=True)]
+
+
+async def test_an_ended_line_cut_off_by_the_end_of_the_stream_ends() -> None:
+    news = await news_of([b": connected\n\n", b"event: ended"])
+    assert news == [StreamNews(), StreamNews(), StreamNews(ended=True)]
+
+
+async def test_an_ended_line_ends_before_its_block_does() -> None:
+    """The room keeps the stream open after the line: the news says ended at once."""
+    with trio.fail_after(5):
+        async with (
+            connector_for(scripted_app([b"event: ended\n"], then="hold")) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            assert await anext(stream) == StreamNews(ended=True)
+
+
+async def test_an_ended_line_then_a_reset_ends() -> None:
+    with trio.fail_after(5):
+        async with (
+            connector_for(scripted_app([b"event: ended"], then="reset")) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            assert [n async for n in stream] == [StreamNews(), StreamNews(ended=True)]
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [b"event: endedX\n\n"],
+        [b"event: ended \n\n"],
+        [b"data: event: ended\n\n"],
+        [b": event: ended\n\n"],
+        [b"event: end", b"\n\n"],
+        [b"event: ended\nevent: ping\n"],  # cut off: its type is ping by then
+    ],
+)
+async def test_only_an_ended_event_type_ends(chunks: list[bytes]) -> None:
+    """Where Node's substring search and the event type differ, the type decides."""
+    news = await news_of(chunks)
+    assert not any(n.ended for n in news)
+
+
+async def test_a_201_event_stream_opens() -> None:
+    app = scripted_app([b": connected\n\n"], status=201)
+    with trio.fail_after(5):
+        async with connector_for(app) as connector, connector.open(SESSION) as stream:
+            assert [n async for n in stream] == [StreamNews()]
 
 
 async def test_a_reset_mid_stream_is_room_unreachable() -> None:

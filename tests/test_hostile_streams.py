@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import httpx2
+import pytest
 import trio
 
 from letagents_trio import (
@@ -278,9 +279,7 @@ async def test_an_unencodable_connection_id_never_reaches_the_exit_announcement(
 async def test_a_body_cut_mid_event_is_a_drop_and_reconnects_after_one_second(
     autojump_clock: MockClock,
 ) -> None:
-    cut = chunks_then(
-        [b": connected\n\n" + open_event("c1"), b"event: ended\ndata: {}"], then="end"
-    )
+    cut = chunks_then([b": connected\n\n" + open_event("c1"), b"event: open\ndata: {}"], then="end")
     room = HostileRoom(cut, hold_open)
     with trio.fail_after(60):
         async with held(room) as (holder, events):
@@ -296,6 +295,26 @@ async def test_a_body_cut_mid_event_is_a_drop_and_reconnects_after_one_second(
             assert trio.current_time() == 1
             assert holder.status is HolderStatus.OPEN
     assert room.attempts == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"event: ended\ndata: {}", b"event: ended\n", b"event: ended", b"event: ended\n\n"],
+)
+async def test_an_ended_event_cut_off_or_without_data_ends_at_once(
+    autojump_clock: MockClock, tail: bytes
+) -> None:
+    """As the Node client: ``event: ended`` ends the session wherever it appears in the
+    stream's tail; no reconnect after 1 s to learn it from a 410 (issue 12 item 5)."""
+    ended: list[AgentSession] = []
+    room = HostileRoom(chunks_then([b": connected\n\n" + open_event("c1"), tail], then="end"))
+    with trio.fail_after(60):
+        async with held(room, ended=ended) as (holder, events):
+            closed = await next_event(events, EventKind.CLOSED)
+            assert (closed.time, closed.outcome, closed.detail) == (0, Outcome.ENDED, "ended event")
+            await holder.wait_status(HolderStatus.ENDED)
+    assert room.attempts == [0]
+    assert ended == [SESSION]
 
 
 async def test_invalid_utf8_is_replaced_not_a_crash(autojump_clock: MockClock) -> None:

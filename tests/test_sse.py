@@ -643,3 +643,44 @@ def test_letagents_process_stream_sample_chunks() -> None:
         [ev("{}", "ended")],
     ]
     assert _BY_NAME["letagents_process_stream"].expected.events == tuple(got[1] + got[3])
+
+
+# --- final events (ours; issue 12 item 5) -----------------------------------------------
+
+
+def test_final_events_default_keeps_the_decoder_exact() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"event: ended\n\nevent: ended\n") == []
+    assert decoder.close() == []
+
+
+def test_a_final_event_dispatches_without_data() -> None:
+    decoder = SSEDecoder(final_events={"ended"})
+    assert decoder.feed(b"id: 7\nevent: ended\n\nevent: other\n\n") == [
+        ServerSentEvent(event="ended", data="", id="7")
+    ]
+
+
+@pytest.mark.parametrize(
+    "body", [b"event: ended\n", b"event: ended", b"event: ended\ndata: {}", b"event: ended\r"]
+)
+def test_a_final_event_cut_off_by_the_end_of_the_stream_is_dispatched(body: bytes) -> None:
+    decoder = SSEDecoder(final_events={"ended"})
+    assert decoder.feed(body) == []
+    data = "{}" if b"data" in body else ""
+    assert decoder.close() == [ServerSentEvent(event="ended", data=data)]
+    assert decoder.close() == []
+
+
+def test_a_cut_off_block_of_another_type_is_still_dropped() -> None:
+    decoder = SSEDecoder(final_events={"ended"})
+    assert decoder.feed(b"event: ended\nevent: ping\ndata: x") == []
+    assert decoder.close() == []
+
+
+def test_event_type_shows_the_block_being_built() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b"event: ended\nda")
+    assert decoder.event_type == "ended"
+    decoder.feed(b"ta: {}\n\n")
+    assert decoder.event_type == ""

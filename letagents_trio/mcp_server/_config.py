@@ -5,7 +5,10 @@ The variables are the Node MCP server's, with its rules (PROTOCOL §1, §6.1, §
 * ``LETAGENTS_API_URL``: the room API; default ``http://localhost:3001``,
   trailing slashes removed.
 * ``LETAGENTS_TOKEN``: the owner's bearer token; when unset or empty, the
-  ``auth.token`` of the state file (if present and not expired).
+  ``auth.token`` of the state file (if present and not expired), read afresh
+  for every request (:meth:`ServerConfig.owner_token_source`), so a sign-out
+  (a 401 clears it) or a sign-in written by another process takes effect at
+  the next request, as in the Node client.
 * ``LETAGENTS_STATE_PATH``: the state file; default ``~/.letagents/mcp-state.json``.
 * ``LETAGENTS_CHAT_STORAGE_SETTINGS_PATH``: which rooms are local; default
   ``~/.letagents/chat-storage.json``.
@@ -37,7 +40,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
@@ -53,7 +56,10 @@ from ..workers._paths import (
     STATE_PATH_ENV,
     letagents_file,
 )
-from ..workers._state import LocalStateStore
+
+if TYPE_CHECKING:
+    from .._client import OwnerTokenSource
+    from ..workers._state import LocalStateStore
 
 __all__ = [
     "AUTONOMOUS_WORKER_PROFILE",
@@ -101,7 +107,8 @@ class ServerConfig:
 
     Attributes:
         api_url: the room API's base URL, without trailing slashes.
-        token: the owner's bearer token, or None (never shown in ``repr``).
+        token: ``LETAGENTS_TOKEN``, or None (never shown in ``repr``); without
+            it the state file's sign-in is used, read for every request.
         state_path: the shared local state file.
         chat_storage_settings_path: the file that says which rooms are local.
         local_chat_path: the SQLite file that keeps local rooms' chat.
@@ -129,6 +136,15 @@ class ServerConfig:
     ide_label: str = DEFAULT_IDE_LABEL
     owner_mode: bool = True
 
+    def owner_token_source(self, store: LocalStateStore) -> OwnerTokenSource:
+        """What the room client asks for the owner token before every request.
+
+        ``LETAGENTS_TOKEN`` when set; else a callable reading the state file's
+        ``auth`` (cheaply: :meth:`LocalStateStore.owner_token` re-reads the
+        file only when it changed).
+        """
+        return self.token if self.token else store.owner_token
+
     @property
     def worker_facade(self) -> bool:
         """Whether room tools take ``worker_id`` (PROTOCOL §5.1)."""
@@ -146,15 +162,12 @@ class ServerConfig:
         Args:
             environ: the environment; ``os.environ`` when None.
 
-        The state file is read (without its lock) only when ``LETAGENTS_TOKEN``
-        is unset, to find the stored owner token.
+        The state file is not read here: its sign-in is read for every
+        request (:meth:`owner_token_source`).
         """
         env = os.environ if environ is None else environ
         state_path = _path(env, STATE_PATH_ENV, STATE_FILE)
         token = _text(env, "LETAGENTS_TOKEN")
-        if token is None:
-            auth = LocalStateStore(state_path).auth()
-            token = auth.token if auth is not None else None
         return cls(
             api_url=env.get("LETAGENTS_API_URL") or DEFAULT_API_URL,
             token=token,

@@ -113,7 +113,7 @@ def _compact(value: object) -> str:
 
 
 def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None]) -> str:
-    secrets = [state.config.token]
+    secrets = [state.config.token, state.store.owner_token()]
     secrets.extend(s.session_token for s in sessions if s is not None)
     redacted = redact(text, secrets)
     if redacted != text:
@@ -121,9 +121,13 @@ def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None
     return redacted
 
 
-def ok(state: ServerState, payload: object, *sessions: AgentSession | None) -> CallToolResult:
-    """A successful result: ``payload`` as compact JSON, guarded against the call's tokens."""
-    text = _guard(_compact(payload), state, sessions)
+def ok(
+    state: ServerState, payload: object, *sessions: AgentSession | None, pretty: bool = False
+) -> CallToolResult:
+    """A successful result: ``payload`` as compact JSON (``pretty``: indented by 2), guarded
+    against the call's tokens."""
+    raw = json.dumps(payload, indent=2, ensure_ascii=False) if pretty else _compact(payload)
+    text = _guard(raw, state, sessions)
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 

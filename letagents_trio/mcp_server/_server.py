@@ -141,7 +141,10 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         try:
             async with (
                 RoomClient(
-                    config.api_url, owner_token=config.token, transport=self._transport, state=store
+                    config.api_url,
+                    owner_token=config.owner_token_source(store),
+                    transport=self._transport,
+                    state=store,
                 ) as client,
                 open_connection_manager(
                     client, state=store, owner_mode=config.owner_mode

@@ -65,7 +65,9 @@ from ._facade import (
 
 if TYPE_CHECKING:
     from .._session import AgentSession
+    from ..workers._results import WorkerRegistration
     from ._config import ServerConfig
+    from ._facade import ServerState
 
 __all__ = [
     "INSTRUCTION",
@@ -95,6 +97,11 @@ NAME_NOTICE: Final = (
 RESUMED_WORK: Final = (
     "An earlier session of this agent held these leases, and this session holds them now:"
     " {items}. Carry on with that work, or release what is not yours to do."
+)
+# The legacy path's hint (PROTOCOL §5.8 names the field; its text is ours).
+USE_AGENT_SESSION_ID: Final = (
+    'Pass agent_session_id "{session_id}" to room tools in this room. A chat that should'
+    " survive an MCP restart registers a worker with a registration_key instead."
 )
 # Our own texts for local rooms (upstream's local-room tools were not read):
 # there is no room server to keep guidelines, and a message must be from a session.
@@ -188,6 +195,8 @@ async def register_agent_session(
 ) -> CallToolResult:
     """Register this chat's worker in a room, or reconnect it by its worker_id."""
     state = server_state(ctx)
+    if not recover_lost_worker and worker_id is None and registration_key is None:
+        return await _register_legacy(state, room_id, session_kind, display_name, runtime, cwd)
     registration = await state.handles.register(
         room_id=room_id,
         worker_id=worker_id,
@@ -211,12 +220,44 @@ async def register_agent_session(
             worker_id=registration.worker_id,
         )
     if registration.adopted_task_leases:
-        items = ", ".join(
-            f"{lease['task_id']} ({lease['kind']})" for lease in registration.adopted_task_leases
-        )
-        payload["resumed_work"] = RESUMED_WORK.format(items=items)
+        payload["resumed_work"] = _resumed_work(registration)
     payload["instruction"] = INSTRUCTION
     return ok(state, payload, session)
+
+
+def _resumed_work(registration: WorkerRegistration) -> str:
+    items = ", ".join(
+        f"{lease['task_id']} ({lease['kind']})" for lease in registration.adopted_task_leases
+    )
+    return RESUMED_WORK.format(items=items)
+
+
+async def _register_legacy(
+    state: ServerState,
+    room_id: str | None,
+    session_kind: str | None,
+    display_name: str | None,
+    runtime: str | None,
+    cwd: str | None,
+) -> CallToolResult:
+    """The legacy path (PROTOCOL §5.8): a session of this process, answered pretty-printed."""
+    registration = await state.handles.register_legacy(
+        room_id=room_id,
+        session_kind=session_kind,
+        display_name=display_name,
+        runtime=runtime,
+        cwd=cwd,
+    )
+    session = registration.session
+    payload: dict[str, Any] = {
+        "success": True,
+        "agent_session": registration.public_session(),
+        "agent_session_id": session.session_id,
+    }
+    if registration.adopted_task_leases:
+        payload["resumed_work"] = _resumed_work(registration)
+    payload["use_agent_session_id"] = USE_AGENT_SESSION_ID.format(session_id=session.session_id)
+    return ok(state, payload, session, pretty=True)
 
 
 @expected_errors
@@ -379,7 +420,7 @@ async def get_room_guidelines(
         await trio.lowlevel.checkpoint()
         raise LocalChatError(LOCAL_GUIDELINES_TEXT)
 
-    _, session, answer = await call_as(state, who, "GET", "guidelines", local=local)
+    _, session, answer = await call_as(state, who, "GET", "agent-guidelines", local=local)
     return ok(state, answer, session)
 
 

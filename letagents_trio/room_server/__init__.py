@@ -19,6 +19,7 @@ from ._room import Room as Room
 from ._room import RoomStatistics as RoomStatistics
 from ._serve import serve_room as serve_room
 from ._store import Account as Account
+from ._store import GuidelinesRow as GuidelinesRow
 from ._store import LeaseRow as LeaseRow
 from ._store import MemoryStore as MemoryStore
 from ._store import MessageRow as MessageRow
@@ -35,6 +36,7 @@ __all__ = [
     "Account",
     "CloseMode",
     "Credentials",
+    "GuidelinesRow",
     "LeaseRow",
     "MemoryStore",
     "MessageRow",

@@ -267,6 +267,13 @@ def _routes(room: Room) -> tuple[_Route, ...]:
     async def poll(r: _Request) -> Reply | None:
         return await _poll(room, r)
 
+    def get_guidelines(r: _Request) -> Reply:
+        return room.room_guidelines(r.params["room"], r.credentials())
+
+    async def put_guidelines(r: _Request) -> Reply:
+        body = await r.body()
+        return room.set_room_guidelines(r.params["room"], r.credentials(body), body)
+
     async def create_task(r: _Request) -> Reply:
         body = await r.body()
         return room.create_task(r.params["room"], r.credentials(body), body)
@@ -291,6 +298,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route(sessions + "/{session}/disconnect", {"POST": disconnect}),
         _Route("/rooms/{room+}/messages", {"GET": list_messages, "POST": send_message}),
         _Route("/rooms/{room+}/messages/poll", {"GET": poll}),
+        _Route("/rooms/{room+}/agent-guidelines", {"GET": get_guidelines, "PUT": put_guidelines}),
         _Route("/rooms/{room+}/tasks", {"POST": create_task}),
         _Route("/rooms/{room+}/tasks/{task}/leases", {"POST": take_lease}),
         _Route("/rooms/{room+}/leases/{lease}/release", {"POST": release_lease}),

@@ -17,6 +17,7 @@ I/O) and, where the concern keeps state, the small part that applies them:
 * ``_leases``: tasks, leases and lease adoption (:class:`~._leases.TaskBoard`);
 * ``_liveness``: offline and recovery notices (§7.5;
   :class:`~._liveness.LivenessSweep`);
+* ``_guidelines``: each room's agent guidelines (:class:`~._guidelines.GuidelinesBoard`);
 * ``_wire``: :class:`~._wire.Credentials`, :class:`~._wire.Reply`, refusals,
   row JSON.
 
@@ -56,6 +57,7 @@ from . import _leases, _messages, _registration
 from ._accounts import Accounts
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
+from ._guidelines import GuidelinesBoard
 from ._liveness import LivenessSweep
 from ._presence import SessionEvidence, evidence_of, exited
 from ._store import (
@@ -122,6 +124,7 @@ class Room:
     _board: _messages.MessageBoard = attrs.field(init=False)
     _tasks: _leases.TaskBoard = attrs.field(init=False)
     _liveness: LivenessSweep = attrs.field(init=False)
+    _guidelines: GuidelinesBoard = attrs.field(init=False)
     _locks: dict[str, trio.Lock] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -136,6 +139,7 @@ class Room:
         )
         self._board = _messages.MessageBoard(store, clock, accounts, poll_max_ms=config.poll_max_ms)
         self._tasks = _leases.TaskBoard(store, clock, accounts)
+        self._guidelines = GuidelinesBoard(store, clock, accounts, self._board)
         self._liveness = LivenessSweep(
             store,
             clock,
@@ -438,6 +442,18 @@ class Room:
             counting as open; the 12 s linger starts then.
         """
         return await self._board.poll(room_id, creds, after=after, wait_ms=wait_ms)
+
+    # --- guidelines -------------------------------------------------------------------------
+
+    def room_guidelines(self, room_id: str, creds: Credentials) -> Reply:
+        """``GET /rooms/{room}/agent-guidelines``: for the room's agents and admins."""
+        return self._guidelines.get(room_id, creds)
+
+    def set_room_guidelines(
+        self, room_id: str, creds: Credentials, body: Mapping[str, Any]
+    ) -> Reply:
+        """``PUT /rooms/{room}/agent-guidelines``: an admin (a person, never an agent) sets them."""
+        return self._guidelines.put(room_id, creds, body)
 
     # --- tasks and leases (minimal) ---------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Storage for the reference room: one interface, a memory and a SQLite backend.
 
-The room keeps six kinds of rows: accounts, rooms, agent sessions (with every
-evidence column of PROTOCOL.md §7.1), messages, tasks and leases. Rows are
+The room keeps seven kinds of rows: accounts, rooms, agent sessions (with every
+evidence column of PROTOCOL.md §7.1), messages, tasks, leases and each room's
+guidelines. Rows are
 frozen attrs values; the room changes a row by building a new one
 (``attrs.evolve``) and putting it back.
 
@@ -33,6 +34,7 @@ __all__ = [
     "END_REASON_REPLACED",
     "END_REASON_ROOM_ADMIN",
     "Account",
+    "GuidelinesRow",
     "LeaseRow",
     "MemoryStore",
     "MessageRow",
@@ -170,6 +172,17 @@ class LeaseRow:
         return self.released_at is None and (self.expires_at is None or self.expires_at > now_ms)
 
 
+@final
+@attrs.frozen(kw_only=True)
+class GuidelinesRow:
+    """A room's guidelines, as normalized and stored, and who set them when."""
+
+    room_id: str
+    guidelines: str
+    updated_by: str
+    updated_at: int
+
+
 class RoomStore(Protocol):
     """What the room needs from storage. Every call is synchronous and short."""
 
@@ -237,6 +250,14 @@ class RoomStore(Protocol):
         """Return every lease of a room, in lease-id order."""
         ...
 
+    def get_guidelines(self, room_id: str) -> GuidelinesRow | None:
+        """Return the room's guidelines, if any were set."""
+        ...
+
+    def put_guidelines(self, row: GuidelinesRow) -> None:
+        """Insert or replace the room's guidelines."""
+        ...
+
     def close(self) -> None:
         """Release the store's resources."""
         ...
@@ -255,6 +276,7 @@ class MemoryStore:
     _next_message_id: int = 1
     _tasks: dict[str, TaskRow] = attrs.field(factory=dict)
     _leases: dict[str, LeaseRow] = attrs.field(factory=dict)
+    _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)
@@ -315,11 +337,17 @@ class MemoryStore:
             key=lambda lease: lease.lease_id,
         )
 
+    def get_guidelines(self, room_id: str) -> GuidelinesRow | None:
+        return self._guidelines.get(room_id)
+
+    def put_guidelines(self, row: GuidelinesRow) -> None:
+        self._guidelines[row.room_id] = row
+
     def close(self) -> None:
         pass
 
 
-_Row = TypeVar("_Row", Account, RoomRow, SessionRow, MessageRow, TaskRow, LeaseRow)
+_Row = TypeVar("_Row", Account, RoomRow, SessionRow, MessageRow, TaskRow, LeaseRow, GuidelinesRow)
 
 # One table per row kind: (table, key column). Every table also has room_id
 # (empty for accounts) so per-room reads use an index, and a JSON document.
@@ -339,6 +367,9 @@ CREATE INDEX IF NOT EXISTS messages_dedupe ON messages (room_id, dedupe_id);
 CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, room_id TEXT NOT NULL, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, room_id TEXT NOT NULL, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS leases_room ON leases (room_id, id);
+CREATE TABLE IF NOT EXISTS guidelines (
+    id TEXT PRIMARY KEY, room_id TEXT NOT NULL, doc TEXT NOT NULL
+);
 """
 
 
@@ -455,6 +486,12 @@ class SQLiteStore:
 
     def room_leases(self, room_id: str) -> list[LeaseRow]:
         return self._in_room(LeaseRow, "leases", room_id)
+
+    def get_guidelines(self, room_id: str) -> GuidelinesRow | None:
+        return self._get(GuidelinesRow, "guidelines", room_id)
+
+    def put_guidelines(self, row: GuidelinesRow) -> None:
+        self._put("guidelines", row.room_id, row.room_id, row)
 
     def close(self) -> None:
         self._db.close()

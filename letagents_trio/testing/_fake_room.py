@@ -136,6 +136,8 @@ class RequestRecord:
         has_session_token: whether the session-token header was present and non-empty.
         body: the request's JSON body, decoded; None when it had none or it was
             not JSON. Kept out of the repr: it may carry tokens.
+        bearer: the ``Authorization: Bearer`` token, if any (test data; kept
+            out of the repr).
     """
 
     time: float
@@ -144,6 +146,7 @@ class RequestRecord:
     session_id: str | None
     has_session_token: bool
     body: Any = attrs.field(default=None, repr=False)
+    bearer: str | None = attrs.field(default=None, repr=False)
 
 
 @final
@@ -368,6 +371,7 @@ class FakeRoom:
             session_id=headers.get(_protocol.SESSION_ID_HEADER.lower()),
             has_session_token=bool(headers.get(_protocol.SESSION_TOKEN_HEADER.lower())),
             body=_json_or_none(raw),
+            bearer=_bearer(headers.get("authorization")),
         )
         self.requests.append(request)
         self._note()
@@ -540,6 +544,11 @@ async def register_worker(
     if reply.status != 201:
         raise RuntimeError(f"the room refused the worker: {reply.status} {dict(reply.body)}")
     return AgentSession.from_json(reply.body)
+
+
+def _bearer(authorization: str | None) -> str | None:
+    scheme, _, value = (authorization or "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
 
 
 def _json_or_none(raw: bytes) -> Any:

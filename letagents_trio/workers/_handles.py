@@ -75,9 +75,10 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
-from .._errors import StateUnavailable, WorkerError
+from .._errors import ApiError, StateUnavailable, WorkerError
 from ._acting import acting_session, resolve_target
 from ._identity import DEFAULT_RUNTIME_LABEL, local_owner_slug
+from ._legacy import LEGACY_LOCAL_TEXT, LegacyRegistrar, supervised_session
 from ._names import DEFAULT_IDE_LABEL, js_trim
 from ._records import (
     create_or_reuse_worker,
@@ -91,6 +92,7 @@ from ._records import (
     worker_record,
 )
 from ._registration import Owner, Registrar, account_login
+from ._results import WorkerHandlesStatistics, WorkerRegistration
 from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
@@ -102,9 +104,9 @@ from ._wire import (
     NO_CONNECTION_TEXT,
     RECOVER_ARGUMENTS_TEXT,
     ROOM_REQUIRED_TEXT,
+    SIGN_IN_TEXT,
     SUPERVISED_TEXT,
     new_worker_id,
-    public_session,
     recover_ambiguous_text,
     recover_none_text,
 )
@@ -118,57 +120,8 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerHandles", "WorkerHandlesStatistics", "WorkerRegistration"]
 
+
 logger = logging.getLogger("letagents_trio.workers")
-
-
-def _freeze_leases(
-    value: tuple[Mapping[str, str], ...] | list[Mapping[str, str]],
-) -> tuple[Mapping[str, str], ...]:
-    return tuple(dict(lease) for lease in value)
-
-
-@final
-@attrs.frozen(kw_only=True)
-class WorkerRegistration:
-    """What :meth:`WorkerHandles.register` gives back.
-
-    Attributes:
-        worker_id: the handle the chat keeps (``worker_`` + 32 hex).
-        session: the stored session (its token is hidden from ``repr``).
-        name_held_here: on a create with a new key, the display name of a live
-            worker this process already holds under the same name in the room
-            (§5.5), else ``None``. Never the other worker's handle.
-        adopted_task_leases: ``{lease_id, task_id, kind}`` of leases the room
-            moved to this session, returned once and never stored.
-    """
-
-    worker_id: str
-    session: AgentSession
-    name_held_here: str | None = None
-    adopted_task_leases: tuple[Mapping[str, str], ...] = attrs.field(
-        default=(), converter=_freeze_leases
-    )
-
-    def public_session(self) -> dict[str, Any]:
-        """The session's public projection (§5.3): never a token or a bearer."""
-        return public_session(self.session)
-
-
-@final
-@attrs.frozen(kw_only=True)
-class WorkerHandlesStatistics:
-    """A snapshot of a :class:`WorkerHandles`.
-
-    Attributes:
-        pinned_sessions: sessions this process pinned (the fast path and
-            ``acting_as`` work for these only).
-        registrations_in_flight: (worker, room) registrations running now.
-        account_cached: whether the account login is cached.
-    """
-
-    pinned_sessions: int
-    registrations_in_flight: int
-    account_cached: bool
 
 
 @final
@@ -217,8 +170,11 @@ class WorkerHandles:
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
     _account_login: str | None = attrs.field(default=None, init=False)
+    # Which owner token the cached login belongs to (the client's digest of it).
+    _account_key: str | None = attrs.field(default=None, init=False, repr=False)
     _pins: dict[str, AgentSession] = attrs.field(factory=dict, init=False)
     _in_flight: dict[tuple[str, str], _Flight] = attrs.field(factory=dict, init=False)
+    _legacy: LegacyRegistrar | None = attrs.field(default=None, init=False, repr=False)
 
     def __repr__(self) -> str:
         return (
@@ -245,8 +201,9 @@ class WorkerHandles:
         )
 
     def forget_account(self) -> None:
-        """Drop the cached account (call after the owner signs in or out)."""
+        """Drop the cached account (a changed or removed owner token drops it anyway)."""
         self._account_login = None
+        self._account_key = None
 
     def _snapshot(self) -> Mapping[str, Any]:
         snapshot = self.state.read()
@@ -259,12 +216,21 @@ class WorkerHandles:
     # --- account and scope -------------------------------------------------------------
 
     async def _login(self) -> str | None:
-        """The account login (``GET /agents/me``, cached once it succeeds), or ``None``."""
-        if not self.client.has_owner_token:
+        """The account login (``GET /agents/me``, cached once it succeeds), or ``None``.
+
+        The cache belongs to one owner token: when the client's token changes
+        (another process signed in) or goes (a sign-out cleared it), the login
+        is asked again, or forgotten.
+        """
+        key = self.client.owner_token_key
+        if key is None:
+            self.forget_account()
             await trio.lowlevel.checkpoint()
             return None
-        if self._account_login is None:
+        if self._account_login is None or self._account_key != key:
+            self.forget_account()
             self._account_login = await account_login(self.client)
+            self._account_key = key
         else:
             await trio.lowlevel.checkpoint()
         return self._account_login
@@ -273,7 +239,7 @@ class WorkerHandles:
         if not self.owner_mode:
             raise WorkerError(SUPERVISED_TEXT)
         login = await self._login()
-        if self.client.has_owner_token and login is None:
+        if self._account_key is not None and login is None:
             raise WorkerError(ACCOUNT_UNVERIFIED_TEXT)
         if login is not None:
             return Owner.signed_in(self.client.api_url, login)
@@ -451,9 +417,14 @@ class WorkerHandles:
             runtime_label=self.runtime_label,
             ide_label=self.ide_label,
         )
-        session, leases = await registrar.register(
-            owner, record, room_id, room, local=local, runtime=runtime, cwd=cwd
-        )
+        try:
+            session, leases = await registrar.register(
+                owner, record, room_id, room, local=local, runtime=runtime, cwd=cwd
+            )
+        except ApiError as exc:
+            if exc.status == 401:  # the room refused the owner: ask for the account again
+                self.forget_account()
+            raise
         self._pins[session.session_id] = session
         if not local:
             self._hold(session)
@@ -466,6 +437,57 @@ class WorkerHandles:
             self.manager.hold(session)
         except trio.ClosedResourceError:
             logger.info("not holding %s: the connection manager is closing", session.session_id)
+
+    # --- the legacy path ---------------------------------------------------------------
+
+    async def register_legacy(
+        self,
+        *,
+        room_id: str | None,
+        session_kind: str | None = None,
+        display_name: str | None = None,
+        runtime: str | None = None,
+        cwd: str | None = None,
+    ) -> WorkerRegistration:
+        """Register a session of this process, not a durable worker (§5.8, :mod:`._legacy`).
+
+        Under a supervisor (``owner_mode`` false) nothing is sent: the answer is
+        the session it recorded as the room's current one. ``worker_id`` is ``""``.
+
+        Raises:
+            WorkerError: no room or sign-in, a local room, or no supervised session.
+            ApiError, RoomUnreachable: the room refused or did not answer.
+        """
+        if room_id is None or not js_trim(room_id):
+            raise WorkerError(ROOM_REQUIRED_TEXT)
+        if not self.owner_mode:
+            session = supervised_session(self._snapshot(), room_id)
+            await trio.lowlevel.checkpoint()
+            return WorkerRegistration(worker_id="", session=session)
+        owner = await self._owner()
+        if self.is_local_room(room_id):
+            raise WorkerError(LEGACY_LOCAL_TEXT)
+        if owner.login is None:
+            raise WorkerError(SIGN_IN_TEXT)
+        if self._legacy is None:
+            self._legacy = LegacyRegistrar(
+                client=self.client,
+                state=self.state,
+                runtime_label=self.runtime_label,
+                ide_label=self.ide_label,
+            )
+        session, leases, replaced = await self._legacy.register(
+            owner,
+            room_id,
+            session_kind=session_kind or "worker",
+            display_name=display_name,
+            runtime=runtime,
+            cwd=cwd,
+        )
+        if replaced is not None and self.manager is not None:
+            self.manager.release(replaced.session_id)
+        self._hold(session)
+        return WorkerRegistration(worker_id="", session=session, adopted_task_leases=leases)
 
     # --- acting as a worker ------------------------------------------------------------
 

@@ -236,6 +236,10 @@ class LocalStateStore:
 
     path: Path = attrs.field(default=None, converter=_to_path)
     wall_clock: Callable[[], float] = attrs.field(default=time.time, kw_only=True, repr=False)
+    # owner_token()'s cache: the file's identity when last read, and its auth record.
+    _auth_seen: tuple[object, Mapping[str, Any] | None] | None = attrs.field(
+        default=None, init=False, repr=False
+    )
 
     @property
     def lock_path(self) -> Path:
@@ -318,6 +322,31 @@ class LocalStateStore:
             stored_at=text("stored_at"),
             source=text("source"),
         )
+
+    def owner_token(self) -> str | None:
+        """The stored owner token now, cheaply: the file is re-read only when it changed.
+
+        The file's identity (inode, size, mtime in ns) is compared with the
+        last read's; every write is a rename, so a changed file always shows a
+        new identity. Expiry is checked on every call. ``None`` when there is
+        no usable sign-in or the file cannot be read. For
+        :class:`~letagents_trio.RoomClient`'s ``owner_token`` source, which
+        asks before every request (PROTOCOL §2: the Node client reads the
+        token afresh for every request).
+        """
+        try:
+            stat = self.path.stat()
+        except OSError:
+            self._auth_seen = None
+            return None
+        seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if self._auth_seen is None or self._auth_seen[0] != seen:
+            self._auth_seen = (seen, mapping_at(self.read().data, "auth"))
+        record = self._auth_seen[1]
+        if record is None or _auth_expired(record, self.wall_clock()):
+            return None
+        token = record.get("token")
+        return token if isinstance(token, str) and token else None
 
     # --- writing -------------------------------------------------------------
 

@@ -38,14 +38,23 @@ def test_api_url_loses_trailing_slashes(tmp_path: Path, raw: str, expected: str)
     assert ServerConfig.from_env(env).api_url == expected
 
 
-async def test_token_falls_back_to_the_state_file(tmp_path: Path) -> None:
-    """LETAGENTS_TOKEN wins; else auth.token of the state file; the token is not in repr."""
+async def test_token_falls_back_to_the_state_file_read_afresh(tmp_path: Path) -> None:
+    """LETAGENTS_TOKEN wins; else auth.token of the state file, read at each ask (a
+    sign-in or sign-out written later counts); the token is not in repr."""
     store = LocalStateStore(tmp_path / "s.json")
-    await store.save_auth("stored-owner-token")
     env = {"LETAGENTS_STATE_PATH": str(store.path)}
-    assert ServerConfig.from_env(env).token == "stored-owner-token"
+    config = ServerConfig.from_env(env)
+    assert config.token is None
+    source = config.owner_token_source(store)
+    assert callable(source)
+    assert source() is None
+    await store.save_auth("stored-owner-token")
+    assert source() == "stored-owner-token"
+    await store.clear_auth()
+    assert source() is None
     config = ServerConfig.from_env({**env, "LETAGENTS_TOKEN": "env-token"})
     assert config.token == "env-token"
+    assert config.owner_token_source(store) == "env-token"
     assert "env-token" not in repr(config)
 
 

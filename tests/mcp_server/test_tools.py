@@ -19,6 +19,7 @@ from mcp import Client
 from letagents_trio.mcp_server import READINESS_URI, create_server
 from letagents_trio.mcp_server._server import READINESS_RESOURCE_NAME
 from letagents_trio.mcp_server._tools import registered_tool_names
+from letagents_trio.room_server import Credentials
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers import LocalStateStore
 
@@ -266,19 +267,28 @@ async def test_leaving_announces_the_exit(fake_room: FakeRoom, tmp_path: Path) -
     ]
 
 
-async def test_guidelines_call_the_route_the_reference_room_lacks(
+async def test_guidelines_come_from_the_agent_guidelines_route(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
-    """get_room_guidelines asks GET /rooms/{room}/guidelines, which the reference room
-    answers 404 (PROTOCOL names no such route): an isError result with that answer."""
+    """get_room_guidelines asks GET /rooms/{room}/agent-guidelines (the letagents API's
+    route) as the worker, and returns the reference room's answer (issue 12 item 4)."""
     with trio.fail_after(10):
         server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
         async with Client(server, mode="legacy") as client:
             registered = await register(client)
-            error = await call_error(
+            written = fake_room.room.set_room_guidelines(
+                ROOM, Credentials(owner_token=fake_room.owner_token), {"guidelines": "Be kind.\r\n"}
+            )
+            assert written.status == 200
+            answer = await call_ok(
                 client, "get_room_guidelines", {"worker_id": registered["worker_id"]}
             )
-    assert error.startswith("API error 404: ")
-    assert [r.method for r in fake_room.requests if r.path == f"/rooms/{ROOM}/guidelines"] == [
-        "GET"
-    ]
+    assert answer["guidelines"] == "Be kind."
+    assert (answer["room_id"], answer["updated_by"], answer["can_manage"]) == (ROOM, "owner", False)
+    assert (answer["max_bytes"], answer["token_budget"]) == (8000, 2000)
+    assert "grant no permissions" in answer["note"]
+    (read,) = fake_room.requests_to("GET", f"/rooms/{ROOM}/agent-guidelines")
+    assert (read.session_id, read.has_session_token) == (
+        registered["agent_session"]["session_id"],
+        True,
+    )

@@ -28,6 +28,7 @@ from letagents_trio.workers._state import LocalStateStore
 if TYPE_CHECKING:
     import httpx2
 
+    from letagents_trio._client import OwnerTokenSource
     from letagents_trio.testing import FakeRoom, RequestRecord
     from letagents_trio.workers._chat_storage import ChatStorage
 
@@ -84,7 +85,7 @@ async def open_proc(
     path: Path,
     *,
     api_url: str = "http://room.test",
-    owner_token: str | None = OWNER_TOKEN,
+    owner_token: OwnerTokenSource = OWNER_TOKEN,
     chat_storage: ChatStorage | None = None,
     owner_mode: bool = True,
 ) -> AsyncIterator[Proc]:

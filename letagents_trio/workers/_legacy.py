@@ -1,0 +1,227 @@
+"""The legacy registration path (PROTOCOL §5.8): a session of this process, not a worker.
+
+``register_agent_session`` without ``worker_id``, ``registration_key`` or
+``recover_lost_worker`` (older prompts, and every controller) does not make a
+durable worker. The Node client sends it down this path, and so do we:
+
+* **Under a supervisor** (not owner mode, §4.1) nothing is sent: the answer is
+  the identity the supervisor supplied, the live session recorded as this
+  room's current one (``current_agent_session_ids``) in the shared state file.
+* **Otherwise** one ``POST /rooms/{room}/agent-sessions`` (through the busy
+  retries) names the *process identity*: ``actor_key`` is the canonical key of
+  this machine's agent (``POST /agents`` for ``agent-<16 hex of the host id>``),
+  ``actor_label`` is built from the name, the owner and the IDE, and
+  ``agent_instance_id`` is a random UUID made once per process
+  (:attr:`LegacyRegistrar.instance_id`). A live stored session of the same
+  instance in the room is named as the one replaced
+  (``replace_agent_session_id`` / ``_token``), so registering again in the same
+  process replaces its session instead of meeting "already active". There is
+  no ``connection_token``: the room makes the session's token.
+* The 201 is checked (a session id and token, this room, this instance, not
+  ended), then, under the state lock, the replaced record is ended, the new
+  one stored (without ``worker_bearer`` or ``adopted_task_leases``) and made
+  the room's current session. The caller holds its process connection (a
+  worker's, in owner mode) and answers with the pretty-printed result.
+
+Local rooms have no legacy sessions here: the path is refused there with
+:data:`LEGACY_LOCAL_TEXT` (a worker handle works in every room).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
+
+from .._client import encode_room_path
+from .._errors import WorkerError
+from .._session import AgentSession
+from ._git import git_branch
+from ._identity import local_host_id, process_host_id, registration_liveness
+from ._names import actor_label, codename, js_trim
+from ._records import read_leases, stored_session
+from ._state import ensure_mapping, iso_now, mapping_at
+from ._wire import NO_CANONICAL_IDENTITY_TEXT, NOT_CONFIRMED_TEXT
+
+if TYPE_CHECKING:
+    from .._client import RoomClient
+    from ._registration import Owner
+    from ._state import LocalStateStore
+
+__all__ = [
+    "LEGACY_LOCAL_TEXT",
+    "SUPERVISED_NO_SESSION_TEXT",
+    "LegacyRegistrar",
+    "legacy_agent_name",
+    "supervised_session",
+]
+
+logger = logging.getLogger("letagents_trio.workers")
+
+# Ours (upstream's local legacy sessions were not read): the path is refused there.
+LEGACY_LOCAL_TEXT: Final = (
+    "This room keeps its chat on this machine (chat storage: local): register a worker"
+    " with a registration_key to join it."
+)
+# Ours: a supervised process whose supervisor recorded no session for the room.
+SUPERVISED_NO_SESSION_TEXT: Final = (
+    "This MCP server runs under a supervisor, which supplies its agent session,"
+    " and none is recorded for this room."
+)
+# The 201 fields a stored legacy record never keeps (as for durable workers, §5.3).
+_NOT_STORED: Final = ("worker_bearer", "adopted_task_leases", "assigned_base_display_name")
+# Host-id hex digits in this machine's agent name: unique per machine, short.
+_AGENT_NAME_HEX: Final = 16
+
+
+def legacy_agent_name(host_id: str) -> str:
+    """This machine's agent name, whose canonical key legacy sessions register under."""
+    return "agent-" + host_id.removeprefix("host_")[:_AGENT_NAME_HEX]
+
+
+def supervised_session(data: Mapping[str, Any], room_id: str) -> AgentSession:
+    """The identity a supervisor supplied: the room's current, live stored session.
+
+    Raises:
+        WorkerError: :data:`SUPERVISED_NO_SESSION_TEXT`: none is recorded, or it ended.
+    """
+    current = mapping_at(data, "current_agent_session_ids")
+    session = stored_session(data, current.get(room_id)) if current is not None else None
+    if session is None or session.ended_at:
+        raise WorkerError(SUPERVISED_NO_SESSION_TEXT)
+    return session
+
+
+def _replaceable(data: Mapping[str, Any], instance_id: str, room_id: str) -> AgentSession | None:
+    """A live stored session of this process's instance in the room: the one to replace."""
+    sessions = mapping_at(data, "agent_sessions") or {}
+    for session_id in sessions:
+        stored = stored_session(data, session_id)
+        if (
+            stored is not None
+            and not stored.ended_at
+            and stored.room_id == room_id
+            and stored.extra.get("agent_instance_id") == instance_id
+        ):
+            return stored
+    return None
+
+
+def _save(
+    state: dict[str, Any], record: dict[str, Any], replaced: AgentSession | None, now: str
+) -> None:
+    """End the replaced record, store the new one, make it the room's current session."""
+    sessions = ensure_mapping(state, "agent_sessions")
+    if replaced is not None:
+        old = sessions.get(replaced.session_id)
+        old = old if isinstance(old, dict) else {}
+        if old.get("session_token") == replaced.session_token and not old.get("ended_at"):
+            old["ended_at"] = old["updated_at"] = old["last_seen_at"] = now
+    sessions[record["session_id"]] = record
+    current = ensure_mapping(state, "current_agent_session_ids")
+    current[record["room_id"]] = record["session_id"]
+
+
+@final
+@attrs.define(eq=False, kw_only=True)
+class LegacyRegistrar:
+    """Registers this process's non-durable sessions (PROTOCOL §5.8).
+
+    Args:
+        client: the room client.
+        state: the shared state file.
+        runtime_label: the runtime label when a registration names none.
+        ide_label: the IDE label of the actor label.
+        instance_id: this process's instance UUID; a fresh one by default.
+    """
+
+    client: RoomClient
+    state: LocalStateStore
+    runtime_label: str
+    ide_label: str
+    instance_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
+
+    async def register(
+        self,
+        owner: Owner,
+        room_id: str,
+        *,
+        session_kind: str,
+        display_name: str | None,
+        runtime: str | None,
+        cwd: str | None,
+    ) -> tuple[AgentSession, tuple[dict[str, str], ...], AgentSession | None]:
+        """Register one session; return it, the leases it adopted and the session it replaced.
+
+        Raises:
+            WorkerError: no canonical identity, or the room's answer did not
+                confirm the session.
+            ApiError, RoomUnreachable: the room refused or did not answer.
+            StateUnavailable, StateLockTimeout: the state file.
+
+        Cancellation:
+            A checkpoint. Cancelled while the request is in flight, the room
+            may have made the session; the next call replaces it only once the
+            room counts it stale (nothing was stored here to prove it).
+        """
+        host_id = await local_host_id(self.state)
+        name = legacy_agent_name(host_id)
+        display = js_trim(display_name or "") or codename(self.instance_id).display_name
+        answer = await self.client.call(
+            "POST",
+            "/agents",
+            json={"name": name, "display_name": display, "owner_label": owner.label},
+        )
+        actor_key = answer.get("canonical_key") if isinstance(answer, Mapping) else None
+        if not isinstance(actor_key, str) or not actor_key:
+            raise WorkerError(NO_CANONICAL_IDENTITY_TEXT)
+        runtime_label = runtime or self.runtime_label
+        replaced = _replaceable(self.state.read().data, self.instance_id, room_id)
+        body = {
+            "actor_key": actor_key,
+            "actor_label": actor_label(display, owner.label, self.ide_label),
+            "agent_instance_id": self.instance_id,
+            "display_name": display,
+            "requested_base_display_name": display,
+            "session_kind": session_kind,
+            "runtime": runtime_label,
+            "repo_branch": git_branch(cwd),
+            "registration_liveness": dict(registration_liveness(host_id, runtime_label)),
+            "process_host_id": process_host_id(host_id),
+            "replace_agent_session_id": replaced.session_id if replaced else None,
+            "replace_agent_session_token": replaced.session_token if replaced else None,
+        }
+        created = await self.client.call_when_free(
+            "POST", f"/rooms/{encode_room_path(room_id)}/agent-sessions", json=body
+        )
+        record = self._confirmed(created, room_id, display)
+        leases = read_leases(created.get("adopted_task_leases"))
+        now = iso_now(self.state.wall_clock)
+        await self.state.update(lambda state: _save(state, record, replaced, now))
+        logger.info(
+            "legacy %s session %s registered in %s", session_kind, record["session_id"], room_id
+        )
+        return AgentSession.from_json(record), leases, replaced
+
+    def _confirmed(self, created: object, room_id: str, display: str) -> dict[str, Any]:
+        """The record to store from the room's 201, or :data:`NOT_CONFIRMED_TEXT`."""
+        if not isinstance(created, Mapping):
+            raise WorkerError(NOT_CONFIRMED_TEXT)
+        session_id, token = created.get("session_id"), created.get("session_token")
+        if not (
+            isinstance(session_id, str)
+            and session_id
+            and isinstance(token, str)
+            and token
+            and created.get("room_id") == room_id
+            and created.get("agent_instance_id") == self.instance_id
+            and not created.get("ended_at")
+        ):
+            raise WorkerError(NOT_CONFIRMED_TEXT)
+        record = {k: v for k, v in created.items() if k not in _NOT_STORED}
+        assigned = created.get("assigned_base_display_name")
+        record["requested_base_display_name"] = assigned if isinstance(assigned, str) else display
+        return record

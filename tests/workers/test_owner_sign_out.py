@@ -1,0 +1,88 @@
+"""The owner token is read afresh for every request (issue 12 item 1, PROTOCOL §2, §5.7).
+
+The Node client reads the owner token before each request (``LETAGENTS_TOKEN``,
+else the state file's ``auth``) and forgets its account on a sign-out. Here the
+room client is given the state store's :meth:`LocalStateStore.owner_token` as
+its source: a 401 on an owner call clears ``auth``, and the very next request
+carries no bearer; a sign-in written by another process is used at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from letagents_trio import ApiError
+from letagents_trio.workers import LocalStateStore, WorkerError
+from letagents_trio.workers._wire import SIGN_IN_TEXT
+
+from .helpers import OWNER_TOKEN, ROOM, open_proc, seed_state
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from trio.testing import MockClock
+
+    from letagents_trio.testing import FakeRoom
+
+REFUSED = {"error": "Authentication required."}
+
+
+def log(fake_room: FakeRoom, since: int = 0) -> list[tuple[str, str, str | None]]:
+    """(method, path, bearer) of each request, process streams left out (they run on)."""
+    return [
+        (r.method, r.path, r.bearer)
+        for r in fake_room.requests[since:]
+        if not r.path.endswith("/process")
+    ]
+
+
+def exit_of(session_id: str) -> str:
+    return f"/rooms/{ROOM}/agent-sessions/{session_id}/process/exit"
+
+
+async def test_a_401_on_an_owner_call_signs_out_at_the_next_request(
+    autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
+) -> None:
+    store = await seed_state(state_path)
+    async with open_proc(fake_room.transport, state_path, owner_token=store.owner_token) as p:
+        first = await p.handles.register(room_id=ROOM, registration_key="a")
+        assert p.handles.statistics().account_cached
+        fake_room.on("POST", "/agents").respond(401, REFUSED)
+        mark = len(fake_room.requests)
+        with pytest.raises(ApiError) as refused:
+            await p.handles.register(room_id=ROOM, registration_key="b")
+        assert refused.value.status == 401
+        assert store.auth() is None
+        assert not p.client.has_owner_token
+        with pytest.raises(WorkerError) as caught:
+            await p.handles.register(room_id=ROOM, registration_key="c")
+        assert str(caught.value) == SIGN_IN_TEXT
+        assert not p.handles.statistics().account_cached
+        assert await p.client.call("GET", "/health") == {"ok": True}
+    assert log(fake_room, mark) == [
+        ("POST", "/agents", OWNER_TOKEN),  # answered 401: the sign-out
+        ("GET", "/health", None),  # the next request carries no bearer
+        ("POST", f"{exit_of(first.session.session_id)}", None),  # the goodbye, too
+    ]
+
+
+async def test_a_sign_in_written_by_another_process_is_used_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
+) -> None:
+    source = LocalStateStore(state_path).owner_token  # as the MCP server builds it
+    async with open_proc(fake_room.transport, state_path, owner_token=source) as p:
+        with pytest.raises(WorkerError) as caught:
+            await p.handles.register(room_id=ROOM, registration_key="a")
+        assert str(caught.value) == SIGN_IN_TEXT
+        assert fake_room.requests == []
+        await seed_state(state_path)  # "another process" signs in
+        registered = await p.handles.register(room_id=ROOM, registration_key="a")
+    assert registered.session.ended_at is None
+    assert log(fake_room) == [
+        ("GET", "/agents/me", OWNER_TOKEN),
+        ("POST", "/agents", OWNER_TOKEN),
+        ("POST", f"/rooms/{ROOM}/agent-sessions", OWNER_TOKEN),
+        ("POST", exit_of(registered.session.session_id), OWNER_TOKEN),
+    ]
