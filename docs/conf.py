@@ -48,12 +48,12 @@ nitpick_ignore_regex = [
     (r"py:.*", r"letagents_trio\.(\w+\.)?_\w+\..*"),
     (r"py:class", r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode)"),
     # Module constants and row types named in docstrings but not documented on their own.
-    (r"py:.*", r"(GRACEFUL_TIMEOUT|SHUTDOWN_TIMEOUT|RoomRow|default_state_path)"),
+    (r"py:.*", r"(GRACEFUL_TIMEOUT|SHUTDOWN_TIMEOUT|RoomRow)"),
     # Private helpers and constants of the host layer and the MCP server that
     # their public docstrings name; private, so not in the reference.
     (
         r"py:.*",
-        r"(ChatStorage|WorkerHandlesAPI|local_owner_slug|local_host_id|detect_runtime_label"
+        r"(WorkerHandlesAPI|local_owner_slug|local_host_id|detect_runtime_label"
         r"|default_local_chat_path|message_cursor|register_tools|_exit_now"
         r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL)",
     ),

@@ -303,7 +303,7 @@ class WorkerHandles:
             worker_id: a saved handle, to resume.
             registration_key: this chat's own key, to create (or find again).
             display_name: the name to ask for (create), or to recover by.
-            runtime: the runtime label; default :attr:`runtime_label`.
+            runtime: the runtime label; default the handles' ``runtime_label``.
             cwd: the chat's working directory, for ``repo_branch``.
             recover_lost_worker: recover the one worker this process holds under
                 ``display_name`` in the room.

@@ -351,7 +351,7 @@ class LocalStateStore:
         worker (``agent_instance_id`` is a worker id) and ``expected_token`` is
         not its token: a late answer about a predecessor cannot end its
         successor. Otherwise ``ended_at``, ``updated_at`` and ``last_seen_at``
-        become ``ended_at`` (None: now, by :attr:`wall_clock`) and the id leaves
+        become ``ended_at`` (None: now, by ``wall_clock``) and the id leaves
         ``current_agent_session_ids``.
 
         Returns:
