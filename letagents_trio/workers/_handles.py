@@ -93,7 +93,6 @@ from ._records import (
 from ._registration import Owner, Registrar, account_login
 from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
-    ACCOUNT_UNVERIFIED_TEXT,
     BOTH_HANDLES_TEXT,
     BOTH_TARGETS_TEXT,
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
@@ -102,6 +101,7 @@ from ._wire import (
     NO_CONNECTION_TEXT,
     RECOVER_ARGUMENTS_TEXT,
     ROOM_REQUIRED_TEXT,
+    SIGN_IN_TEXT,
     SUPERVISED_TEXT,
     new_worker_id,
     public_session,
@@ -206,6 +206,9 @@ class WorkerHandles:
             (the MCP server passes ``LETAGENTS_RUNTIME``'s); default ``"python"``.
         ide_label: the IDE label of every registration (the MCP server passes
             ``LETAGENTS_IDE``'s, normalised); default ``"Agent"``.
+        token_origin: where the client's owner token came from (the MCP server
+            passes ``LETAGENTS_TOKEN`` or the state file's ``auth.token``), named
+            when the room refuses it.
     """
 
     client: RoomClient
@@ -216,6 +219,7 @@ class WorkerHandles:
     local_owner: str | None = None
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
+    token_origin: str | None = None
     _account_login: str | None = attrs.field(default=None, init=False)
     _pins: dict[str, AgentSession] = attrs.field(factory=dict, init=False)
     _in_flight: dict[tuple[str, str], _Flight] = attrs.field(factory=dict, init=False)
@@ -264,7 +268,7 @@ class WorkerHandles:
             await trio.lowlevel.checkpoint()
             return None
         if self._account_login is None:
-            self._account_login = await account_login(self.client)
+            self._account_login = await account_login(self.client, token_origin=self.token_origin)
         else:
             await trio.lowlevel.checkpoint()
         return self._account_login
@@ -273,8 +277,6 @@ class WorkerHandles:
         if not self.owner_mode:
             raise WorkerError(SUPERVISED_TEXT)
         login = await self._login()
-        if self.client.has_owner_token and login is None:
-            raise WorkerError(ACCOUNT_UNVERIFIED_TEXT)
         if login is not None:
             return Owner.signed_in(self.client.api_url, login)
         return Owner.local(self.client.api_url, self.local_owner or local_owner_slug())
@@ -337,6 +339,10 @@ class WorkerHandles:
         if recover_lost_worker and (worker_id or registration_key or not recover_name):
             raise WorkerError(RECOVER_ARGUMENTS_TEXT)
         owner = await self._owner()
+        local = self.is_local_room(room_id)
+        if not local and owner.login is None:
+            # Before anything is stored: a refused call leaves the state file as it was.
+            raise WorkerError(SIGN_IN_TEXT.format(state_path=self.state.path))
         if recover_lost_worker:
             held = held_under(
                 self._snapshot(), self._pins, name=recover_name, scope=owner.scope, room_id=room_id
@@ -357,7 +363,6 @@ class WorkerHandles:
                 owner, registration_key, display_name, room_id
             )
         worker = worker_in_scope(self._snapshot(), worker_id, owner.scope)
-        local = self.is_local_room(room_id)
         session, leases, led = await self._connect_once(
             owner, worker, room_id, local=local, runtime=runtime, cwd=cwd
         )
