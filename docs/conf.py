@@ -55,7 +55,7 @@ nitpick_ignore_regex = [
         r"py:.*",
         r"(WorkerHandlesAPI|local_owner_slug|local_host_id|detect_runtime_label"
         r"|default_local_chat_path|message_cursor|register_tools|_exit_now"
-        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL)",
+        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL|ConfigError)",
     ),
     # Napoleon reads "Returns: X (y: z)" lines as a type.
     (r"py:class", r"(The stream handle|the connection is recorded)"),
