@@ -46,7 +46,10 @@ nitpick_ignore_regex = [
     (r"py:.*", r"Outcome\..*"),
     # Private modules and type aliases that appear in signatures.
     (r"py:.*", r"letagents_trio\.(\w+\.)?_\w+\..*"),
-    (r"py:class", r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode|Notifier)"),
+    (
+        r"py:class",
+        r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode|Notifier|OwnerTokenSource)",
+    ),
     # Module constants and row types named in docstrings but not documented on their own.
     (r"py:.*", r"(GRACEFUL_TIMEOUT|SHUTDOWN_TIMEOUT|RoomRow)"),
     # Private helpers and constants of the host layer and the MCP server that
@@ -55,7 +58,7 @@ nitpick_ignore_regex = [
         r"py:.*",
         r"(local_owner_slug|local_host_id|detect_runtime_label"
         r"|default_local_chat_path|message_cursor|register_tools|_exit_now"
-        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL)",
+        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL|ConfigError)",
     ),
     # Napoleon reads "Returns: X (y: z)" lines as a type.
     (r"py:class", r"(The stream handle|the connection is recorded)"),

@@ -1,5 +1,10 @@
 """The timeline a connection manager tells: frozen events, stamped with trio's clock.
 
+Each event carries two times: ``time`` on trio's clock (what tests assert on,
+exact under ``MockClock``; its zero is arbitrary, so ``152479.29`` means
+nothing to a person) and ``wall_time``, the system clock when it was made,
+for logs and screens (:attr:`HolderEvent.wall_clock` as a local datetime).
+
 Every change a host or a test may care about becomes one :class:`HolderEvent`:
 an attempt starting, the room accepting it, the room naming the connection,
 the attempt ending (with its :class:`~letagents_trio.Outcome`), a backoff wait,
@@ -10,7 +15,9 @@ prints. Events carry ids and times only, never a token.
 
 from __future__ import annotations
 
+import datetime
 import enum
+from time import time as system_time
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -58,6 +65,8 @@ class HolderEvent:
         delay: for ``BACKOFF``, the wait in seconds.
         connection_id: the connection concerned, when one is known.
         detail: a short, secret-free explanation (``"silence"``, ``"HTTP 401"``…).
+        wall_time: when it happened on the system clock (``time.time()``), for
+            people; not compared and not in ``repr``, so timelines stay exact.
     """
 
     time: float
@@ -67,3 +76,9 @@ class HolderEvent:
     delay: float | None = None
     connection_id: str | None = None
     detail: str = ""
+    wall_time: float = attrs.field(factory=system_time, eq=False, repr=False)
+
+    @property
+    def wall_clock(self) -> datetime.datetime:
+        """:attr:`wall_time` as a local, timezone-aware datetime (print it for people)."""
+        return datetime.datetime.fromtimestamp(self.wall_time).astimezone()

@@ -166,6 +166,15 @@ class ConnectionManager:
     def _closing(self) -> bool:
         return self._announced is not None
 
+    @property
+    def exit_report(self) -> tuple[ExitAnnouncement, ...] | None:
+        """How the goodbye went, one :class:`ExitAnnouncement` per session held.
+
+        ``None`` until the goodbye has begun; readable after the manager's
+        block (or task) has ended, which is when an embedder wants it.
+        """
+        return self._announced
+
     def __repr__(self) -> str:
         return f"<ConnectionManager holders={len(self._holders)} closing={self._closing}>"
 
@@ -289,6 +298,8 @@ class ConnectionManager:
             caller is cancelled, then returns. Announcements still in flight at
             the deadline are abandoned and reported with ``error="deadline"``.
         """
+        first = self._announced is None
+        started = trio.current_time()
         with trio.move_on_after(self.policy.exit_deadline, shield=True) as scope:
             await self._announce_all()
         if scope.cancelled_caught:
@@ -296,7 +307,15 @@ class ConnectionManager:
                 "exit deadline of %.1f s passed before every exit was announced",
                 self.policy.exit_deadline,
             )
-        return self._announced or ()
+        report = self._announced or ()
+        if first:
+            logger.info(
+                "announced %d exits in %.0f ms: %s",
+                len(report),
+                (trio.current_time() - started) * 1000,
+                _summary(report),
+            )
+        return report
 
     async def _announce_all(self) -> None:
         if self._announced is not None:
@@ -367,6 +386,23 @@ class ConnectionManager:
         )
 
 
+def _summary(report: tuple[ExitAnnouncement, ...]) -> str:
+    """``3 recorded``, ``2 recorded, 1 HTTP 401``: how many answers of each kind."""
+    counts: dict[str, int] = {}
+    for item in report:
+        kind = item.error or ("recorded" if item.recorded else "not recorded")
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "none held"
+
+
+def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception inside ``group`` (however nested), or None when there are several."""
+    leaves = group.exceptions
+    while len(leaves) == 1 and isinstance(leaves[0], BaseExceptionGroup):
+        leaves = leaves[0].exceptions
+    return leaves[0] if len(leaves) == 1 else None
+
+
 @asynccontextmanager
 async def open_connection_manager(
     client: RoomClient,
@@ -395,7 +431,12 @@ async def open_connection_manager(
 
     Leaving the block, for any reason, closes every held stream and announces
     every exit within ``policy.exit_deadline`` (see :meth:`ConnectionManager.announce_exits`).
-    The block may raise ``BaseExceptionGroup`` when a holder fails with a bug.
+    An exception raised in the block leaves it as itself, not inside an
+    exception group (the manager's nursery is an implementation detail), so
+    ``except ValueError`` or ``pytest.raises`` see it. Only when several fail
+    at once (the block and a holder with a bug) does a ``BaseExceptionGroup``
+    leave; ``except*`` catches both forms. The report of the goodbye is
+    :attr:`ConnectionManager.exit_report` afterwards.
 
     Cancellation:
         The embedder may cancel the block from outside: the exits are still
@@ -404,20 +445,26 @@ async def open_connection_manager(
     policy = policy or HoldPolicy()
     if connector is None:
         connector = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
-    async with trio.open_nursery() as nursery:
-        manager = ConnectionManager(
-            nursery,
-            connector=connector,
-            policy=policy,
-            state=_NoState() if state is None else state,
-            owner_mode=owner_mode,
-        )
-        try:
-            yield manager
-        finally:
-            with trio.move_on_after(policy.exit_deadline, shield=True):
-                await manager.announce_exits()
-            nursery.cancel_scope.cancel(reason="connection manager closed")
+    try:
+        async with trio.open_nursery() as nursery:
+            manager = ConnectionManager(
+                nursery,
+                connector=connector,
+                policy=policy,
+                state=_NoState() if state is None else state,
+                owner_mode=owner_mode,
+            )
+            try:
+                yield manager
+            finally:
+                with trio.move_on_after(policy.exit_deadline, shield=True):
+                    await manager.announce_exits()
+                nursery.cancel_scope.cancel(reason="connection manager closed")
+    except BaseExceptionGroup as group:
+        sole = _sole_exception(group)
+        if sole is None:
+            raise
+        raise sole from None
 
 
 async def serve_connection_manager(

@@ -139,6 +139,11 @@ INVALID_CREDENTIALS_TEXT: Final = "Invalid agent session credentials."
 BEARER_MISMATCH_TEXT: Final = "Invalid or mismatched agent session bearer credentials."
 SESSION_REQUIRED_TEXT: Final = "Registered worker session is required for agent write actions."
 WORKER_REQUIRED_TEXT: Final = "Worker session is required for agent write actions."
+# Ours, for a read without session credentials: the write text above told a
+# reader it had attempted a write (PROTOCOL.md §9.7: upstream's read text was not read).
+SESSION_REQUIRED_READ_TEXT: Final = (
+    "Registered agent session credentials are required to read this room's messages."
+)
 OWN_PROCESS_TEXT: Final = "A process connection belongs to its own session."
 OWN_EXIT_TEXT: Final = "A process speaks only for its own session."
 OWN_DISCONNECT_TEXT: Final = "Worker sessions can only disconnect themselves."

@@ -1,4 +1,7 @@
-"""The ``letagents-trio`` command: ``demo``, ``room`` and ``mcp``.
+"""The ``letagents-trio`` command: ``demo``, ``room`` and ``mcp`` (and ``--version``).
+
+``python -m letagents_trio`` runs the same ``main``, for a shell or host whose
+PATH does not reach the installed command.
 
 Each subcommand lives with its concern; this module only dispatches, and
 imports each one lazily so ``letagents-trio room`` never loads the MCP SDK.
@@ -15,8 +18,12 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from ._version import __version__
+
 USAGE = """\
 usage: letagents-trio {demo,room,mcp} [options]
+       letagents-trio --version
+       python -m letagents_trio ...   (the same, without the command on PATH)
 
   demo   play the process-connection story against an embedded reference room
   room   serve the reference room server (letagents-trio room --help)
@@ -63,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0 if args else USAGE_ERROR
+    if args[0] == "--version":
+        print(f"letagents-trio {__version__}")
+        return 0
     if args[0] not in COMMANDS:
         print(f"letagents-trio: unknown command {args[0]!r}\n\n{USAGE}", end="", file=sys.stderr)
         return USAGE_ERROR

@@ -18,6 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+import letagents_trio
 from letagents_trio import cli
 
 PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
@@ -120,3 +121,8 @@ def test_the_modules_advised_on_are_the_ones_the_extras_bring() -> None:
 
 def _name(requirement: str) -> str:
     return canonicalize_name(Requirement(requirement).name)
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"letagents-trio {letagents_trio.__version__}\n"

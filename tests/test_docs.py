@@ -250,7 +250,9 @@ def test_every_repository_file_a_page_names_exists() -> None:
 
 PACKAGE = ROOT / "letagents_trio"
 # Modules at the root that are programs, not core.
-ROOT_PROGRAMS = frozenset({"letagents_trio.cli", "letagents_trio._pytest_plugin"})
+ROOT_PROGRAMS = frozenset(
+    {"letagents_trio.cli", "letagents_trio.__main__", "letagents_trio._pytest_plugin"}
+)
 
 
 def _module_name(path: Path) -> str:
@@ -296,6 +298,8 @@ def allowed(importer: str, imported: str) -> bool:
     source, target = layer(importer), layer(imported)
     if target == source or target == "core":
         return True
+    if source == "__main__":
+        return imported == "letagents_trio.cli"
     if target in ("_demo", "cli"):
         return False
     if source == "core":

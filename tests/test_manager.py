@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from pathlib import Path
@@ -201,11 +202,15 @@ async def test_an_exception_in_the_block_still_announces(
 ) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="host bug")):
+
+        async def fail() -> None:
             async with open_connection_manager(client) as manager:
                 manager.hold(session)
                 await trio.sleep(2)
                 raise RuntimeError("host bug")
+
+        with pytest.raises(RuntimeError, match="host bug"):  # itself, not in a group
+            await fail()
     assert [e.time for e in fake_room.exits] == [2]
 
 
@@ -214,11 +219,15 @@ async def test_keyboard_interrupt_in_the_block_still_announces(
 ) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        with pytest.RaisesGroup(KeyboardInterrupt):
+
+        async def interrupt() -> None:
             async with open_connection_manager(client) as manager:
                 manager.hold(session)
                 await trio.sleep(2)
                 raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            await interrupt()
     assert len(fake_room.exits) == 1
 
 
@@ -428,3 +437,56 @@ def test_exit_concurrency_must_be_a_positive_int(bad: object) -> None:
 
 def test_exit_concurrency_defaults_to_64() -> None:
     assert HoldPolicy().exit_concurrency == 64
+
+
+async def test_the_exit_report_is_on_the_manager_after_the_block_and_logged(
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After the block: one announcement per held session, and one INFO line saying so."""
+    caplog.set_level("INFO", logger="letagents_trio.manager")
+    sessions = [await fake_room.add_worker(display_name=name) for name in ("A", "B", "C")]
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            assert not manager.exit_report
+            for session in sessions:
+                await manager.hold(session).wait_status(HolderStatus.OPEN)
+    report = manager.exit_report
+    assert report is not None
+    assert sorted(a.session_id for a in report) == sorted(s.session_id for s in sessions)
+    assert all(a.recorded for a in report)
+    messages = [r.getMessage() for r in caplog.records if r.name == "letagents_trio.manager"]
+    assert messages == ["announced 3 exits in 0 ms: 3 recorded"]
+
+
+async def test_a_failing_assert_in_the_block_arrives_as_itself(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """What a tester writes: ``assert`` inside the block fails as an AssertionError."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+
+        async def fail() -> None:
+            async with open_connection_manager(client) as manager:
+                manager.hold(session)
+                raise AssertionError("expected")
+
+        with pytest.raises(AssertionError, match="expected"):
+            await fail()
+    assert len(fake_room.exits) == 1
+
+
+async def test_events_carry_wall_clock_time_for_people(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """``time`` is trio's clock (exact, for tests); ``wall_clock`` is a datetime for people."""
+    session = await fake_room.add_worker()
+    before = datetime.datetime.now().astimezone()
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        with manager.subscribe() as events:
+            manager.hold(session)
+            event = await events.receive()
+    after = datetime.datetime.now().astimezone()
+    assert event.time == 0
+    assert before <= event.wall_clock <= after
+    assert event.wall_clock.tzinfo is not None
+    assert "wall_time" not in repr(event)

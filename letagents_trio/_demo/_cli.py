@@ -10,6 +10,7 @@ could not be used (refused, unreachable) is said in one line, with status 1.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import signal
@@ -19,6 +20,7 @@ from typing import Final
 
 import trio
 from rich.console import Console
+from rich.logging import RichHandler
 
 from .._errors import LetAgentsError
 from ._story import run_demo
@@ -145,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if not console.is_terminal:  # a log or a pipe: no terminal width to respect
         console = Console(width=max(console.width, SUMMARY_WIDTH))
+    # Library warnings (an exit the room refused) go through the console, above
+    # the live view, instead of a bare stderr line that breaks it; the summary
+    # reports each exit anyway.
+    logging.basicConfig(
+        level=logging.WARNING,
+        handlers=[RichHandler(console=console, show_path=False, show_time=False)],
+        format="%(message)s",
+    )
     failures: list[BaseException] = []
     try:
         report, signum = trio.run(_main, options, console)

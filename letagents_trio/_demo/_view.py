@@ -47,6 +47,7 @@ __all__ = [
     "describe",
     "event_line",
     "exit_line",
+    "exits_line",
     "live_view",
     "print_summary",
     "step_line",
@@ -212,8 +213,29 @@ def print_summary(console: Console, report: DemoReport) -> None:
     console.print(summary_table(report))
     for step in report.steps:
         console.print(f"  step {step.number} {step.title}: {step.status}", highlight=False)
-    if report.interrupted:
-        console.print("Interrupted; every held session announced its exit.")
+    console.print(exits_line(report), highlight=False)
+
+
+def exits_line(report: DemoReport) -> str:
+    """What became of every session's exit, row by row: never more than the rows show.
+
+    A session the room ended, or that stopped being this process's, has no
+    exit to announce; one announced without an answer, or refused, says so.
+    """
+    announced = [s for s in report.sessions if s.announce_after is not None]
+    recorded = [s for s in announced if s.recorded]
+    parts = [f"{len(recorded)} of {len(announced)} exits announced at shutdown were recorded"]
+    parts += [
+        f"{s.name}: announced, {'not recorded' if s.recorded is False else 'no answer'}"
+        for s in announced
+        if not s.recorded
+    ]
+    parts += [
+        f"{s.name}: {s.how_it_ended}, no exit to announce"
+        for s in report.sessions
+        if s.announce_after is None
+    ]
+    return ("Interrupted. " if report.interrupted else "") + "Exits: " + "; ".join(parts) + "."
 
 
 # --- the narrator -----------------------------------------------------------------------

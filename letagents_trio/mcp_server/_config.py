@@ -33,6 +33,13 @@ This is the one place the MCP server (and the host layer below it) reads the
 process environment: every path, label and mode is passed down from here. A
 path variable that is unset or empty means ``~/.letagents/<file>``, as in the
 Node client.
+
+Two values are checked at start-up, because a mistake in either would
+otherwise surface only at the first tool call, or never: the API URL must be
+an ``http``/``https`` URL with a host, and the profile one of
+:data:`KNOWN_PROFILES` (an unknown one silently changed which tools are
+served). :meth:`ServerConfig.from_env` raises :class:`ConfigError` naming the
+variable, the value and what to set instead.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -66,7 +74,9 @@ __all__ = [
     "DEFAULT_PROFILE",
     "FACADE_PROFILES",
     "INTERACTIVE_DESKTOP_PROFILE",
+    "KNOWN_PROFILES",
     "SUPERVISED_PROFILES",
+    "ConfigError",
     "ServerConfig",
 ]
 
@@ -83,6 +93,44 @@ FACADE_PROFILES: Final = frozenset({INTERACTIVE_DESKTOP_PROFILE, AUTONOMOUS_WORK
 WORKER_BEARER_ENV: Final = "LETAGENTS_AGENT_SESSION_BEARER"
 # Profiles where a supervisor owns the session lifecycle: no session tools.
 SUPERVISED_PROFILES: Final = frozenset({"supervised_mcp_polling", "cursor_supervised_room_turn"})
+# Every profile the server knows; any other value is refused at start-up.
+KNOWN_PROFILES: Final = FACADE_PROFILES | SUPERVISED_PROFILES
+# Where the owner token came from, for errors that must say which one to fix.
+TOKEN_ENV: Final = "LETAGENTS_TOKEN"
+
+
+class ConfigError(ValueError):
+    """A variable holds a value the server cannot run with; the message says which and why."""
+
+
+def check_api_url(url: str) -> str:
+    """``url`` if it is an ``http(s)://host…`` URL.
+
+    Raises:
+        ConfigError: naming ``LETAGENTS_API_URL``, the value and an example.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"LETAGENTS_API_URL={url!r} is not an http(s) URL. Set it to the room API's"
+            f" address, for example {DEFAULT_API_URL} (the default when unset)."
+        )
+    return url
+
+
+def check_profile(profile: str) -> str:
+    """``profile`` if it is one of :data:`KNOWN_PROFILES`.
+
+    Raises:
+        ConfigError: naming ``LETAGENTS_EXECUTION_PROFILE`` and every valid value.
+    """
+    if profile not in KNOWN_PROFILES:
+        valid = ", ".join(sorted(KNOWN_PROFILES))
+        raise ConfigError(
+            f"LETAGENTS_EXECUTION_PROFILE={profile!r} is not a profile this server knows."
+            f" Use one of: {valid} (unset means {DEFAULT_PROFILE})."
+        )
+    return profile
 
 
 def _strip_slashes(url: str) -> str:
@@ -115,6 +163,8 @@ class ServerConfig:
         profile: the execution profile (decides the tool surface).
         provider: ``LETAGENTS_SUPERVISOR_PROVIDER``, reported by the readiness resource.
         poll_max_ms: the long-poll cap in milliseconds.
+        token_origin: where ``token`` came from (``LETAGENTS_TOKEN``, or the
+            state file's ``auth.token``), so an error can say which to fix.
         runtime_label: the runtime label of worker registrations.
         ide_label: the IDE label of worker registrations (normalised, §5.4).
         owner_mode: whether this process acts for the owner: false when a
@@ -132,6 +182,7 @@ class ServerConfig:
     profile: str = DEFAULT_PROFILE
     provider: str | None = None
     poll_max_ms: int = attrs.field(factory=lambda: poll_max_from_env({}))
+    token_origin: str | None = None
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
     owner_mode: bool = True
@@ -140,7 +191,7 @@ class ServerConfig:
         """What the room client asks for the owner token before every request.
 
         ``LETAGENTS_TOKEN`` when set; else a callable reading the state file's
-        ``auth`` (cheaply: :meth:`LocalStateStore.owner_token` re-reads the
+        ``auth`` (cheaply: :meth:`letagents_trio.workers.LocalStateStore.owner_token` re-reads the
         file only when it changed).
         """
         return self.token if self.token else store.owner_token
@@ -164,17 +215,26 @@ class ServerConfig:
 
         The state file is not read here: its sign-in is read for every
         request (:meth:`owner_token_source`).
+
+        Raises:
+            ConfigError: ``LETAGENTS_API_URL`` is not an http(s) URL, or
+                ``LETAGENTS_EXECUTION_PROFILE`` names no known profile.
         """
         env = os.environ if environ is None else environ
+        api_url = check_api_url(env.get("LETAGENTS_API_URL") or DEFAULT_API_URL)
+        profile = check_profile(_text(env, "LETAGENTS_EXECUTION_PROFILE") or DEFAULT_PROFILE)
         state_path = _path(env, STATE_PATH_ENV, STATE_FILE)
-        token = _text(env, "LETAGENTS_TOKEN")
+        token = _text(env, TOKEN_ENV)
+        # Named when the room refuses the token: the variable, else the state file.
+        origin = TOKEN_ENV if token is not None else f"auth.token of {state_path}"
         return cls(
-            api_url=env.get("LETAGENTS_API_URL") or DEFAULT_API_URL,
+            api_url=api_url,
             token=token,
+            token_origin=origin,
             state_path=state_path,
             chat_storage_settings_path=_path(env, CHAT_STORAGE_SETTINGS_ENV, CHAT_STORAGE_FILE),
             local_chat_path=_path(env, LOCAL_CHAT_DB_ENV, LOCAL_CHAT_FILE),
-            profile=_text(env, "LETAGENTS_EXECUTION_PROFILE") or DEFAULT_PROFILE,
+            profile=profile,
             provider=_text(env, "LETAGENTS_SUPERVISOR_PROVIDER"),
             poll_max_ms=poll_max_from_env(env),
             runtime_label=detect_runtime_label(env),

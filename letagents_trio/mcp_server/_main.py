@@ -4,11 +4,13 @@
 reads the configuration from the environment, runs
 ``trio.run(server.run_stdio_async)``, and then ends the process at once.
 ``--letagents-runtime-contract`` prints the runtime contract instead
-(upstream's flag) and exits.
+(upstream's flag) and exits. A configuration that cannot work (an API URL that
+is not one, an unknown profile) is refused before anything starts.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -18,26 +20,88 @@ from typing import Any, Final, NoReturn
 
 import trio
 
-from ._config import ServerConfig
+from .._protocol import DEFAULT_API_URL
+from .._version import __version__
+from ..workers._identity import DEFAULT_RUNTIME_LABEL
+from ..workers._names import DEFAULT_IDE_LABEL
+from ._config import DEFAULT_PROFILE, KNOWN_PROFILES, ConfigError, ServerConfig
 from ._server import create_server
 from ._tools import registered_tool_names
 
-__all__ = ["RUNTIME_CONTRACT_ARG", "main", "runtime_contract"]
+__all__ = [
+    "ENVIRONMENT",
+    "RUNTIME_CONTRACT_ARG",
+    "configure_logging",
+    "main",
+    "runtime_contract",
+    "usage",
+]
 
 # Upstream's flag for printing the runtime contract.
 RUNTIME_CONTRACT_ARG: Final = "--letagents-runtime-contract"
 # Log level for stderr (DEBUG, INFO, WARNING, ...); INFO says what a host needs.
 LOG_LEVEL_ENV: Final = "LETAGENTS_LOG_LEVEL"
 
-USAGE: Final = f"""\
-usage: letagents-trio mcp [{RUNTIME_CONTRACT_ARG}]
+# Every variable the server reads, its default, and what it means: the help
+# text is built from this, so `letagents-trio mcp --help` lists them all.
+ENVIRONMENT: Final[tuple[tuple[str, str, str], ...]] = (
+    ("LETAGENTS_API_URL", DEFAULT_API_URL, "the room API (an http or https URL)"),
+    ("LETAGENTS_TOKEN", "auth.token of the state file", "the owner's bearer token"),
+    ("LETAGENTS_STATE_PATH", "~/.letagents/mcp-state.json", "the state file (shared with Node)"),
+    (
+        "LETAGENTS_CHAT_STORAGE_SETTINGS_PATH",
+        "~/.letagents/chat-storage.json",
+        "which rooms keep their chat locally",
+    ),
+    ("LETAGENTS_LOCAL_CHAT_DB", "~/.letagents/local-chat.sqlite", "local rooms' chat (SQLite)"),
+    (
+        "LETAGENTS_EXECUTION_PROFILE",
+        DEFAULT_PROFILE,
+        "the tool surface (the profiles are listed below)",
+    ),
+    ("LETAGENTS_SUPERVISOR_PROVIDER", "unset", "reported as provider by the readiness resource"),
+    ("LETAGENTS_POLL_MAX_MS", "180000", "the long-poll cap in ms (set the same on the room)"),
+    ("LETAGENTS_RUNTIME", DEFAULT_RUNTIME_LABEL, "the runtime label of registrations"),
+    ("LETAGENTS_IDE", DEFAULT_IDE_LABEL, "the IDE label of registrations"),
+    ("LETAGENTS_AGENT_SESSION_BEARER", "unset", "set by a supervisor: no worker handles"),
+    (LOG_LEVEL_ENV, "INFO", "log level on stderr (DEBUG adds every HTTP request)"),
+)
+# Logged per request by the HTTP client at INFO; shown only at DEBUG.
+HTTP_LOGGER: Final = "httpx2"
+# Where a user reads more: the installed package has no docs/ directory.
+DOCS_HINT: Final = "Docs: the 'MCP hosts' page of the letagents-trio documentation."
 
-Serve the letagents MCP tools on stdin/stdout for an MCP host.
-Configuration comes from the environment: LETAGENTS_API_URL, LETAGENTS_TOKEN,
-LETAGENTS_STATE_PATH, LETAGENTS_CHAT_STORAGE_SETTINGS_PATH,
-LETAGENTS_EXECUTION_PROFILE, LETAGENTS_POLL_MAX_MS (see docs/mcp-hosts.md).
-Stops on SIGINT, SIGTERM or stdin end, announcing every exit within 1.5 s.
-"""
+
+def _parser() -> argparse.ArgumentParser:
+    width = max(len(name) for name, _, _ in ENVIRONMENT)
+    rows = "\n".join(
+        f"  {name:<{width}}  {meaning}\n  {'':<{width}}  (default: {default})"
+        for name, default, meaning in ENVIRONMENT
+    )
+    parser = argparse.ArgumentParser(
+        prog="letagents-trio mcp",
+        description=(
+            "Serve the letagents MCP tools on stdin/stdout for an MCP host.\n"
+            "Stops on SIGINT, SIGTERM or stdin end, announcing every exit within 1.5 s."
+        ),
+        epilog=(
+            f"environment (read once at start-up):\n{rows}\n\n"
+            f"profiles: {', '.join(sorted(KNOWN_PROFILES))}\n\n{DOCS_HINT}"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"letagents-trio {__version__}")
+    parser.add_argument(
+        RUNTIME_CONTRACT_ARG,
+        action="store_true",
+        help="print the tools of the supervised profiles as JSON and exit",
+    )
+    return parser
+
+
+def usage() -> str:
+    """The ``--help`` text."""
+    return _parser().format_help()
 
 
 def runtime_contract(api_url: str | None = None) -> dict[str, Any]:
@@ -62,33 +126,49 @@ def runtime_contract(api_url: str | None = None) -> dict[str, Any]:
     }
 
 
+def configure_logging(level_name: str) -> None:
+    """Log on stderr at ``level_name`` (INFO when unknown); HTTP requests only at DEBUG.
+
+    The HTTP client logs every request at INFO; a long poll every 30 s would
+    bury what a host needs to read, so those lines appear only when asked for.
+    """
+    level = level_name.upper()
+    level = level if level in logging.getLevelNamesMapping() else "INFO"
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    http_level = logging.DEBUG if level == "DEBUG" else logging.WARNING
+    logging.getLogger(HTTP_LOGGER).setLevel(http_level)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the MCP server on stdio until the host stops it.
 
-    Returns the exit code for ``--letagents-runtime-contract``, ``--help`` and
-    bad arguments. When it served, it does not return: once the server has
-    stopped (every exit announced), the process exits 0 at once, skipping the
-    interpreter's slow teardown (see :func:`_exit_now`).
+    Returns the exit code for ``--letagents-runtime-contract``, ``--help``,
+    ``--version``, bad arguments and a configuration refused at start-up (2,
+    with one line on stderr naming the variable). When it served, it does not
+    return: once the server has stopped (every exit announced), the process
+    exits 0 at once, skipping the interpreter's slow teardown (see :func:`_exit_now`).
     """
     args = sys.argv[1:] if argv is None else argv
-    if RUNTIME_CONTRACT_ARG in args:
+    try:
+        options = _parser().parse_args(args)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else 2
+    if options.letagents_runtime_contract:
         sys.stdout.write(
             json.dumps(runtime_contract(os.environ.get("LETAGENTS_API_URL") or None)) + "\n"
         )
         return 0
-    if args and args[0] in ("-h", "--help"):
-        sys.stdout.write(USAGE)
-        return 0
-    if args:
-        sys.stderr.write(f"letagents-trio mcp: unexpected arguments {args!r}\n\n{USAGE}")
+    configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"))
+    try:
+        config = ServerConfig.from_env()
+    except ConfigError as exc:
+        sys.stderr.write(f"letagents-trio mcp: {exc}\n")
         return 2
-    level = os.environ.get(LOG_LEVEL_ENV, "INFO").upper()
-    logging.basicConfig(
-        level=level if level in logging.getLevelNamesMapping() else "INFO",
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    server = create_server(ServerConfig.from_env())
+    server = create_server(config)
     trio.run(server.run_stdio_async)
     logging.getLogger("letagents_trio.mcp_server").info("stopped")
     _exit_now(0)

@@ -158,6 +158,7 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                     owner_mode=config.owner_mode,
                     runtime_label=config.runtime_label,
                     ide_label=config.ide_label,
+                    token_origin=config.token_origin,
                 )
                 logger.info("serving %s (profile %s)", config.api_url, config.profile)
                 try:

@@ -29,6 +29,13 @@ by every MCP server of the user):
   :data:`LOCAL_SENDER_TEXT`: a local message needs a session to be from.
   Reads and waits without one are the owner's, as in hosted rooms.
 
+Long waits: a ``wait_for_messages`` may last the poll maximum (180 s by
+default), longer than the 60 s an MCP client SDK gives a request unless
+progress arrives. While it waits, the tool sends ``notifications/progress``
+every :data:`PROGRESS_INTERVAL` seconds when the call carried
+``_meta.progressToken``, so a host that resets its timeout on progress keeps
+the wait.
+
 Cancellation: a tool call the host cancels (``notifications/cancelled``) is
 cancelled at the handler's scope by the SDK; the room request in flight is
 closed with it, so the room stops counting it (a long poll ends at once).
@@ -38,8 +45,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol, final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, Protocol, TypeVar, final
 from urllib.parse import urlencode
 
 import trio
@@ -69,10 +76,13 @@ if TYPE_CHECKING:
     from ._config import ServerConfig
     from ._facade import ServerState
 
+T = TypeVar("T")
+
 __all__ = [
     "INSTRUCTION",
     "LOCAL_GUIDELINES_TEXT",
     "LOCAL_SENDER_TEXT",
+    "PROGRESS_INTERVAL",
     "ToolRegistrar",
     "clamp_poll_timeout",
     "poll_abort_after",
@@ -124,6 +134,10 @@ LONG_WAIT_MS: Final = 120_000
 LONG_WAIT_ABORT_MARGIN_MS: Final = 120_000
 # Messages one call returns at most (upstream's MAX_WAIT_MESSAGES_PER_CALL).
 MESSAGE_LIMIT: Final = 100
+# MCP client SDKs time a request out after 60 s unless progress arrives, and a
+# wait may last the poll maximum (180 s): a wait whose call carries
+# _meta.progressToken reports progress this often, well inside 60 s.
+PROGRESS_INTERVAL: Final = 15.0
 
 
 def clamp_poll_timeout(timeout_ms: float | None, poll_max_ms: int) -> int:
@@ -136,6 +150,36 @@ def poll_abort_after(server_timeout_ms: int) -> int:
     """Milliseconds after which the client abandons a poll of ``server_timeout_ms``."""
     margin = LONG_WAIT_ABORT_MARGIN_MS if server_timeout_ms > LONG_WAIT_MS else WAIT_ABORT_MARGIN_MS
     return server_timeout_ms + margin
+
+
+async def _report_progress(ctx: ToolContext) -> NoReturn:
+    """Send ``notifications/progress`` (1, 2, 3, …) every :data:`PROGRESS_INTERVAL` seconds.
+
+    The SDK sends nothing when the call carried no ``_meta.progressToken``.
+    """
+    beat = 0
+    while True:
+        await trio.sleep(PROGRESS_INTERVAL)
+        beat += 1
+        await ctx.report_progress(beat, message="waiting for messages")
+
+
+async def _with_progress(ctx: ToolContext, wait: Callable[[], Awaitable[T]]) -> T:
+    """``await wait()`` while reporting progress, so hosts that reset their timeout keep waiting.
+
+    An exception of ``wait`` leaves as itself (not in a group), so the tool's
+    expected errors still become ``isError`` results.
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_report_progress, ctx)
+            result = await wait()
+            nursery.cancel_scope.cancel(reason="the wait is over")
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    return result
 
 
 def _without_parameter(fn: ToolFn, name: str) -> ToolFn:
@@ -399,8 +443,17 @@ async def wait_for_messages(
             )
         return await state.chat.read(room, after=cursor, limit=MESSAGE_LIMIT)
 
-    room, session, answer = await call_as(
-        state, who, "GET", f"messages/poll?{urlencode(query)}", abort_ms=abort_ms, local=local
+    room, session, answer = await _with_progress(
+        ctx,
+        functools.partial(
+            call_as,
+            state,
+            who,
+            "GET",
+            f"messages/poll?{urlencode(query)}",
+            abort_ms=abort_ms,
+            local=local,
+        ),
     )
     return ok(state, _messages_payload(answer, room), session)
 

@@ -26,6 +26,7 @@ from .._protocol import (
     IDENTITY_TOO_LONG_CODE,
     IDENTITY_TOO_LONG_TEXT,
     INVALID_CREDENTIALS_TEXT,
+    SESSION_REQUIRED_READ_TEXT,
     SESSION_REQUIRED_TEXT,
     WORKER_REQUIRED_TEXT,
 )
@@ -132,9 +133,12 @@ class Accounts:
             refuse(404, ROOM_NOT_FOUND_TEXT)
 
     def authenticate(
-        self, room_id: str, creds: Credentials, *, worker_only: bool = True
+        self, room_id: str, creds: Credentials, *, worker_only: bool = True, reading: bool = False
     ) -> SessionRow:
         """Resolve the session credentials of a request, or refuse (§2.2 step 2).
+
+        ``reading`` says the request only reads, so a refusal for missing
+        credentials does not call it a write action.
 
         Returns:
             The session's row, now heard (stored).
@@ -145,7 +149,7 @@ class Accounts:
             if account is None:
                 refuse(401, BEARER_MISMATCH_TEXT)
         if not creds.session_id or not creds.session_token:
-            refuse(403, SESSION_REQUIRED_TEXT)
+            refuse(403, SESSION_REQUIRED_READ_TEXT if reading else SESSION_REQUIRED_TEXT)
         row = self.store.get_session(creds.session_id)
         if row is None or row.room_id != room_id or not token_matches(row, creds.session_token):
             refuse(401, INVALID_CREDENTIALS_TEXT)

@@ -240,7 +240,7 @@ class MessageBoard:
         """One page of messages after a cursor."""
         try:
             self.accounts.require_room(room_id)
-            self.accounts.authenticate(room_id, creds, worker_only=False)
+            self.accounts.authenticate(room_id, creds, worker_only=False, reading=True)
             cursor = parse_cursor(after)
             size = parse_page_size(limit)
         except Refusal as refusal:
@@ -259,7 +259,7 @@ class MessageBoard:
         """
         try:
             self.accounts.require_room(room_id)
-            row = self.accounts.authenticate(room_id, creds, worker_only=False)
+            row = self.accounts.authenticate(room_id, creds, worker_only=False, reading=True)
             cursor = parse_cursor(after)
             wait = parse_wait_ms(wait_ms)
         except Refusal as refusal:

@@ -95,7 +95,6 @@ from ._registration import Owner, Registrar, account_login
 from ._results import WorkerHandlesStatistics, WorkerRegistration
 from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
-    ACCOUNT_UNVERIFIED_TEXT,
     BOTH_HANDLES_TEXT,
     BOTH_TARGETS_TEXT,
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
@@ -159,6 +158,9 @@ class WorkerHandles:
             (the MCP server passes ``LETAGENTS_RUNTIME``'s); default ``"python"``.
         ide_label: the IDE label of every registration (the MCP server passes
             ``LETAGENTS_IDE``'s, normalised); default ``"Agent"``.
+        token_origin: where the client's owner token came from (the MCP server
+            passes ``LETAGENTS_TOKEN`` or the state file's ``auth.token``), named
+            when the room refuses it.
     """
 
     client: RoomClient
@@ -169,6 +171,7 @@ class WorkerHandles:
     local_owner: str | None = None
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
+    token_origin: str | None = None
     _account_login: str | None = attrs.field(default=None, init=False)
     # Which owner token the cached login belongs to (the client's digest of it).
     _account_key: str | None = attrs.field(default=None, init=False, repr=False)
@@ -229,7 +232,7 @@ class WorkerHandles:
             return None
         if self._account_login is None or self._account_key != key:
             self.forget_account()
-            self._account_login = await account_login(self.client)
+            self._account_login = await account_login(self.client, token_origin=self.token_origin)
             self._account_key = key
         else:
             await trio.lowlevel.checkpoint()
@@ -239,8 +242,6 @@ class WorkerHandles:
         if not self.owner_mode:
             raise WorkerError(SUPERVISED_TEXT)
         login = await self._login()
-        if self._account_key is not None and login is None:
-            raise WorkerError(ACCOUNT_UNVERIFIED_TEXT)
         if login is not None:
             return Owner.signed_in(self.client.api_url, login)
         return Owner.local(self.client.api_url, self.local_owner or local_owner_slug())
@@ -303,6 +304,10 @@ class WorkerHandles:
         if recover_lost_worker and (worker_id or registration_key or not recover_name):
             raise WorkerError(RECOVER_ARGUMENTS_TEXT)
         owner = await self._owner()
+        local = self.is_local_room(room_id)
+        if not local and owner.login is None:
+            # Before anything is stored: a refused call leaves the state file as it was.
+            raise WorkerError(SIGN_IN_TEXT.format(state_path=self.state.path))
         if recover_lost_worker:
             held = held_under(
                 self._snapshot(), self._pins, name=recover_name, scope=owner.scope, room_id=room_id
@@ -323,7 +328,6 @@ class WorkerHandles:
                 owner, registration_key, display_name, room_id
             )
         worker = worker_in_scope(self._snapshot(), worker_id, owner.scope)
-        local = self.is_local_room(room_id)
         session, leases, led = await self._connect_once(
             owner, worker, room_id, local=local, runtime=runtime, cwd=cwd
         )
@@ -449,7 +453,7 @@ class WorkerHandles:
         runtime: str | None = None,
         cwd: str | None = None,
     ) -> WorkerRegistration:
-        """Register a session of this process, not a durable worker (§5.8, :mod:`._legacy`).
+        """Register a session of this process, not a durable worker (§5.8; the rules are in ``workers/_legacy.py``).
 
         Under a supervisor (``owner_mode`` false) nothing is sent: the answer is
         the session it recorded as the room's current one. ``worker_id`` is ``""``.
@@ -468,7 +472,7 @@ class WorkerHandles:
         if self.is_local_room(room_id):
             raise WorkerError(LEGACY_LOCAL_TEXT)
         if owner.login is None:
-            raise WorkerError(SIGN_IN_TEXT)
+            raise WorkerError(SIGN_IN_TEXT.format(state_path=self.state.path))
         if self._legacy is None:
             self._legacy = LegacyRegistrar(
                 client=self.client,

@@ -43,7 +43,7 @@ import attrs
 import trio
 
 from .._client import encode_room_path
-from .._errors import ApiError, LetAgentsError, StateError, WorkerError
+from .._errors import ApiError, LetAgentsError, RoomUnreachable, StateError, WorkerError
 from .._session import AgentSession
 from ._git import git_branch
 from ._identity import local_host_id, process_host_id, registration_liveness
@@ -60,8 +60,13 @@ from ._records import (
 )
 from ._state import iso_now
 from ._wire import (
+    ACCOUNT_UNVERIFIED_TEXT,
+    NO_ACCOUNT_ADVICE,
     NO_CANONICAL_IDENTITY_TEXT,
+    ROOM_FAILING_ADVICE,
     SIGN_IN_TEXT,
+    TOKEN_REFUSED_ADVICE,
+    UNREACHABLE_ADVICE,
     durable_registration_body,
     new_connection_token,
     worker_agent_name,
@@ -104,23 +109,48 @@ class Owner:
         return cls(scope=f"{api_url}\nlocal:{slug}", login=None, key_owner=slug, label=slug)
 
 
-async def account_login(client: RoomClient) -> str | None:
-    """The owner's account login (``GET /agents/me``), or ``None`` when it cannot be read.
+async def account_login(client: RoomClient, *, token_origin: str | None = None) -> str:
+    """The owner's account login (``GET /agents/me``).
+
+    Args:
+        client: the room client, with an owner token.
+        token_origin: where that token came from, named when the room refuses it.
+
+    Raises:
+        WorkerError: the account could not be read; the message names the
+            room's address, the cause (the network error, the refusal, the
+            status) and what to do next.
 
     Cancellation:
         A checkpoint; nothing to undo.
     """
     try:
         answer = await client.call("GET", "/agents/me")
+    except RoomUnreachable as exc:
+        network = exc.__cause__ if exc.__cause__ is not None else exc
+        detail = str(network).strip() or type(network).__name__
+        cause = f"the room did not answer ({type(network).__name__}: {detail})"
+        raise _unverified(client, cause, UNREACHABLE_ADVICE) from exc
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            cause = f"the room refused the owner token (HTTP {exc.status})"
+            origin = token_origin or "the RoomClient's owner_token"
+            raise _unverified(client, cause, TOKEN_REFUSED_ADVICE.format(origin=origin)) from exc
+        raise _unverified(client, f"HTTP {exc.status}", ROOM_FAILING_ADVICE) from exc
     except LetAgentsError as exc:
-        logger.warning("could not read the account: %s", type(exc).__name__)
-        return None
+        raise _unverified(client, type(exc).__name__, ROOM_FAILING_ADVICE) from exc
     account = answer.get("account") if isinstance(answer, Mapping) else None
     login = account.get("login") if isinstance(account, Mapping) else None
     if not isinstance(login, str) or not login.strip():
-        logger.warning("the room answered /agents/me without an account login")
-        return None
+        raise _unverified(client, "its answer named no account login", NO_ACCOUNT_ADVICE)
     return login
+
+
+def _unverified(client: RoomClient, cause: str, advice: str) -> WorkerError:
+    logger.warning("could not read the account at %s: %s", client.api_url, cause)
+    return WorkerError(
+        ACCOUNT_UNVERIFIED_TEXT.format(api_url=client.api_url, cause=cause, advice=advice)
+    )
 
 
 @final
@@ -172,7 +202,7 @@ class Registrar:
         """
         worker_id = str(worker["worker_id"])
         if not local and owner.login is None:
-            raise WorkerError(SIGN_IN_TEXT)
+            raise WorkerError(SIGN_IN_TEXT.format(state_path=self.state.path))
         canonical_key = await self._canonical_key(owner, worker, local=local)
         operation = pending_operation(room)
         if operation is not None:

@@ -36,17 +36,21 @@ __all__ = [
     "IN_PROGRESS_TEXT",
     "NEW_CHAT_KEY_TEXT",
     "NOT_CONFIRMED_TEXT",
+    "NO_ACCOUNT_ADVICE",
     "NO_CANONICAL_IDENTITY_TEXT",
     "NO_CONNECTION_TEXT",
     "PUBLIC_SESSION_FIELDS",
     "RECOVER_ARGUMENTS_TEXT",
+    "ROOM_FAILING_ADVICE",
     "ROOM_REQUIRED_TEXT",
     "SIGN_IN_TEXT",
     "SUPERSEDED_LOCAL_TEXT",
     "SUPERSEDED_TEXT",
     "SUPERVISED_TEXT",
+    "TOKEN_REFUSED_ADVICE",
     "UNKNOWN_SESSION_TEXT",
     "UNKNOWN_WORKER_TEXT",
+    "UNREACHABLE_ADVICE",
     "WORKER_OR_SESSION_TEXT",
     "durable_registration_body",
     "new_connection_token",
@@ -74,10 +78,24 @@ SUPERVISED_TEXT: Final = (
     "Worker handles are for independent MCP chats;"
     " supervised identity is supplied by its supervisor."
 )
+# Upstream's words, with the cause and the next step filled in (upstream's
+# "Check your connection or sign-in" left a user guessing which).
 ACCOUNT_UNVERIFIED_TEXT: Final = (
-    "Could not verify your LetAgents account. Check your connection or sign-in,"
-    " then retry with the same worker_id or registration_key."
+    "Could not verify your LetAgents account at {api_url}: {cause}. {advice}"
+    " Then retry with the same worker_id or registration_key."
     " Saved worker identities have not been changed."
+)
+# The advice for each cause of an unverified account.
+UNREACHABLE_ADVICE: Final = (
+    "Check that the room is running at that address (the MCP server's LETAGENTS_API_URL)."
+)
+TOKEN_REFUSED_ADVICE: Final = (
+    "The owner token came from {origin}: replace it with a valid owner token for this room"
+    " and restart the MCP server."
+)
+ROOM_FAILING_ADVICE: Final = "The room is failing; retry once it answers again."
+NO_ACCOUNT_ADVICE: Final = (
+    "Check that the address is a letagents room API (the MCP server's LETAGENTS_API_URL)."
 )
 # 5.
 BOTH_HANDLES_TEXT: Final = "Use worker_id to resume or registration_key to create, not both."
@@ -91,7 +109,12 @@ UNKNOWN_WORKER_TEXT: Final = (
     " Create a worker for this chat or explicitly resume its saved handle."
 )
 # 9.
-SIGN_IN_TEXT: Final = "Sign in before registering a worker in a hosted room."
+SIGN_IN_TEXT: Final = (
+    "Sign in before registering a worker in a hosted room: this MCP server has no owner token."
+    " Set LETAGENTS_TOKEN to your owner token, or store it as auth.token in {state_path}"
+    " (the Node letagents client's sign-in writes it there), then restart the MCP server."
+    " Rooms marked local in the chat-storage settings need no sign-in."
+)
 # 10.
 NOT_CONFIRMED_TEXT: Final = (
     "The server did not confirm this worker connection."

@@ -29,6 +29,7 @@ from letagents_trio._demo._view import (
     describe,
     event_line,
     exit_line,
+    exits_line,
     live_view,
     print_summary,
     step_line,
@@ -246,9 +247,30 @@ def test_print_summary_lists_the_steps_and_says_when_interrupted() -> None:
     text = out.getvalue()
     assert "  step 1 title 1: ok\n  step 2 title 2: skipped\n" in text
     assert "Interrupted" not in text
+    assert text.endswith("Exits: 1 of 1 exits announced at shutdown were recorded.\n")
     console, out = _console()
     print_summary(console, _report(_summary(), interrupted=True))
-    assert out.getvalue().endswith("Interrupted; every held session announced its exit.\n")
+    assert out.getvalue().endswith(
+        "Interrupted. Exits: 1 of 1 exits announced at shutdown were recorded.\n"
+    )
+
+
+def test_the_exits_line_tells_the_truth_about_every_row() -> None:
+    """A row without an announcement is never counted as one (issue 14)."""
+    report = _report(
+        _summary(),
+        _summary(
+            name="Birch", how_it_ended="ended by the room", announce_after=None, recorded=None
+        ),
+        _summary(name="Cedar", recorded=None),
+        _summary(name="Dove", recorded=False),
+        interrupted=True,
+    )
+    assert exits_line(report) == (
+        "Interrupted. Exits: 1 of 3 exits announced at shutdown were recorded;"
+        " Cedar: announced, no answer; Dove: announced, not recorded;"
+        " Birch: ended by the room, no exit to announce."
+    )
 
 
 # --- the narrator -----------------------------------------------------------------------

@@ -142,7 +142,7 @@ async def test_an_interrupt_after_the_first_step_announces_every_exit() -> None:
     assert [s.name for s in report.sessions] == ["Aspen", "Birch"]
     for summary in report.sessions:
         _assert_announced(summary)
-    assert "Interrupted; every held session announced its exit." in out.getvalue()
+    assert "Interrupted. Exits: 2 of 2 exits announced at shutdown were recorded." in out.getvalue()
 
 
 @ENDED_STREAM_GC_WARNING

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import pytest
 import trio
 
 from letagents_trio.mcp_server import ServerConfig
-from letagents_trio.mcp_server._main import RUNTIME_CONTRACT_ARG, runtime_contract
+from letagents_trio.mcp_server._config import ConfigError
+from letagents_trio.mcp_server._main import (
+    HTTP_LOGGER,
+    RUNTIME_CONTRACT_ARG,
+    configure_logging,
+    runtime_contract,
+)
 from letagents_trio.workers import LocalChat, LocalStateStore
 from letagents_trio.workers._chat_storage import ChatStorage
 
@@ -131,3 +138,52 @@ async def test_runtime_contract_flag_prints_the_supervised_surfaces() -> None:
             "cursor_supervised_room_turn": {"tools": tools},
         },
     }
+
+
+@pytest.mark.parametrize("raw", ["not a url", "localhost:3001", "ftp://room", "http://"])
+def test_an_api_url_that_is_not_one_is_refused_naming_the_variable(
+    tmp_path: Path, raw: str
+) -> None:
+    env = {"LETAGENTS_API_URL": raw, "LETAGENTS_STATE_PATH": str(tmp_path / "s.json")}
+    with pytest.raises(ConfigError) as caught:
+        ServerConfig.from_env(env)
+    assert str(caught.value) == (
+        f"LETAGENTS_API_URL={raw!r} is not an http(s) URL. Set it to the room API's address,"
+        " for example http://localhost:3001 (the default when unset)."
+    )
+
+
+def test_an_unknown_profile_is_refused_listing_the_valid_ones(tmp_path: Path) -> None:
+    env = {
+        "LETAGENTS_EXECUTION_PROFILE": "typo_profile",
+        "LETAGENTS_STATE_PATH": str(tmp_path / "s.json"),
+    }
+    with pytest.raises(ConfigError) as caught:
+        ServerConfig.from_env(env)
+    assert str(caught.value) == (
+        "LETAGENTS_EXECUTION_PROFILE='typo_profile' is not a profile this server knows. Use one"
+        " of: autonomous_mcp_worker, cursor_supervised_room_turn, interactive_desktop,"
+        " supervised_mcp_polling (unset means interactive_desktop)."
+    )
+
+
+async def test_the_config_says_where_the_token_came_from(tmp_path: Path) -> None:
+    store = LocalStateStore(tmp_path / "s.json")
+    env = {"LETAGENTS_STATE_PATH": str(store.path)}
+    # The stored sign-in is read for every request, so it is the origin even
+    # before anything is stored.
+    assert ServerConfig.from_env(env).token_origin == f"auth.token of {store.path}"
+    await store.save_auth("stored-owner-token")
+    assert ServerConfig.from_env(env).token_origin == f"auth.token of {store.path}"
+    assert ServerConfig.from_env({**env, "LETAGENTS_TOKEN": "t"}).token_origin == "LETAGENTS_TOKEN"
+
+
+@pytest.mark.parametrize(("level", "http_level"), [("INFO", "WARNING"), ("debug", "DEBUG")])
+def test_http_request_logs_appear_only_at_debug(
+    monkeypatch: pytest.MonkeyPatch, level: str, http_level: str
+) -> None:
+    http = logging.getLogger(HTTP_LOGGER)
+    monkeypatch.setattr(http, "level", http.level)  # restored after the test
+    monkeypatch.setattr(logging, "basicConfig", lambda **kwargs: None)
+    configure_logging(level)
+    assert logging.getLevelName(http.level) == http_level

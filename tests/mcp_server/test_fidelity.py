@@ -61,7 +61,7 @@ async def test_sign_out_and_a_sign_in_by_another_process_take_effect_at_once(
             assert refused.startswith("API error 401: ")
             assert store.auth() is None
             signed_out = await call_error(client, "register_agent_session", _create("c"))
-            assert signed_out == SIGN_IN_TEXT
+            assert signed_out == SIGN_IN_TEXT.format(state_path=store.path)
             await store.save_auth(token)  # another MCP server signs the owner in again
             again: dict[str, Any] = await call_ok(client, "register_agent_session", _create("d"))
             assert again["agent_session"]["session_id"]

@@ -129,3 +129,50 @@ async def test_cancelled_wait_returns_at_once_and_closes_the_poll(
                 assert trio.current_time() - start == 2
                 # The server is still serving: the next call works.
                 await call_ok(client, "read_messages", {"worker_id": worker_id})
+
+
+async def test_a_45_s_wait_survives_a_20_s_timeout_that_progress_resets(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Progress every 15 s keeps a host's 20 s reset-on-progress timeout from cutting the wait.
+
+    The SDK has a per-request timeout but no reset on progress; the host's
+    is this test's: a deadline 20 s ahead, moved on every progress notification.
+    """
+    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+    beats: list[tuple[float, float]] = []
+    async with Client(server) as client:
+        worker_id = await _worker(client)
+        started = trio.current_time()
+        with trio.CancelScope(deadline=started + 20) as host_timeout:
+
+            async def on_progress(
+                progress: float, total: float | None, message: str | None
+            ) -> None:
+                beats.append((trio.current_time() - started, progress))
+                host_timeout.deadline = trio.current_time() + 20
+
+            result = await client.call_tool(
+                "wait_for_messages",
+                {"worker_id": worker_id, "timeout": 45_000},
+                progress_callback=on_progress,
+            )
+        waited = trio.current_time() - started
+    assert not host_timeout.cancelled_caught
+    assert not result.is_error
+    assert waited == 45.0
+    # At 45 s the answer and a third beat are due together; either may come first.
+    assert beats[:2] == [(15.0, 1), (30.0, 2)]
+    assert beats[2:] in ([], [(45.0, 3)])
+
+
+async def test_without_a_progress_token_a_long_wait_still_answers(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """No ``_meta.progressToken``: the SDK sends no progress, and the wait is the same."""
+    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+    async with Client(server) as client:
+        worker_id = await _worker(client)
+        started = trio.current_time()
+        await call_ok(client, "wait_for_messages", {"worker_id": worker_id, "timeout": 45_000})
+    assert trio.current_time() - started == 45.0

@@ -30,7 +30,6 @@ from letagents_trio.workers import (
 from letagents_trio.workers._names import codename
 from letagents_trio.workers._records import prepare_operation
 from letagents_trio.workers._wire import (
-    ACCOUNT_UNVERIFIED_TEXT,
     BOTH_HANDLES_TEXT,
     CONTROLLER_TEXT,
     IN_PROGRESS_TEXT,
@@ -222,7 +221,9 @@ async def test_a_failed_account_lookup_is_not_cached(
     await seed_state(state_path)
     async with open_proc(fake_room.transport, state_path) as p:
         fake_room.on("GET", "/agents/me").respond(503, {"error": "Service unavailable"})
-        with pytest.raises(WorkerError, match=re.escape(ACCOUNT_UNVERIFIED_TEXT)):
+        with pytest.raises(
+            WorkerError, match=r"Could not verify your LetAgents account at \S+: HTTP 503"
+        ):
             await p.handles.register(room_id=ROOM, registration_key="a")
         await p.handles.register(room_id=ROOM, registration_key="a")
     assert requests(fake_room).count("GET /agents/me") == 2
@@ -565,8 +566,11 @@ async def test_a_hosted_room_needs_a_sign_in(
     async with open_proc(fake_room.transport, state_path, owner_token=None) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
-    assert str(caught.value) == SIGN_IN_TEXT
+    assert str(caught.value) == SIGN_IN_TEXT.format(state_path=state_path)
+    assert "LETAGENTS_TOKEN" in str(caught.value)
+    assert f"auth.token in {state_path}" in str(caught.value)
     assert fake_room.requests == []
+    assert not state_path.exists()  # noqa: ASYNC240 - a refused registration stored no worker
 
 
 async def test_a_damaged_state_file_is_refused_and_left_alone(

@@ -22,7 +22,6 @@ from letagents_trio import ApiError, HolderStatus, RoomUnreachable
 from letagents_trio.workers import WorkerError, WorkerRegistration
 from letagents_trio.workers._chat_storage import ChatStorage
 from letagents_trio.workers._wire import (
-    ACCOUNT_UNVERIFIED_TEXT,
     AMBIGUOUS_ROOM_TEXT,
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     CONNECTION_REPLACED_TEXT,
@@ -143,6 +142,11 @@ async def test_7_an_unverifiable_account_changes_nothing_and_sends_nothing(
         me.drop_after_commit(times=None)
     else:
         me.respond(200, {}, times=None)
+    causes = {
+        "503": "HTTP 503. The room is failing; retry once it answers again.",
+        "drop": "the room did not answer (",
+        "empty": "its answer named no account login. Check that the address is a letagents room",
+    }
     async with open_proc(fake_room.transport, path, chat_storage=chat_storage) as second:
         calls: list[dict[str, Any]] = [
             {"room_id": ROOM, "worker_id": reg.worker_id},
@@ -153,8 +157,10 @@ async def test_7_an_unverifiable_account_changes_nothing_and_sends_nothing(
             with pytest.raises(WorkerError) as caught:
                 await second.handles.register(**call)
             text = str(caught.value)
-            assert text == ACCOUNT_UNVERIFIED_TEXT
-            assert "Could not verify your LetAgents account" in text
+            assert text.startswith(
+                f"Could not verify your LetAgents account at http://room.test: {causes[failure]}"
+            )
+            assert text.endswith(" Saved worker identities have not been changed.")
             assert "same worker_id or registration_key" in text
             assert "Unknown worker_id" not in text
     assert read_bytes(path) == before

@@ -1,0 +1,124 @@
+"""Each quickstart of ``docs/quickstart.md`` runs exactly as the page shows it.
+
+The programs are taken from the page's ``code-block`` directives by their
+caption (the file name the page tells the reader to use), written to a
+temporary directory and run with this interpreter, as a reader would run
+them. Real clock, real processes; each run is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
+BLOCK = re.compile(
+    r"^```\{code-block\} (?P<language>\w+)\n:caption: (?P<name>\S+)\n\n(?P<code>.*?)^```$",
+    re.MULTILINE | re.DOTALL,
+)
+# Generous: each program starts a room (and the MCP one an MCP server) on a busy machine.
+BUDGET = 90
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform == "win32", reason="POSIX")]
+
+
+def quickstarts() -> dict[str, str]:
+    """Caption -> code, for every captioned block of the page."""
+    return {m["name"]: m["code"] for m in BLOCK.finditer(PAGE.read_text())}
+
+
+def write(directory: Path, name: str) -> Path:
+    path = directory / name
+    path.write_text(quickstarts()[name])
+    return path
+
+
+def test_the_page_has_the_three_quickstarts() -> None:
+    assert set(quickstarts()) == {
+        "mcp_quickstart.py",
+        "embed_quickstart.py",
+        "pyproject.toml",
+        "test_quickstart.py",
+    }
+
+
+async def test_the_mcp_host_quickstart(tmp_path: Path) -> None:
+    program = write(tmp_path, "mcp_quickstart.py")
+    with trio.fail_after(BUDGET):
+        result = await trio.run_process(
+            [sys.executable, str(program)],
+            cwd=tmp_path,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr.decode()
+    lines = result.stdout.decode().splitlines()
+    assert re.fullmatch(r"room: http://127\.0\.0\.1:\d+", lines[0])
+    assert lines[1:] == [
+        "registered Juniper",
+        "registered Cedar",
+        "Cedar reads: Juniper: hello, Cedar",
+        "the MCP server stopped: every exit announced",
+    ]
+
+
+async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
+    tmp_path: Path,
+) -> None:
+    program = write(tmp_path, "embed_quickstart.py")
+    with trio.fail_after(BUDGET):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-u", str(program)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        assert process.stderr is not None
+        output = b""
+        # Ctrl-C once both workers' connections are open (each prints "connection").
+        while output.count(b": connection\n") < 2:
+            chunk = await process.stdout.receive_some()
+            assert chunk, output.decode()
+            output += chunk
+        os.kill(process.pid, signal.SIGINT)
+        async for chunk in process.stdout:
+            output += chunk
+        errors = b"".join([chunk async for chunk in process.stderr])
+        status = await process.wait()
+    assert status == 0, errors.decode()
+    assert b"Traceback" not in errors
+    lines = output.decode().splitlines()
+    assert lines[0] == "holding Juniper and Cedar; press Ctrl-C to stop"
+    timed = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in lines[1:7]]
+    assert sorted(timed) == sorted(
+        f"{name}: {kind}"
+        for name in ("Juniper", "Cedar")
+        for kind in ("attempt", "open", "connection")
+    )
+    assert sorted(lines[7:9]) == ["exit of Cedar: recorded", "exit of Juniper: recorded"]
+    assert lines[9:] == ["stopped by Ctrl-C"]
+
+
+async def test_the_tester_quickstart(tmp_path: Path) -> None:
+    write(tmp_path, "pyproject.toml")
+    write(tmp_path, "test_quickstart.py")
+    with trio.fail_after(BUDGET):
+        result = await trio.run_process(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            cwd=tmp_path,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    out = result.stdout.decode()
+    assert result.returncode == 0, out
+    assert re.search(r"^2 passed in [\d.]+s$", out, re.MULTILINE), out

@@ -1,0 +1,115 @@
+"""Every failure a user can cause names its cause and the next step (issue 14).
+
+Over the MCP tools, as a host shows them: an unreachable room (its URL and the
+network error), a refused owner token (the variable or file it came from), no
+owner token at all (``LETAGENTS_TOKEN`` and the state file, and nothing
+stored), and a read without a session (called a read, not a write). The
+start-up refusals (an API URL that is not one, an unknown profile) are in
+``tests/mcp_server/test_config.py`` and, over a real process,
+``tests/e2e/test_commands.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx2
+import trio
+from mcp import Client
+
+from letagents_trio.mcp_server import ServerConfig, create_server
+from letagents_trio.workers import LocalStateStore
+
+from .helpers import ROOM, call_error, config_for
+
+if TYPE_CHECKING:
+    from letagents_trio.testing import FakeRoom
+
+RETRY = (
+    " Then retry with the same worker_id or registration_key."
+    " Saved worker identities have not been changed."
+)
+
+
+async def register_error(config: ServerConfig, transport: httpx2.AsyncBaseTransport) -> str:
+    with trio.fail_after(10):
+        async with Client(create_server(config, transport=transport)) as client:
+            return await call_error(
+                client, "register_agent_session", {"room_id": ROOM, "registration_key": "k"}
+            )
+
+
+async def test_an_unreachable_room_is_named_with_its_url_and_the_network_error(
+    tmp_path: Path,
+) -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("[Errno 111] Connection refused", request=request)
+
+    config = ServerConfig(api_url="http://127.0.0.1:9", token="t", state_path=tmp_path / "s.json")
+    text = await register_error(config, httpx2.MockTransport(refuse))
+    assert text == (
+        "Could not verify your LetAgents account at http://127.0.0.1:9: the room did not answer"
+        " (ConnectError: [Errno 111] Connection refused). Check that the room is running at that"
+        " address (the MCP server's LETAGENTS_API_URL)." + RETRY
+    )
+    assert not (tmp_path / "s.json").exists()
+
+
+async def test_a_refused_token_from_the_environment_names_letagents_token(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    env = {
+        "LETAGENTS_API_URL": fake_room.api_url,
+        "LETAGENTS_TOKEN": "not-the-owner-token",
+        "LETAGENTS_STATE_PATH": str(tmp_path / "s.json"),
+    }
+    text = await register_error(ServerConfig.from_env(env), fake_room.transport)
+    assert text == (
+        f"Could not verify your LetAgents account at {fake_room.api_url}: the room refused the"
+        " owner token (HTTP 401). The owner token came from LETAGENTS_TOKEN: replace it with a"
+        " valid owner token for this room and restart the MCP server." + RETRY
+    )
+    assert "not-the-owner-token" not in text
+
+
+async def test_a_refused_token_from_the_state_file_names_the_file(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    store = LocalStateStore(tmp_path / "s.json")
+    await store.save_auth("a-stale-stored-token")
+    env = {"LETAGENTS_API_URL": fake_room.api_url, "LETAGENTS_STATE_PATH": str(store.path)}
+    text = await register_error(ServerConfig.from_env(env), fake_room.transport)
+    assert f"The owner token came from auth.token of {store.path}: replace it" in text
+    assert "the room refused the owner token (HTTP 401)" in text
+
+
+async def test_no_token_names_the_variable_and_the_state_file_and_stores_nothing(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    state = tmp_path / "mcp-state.json"
+    text = await register_error(config_for(fake_room, tmp_path, token=None), fake_room.transport)
+    assert text == (
+        "Sign in before registering a worker in a hosted room: this MCP server has no owner"
+        " token. Set LETAGENTS_TOKEN to your owner token, or store it as auth.token in"
+        f" {state} (the Node letagents client's sign-in writes it there), then restart the MCP"
+        " server. Rooms marked local in the chat-storage settings need no sign-in."
+    )
+    assert not state.exists()
+    assert fake_room.requests == []
+
+
+async def test_a_read_without_a_session_is_refused_as_a_read(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    await fake_room.add_worker()  # the room exists
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server) as client:
+            for tool in ("read_messages", "wait_for_messages"):
+                text = await call_error(client, tool, {"room_id": ROOM})
+                assert text == (
+                    'API error 403: {"error":"Registered agent session credentials are'
+                    " required to read this room's messages.\"}"
+                ), tool
+                assert "write" not in text
