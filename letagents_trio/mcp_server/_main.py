@@ -36,7 +36,8 @@ Serve the letagents MCP tools on stdin/stdout for an MCP host.
 Configuration comes from the environment: LETAGENTS_API_URL, LETAGENTS_TOKEN,
 LETAGENTS_STATE_PATH, LETAGENTS_CHAT_STORAGE_SETTINGS_PATH,
 LETAGENTS_EXECUTION_PROFILE, LETAGENTS_POLL_MAX_MS (see docs/mcp-hosts.md).
-Stops on SIGINT, SIGTERM or stdin end, announcing every exit within 1.5 s.
+Stops on SIGINT, SIGTERM or stdin end, announcing every exit within 1.5 s;
+a second signal meanwhile changes nothing, a third forces an exit at once.
 """
 
 
