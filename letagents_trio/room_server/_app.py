@@ -97,7 +97,13 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     declared = _header(scope, b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    # ASCII digits only: "²".isdigit() holds, but int("²") raises.
+    if (
+        declared is not None
+        and declared.isascii()
+        and declared.isdigit()
+        and (len(declared) > len(str(limit)) or int(declared) > limit)
+    ):
         raise _BadRequest(413, "Request body is too large.")
     chunks: list[bytes] = []
     size = 0
@@ -115,14 +121,26 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 
 
 def _parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or 400.
+
+    Valid JSON that no rule can use is refused here too: integers past
+    Python's 4,300-digit conversion limit (``ValueError``), nesting past the
+    parser's depth (``RecursionError``), and lone surrogates (``"\\ud800"``
+    is valid JSON, but no store, log or answer can encode the string).
+    """
     if not raw.strip():
         return {}
     try:
         value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
         raise _BadRequest(400, "Request body must be valid JSON.") from None
     if not isinstance(value, dict):
         raise _BadRequest(400, "Request body must be a JSON object.")
+    if b"\\u" in raw or not raw.isascii():  # how a surrogate can get in (UTF-16 too)
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _BadRequest(400, "Request body must not contain lone surrogates.") from None
     return value
 
 
