@@ -137,14 +137,15 @@ class _BodyGate:
             # Full: the oldest body still arriving goes, never the newcomer. A
             # client sends its body right after the headers, so the oldest is
             # an attacker's; refusing newcomers would refuse everyone.
-            oldest, scope = next(iter(self.pending.items()))
+            oldest, victim = next(iter(self.pending.items()))
             del self.pending[oldest]
             self.evicted.add(oldest)
-            scope.cancel(reason="too many request bodies arriving")
-        key = id(scope := trio.CancelScope(deadline=trio.current_time() + self.timeout))
-        self.pending[key] = scope
+            victim.cancel(reason="too many request bodies arriving")
+        reading = trio.CancelScope(deadline=trio.current_time() + self.timeout)
+        key = id(reading)
+        self.pending[key] = reading
         try:
-            with scope:
+            with reading:
                 return await self._receive(receive)
             if key in self.evicted:
                 raise _BadRequest(503, "Too many request bodies are arriving; try again.")
