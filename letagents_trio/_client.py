@@ -15,6 +15,12 @@ What :class:`RoomClient` adds to plain HTTP (PROTOCOL §2, §5.7, §10):
   raised, so the next registration starts afresh instead of reusing it.
 * **Owner logout.** A 401 on an owner call (no worker credential anywhere in
   the request) clears the stored owner auth; a 401 on a worker call never does.
+* **Bounded answers.** Every call has a deadline (``call_timeout``, 30 s by
+  default; a long poll opts out with ``bounded=False`` and keeps its own),
+  asks for ``Accept-Encoding: identity`` and refuses an answer in any other
+  coding, and reads at most ``max_answer_bytes`` of body (a larger declared ``Content-Length`` is
+  refused unread). A room that never answers, or answers forever, costs a
+  bounded time and memory.
 * **Busy retries.** :meth:`RoomClient.call_when_free` retries a 503 after 1 s
   and then 2 s, or later when ``Retry-After`` asks for more (capped at 30 s).
 
@@ -28,10 +34,11 @@ import email.utils
 import hashlib
 import json
 import logging
+import math
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Protocol, final
 from urllib.parse import quote
@@ -136,6 +143,9 @@ class RoomClient:
         transport: an ``httpx2.AsyncBaseTransport`` to use instead of the network
             (for example :class:`letagents_trio.testing.StreamingASGITransport`).
         state: where ended sessions and owner logouts are recorded; None records nothing.
+        call_timeout: seconds one call may take, request to last body byte,
+            unless the call says ``bounded=False``.
+        max_answer_bytes: the largest answer body a call reads.
     """
 
     def __init__(
@@ -145,8 +155,16 @@ class RoomClient:
         owner_token: OwnerTokenSource = None,
         transport: httpx2.AsyncBaseTransport | None = None,
         state: StateHooks | None = None,
+        call_timeout: float = _protocol.CALL_TIMEOUT,
+        max_answer_bytes: int = _protocol.MAX_ANSWER_BYTES,
     ) -> None:
+        if not call_timeout > 0:
+            raise ValueError(f"call_timeout must be positive, got {call_timeout}")
+        if max_answer_bytes < 1:
+            raise ValueError(f"max_answer_bytes must be at least 1, got {max_answer_bytes}")
         self.api_url = api_url.rstrip("/")
+        self.call_timeout = call_timeout
+        self.max_answer_bytes = max_answer_bytes
         if callable(owner_token):
             self._owner_source: Callable[[], str | None] = owner_token
         else:
@@ -342,6 +360,7 @@ class RoomClient:
         *,
         json: object = None,
         session: AgentSession | None = None,
+        bounded: bool = True,
     ) -> Any:
         """Call the room API and return the parsed JSON answer (None for an empty body).
 
@@ -350,18 +369,26 @@ class RoomClient:
             path: a path under the API URL (``/rooms/…``), or a full URL.
             json: the JSON request body, if any.
             session: send this session's credentials in the session headers.
+            bounded: whether the client's ``call_timeout`` (30 s by default)
+                bounds the whole call, request to last body byte. False for a
+                call the caller bounds itself with a cancel scope, such as a
+                long poll that keeps its own deadline.
 
         Raises:
             ApiError: a non-2xx answer, after recording an ended session or an
                 owner logout as PROTOCOL §5.7 says.
-            RoomUnreachable: the request failed at the network level, or the
-                answer was not JSON.
+            RoomUnreachable: the request failed at the network level, no
+                answer came within the deadline, or the answer was not JSON,
+                was larger than ``max_answer_bytes`` or in a content coding.
 
         Cancellation:
-            A checkpoint. Cancelled while the request is in flight, the
-            connection is closed; the room may have acted on the request.
+            A checkpoint. Cancelled while the request is in flight (or past
+            its deadline), the connection is closed; the room may have acted
+            on the request.
         """
-        return await self._call(method, path, json=json, session=session, dedicated=False)
+        return await self._call(
+            method, path, json=json, session=session, dedicated=False, bounded=bounded
+        )
 
     async def _call(
         self,
@@ -371,18 +398,27 @@ class RoomClient:
         json: object,
         session: AgentSession | None,
         dedicated: bool,
+        bounded: bool = True,
     ) -> Any:
         url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
         content = None if json is None else _dumps(json)
         headers = self._headers(session, json_body=True)
+        headers["Accept-Encoding"] = _protocol.IDENTITY_ENCODING
         request = self._http.build_request(method, url, content=content, headers=headers)
-        try:
-            async with self._send(request, dedicated=dedicated) as response:
-                await response.aread()
-        except httpx2.RequestError as exc:
-            # TransportError, and DecodingError for a body that cannot be decoded.
-            raise RoomUnreachable(f"{method} {_path_of(url)} failed: {type(exc).__name__}") from exc
-        text = response.text
+        limit = self.call_timeout if bounded else math.inf
+        raw: bytes | None = None
+        with trio.move_on_after(limit):
+            try:
+                async with self._send(request, dedicated=dedicated) as response:
+                    raw = await self._read_answer(response, method, url)
+            except httpx2.RequestError as exc:
+                # TransportError, and DecodingError for a body that cannot be decoded.
+                raise RoomUnreachable(
+                    f"{method} {_path_of(url)} failed: {type(exc).__name__}"
+                ) from exc
+        if raw is None:
+            raise RoomUnreachable(f"{method} {_path_of(url)}: no answer within {limit:g} s")
+        text = raw.decode(response.encoding or "utf-8", errors="replace")
         if not response.is_success:
             await self._after_refusal(response.status_code, text, session, json)
             raise ApiError(
@@ -393,9 +429,47 @@ class RoomClient:
         if not text.strip():
             return None
         try:
-            return response.json()
-        except ValueError as exc:
+            return _loads(raw)
+        except (ValueError, RecursionError) as exc:
+            # RecursionError: nesting too deep for the parser is not an answer either.
             raise RoomUnreachable(f"{method} {_path_of(url)} answered with invalid JSON") from exc
+
+    async def _read_answer(self, response: httpx2.Response, method: str, url: str) -> bytes:
+        """The answer's body as sent, refused when encoded or larger than the cap."""
+        coding = response.headers.get("Content-Encoding", "").strip().lower()
+        if coding not in ("", _protocol.IDENTITY_ENCODING):
+            raise RoomUnreachable(
+                f"{method} {_path_of(url)} answered in a content coding it was not asked for"
+            )
+        cap = self.max_answer_bytes
+        declared = response.headers.get("Content-Length", "").strip()
+        if (
+            declared.isascii()
+            and declared.isdigit()
+            and (len(declared) > 18 or int(declared) > cap)
+        ):
+            raise self._too_large(method, url)
+        try:
+            ready = response.content  # a transport that hands over a body already read
+        except httpx2.ResponseNotRead:
+            pass
+        else:
+            if len(ready) > cap:
+                raise self._too_large(method, url)
+            return ready
+        body = bytearray()
+        async with aclosing(response.aiter_raw()) as chunks:
+            async for chunk in chunks:
+                body += chunk
+                if len(body) > cap:
+                    raise self._too_large(method, url)
+        return bytes(body)
+
+    def _too_large(self, method: str, url: str) -> RoomUnreachable:
+        return RoomUnreachable(
+            f"{method} {_path_of(url)} answered with a body larger than"
+            f" {self.max_answer_bytes} bytes; refused"
+        )
 
     async def call_when_free(
         self,
@@ -473,6 +547,10 @@ def _session_credentials(session: AgentSession | None, body: object) -> tuple[st
         if isinstance(sid, str) and sid and isinstance(token, str) and token:
             return sid, token
     return None
+
+
+def _loads(raw: bytes) -> Any:
+    return json.loads(raw)
 
 
 def _dumps(value: object) -> bytes:

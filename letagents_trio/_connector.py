@@ -150,11 +150,16 @@ class _SSENews:
             raise RoomUnreachable(f"process stream broke: {type(exc).__name__}") from exc
         connection_id: str | None = None
         ended = False
-        for event in self._decoder.feed(chunk):
-            if event.event == "open":
-                connection_id = _connection_id(event.data) or connection_id
-            elif event.event == _ENDED_EVENT:
-                ended = True
+        # The read was a checkpoint; one more between slices, so that one read
+        # that decodes to megabytes never holds the loop longer than one slice.
+        for step, events in enumerate(self._decoder.feed_slices(chunk)):
+            if step:
+                await trio.lowlevel.checkpoint()
+            for event in events:
+                if event.event == "open":
+                    connection_id = _connection_id(event.data) or connection_id
+                elif event.event == _ENDED_EVENT:
+                    ended = True
         ended = ended or self._decoder.event_type == _ENDED_EVENT
         # Ended is said once: the session is over, nothing after it is news.
         self._done = ended

@@ -55,6 +55,19 @@ BUSY_RETRY_MAX_DELAY: Final = 30.0
 # Finite connect timeout for every request; reads on the process stream are
 # unbounded because the holder owns silence.
 CONNECT_TIMEOUT: Final = 10.0
+# The deadline of one ordinary call, request to last body byte. The slowest
+# answer a room gives on purpose is a registration waiting for a name to come
+# free (at most 15.5 s) behind the registration lock (5 s); a long poll names
+# its own deadline instead (wait_for_messages: the poll plus a margin).
+CALL_TIMEOUT: Final = 30.0
+# The largest answer body a call reads. The largest a room sends on purpose is
+# a page of 200 messages of 64 Ki characters (about 13 MiB as ASCII, 75 MiB if
+# every character were JSON-escaped); anything larger is refused unread, so a
+# hostile answer costs at most this much memory.
+MAX_ANSWER_BYTES: Final = 96 * 1024 * 1024
+# Calls ask for this content coding: answers are read as sent, so a small
+# compressed body cannot inflate into gigabytes; any other coding is refused.
+IDENTITY_ENCODING: Final = "identity"
 
 # --- room server (server side) -----------------------------------------------
 

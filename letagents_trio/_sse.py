@@ -20,7 +20,9 @@ The algorithm, per :meth:`SSEDecoder.feed` call:
    ``str.splitlines`` would split on). A CR that ends a chunk has already
    ended its line; the decoder remembers it and drops an LF that begins the
    next non-empty text, so a CRLF split across chunks is one terminator, not
-   an extra empty line that would dispatch early. The text after the last
+   an extra empty line that would dispatch early. A run of three or more
+   terminators is decoded as two: the blank lines after the first dispatch
+   empty blocks, which change nothing. The text after the last
    terminator is the pending line, kept as a list of parts and joined once,
    when its terminator arrives.
 3. **Interpret each complete line** (F1-F10). Empty line: dispatch. ``:`` first:
@@ -69,6 +71,13 @@ Decisions the spec leaves open, or that are ours:
   cursor never points past an event the caller did not receive. After an error
   the decoder is unusable (further calls raise :class:`RuntimeError`); the
   caller ends the attempt and decodes the next response with a new decoder.
+- **Bounded work per step** (issue 13). :meth:`SSEDecoder.feed` does work
+  proportional to its chunk, and a chunk may be huge (a compressed body
+  inflates 64 KB on the wire into tens of megabytes of blank lines, tens of
+  millions of dispatches). :meth:`SSEDecoder.feed_slices` feeds a chunk in
+  slices of at most ``FEED_SLICE_BYTES`` and yields each slice's events, so an
+  async caller checkpoints between slices: no single step decodes more than
+  one slice, whatever arrives in one read. Each slice is an atomic feed.
 - **Cursor seeding.** A new decoder may be seeded with the previous response's
   :attr:`~SSEDecoder.last_event_id`, as browsers do: events of the new response
   that carry no ``id`` then keep the cursor instead of clearing it.
@@ -82,7 +91,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final, final
 
 import attrs
@@ -90,7 +99,19 @@ import attrs
 from ._errors import StreamProtocolError
 from ._protocol import EVENT_STREAM, MAX_EVENT_BYTES
 
-__all__ = ["MAX_RECONNECTION_TIME_MS", "SSEDecoder", "ServerSentEvent", "is_event_stream"]
+__all__ = [
+    "FEED_SLICE_BYTES",
+    "MAX_RECONNECTION_TIME_MS",
+    "SSEDecoder",
+    "ServerSentEvent",
+    "is_event_stream",
+]
+
+# The most bytes one step of feed_slices decodes: at worst 9,000 tiny events,
+# tens of milliseconds of Python, as large as a usual read, so a caller that
+# checkpoints between slices keeps its event loop responsive whatever one read
+# returns, and ordinary reads (one slice) cost no extra checkpoint.
+FEED_SLICE_BYTES: Final = 64 * 1024
 
 # The largest reconnection time a `retry:` field can set: 2**31 - 1 ms (about
 # 24.8 days) is the longest delay a browser timer accepts; longer is nonsense.
@@ -101,6 +122,12 @@ _MAX_RETRY_DIGITS: Final = len(str(MAX_RECONNECTION_TIME_MS))
 
 # The three line terminators of §9.2.5 (L1); CRLF first so it counts once.
 _LINE_END: Final = re.compile(r"\r\n|\r|\n")
+
+# Three or more line ends in a row: every blank line after the first dispatches
+# an empty block, which changes nothing (E2), so a run is decoded as two (a
+# stream of nothing but newlines costs one regex pass, not one loop per line).
+_BLANK_RUN: Final = re.compile(r"(?:\r\n|\r|\n){3,}")
+_LF_RUN: Final = re.compile(r"\n{3,}")
 
 # Characters an id (or a seed) cannot hold: NUL is refused by the spec (F8);
 # CR and LF end lines, so no parsed id holds them and no seed may.
@@ -275,7 +302,14 @@ class SSEDecoder:
             return []
         if text[-1] == "\r":
             self._after_cr = True
-        lines = _LINE_END.split(text) if "\r" in text else text.split("\n")
+        if "\r" in text:
+            if _BLANK_RUN.search(text):
+                text = _BLANK_RUN.sub("\n\n", text)
+            lines = _LINE_END.split(text)
+        else:
+            if "\n\n\n" in text:
+                text = _LF_RUN.sub("\n\n", text)
+            lines = text.split("\n")
         rest = lines.pop()
         saved = (self._last_event_id, self._reconnection_time)
         try:
@@ -290,6 +324,33 @@ class SSEDecoder:
             self._finish("failed")
             raise
         return events
+
+    def feed_slices(
+        self, chunk: bytes, *, slice_bytes: int = FEED_SLICE_BYTES
+    ) -> Iterator[list[ServerSentEvent]]:
+        """Feed ``chunk`` in slices of at most ``slice_bytes``, yielding each slice's events.
+
+        For async callers: checkpoint between the lists it yields, so that a
+        huge chunk never costs more than one slice of work without a
+        checkpoint. A chunk no longer than one slice is one :meth:`feed`.
+
+        Args:
+            chunk: the next bytes of the body.
+            slice_bytes: the most bytes fed at once (at least 1).
+
+        Yields:
+            The events each slice dispatched (maybe empty), in stream order.
+
+        Raises:
+            StreamProtocolError, RuntimeError: as :meth:`feed`, from the slice
+                that broke the rule; the events of earlier slices were
+                already yielded.
+        """
+        if slice_bytes < 1:
+            raise ValueError(f"slice_bytes must be at least 1, got {slice_bytes}")
+        view = memoryview(chunk)
+        for start in range(0, max(len(view), 1), slice_bytes):
+            yield self.feed(bytes(view[start : start + slice_bytes]))
 
     def close(self) -> list[ServerSentEvent]:
         """End of stream: discard the incomplete event and the pending line (E4).

@@ -26,6 +26,7 @@ from letagents_trio import (
     StreamProtocolError,
 )
 from letagents_trio._connector import classify_status
+from letagents_trio._sse import FEED_SLICE_BYTES
 from letagents_trio.testing import open_streaming_transport
 
 if TYPE_CHECKING:
@@ -311,6 +312,34 @@ async def test_a_line_longer_than_the_limit_is_a_protocol_error() -> None:
             assert await anext(stream) == StreamNews()
             with pytest.raises(StreamProtocolError):
                 await anext(stream)
+
+
+async def test_a_huge_chunk_is_decoded_with_a_checkpoint_per_slice() -> None:
+    """Issue 13 row 1: one read that holds 1 MiB of blank lines (what 1 KB of
+    gzip inflates to) must not hold trio's loop for the whole decode: another
+    task runs between slices."""
+    chunk = b"\n" * (1024 * 1024)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    with trio.fail_after(10):
+        async with (
+            connector_for(scripted_app([b": hi\n\n", chunk], then="hold")) as connector,
+            connector.open(SESSION) as stream,
+            trio.open_nursery() as nursery,
+        ):
+            assert await anext(stream) == StreamNews()
+            nursery.start_soon(ticker)
+            await trio.lowlevel.checkpoint()
+            before = ticks
+            assert await anext(stream) == StreamNews()
+            assert ticks - before >= 1024 * 1024 // FEED_SLICE_BYTES - 1
+            nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(

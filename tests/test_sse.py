@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from letagents_trio import StreamProtocolError
 from letagents_trio._protocol import MAX_EVENT_BYTES
 from letagents_trio._sse import (
+    FEED_SLICE_BYTES,
     MAX_RECONNECTION_TIME_MS,
     ServerSentEvent,
     SSEDecoder,
@@ -684,3 +685,41 @@ def test_event_type_shows_the_block_being_built() -> None:
     assert decoder.event_type == "ended"
     decoder.feed(b"ta: {}\n\n")
     assert decoder.event_type == ""
+
+
+# --- bounded work per step (issue 13, row 1) -------------------------------------------
+
+
+@given(
+    stream=st.lists(st.sampled_from([b"data: \xc3\xa9", b"\r", b"\n", b"id: 7", b":c", b"x"])),
+    slice_bytes=st.integers(1, 9),
+)
+def test_feed_slices_decodes_as_one_feed(stream: list[bytes], slice_bytes: int) -> None:
+    """Slicing changes the steps, never the events, the cursor or the retry."""
+    body = b"".join(stream)
+    whole = decode([body])
+    decoder = SSEDecoder()
+    events = [e for step in decoder.feed_slices(body, slice_bytes=slice_bytes) for e in step]
+    decoder.close()
+    assert Outcome(tuple(events), decoder.last_event_id, decoder.reconnection_time) == whole
+
+
+def test_feed_slices_bounds_each_step_of_a_huge_chunk() -> None:
+    """1 MiB of tiny events (a gzip bomb inflates to far more) is 16 steps,
+    none decoding more than FEED_SLICE_BYTES; one feed would do it all at once."""
+    decoder = SSEDecoder()
+    chunk = b"data: x\n\n" * (128 * 1024)
+    steps = 0
+    events = 0
+    for step in decoder.feed_slices(chunk):
+        steps += 1
+        events += len(step)
+        assert len(step) <= FEED_SLICE_BYTES // len(b"data: x\n\n") + 1
+    assert steps == len(chunk) // FEED_SLICE_BYTES
+    assert events == 128 * 1024
+
+
+def test_feed_slices_of_an_empty_chunk_is_one_empty_step() -> None:
+    assert list(SSEDecoder().feed_slices(b"")) == [[]]
+    with pytest.raises(ValueError, match="slice_bytes"):
+        list(SSEDecoder().feed_slices(b"x", slice_bytes=0))

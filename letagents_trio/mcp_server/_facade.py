@@ -29,7 +29,6 @@ import functools
 import hmac
 import json
 import logging
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, final
@@ -256,8 +255,14 @@ async def call_as(
         if state.handles.is_local_room(room):
             return room, session, await local(room, session)
         path = f"/rooms/{encode_room_path(room)}/{route}"
-        limit = math.inf if abort_ms is None else abort_ms / 1000
-        with trio.move_on_after(limit) as scope:
+        if abort_ms is None:  # an ordinary call: the client's own deadline
             return room, session, await state.client.call(method, path, json=body, session=session)
+        # A long poll keeps its own deadline, instead of the client's.
+        with trio.move_on_after(abort_ms / 1000) as scope:
+            return (
+                room,
+                session,
+                await state.client.call(method, path, json=body, session=session, bounded=False),
+            )
     assert scope.cancelled_caught
     raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")

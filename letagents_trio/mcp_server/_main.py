@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="letagents-trio mcp",
         description=(
             "Serve the letagents MCP tools on stdin/stdout for an MCP host.\n"
-            "Stops on SIGINT, SIGTERM or stdin end, announcing every exit within 1.5 s."
+            "Stops on SIGINT, SIGTERM or stdin end, announcing every exit within 1.5 s;\n"
+            "a second signal meanwhile changes nothing, a third forces an exit at once."
         ),
         epilog=(
             f"environment (read once at start-up):\n{rows}\n\n"

@@ -21,7 +21,10 @@ database.
 * stdin is read by trio (:func:`claim_stdin`), so every wait is cancellable;
   stdout is the SDK's (diverted to stderr for anything but protocol);
 * SIGINT and SIGTERM cancel the serving scope: the dispatcher stops taking
-  calls and cancels those in flight, then the lifespan unwinds as above;
+  calls and cancels those in flight, then the lifespan unwinds as above. The
+  signal receiver stays open until the goodbye is over, so a second signal
+  (a host, or a user, pressing Ctrl-C again) is logged and changes nothing;
+  a third forces an exit at once, 128 + its number, and says so;
 * stdin at end of file (the host closed it) ends the SDK's read loop, which
   cancels in-flight calls and leaves the lifespan the same way.
 
@@ -33,10 +36,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final, cast, final
+from typing import TYPE_CHECKING, Any, Final, NoReturn, cast, final
 
 import trio
 from mcp.server.mcpserver import MCPServer
@@ -76,6 +80,11 @@ READINESS_URI: Final = "letagents://runtime/readiness"
 READINESS_RESOURCE_NAME: Final = "runtime_readiness"
 # The signals a host stops its MCP server with.
 SHUTDOWN_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+# The signal that forces an exit without waiting for the goodbye (the first
+# stops, the second is patience, the third is an order), as servers commonly do.
+FORCE_EXIT_SIGNAL_COUNT: Final = 3
+# Exit status of a forced exit: the shell's 128 + signal number.
+SIGNAL_EXIT_BASE: Final = 128
 
 
 def readiness_text(config: ServerConfig) -> str:
@@ -193,26 +202,53 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
             cancellation (shielded, within the exit deadline).
         """
         lowlevel = self._lowlevel_server
-        async with lowlevel.lifespan(lowlevel) as state, trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
-            with claim_stdin() as stdin:
-                async with stdio_server(stdin=cast("Any", stdin)) as (read_stream, write_stream):
-                    await serve_dual_era_loop(
-                        lowlevel,
-                        read_stream,
-                        write_stream,
-                        lifespan_state=state,
-                        init_options=lowlevel.create_initialization_options(),
-                    )
-            logger.info("stdin closed: stopping")
-            nursery.cancel_scope.cancel(reason="stdin closed")
+        # The receiver outlives the lifespan: while the goodbye runs, further
+        # signals are counted here instead of reaching trio's default
+        # KeyboardInterrupt (or the default SIGTERM action, which kills).
+        with trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
+            async with trio.open_nursery() as watching:
+                serving = trio.CancelScope()
+                watching.start_soon(_watch_signals, signals, serving)
+                async with lowlevel.lifespan(lowlevel) as state:
+                    with serving:
+                        with claim_stdin() as stdin:
+                            async with stdio_server(stdin=cast("Any", stdin)) as (
+                                read_stream,
+                                write_stream,
+                            ):
+                                await serve_dual_era_loop(
+                                    lowlevel,
+                                    read_stream,
+                                    write_stream,
+                                    lifespan_state=state,
+                                    init_options=lowlevel.create_initialization_options(),
+                                )
+                        logger.info("stdin closed: stopping")
+                watching.cancel_scope.cancel(reason="the goodbye is over")
 
 
-async def _stop_on_signal(scope: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
-        async for signum in signals:
-            logger.info("%s received: stopping", signal.Signals(signum).name)
-            scope.cancel(reason=f"{signal.Signals(signum).name} received")
+async def _watch_signals(signals: AsyncIterator[int], serving: trio.CancelScope) -> None:
+    """The first signal cancels ``serving``; the second is logged; the third forces an exit."""
+    count = 0
+    async for signum in signals:
+        count += 1
+        name = signal.Signals(signum).name
+        if count == 1:
+            logger.info("%s received: stopping", name)
+            serving.cancel(reason=f"{name} received")
+        elif count < FORCE_EXIT_SIGNAL_COUNT:
+            logger.warning(
+                "%s received: goodbye in progress (announcing exits); signal again to force",
+                name,
+            )
+        else:
+            logger.warning("%s received: forcing an exit before every exit is announced", name)
+            _force_exit(SIGNAL_EXIT_BASE + signum)
+
+
+def _force_exit(code: int) -> NoReturn:  # pragma: no cover - ends the process
+    logging.shutdown()
+    os._exit(code)
 
 
 def create_server(

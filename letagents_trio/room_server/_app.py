@@ -7,9 +7,14 @@ token from the ``X-LetAgents-Agent-Session-*`` headers, or from the JSON body's
 one ``Room`` method and renders its :class:`Reply`.
 
 Bad input never reaches the rules: a body over ``config.max_body_bytes``
-answers 413, malformed JSON or a non-object 400, an unknown path 404, a known
-path with the wrong method 405; and an unexpected exception is logged and
-answered 500 (a bug, never a reaction to input).
+answers 413 (after the rest of it was read and dropped, when that is short),
+a body still arriving ``config.body_timeout`` after its headers 408, the
+oldest body still arriving when ``config.max_pending_bodies`` more arrive 503
+(so slow-body attackers cannot hold every file descriptor, nor lock
+legitimate clients out), malformed JSON, a non-object,
+an integer past Python's digit limit or a lone surrogate 400, an unknown path
+404, a known path with the wrong method 405; and an unexpected exception is
+logged and answered 500 (a bug, never a reaction to input).
 
 Room ids may contain ``/`` (``owner/repo``): each ``/``-separated segment is
 percent-decoded on its own, and a pattern's ``{room+}`` takes every segment
@@ -57,6 +62,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # A process-stream write that cannot be handed on within this long means the
 # consumer stopped reading: drop it (upstream's SSE drain timeout).
 SSE_DRAIN_TIMEOUT: Final = 10.0
+# A body over the limit is read to its end (and dropped) before the 413 when it
+# ends within this many times the limit; a longer one is answered mid-body.
+DRAIN_FACTOR: Final = 4
 # Response headers of the process stream, exactly as upstream sends them (§3).
 PROCESS_STREAM_HEADERS: Final = (
     (b"content-type", b"text/event-stream"),
@@ -95,34 +103,98 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    declared = _header(scope, b"content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BadRequest(413, "Request body is too large.")
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _BadRequest(400, "Client went away.")
-        chunk = bytes(message.get("body", b""))
-        size += len(chunk)
-        if size > limit:
+@final
+@attrs.define(eq=False)
+class _BodyGate:
+    """How request bodies are read: a size limit, a deadline, and a room-wide count.
+
+    A body over ``limit`` answers 413, but only once the rest of it has been
+    read and dropped (up to ``DRAIN_FACTOR`` times the limit, within the same
+    deadline): answering mid-body left the server writing the answer while
+    the client still wrote the body, which hypercorn logged as a
+    ``BusyResourceError``.
+    """
+
+    limit: int
+    timeout: float
+    max_pending: int
+    # The bodies arriving now, oldest first, each read's cancel scope.
+    pending: dict[int, trio.CancelScope] = attrs.field(factory=dict)
+    evicted: set[int] = attrs.field(factory=set)
+
+    async def read(self, scope: Scope, receive: Receive) -> bytes:
+        declared = _header(scope, b"content-length")
+        drain_limit = DRAIN_FACTOR * self.limit
+        # ASCII digits only: "²".isdigit() holds, but int("²") raises.
+        if (
+            declared is not None
+            and declared.isascii()
+            and declared.isdigit()
+            and (len(declared) > len(str(drain_limit)) or int(declared) > drain_limit)
+        ):
             raise _BadRequest(413, "Request body is too large.")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+        while len(self.pending) >= self.max_pending:
+            # Full: the oldest body still arriving goes, never the newcomer. A
+            # client sends its body right after the headers, so the oldest is
+            # an attacker's; refusing newcomers would refuse everyone.
+            oldest, victim = next(iter(self.pending.items()))
+            del self.pending[oldest]
+            self.evicted.add(oldest)
+            victim.cancel(reason="too many request bodies arriving")
+        reading = trio.CancelScope(deadline=trio.current_time() + self.timeout)
+        key = id(reading)
+        self.pending[key] = reading
+        try:
+            with reading:
+                return await self._receive(receive)
+            if key in self.evicted:
+                raise _BadRequest(503, "Too many request bodies are arriving; try again.")
+            raise _BadRequest(408, "Request body took too long to arrive.")
+        finally:
+            self.pending.pop(key, None)
+            self.evicted.discard(key)
+
+    async def _receive(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _BadRequest(400, "Client went away.")
+            chunk = bytes(message.get("body", b""))
+            size += len(chunk)
+            more = bool(message.get("more_body", False))
+            if size > self.limit:
+                if more and size <= DRAIN_FACTOR * self.limit:
+                    chunks.clear()  # read the rest and drop it, then answer
+                    continue
+                raise _BadRequest(413, "Request body is too large.")
+            chunks.append(chunk)
+            if not more:
+                return b"".join(chunks)
 
 
 def _parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or 400.
+
+    Valid JSON that no rule can use is refused here too: integers past
+    Python's 4,300-digit conversion limit (``ValueError``), nesting past the
+    parser's depth (``RecursionError``), and lone surrogates (``"\\ud800"``
+    is valid JSON, but no store, log or answer can encode the string).
+    """
     if not raw.strip():
         return {}
     try:
         value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
         raise _BadRequest(400, "Request body must be valid JSON.") from None
     if not isinstance(value, dict):
         raise _BadRequest(400, "Request body must be a JSON object.")
+    if b"\\u" in raw or not raw.isascii():  # how a surrogate can get in (UTF-16 too)
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _BadRequest(400, "Request body must not contain lone surrogates.") from None
     return value
 
 
@@ -167,20 +239,20 @@ async def _watch_disconnect(receive: Receive, on_disconnect: Callable[[], None])
 @final
 @attrs.frozen
 class _Request:
-    """One matched request: the ASGI triple, the path's parameters and the body limit."""
+    """One matched request: the ASGI triple, the path's parameters and the body gate."""
 
     scope: Scope
     receive: Receive
     send: Send
     params: Mapping[str, str]
-    limit: int
+    gate: _BodyGate
 
     def query(self, name: str) -> str | None:
         found = parse_qs(bytes(self.scope.get("query_string", b"")).decode("latin-1"))
         return found.get(name, [None])[0]
 
     async def body(self) -> dict[str, Any]:
-        return _parse_json(await _read_body(self.scope, self.receive, self.limit))
+        return _parse_json(await self.gate.read(self.scope, self.receive))
 
     def credentials(self, body: Mapping[str, Any] | None = None) -> Credentials:
         return _credentials(self.scope, body)
@@ -355,7 +427,8 @@ def create_app(room: Room) -> ASGIApp:
     Returns:
         An ASGI 3 application; it also answers the lifespan protocol.
     """
-    limit = room.config.max_body_bytes
+    config = room.config
+    gate = _BodyGate(config.max_body_bytes, config.body_timeout, config.max_pending_bodies)
     routes = _routes(room)
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
@@ -371,7 +444,7 @@ def create_app(room: Room) -> ASGIApp:
                     status=405, body={"error": "Method not allowed"}, headers={"Allow": allow}
                 )
             else:
-                answer = handler(_Request(scope, receive, send, params, limit))
+                answer = handler(_Request(scope, receive, send, params, gate))
                 reply = await answer if inspect.isawaitable(answer) else answer
             if reply is not None:
                 await _send_reply(send, reply)

@@ -36,6 +36,9 @@ from ._store import MemoryStore, RoomStore, SQLiteStore
 __all__ = ["DEFAULT_DB_PATH", "build_parser", "main"]
 
 DEFAULT_DB_PATH: Final = Path("~/.letagents/room.sqlite3")
+# The database's folder when we create it (and our default folder always):
+# owner-only, so no other local user can list or read the room's files.
+DB_FOLDER_MODE: Final = 0o700
 DEV_LOGIN: Final = "dev"
 
 
@@ -110,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = MemoryStore()
     else:
         path = (args.db or DEFAULT_DB_PATH).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=DB_FOLDER_MODE, parents=True, exist_ok=True)
+        if args.db is None:  # our own folder: owner-only even if an older run made it 0755
+            path.parent.chmod(DB_FOLDER_MODE)
         store = SQLiteStore(path)
         sys.stderr.write(f"room database: {path}\n")
     room = Room(store=store, owner_tokens=owner_tokens, config=RoomConfig.from_env())

@@ -27,13 +27,28 @@ from .._protocol import (
 )
 from ..workers._names import MAX_DISPLAY_NAME_COLLISION_OFFSET
 
-__all__ = ["LIVENESS_SWEEP_INTERVAL", "MAX_BODY_BYTES", "RoomConfig"]
+__all__ = [
+    "BODY_TIMEOUT",
+    "LIVENESS_SWEEP_INTERVAL",
+    "MAX_BODY_BYTES",
+    "MAX_PENDING_BODIES",
+    "RoomConfig",
+]
 
 # Liveness notices are due at minute granularity (§7.5): sweeping once a minute
 # posts each within a minute of its moment, for one pass over the sessions.
 LIVENESS_SWEEP_INTERVAL: Final = 60.0
 # No request of the room API needs more than a MiB; larger bodies answer 413.
 MAX_BODY_BYTES: Final = 1024 * 1024
+# A request body (at most a MiB) that has not fully arrived this long after its
+# headers is an attacker holding a connection open: answer 408 and close.
+BODY_TIMEOUT: Final = 10.0
+# Requests whose bodies are still arriving, at most, room-wide: over this the
+# oldest is answered 503 and its connection closed, so slow-body attackers
+# cannot take every file descriptor. Clients send a body right after its
+# headers, so a legitimate request is counted for a moment only; completed
+# requests (process streams, polls) are never counted.
+MAX_PENDING_BODIES: Final = 256
 
 
 @final
@@ -52,6 +67,9 @@ class RoomConfig:
         registration_lock_timeout: seconds a registration waits for the
             room's registration lock before answering 503 busy (5 s).
         max_body_bytes: request bodies above this answer 413.
+        body_timeout: seconds a request body may take to arrive (408 after).
+        max_pending_bodies: request bodies that may be arriving at once; one
+            more evicts the oldest (503).
         max_name_offset: the last codename offset a registration scans
             (upstream's 1 024); a test may lower it to reach "exhausted".
     """
@@ -63,6 +81,8 @@ class RoomConfig:
     liveness_sweep_interval: float = LIVENESS_SWEEP_INTERVAL
     registration_lock_timeout: float = REGISTRATION_LOCK_TIMEOUT
     max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout: float = BODY_TIMEOUT
+    max_pending_bodies: int = MAX_PENDING_BODIES
     max_name_offset: int = MAX_DISPLAY_NAME_COLLISION_OFFSET
 
     @classmethod

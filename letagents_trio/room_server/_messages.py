@@ -93,7 +93,7 @@ def parse_cursor(after: str | None) -> int:
     """The message id a read starts after (0 when none), or refuse 400."""
     if after is None or after == "":
         return 0
-    if not after.isdigit() or len(after) > _MAX_CURSOR_DIGITS:
+    if not (after.isascii() and after.isdigit()) or len(after) > _MAX_CURSOR_DIGITS:
         refuse(400, BAD_CURSOR_TEXT)
     return int(after)
 
@@ -102,7 +102,7 @@ def parse_page_size(limit: str | None) -> int:
     """The page size asked for, clamped to 1 … :data:`MAX_MESSAGE_PAGE`, or refuse 400."""
     if not limit:
         return DEFAULT_MESSAGE_PAGE
-    if not limit.isdigit():
+    if not (limit.isascii() and limit.isdigit()):  # "¹".isdigit() holds; int("¹") raises
         refuse(400, BAD_LIMIT_TEXT)
     return max(1, min(int(limit[:6]), MAX_MESSAGE_PAGE))
 
@@ -111,6 +111,8 @@ def parse_wait_ms(wait_ms: str | None) -> float:
     """The poll timeout asked for in ms (30 000 when none), or refuse 400; not yet capped."""
     if not wait_ms:
         return DEFAULT_POLL_TIMEOUT_MS
+    if not wait_ms.isascii():  # float() reads fullwidth "１" as 1; JavaScript's Number does not
+        refuse(400, BAD_TIMEOUT_TEXT)
     try:
         wait = float(wait_ms)
     except ValueError:

@@ -30,7 +30,7 @@ from ._app import create_app
 if TYPE_CHECKING:
     from ._room import Room
 
-__all__ = ["GRACEFUL_TIMEOUT", "SHUTDOWN_TIMEOUT", "serve_room"]
+__all__ = ["GRACEFUL_TIMEOUT", "PRE_REQUEST_TIMEOUT", "SHUTDOWN_TIMEOUT", "serve_room"]
 
 logger = logging.getLogger("letagents_trio.room_server")
 
@@ -40,6 +40,13 @@ LISTEN_BACKLOG: Final = 4096
 GRACEFUL_TIMEOUT: Final = 2.0
 # The whole stop never takes longer than this, whatever a connection does.
 SHUTDOWN_TIMEOUT: Final = 5.0
+# A connection that has not sent a complete request head this long after it
+# opened (or after its last answer) is closed: hypercorn's keep-alive timeout,
+# which covers idle and slow-header connections alike. Bodies have their own
+# deadline in the app (RoomConfig.body_timeout). hypercorn's read_timeout stays
+# None: it bounds every read of a connection, so it would cut the process
+# streams and long polls, whose clients rightly send nothing while they wait.
+PRE_REQUEST_TIMEOUT: Final = 5.0
 
 
 async def _run_hypercorn(
@@ -95,6 +102,7 @@ async def serve_room(
     # A process restarting with thousands of sessions reconnects them all at
     # once; hypercorn's default backlog (100) would drop most of those SYNs.
     config.backlog = LISTEN_BACKLOG
+    config.keep_alive_timeout = PRE_REQUEST_TIMEOUT
     config.accesslog = None
     config.errorlog = logging.getLogger("letagents_trio.room_server.http")
     stop = trio.Event()

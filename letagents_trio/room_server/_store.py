@@ -21,7 +21,9 @@ Session tokens are never stored: only their SHA-256 (``token_hash``).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, final
@@ -44,6 +46,9 @@ __all__ = [
     "SessionRow",
     "TaskRow",
 ]
+
+# The database file (and so its WAL and SHM files): owner-only.
+DB_FILE_MODE: Final = 0o600
 
 
 @final
@@ -395,6 +400,13 @@ class SQLiteStore:
     _db: sqlite3.Connection = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        # Owner-only, whatever the umask: the database holds messages and
+        # session tokens. SQLite creates the -wal and -shm files with the
+        # database file's mode; any left from an older run are tightened too.
+        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, DB_FILE_MODE))
+        for name in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f"{self.path}{name}", DB_FILE_MODE)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

@@ -202,7 +202,12 @@ class StreamRegistry:
             return refusal.reply
         connection_id = body.get("process_connection_id")
         given = connection_id if isinstance(connection_id, str) and connection_id else None
-        row = exit_recorded(self.store.get_session(session_id), given, self.clock.now_ms())
+        stored = self.store.get_session(session_id)
+        if stored is not None and stored.process_connection_id == AGENT_PROCESS_EXITED:
+            # A replay (a retry after a lost answer, or anyone holding the
+            # session's credentials): the first exit stands, its time with it.
+            return Reply(status=200, body={"recorded": False, "already_recorded": True})
+        row = exit_recorded(stored, given, self.clock.now_ms())
         if row is not None:
             self.store.put_session(row)
         return Reply(status=200, body={"recorded": row is not None})

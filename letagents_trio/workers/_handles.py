@@ -453,7 +453,7 @@ class WorkerHandles:
         runtime: str | None = None,
         cwd: str | None = None,
     ) -> WorkerRegistration:
-        """Register a session of this process, not a durable worker (§5.8; the rules are in ``workers/_legacy.py``).
+        """Register a session of this process, not a durable worker (§5.8, ``_legacy.py``).
 
         Under a supervisor (``owner_mode`` false) nothing is sent: the answer is
         the session it recorded as the room's current one. ``worker_id`` is ``""``.

@@ -10,7 +10,8 @@ Reading needs no lock. Every write replaces the whole file by a rename, so a
 reader sees the old file or the new one, never a mix. Three outcomes:
 
 * the file is missing: an empty state, *complete* (nothing was ever stored);
-* it cannot be read, is not valid JSON, or is not a JSON object: an empty
+* it cannot be read, is not valid JSON, is nested deeper than the parser or
+  the writer can go, or is not a JSON object: an empty
   state, *incomplete*. Nothing is ever written over such a file; every write
   path raises :class:`StateUnavailable` so the user can restore it;
 * otherwise the object, with every key kept, known or not.
@@ -263,8 +264,12 @@ class LocalStateStore:
             return StateSnapshot(data={}, complete=False, problem=f"unreadable: {exc}")
         try:
             data = decode_json(raw)
+            encode_json(data if isinstance(data, dict) else {})  # every writer must manage it
         except (UnicodeDecodeError, ValueError) as exc:
             return StateSnapshot(data={}, complete=False, problem=f"not valid JSON: {exc}")
+        except RecursionError:
+            # Valid JSON, but nested deeper than the parser or the writer can go.
+            return StateSnapshot(data={}, complete=False, problem="nested too deeply")
         if not isinstance(data, dict):
             return StateSnapshot(
                 data={}, complete=False, problem=f"not a JSON object but {json_type(data)}"

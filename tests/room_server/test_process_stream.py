@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -310,6 +311,37 @@ async def test_exit_without_id_needs_a_closed_connection(
     await trio.testing.wait_all_tasks_blocked()
     r = await client.post(exit_path(session), json=dict(body, process_connection_id=""))
     assert r.json() == {"recorded": True}
+
+
+@pytest.mark.parametrize("replayed_id", ["the same", None])
+async def test_a_replayed_exit_changes_nothing_and_says_so(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    replayed_id: str | None,
+) -> None:
+    """Issue 13 row 15. Before: a replay (null id) answered ``recorded: true``
+    again and moved the exit time forward. After: the first exit stands."""
+    session = await registered(client, registration())
+    async with open_process(client, session) as reader:
+        connection_id = await open_frames(reader)
+    await trio.testing.wait_all_tasks_blocked()
+    headers = session_headers(session)
+    body = exit_body(session, connection_id)
+    r = await client.post(exit_path(session), json=body, headers=headers)
+    assert r.json() == {"recorded": True}
+
+    def exit_fields() -> tuple[object, ...]:
+        row = room.session(session["session_id"])
+        assert row is not None
+        return (row.process_connection_id, row.process_seen_at, row.process_disconnected_at)
+
+    first = exit_fields()
+    await trio.sleep(60)
+    replay = exit_body(session, connection_id if replayed_id else None)
+    r = await client.post(exit_path(session), json=replay, headers=headers)
+    assert (r.status_code, r.json()) == (200, {"recorded": False, "already_recorded": True})
+    assert exit_fields() == first
 
 
 async def test_exit_for_another_session_is_403(

@@ -148,6 +148,9 @@ DAMAGED = {
     "nan": b'{"x": NaN}\n',
     "bad utf-8": b'{"x": "\xff"}\n',
     "bom": b'\xef\xbb\xbf{"x": 1}\n',
+    # Issue 13 row 11: RecursionError escaped read(), auth(), update() ...
+    "nested 2,000 deep": b'{"x": ' + b"[" * 2000 + b"]" * 2000 + b"}\n",
+    "nested 900 deep": b'{"x": ' + b"[" * 900 + b"]" * 900 + b"}\n",
 }
 
 
