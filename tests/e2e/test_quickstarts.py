@@ -74,26 +74,36 @@ async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
     tmp_path: Path,
 ) -> None:
     program = write(tmp_path, "embed_quickstart.py")
-    with trio.fail_after(BUDGET):
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-u", str(program)],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert process.stdout is not None
-        assert process.stderr is not None
-        output = b""
-        # Ctrl-C once both workers' connections are open (each prints "connection").
-        while output.count(b": connection\n") < 2:
-            chunk = await process.stdout.receive_some()
-            assert chunk, output.decode()
-            output += chunk
-        os.kill(process.pid, signal.SIGINT)
-        async for chunk in process.stdout:
-            output += chunk
-        errors = b"".join([chunk async for chunk in process.stderr])
-        status = await process.wait()
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-u", str(program)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with trio.fail_after(BUDGET):
+            assert process.stdout is not None
+            assert process.stderr is not None
+            output = b""
+            # Ctrl-C once both workers' connections are open (each prints "connection").
+            while output.count(b": connection\n") < 2:
+                chunk = await process.stdout.receive_some()
+                assert chunk, output.decode()
+                output += chunk
+            os.kill(process.pid, signal.SIGINT)
+            async for chunk in process.stdout:
+                output += chunk
+            errors = b"".join([chunk async for chunk in process.stderr])
+            status = await process.wait()
+    finally:
+        if process.returncode is None:
+            # A failed run must not leave the program, or the room it started
+            # in a session of its own, behind: Ctrl-C stops both, then a kill.
+            with trio.move_on_after(10, shield=True) as cleanup:
+                process.send_signal(signal.SIGINT)
+                await process.wait()
+            if cleanup.cancelled_caught:
+                process.kill()
     assert status == 0, errors.decode()
     assert b"Traceback" not in errors
     lines = output.decode().splitlines()
