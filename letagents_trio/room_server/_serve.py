@@ -40,6 +40,8 @@ LISTEN_BACKLOG: Final = 4096
 GRACEFUL_TIMEOUT: Final = 2.0
 # The whole stop never takes longer than this, whatever a connection does.
 SHUTDOWN_TIMEOUT: Final = 5.0
+# A client's frames on the process socket are exit announcements (~100 bytes).
+MAX_SOCKET_MESSAGE: Final = 64 * 1024
 
 
 async def _run_hypercorn(
@@ -95,6 +97,11 @@ async def serve_room(
     # A process restarting with thousands of sessions reconnects them all at
     # once; hypercorn's default backlog (100) would drop most of those SYNs.
     config.backlog = LISTEN_BACKLOG
+    # The WebSocket form of the process stream (docs/protocol.md §3.1): the
+    # server pings every heartbeat interval (ASGI apps cannot), and no client
+    # frame of that form needs more than a few hundred bytes.
+    config.websocket_ping_interval = room.config.heartbeat_interval
+    config.websocket_max_message_size = MAX_SOCKET_MESSAGE
     config.accesslog = None
     config.errorlog = logging.getLogger("letagents_trio.room_server.http")
     stop = trio.Event()
