@@ -12,15 +12,20 @@ network failure by raising :class:`~letagents_trio.RoomUnreachable`.
 (PROTOCOL §2.1 R4, §3): status 200 with a ``text/event-stream`` body opens the
 connection; 410 means ended; 404 and 405 mean the room lacks the route; 5xx
 counts as dropped; any other answer is a refusal. The ``open`` event's data is
-parsed as JSON for ``connection_id``; an ``ended`` event ends the session. A
-WebSocket connector would implement the same two methods.
+parsed as JSON for ``connection_id``; an ``ended`` event ends the session.
+The WebSocket connectors (:mod:`._websocket`) implement the same methods.
+
+The goodbye of one session is the connector's too (:meth:`ProcessConnector.goodbye`),
+so each transport keeps its own order while the manager stays one piece of
+code: SSE closes the stream, then POSTs the exit; a WebSocket sends the exit
+over the open socket, then closes it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Protocol, final
 
@@ -93,6 +98,28 @@ class ProcessConnector(Protocol):
         Cancellation:
             Called under the manager's shielded exit deadline, which cancels it
             when the deadline passes; the room may or may not have recorded it.
+        """
+        ...
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        """Close ``session``'s connection and announce its exit, in this transport's order.
+
+        Args:
+            session: the session leaving.
+            connection_id: the connection held when the goodbye began, if any.
+            stop: stops the session's holder and waits until its stream is closed.
+
+        Returns:
+            Whether the room recorded the exit; None when it gives no answer
+            (an exit sent over an open WebSocket).
+
+        Cancellation:
+            Called under the manager's shielded exit deadline, which cancels it.
         """
         ...
 
@@ -214,3 +241,13 @@ class SSEConnector:
             A checkpoint; callers bound it with the exit deadline.
         """
         return await self._client.announce_exit(session, connection_id)
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        """Close the stream, then POST the exit (see :class:`ProcessConnector`)."""
+        await stop()
+        return await self.announce_exit(session, connection_id)

@@ -30,17 +30,19 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NoReturn, Protocol, final
 
 import attrs
 import trio
 
-from ._connector import ProcessConnector, SSEConnector
+from ._connector import ProcessConnector
 from ._errors import ApiError, IneligibleSession, RoomUnreachable
 from ._events import EventKind, HolderEvent
 from ._holder import HolderStatus, ProcessHolder, ineligibility
 from ._policy import HoldPolicy
+from ._websocket import connector_for
 
 if TYPE_CHECKING:
     from ._client import RoomClient
@@ -338,10 +340,10 @@ class ConnectionManager:
         # turns that each finish quickly, instead of every stream and every
         # announcement sharing the scheduler at once and all finishing late.
         async with self._exit_limiter:
-            holder.stop("process exit")
-            await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
             try:
-                recorded = await self._connector.announce_exit(session, connection_id)
+                recorded = await self._connector.goodbye(
+                    session, connection_id, partial(_stop_holder, holder)
+                )
             except ApiError as exc:
                 error = f"HTTP {exc.status}"
             except RoomUnreachable:
@@ -362,9 +364,22 @@ class ConnectionManager:
                 session_id=session.session_id,
                 kind=EventKind.EXIT,
                 connection_id=connection_id,
-                detail=error or ("recorded" if recorded else "not recorded"),
+                detail=error or _EXIT_DETAILS[recorded],
             )
         )
+
+
+# How an exit event reads when the goodbye finished without error.
+_EXIT_DETAILS: dict[bool | None, str] = {
+    True: "recorded",
+    False: "not recorded",
+    None: "sent over the socket",
+}
+
+
+async def _stop_holder(holder: ProcessHolder) -> None:
+    holder.stop("process exit")
+    await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
 
 
 @asynccontextmanager
@@ -386,7 +401,8 @@ async def open_connection_manager(
             ``is_still_ours`` is asked, after a refusal, whether the session still
             belongs to this process. A :class:`letagents_trio.workers.LocalStateStore`
             is one. Default: nothing recorded, every session ours.
-        connector: how process connections are made (default: :class:`SSEConnector`).
+        connector: how process connections are made (default: the one
+            ``policy.transport`` names; :class:`SSEConnector` unless told).
         owner_mode: whether this process acts for the owner. False under a
             supervisor's worker bearer (PROTOCOL §4.1): then nothing is held and
             :meth:`ConnectionManager.hold` refuses every session. The library
@@ -403,7 +419,7 @@ async def open_connection_manager(
     """
     policy = policy or HoldPolicy()
     if connector is None:
-        connector = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
+        connector = connector_for(client, policy)
     async with trio.open_nursery() as nursery:
         manager = ConnectionManager(
             nursery,
