@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, NoReturn, Protocol, final
 import attrs
 import trio
 
-from ._connector import ProcessConnector
 from ._errors import ApiError, IneligibleSession, RoomUnreachable
 from ._events import EventKind, HolderEvent
 from ._holder import HolderStatus, ProcessHolder, ineligibility
@@ -46,6 +45,7 @@ from ._websocket import connector_for
 
 if TYPE_CHECKING:
     from ._client import RoomClient
+    from ._connector import ProcessConnector
     from ._session import AgentSession
 
 __all__ = [

@@ -231,7 +231,7 @@ class _Socket:
                     kind, named = _server_frame(text)
                     connection_id = named or connection_id
                     ended = ended or kind == "ended"
-            elif isinstance(event, Ping):
+            elif isinstance(event, Ping) and self._ws.state is ConnectionState.OPEN:
                 self._reply += self._ws.send(event.response())
             elif isinstance(event, CloseConnection):
                 self._finished = True
@@ -269,7 +269,8 @@ class _Socket:
                 return bytes(data)
             if self._awaiting_pong or self.leaving:
                 raise RoomUnreachable("process socket: no pong within the pong timeout")
-            self._reply += self._ws.send(Ping())
+            if self._ws.state is ConnectionState.OPEN:
+                self._reply += self._ws.send(Ping())
             await self._flush()
             self._awaiting_pong = True
             self._deadline = trio.current_time() + self._pong_timeout
@@ -293,10 +294,11 @@ class _Socket:
         """
         if self.leaving or self._finished or self._ws.state is not ConnectionState.OPEN:
             return False
+        # From here on the reader sends nothing more: no pong may follow the close.
+        self.leaving = True
         data = self._ws.send(TextMessage(data=_exit_frame(connection_id)))
         data += self._ws.send(CloseConnection(code=_NORMAL_CLOSURE))
         async with self._send_lock:
-            self.leaving = True
             try:
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -311,7 +313,7 @@ class _Socket:
                 self._ws.receive_data(data)
                 if any(isinstance(e, CloseConnection) for e in self._ws.events()):
                     break
-                data = await self._stream.receive_some(RECEIVE_BYTES)
+                data = bytes(await self._stream.receive_some(RECEIVE_BYTES))
         except (trio.BrokenResourceError, trio.ClosedResourceError, LocalProtocolError):
             pass
         self.peer_closed.set()
@@ -360,7 +362,9 @@ class WebSocketConnector:
         self._ping_interval = policy.ping_interval
         self._pong_timeout = policy.pong_timeout
         self._max_event_bytes = policy.max_event_bytes
-        self._opener: StreamOpener = opener or open_tcp_stream
+        self._opener: StreamOpener = (
+            opener or getattr(client, "_stream_opener", None) or open_tcp_stream
+        )
         # The open socket of each session, so the goodbye can speak over it.
         self._sockets: dict[str, _Socket] = {}
 
@@ -538,4 +542,3 @@ def connector_for(client: RoomClient, policy: HoldPolicy) -> ProcessConnector:
     if policy.transport == "auto":
         return AutoConnector(client, policy=policy)
     return SSEConnector(client, max_event_bytes=policy.max_event_bytes)
-

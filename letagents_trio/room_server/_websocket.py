@@ -71,7 +71,9 @@ async def refuse_upgrade(scope: Mapping[str, Any], send: Send, reply: Reply) -> 
     headers.extend(
         (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()
     )
-    await send({"type": "websocket.http.response.start", "status": reply.status, "headers": headers})
+    await send(
+        {"type": "websocket.http.response.start", "status": reply.status, "headers": headers}
+    )
     await send({"type": "websocket.http.response.body", "body": body, "more_body": False})
 
 
