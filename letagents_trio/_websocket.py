@@ -76,13 +76,13 @@ logger = logging.getLogger("letagents_trio.transport")
 # Opens a byte stream to (scheme, host, port): TCP, TLS over it, or in memory.
 StreamOpener = Callable[[str, str, int], Awaitable[trio.abc.Stream]]
 
-# RFC 6455 §1.3: the key's accept value is SHA-1 over the key and this GUID.
+# RFC 6455, section 1.3: the key's accept value is SHA-1 over the key and this GUID.
 _WEBSOCKET_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 # An upgrade answer's head is a few hundred bytes; a longer one is refused.
 MAX_UPGRADE_HEAD: Final = 16 * 1024
 # Bytes asked for per read: the room's frames are tens of bytes.
 RECEIVE_BYTES: Final = 4096
-# The normal close code (RFC 6455 §7.4.1).
+# The normal close code (RFC 6455, section 7.4.1).
 _NORMAL_CLOSURE: Final = 1000
 # Connection ids are UUIDs; anything longer is not one and is not kept.
 _MAX_CONNECTION_ID: Final = 128

@@ -51,7 +51,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 # An exit frame is under 100 characters; anything much longer is not one.
 MAX_CLIENT_FRAME: Final = 1024
-# WebSocket close codes (RFC 6455 §7.4.1).
+# WebSocket close codes (RFC 6455, section 7.4.1).
 NORMAL_CLOSURE: Final = 1000
 GOING_AWAY: Final = 1001
 # The ASGI extension that lets an app refuse an upgrade with any HTTP answer.
