@@ -25,11 +25,11 @@ One socket's life:
    itself: no timer task per socket.
 4. **Goodbye** (:meth:`WebSocketConnector.goodbye`): while the socket is
    still open, the exit frame ``{"event":"exit","process_connection_id":…}``
-   and a normal close go out in one write; the socket is then closed as soon
-   as the room's close arrives, or when the caller's shielded exit deadline
-   passes, whichever is first: the closing handshake never waits past it. A
+   and a normal close go out in one write, and the socket is closed at once:
+   the goodbye never waits on a closing handshake (what was written before
+   the close reaches the room even if the close resets the connection). A
    session with no open socket, or one that cannot take the frame, falls back
-   to ``POST …/process/exit`` inside the same deadline.
+   to ``POST …/process/exit`` inside the same shielded deadline.
 
 :class:`AutoConnector` tries the WebSocket first and falls back to SSE for a
 room (origin and room id) whose answer to the upgrade is ``unsupported``,
@@ -52,7 +52,6 @@ from urllib.parse import urlsplit
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
-from wsproto.utilities import LocalProtocolError
 
 from ._connector import AttemptRejected, ProcessConnector, SSEConnector, StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
@@ -188,9 +187,8 @@ class _Socket:
         self._reply = b""
         self._send_lock = trio.Lock()
         self.connection_id: str | None = None
-        # Set once the exit frame went out: the reader then only waits for the close.
+        # Set once the exit frame is on its way: the reader then only waits to be stopped.
         self.leaving = False
-        self.peer_closed = trio.Event()
 
     def __aiter__(self) -> _Socket:
         return self
@@ -208,7 +206,7 @@ class _Socket:
                     await self._wait_stopped()
                 raise
             if self.leaving:
-                await self._wait_stopped(data)
+                await self._wait_stopped()
             if data:
                 self._ws.receive_data(data)
                 # Every chunk is news, a ping included: it re-arms the holder's silence.
@@ -302,21 +300,11 @@ class _Socket:
             try:
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self.peer_closed.set()
                 return False
         return True
 
-    async def _wait_stopped(self, data: bytes | None = None) -> NoReturn:
-        """After the exit frame: read until the room's close (or EOF), then wait to be stopped."""
-        try:
-            while data:
-                self._ws.receive_data(data)
-                if any(isinstance(e, CloseConnection) for e in self._ws.events()):
-                    break
-                data = bytes(await self._stream.receive_some(RECEIVE_BYTES))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, LocalProtocolError):
-            pass
-        self.peer_closed.set()
+    async def _wait_stopped(self) -> NoReturn:
+        """After the exit frame the attempt must not end on its own: wait to be stopped."""
         await trio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -449,9 +437,12 @@ class WebSocketConnector:
         Returns None when the exit went over the socket (the room does not
         answer it); otherwise the fallback POST's answer.
 
+        The socket is closed right after the frames are written, without
+        waiting for the closing handshake: bytes written before a close reach
+        the room even when the close resets the connection.
+
         Cancellation:
-            Under the manager's shielded exit deadline: when it passes, the
-            closing handshake is abandoned and the socket closed.
+            Under the manager's shielded exit deadline, which cancels it.
         """
         socket = self._sockets.get(session.session_id)
         if (
@@ -460,10 +451,7 @@ class WebSocketConnector:
             and socket.connection_id == connection_id
             and await socket.send_exit(connection_id)
         ):
-            try:
-                await socket.peer_closed.wait()
-            finally:
-                await stop()
+            await stop()
             return None
         await stop()
         return await self._client.announce_exit(session, connection_id)
