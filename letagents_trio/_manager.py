@@ -421,8 +421,9 @@ async def open_connection_manager(
     if connector is None:
         connector = connector_for(client, policy)
     async with trio.open_nursery() as nursery:
+        holders, holders_scope = await nursery.start(_holders_nursery)
         manager = ConnectionManager(
-            nursery,
+            holders,
             connector=connector,
             policy=policy,
             state=_NoState() if state is None else state,
@@ -433,7 +434,24 @@ async def open_connection_manager(
         finally:
             with trio.move_on_after(policy.exit_deadline, shield=True):
                 await manager.announce_exits()
+            holders_scope.cancel(reason="connection manager closed")
             nursery.cancel_scope.cancel(reason="connection manager closed")
+
+
+async def _holders_nursery(
+    *, task_status: trio.TaskStatus[tuple[trio.Nursery, trio.CancelScope]]
+) -> None:
+    """The holders' nursery, shielded: only the manager cancels it, after the goodbye.
+
+    An embedder cancelling the block would otherwise cancel every holder at
+    once, before the goodbye: thousands of streams unwinding together, and
+    each session's goodbye no longer in its transport's order (a WebSocket
+    could no longer send its exit over its own socket).
+    """
+    with trio.CancelScope(shield=True) as scope:
+        async with trio.open_nursery() as holders:
+            task_status.started((holders, scope))
+            await trio.sleep_forever()
 
 
 async def serve_connection_manager(
