@@ -92,6 +92,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cprofile-dir", type=Path, default=None)
     parser.add_argument("--census", type=Path, default=None)
     parser.add_argument(
+        "--transport",
+        choices=("sse", "websocket", "auto"),
+        default="sse",
+        help="HoldPolicy.transport (the WebSocket form is our extension)",
+    )
+    parser.add_argument(
         "--gc-freeze",
         action="store_true",
         help="gc.freeze() once every stream is open (an embedder's mitigation, for comparison)",
@@ -193,7 +199,7 @@ async def main(args: argparse.Namespace) -> None:
         await trio.to_thread.run_sync(sys.stdin.readline)
     signalled: list[float] = []
     profile = cProfile.Profile() if args.cprofile_dir else None
-    policy = HoldPolicy(jitter=args.jitter)
+    policy = HoldPolicy(jitter=args.jitter, transport=args.transport)
     held: ConnectionManager | None = None
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:

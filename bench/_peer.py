@@ -151,8 +151,9 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 def client_argv(client: str, url: str, sessions: int, *, jitter: float = 0.0) -> list[str]:
     """The command that holds ``sessions`` sessions with ``client``.
 
-    ``node``: hold.mjs; ``py``: _hold_py.py; ``py-freeze``: _hold_py.py calling
-    gc.freeze() once every stream is open (what an embedder could do today).
+    ``node``: hold.mjs; ``py``: _hold_py.py; ``py-ws``: _hold_py.py over the
+    WebSocket form; ``py-freeze``: _hold_py.py calling gc.freeze() once every
+    stream is open (what an embedder could do today).
     """
     if client == "node":
         if NODE is None:
@@ -162,6 +163,8 @@ def client_argv(client: str, url: str, sessions: int, *, jitter: float = 0.0) ->
     argv += ["--sessions", str(sessions), "--jitter", str(jitter)]
     if client == "py-freeze":
         argv.append("--gc-freeze")
+    elif client == "py-ws":
+        argv += ["--transport", "websocket"]
     elif client != "py":
         raise ValueError(f"unknown client {client!r}")
     return argv

@@ -7,6 +7,9 @@ For each session count, each case and each client, a fresh fake room
   open_connection_manager, HoldPolicy defaults), SIGTERM caught with
   trio.open_signal_receiver cancelling the scope around the manager;
 * ``node``: peer/node/hold.mjs, the unmodified Node process-connection module;
+* ``py-ws`` (only when asked for with ``--clients``): ``py`` with
+  ``HoldPolicy(transport="websocket")``, the WebSocket form fastroom.mjs also
+  serves (exits go over each socket; the room counts them with the POSTs);
 * ``py-freeze`` (only when asked for with ``--clients``): ``py`` calling
   gc.freeze() once every stream is open, to show what the cyclic GC costs.
 
@@ -69,7 +72,7 @@ CASES = {
 }
 CLIENTS = ("py", "node")
 # Also accepted by --clients: the Python driver with gc.freeze() after opening.
-VARIANTS = ("py-freeze",)
+VARIANTS = ("py-ws", "py-freeze")
 # Bounds: opening may take this long per session on top of a fixed 30 s.
 OPEN_BOUND_PER_SESSION = 0.01
 GONE_BOUND = 30.0

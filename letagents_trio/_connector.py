@@ -18,15 +18,20 @@ wherever its ``event`` line appears, as in the Node client, which looks for
 the text ``event: ended``: once the line is read (before its blank line),
 with no ``data`` line, or cut off by the end of the stream or a broken
 connection (``docs/process-connection.md`` tabulates where ours and Node's
-still differ, and why). A WebSocket connector would implement the same two
-methods.
+still differ, and why). The WebSocket connectors (:mod:`._websocket`)
+implement the same methods.
+
+The goodbye of one session is the connector's too (:meth:`ProcessConnector.goodbye`),
+so each transport keeps its own order while the manager stays one piece of
+code: SSE closes the stream, then POSTs the exit; a WebSocket sends the exit
+over the open socket, then closes it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Protocol, final
 
@@ -103,6 +108,28 @@ class ProcessConnector(Protocol):
         Cancellation:
             Called under the manager's shielded exit deadline, which cancels it
             when the deadline passes; the room may or may not have recorded it.
+        """
+        ...
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        """Close ``session``'s connection and announce its exit, in this transport's order.
+
+        Args:
+            session: the session leaving.
+            connection_id: the connection held when the goodbye began, if any.
+            stop: stops the session's holder and waits until its stream is closed.
+
+        Returns:
+            Whether the room recorded the exit; None when it gives no answer
+            (an exit sent over an open WebSocket).
+
+        Cancellation:
+            Called under the manager's shielded exit deadline, which cancels it.
         """
         ...
 
@@ -248,3 +275,13 @@ class SSEConnector:
             A checkpoint; callers bound it with the exit deadline.
         """
         return await self._client.announce_exit(session, connection_id)
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        """Close the stream, then POST the exit (see :class:`ProcessConnector`)."""
+        await stop()
+        return await self.announce_exit(session, connection_id)

@@ -30,20 +30,22 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NoReturn, Protocol, final
 
 import attrs
 import trio
 
-from ._connector import ProcessConnector, SSEConnector
 from ._errors import ApiError, IneligibleSession, RoomUnreachable
 from ._events import EventKind, HolderEvent
 from ._holder import HolderStatus, ProcessHolder, ineligibility
 from ._policy import HoldPolicy
+from ._websocket import connector_for
 
 if TYPE_CHECKING:
     from ._client import RoomClient
+    from ._connector import ProcessConnector
     from ._session import AgentSession
 
 __all__ = [
@@ -357,10 +359,10 @@ class ConnectionManager:
         # turns that each finish quickly, instead of every stream and every
         # announcement sharing the scheduler at once and all finishing late.
         async with self._exit_limiter:
-            holder.stop("process exit")
-            await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
             try:
-                recorded = await self._connector.announce_exit(session, connection_id)
+                recorded = await self._connector.goodbye(
+                    session, connection_id, partial(_stop_holder, holder)
+                )
             except ApiError as exc:
                 error = f"HTTP {exc.status}"
             except RoomUnreachable:
@@ -381,7 +383,7 @@ class ConnectionManager:
                 session_id=session.session_id,
                 kind=EventKind.EXIT,
                 connection_id=connection_id,
-                detail=error or ("recorded" if recorded else "not recorded"),
+                detail=error or _EXIT_DETAILS[recorded],
             )
         )
 
@@ -403,6 +405,19 @@ def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException |
     return leaves[0] if len(leaves) == 1 else None
 
 
+# How an exit event reads when the goodbye finished without error.
+_EXIT_DETAILS: dict[bool | None, str] = {
+    True: "recorded",
+    False: "not recorded",
+    None: "sent over the socket",
+}
+
+
+async def _stop_holder(holder: ProcessHolder) -> None:
+    holder.stop("process exit")
+    await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
+
+
 @asynccontextmanager
 async def open_connection_manager(
     client: RoomClient,
@@ -422,7 +437,8 @@ async def open_connection_manager(
             ``is_still_ours`` is asked, after a refusal, whether the session still
             belongs to this process. A :class:`letagents_trio.workers.LocalStateStore`
             is one. Default: nothing recorded, every session ours.
-        connector: how process connections are made (default: :class:`SSEConnector`).
+        connector: how process connections are made (default: the one
+            ``policy.transport`` names; :class:`SSEConnector` unless told).
         owner_mode: whether this process acts for the owner. False under a
             supervisor's worker bearer (PROTOCOL §4.1): then nothing is held and
             :meth:`ConnectionManager.hold` refuses every session. The library
@@ -444,11 +460,12 @@ async def open_connection_manager(
     """
     policy = policy or HoldPolicy()
     if connector is None:
-        connector = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
+        connector = connector_for(client, policy)
     try:
         async with trio.open_nursery() as nursery:
+            holders, holders_scope = await nursery.start(_holders_nursery)
             manager = ConnectionManager(
-                nursery,
+                holders,
                 connector=connector,
                 policy=policy,
                 state=_NoState() if state is None else state,
@@ -459,12 +476,29 @@ async def open_connection_manager(
             finally:
                 with trio.move_on_after(policy.exit_deadline, shield=True):
                     await manager.announce_exits()
+                holders_scope.cancel(reason="connection manager closed")
                 nursery.cancel_scope.cancel(reason="connection manager closed")
     except BaseExceptionGroup as group:
         sole = _sole_exception(group)
         if sole is None:
             raise
         raise sole from None
+
+
+async def _holders_nursery(
+    *, task_status: trio.TaskStatus[tuple[trio.Nursery, trio.CancelScope]]
+) -> None:
+    """The holders' nursery, shielded: only the manager cancels it, after the goodbye.
+
+    An embedder cancelling the block would otherwise cancel every holder at
+    once, before the goodbye: thousands of streams unwinding together, and
+    each session's goodbye no longer in its transport's order (a WebSocket
+    could no longer send its exit over its own socket).
+    """
+    with trio.CancelScope(shield=True) as scope:
+        async with trio.open_nursery() as holders:
+            task_status.started((holders, scope))
+            await trio.sleep_forever()
 
 
 async def serve_connection_manager(

@@ -16,6 +16,11 @@ delay is a pure function of (outcome, count, policy, random source), kept apart
 from sleeping, so it is tested without a clock. With ``jitter`` > 0 each delay
 is drawn uniformly from ``[delay * (1 - jitter), delay]``: never longer than the
 Node client would wait, so the room's 15 s same-host window still holds.
+
+``transport`` picks how the process connection is held: ``"sse"`` (the default,
+the letagents baseline), ``"websocket"`` (our extension, PROTOCOL §3.1: pings
+both ways, exits over the open socket), or ``"auto"`` (WebSocket first, SSE for
+a room that does not support the upgrade, remembered per room).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import enum
 import math
 import random
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import attrs
 
@@ -32,7 +37,11 @@ from . import _protocol
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["HoldPolicy", "Outcome"]
+__all__ = ["HoldPolicy", "Outcome", "Transport"]
+
+Transport = Literal["sse", "websocket", "auto"]
+# The values HoldPolicy.transport accepts.
+TRANSPORTS: Final = ("sse", "websocket", "auto")
 
 
 class Outcome(enum.Enum):
@@ -84,6 +93,11 @@ def _check_max_event_bytes(instance: object, attribute: attrs.Attribute[Any], va
         raise ValueError(f"HoldPolicy.max_event_bytes must be at least 1024, got {value!r}")
 
 
+def _check_transport(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in TRANSPORTS:
+        raise ValueError(f"HoldPolicy.transport must be one of {TRANSPORTS}, got {value!r}")
+
+
 def _check_exit_concurrency(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"HoldPolicy.exit_concurrency must be an int >= 1, got {value!r}")
@@ -115,6 +129,12 @@ class HoldPolicy:
             with thousands of sessions every one then finishes late, and none
             inside the deadline. In turns of 64, 1,000 sessions over loopback
             all announce within 1.1 s.
+        transport: ``"sse"`` (default), ``"websocket"`` or ``"auto"`` (WebSocket
+            first, SSE for a room without the upgrade, remembered per room).
+        ping_interval: WebSocket only: the client pings after hearing nothing
+            for this long.
+        pong_timeout: WebSocket only: a socket that stays silent this long
+            after the client's ping counts as dropped.
     """
 
     dropped_delays: tuple[float, ...] = attrs.field(
@@ -142,6 +162,13 @@ class HoldPolicy:
     )
     exit_concurrency: int = attrs.field(
         default=_protocol.EXIT_CONCURRENCY, validator=_check_exit_concurrency
+    )
+    transport: Transport = attrs.field(default="sse", validator=_check_transport)
+    ping_interval: float = attrs.field(
+        default=_protocol.WEBSOCKET_PING_INTERVAL, converter=float, validator=_check_positive
+    )
+    pong_timeout: float = attrs.field(
+        default=_protocol.WEBSOCKET_PONG_TIMEOUT, converter=float, validator=_check_positive
     )
 
     def delays_for(self, outcome: Outcome) -> tuple[float, ...]:

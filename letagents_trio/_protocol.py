@@ -45,6 +45,13 @@ EXIT_DEADLINE: Final = 1.5
 EXIT_CONCURRENCY: Final = 64
 # Lines or events larger than this end an attempt: memory stays bounded.
 MAX_EVENT_BYTES: Final = 1024 * 1024
+# The WebSocket form (our extension, PROTOCOL §3.1): the client pings after
+# this long without hearing a byte, and the room pings every 15 s, so a
+# healthy socket sees about one ping each way per 15 s...
+WEBSOCKET_PING_INTERVAL: Final = 10.0
+# ...and a socket silent this long after the client's ping is dead: a
+# half-open connection is seen within 15 s instead of SSE's 45.
+WEBSOCKET_PONG_TIMEOUT: Final = 5.0
 
 # --- room API calls ----------------------------------------------------------
 

@@ -6,7 +6,7 @@ PATH does not reach the installed command.
 Each subcommand lives with its concern; this module only dispatches, and
 imports each one lazily so ``letagents-trio room`` never loads the MCP SDK.
 
-The core installs with trio, httpx2, attrs and trio-websocket only; each
+The core installs with trio, httpx2, attrs and wsproto only; each
 command's third-party needs come with an extra of the same name
 (``pip install 'letagents-trio[mcp]'``). A command whose extra is missing says
 so in one line and exits with status 2, instead of a traceback.

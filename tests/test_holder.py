@@ -236,8 +236,11 @@ async def test_counters_are_independent_and_reset_only_on_open(
 
 
 async def test_silence_drops_exactly_45_seconds_after_the_last_byte(
-    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore, both_transports: str
 ) -> None:
+    # A WebSocket sees the dead peer sooner: its ping at 10 s goes unanswered
+    # for the 5 s pong timeout.
+    dead_at, detail = (45, "silence") if both_transports == "sse" else (15, "unreachable")
     session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.SILENT)
     async with managed(fake_room, state) as manager:
@@ -245,16 +248,21 @@ async def test_silence_drops_exactly_45_seconds_after_the_last_byte(
             manager.hold(session)
             await wait_attempts(fake_room, session, 2)
             closed = [e for e in drain(events) if e.kind is EventKind.CLOSED]
-        assert [(e.time, e.outcome, e.detail) for e in closed] == [(45, Outcome.DROPPED, "silence")]
-        assert attempt_times(fake_room, session) == [0, 46]
+        assert [(e.time, e.outcome, e.detail) for e in closed] == [
+            (dead_at, Outcome.DROPPED, detail)
+        ]
+        assert attempt_times(fake_room, session) == [0, dead_at + 1]
 
 
 async def test_silence_counts_from_the_last_byte_of_a_served_stream(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, both_transports: str
 ) -> None:
     # Heartbeats every 100 s: the stream goes quiet after its opening bytes at 0.
     async with open_fake_room(heartbeat_interval=100.0) as quiet_room:
-        await _silence_from_last_byte(quiet_room)
+        if both_transports == "sse":
+            await _silence_from_last_byte(quiet_room)
+        else:
+            await _quiet_but_alive_socket(quiet_room)
 
 
 async def _silence_from_last_byte(fake_room: FakeRoom) -> None:
@@ -265,6 +273,17 @@ async def _silence_from_last_byte(fake_room: FakeRoom) -> None:
         await holder.wait_status(HolderStatus.WAITING)
         assert trio.current_time() == 45
         assert holder.statistics().last_outcome is Outcome.DROPPED
+
+
+async def _quiet_but_alive_socket(fake_room: FakeRoom) -> None:
+    # The client's pings (every 10 s of quiet) are answered: a quiet room
+    # that is still there is never dropped.
+    session = await fake_room.add_worker()
+    async with managed(fake_room) as manager:
+        holder = manager.hold(session)
+        await trio.sleep(300)
+        assert holder.status is HolderStatus.OPEN
+        assert holder.statistics().attempts[Outcome.DROPPED] == 0
 
 
 async def test_heartbeats_keep_a_stream_open_forever(
@@ -656,3 +675,9 @@ async def test_holder_repr_hides_the_token(
         assert session.session_token not in repr(holder)
         assert session.session_token not in repr(holder.statistics())
         assert session.session_token not in repr(session)
+
+
+@pytest.fixture(autouse=True)
+def _each_transport(both_transports: str) -> str:
+    """Every test here runs over SSE and over the WebSocket form."""
+    return both_transports

@@ -28,6 +28,10 @@ watches ``receive()`` for ``http.disconnect`` and closes the stream as
 each bounded by :data:`SSE_DRAIN_TIMEOUT` (a consumer that stops reading is
 dropped, as upstream destroys a stalled SSE response). Long polls get the same
 disconnect watcher, so a client that goes away stops counting as delivery.
+
+A ``websocket`` scope is the WebSocket form of the process stream (our
+extension, :mod:`._websocket`): served on the process route's path only; an
+upgrade of any other path is refused with 404.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from ._websocket import refuse_upgrade, serve_process_socket
 from ._wire import Credentials, Reply
 
 if TYPE_CHECKING:
@@ -461,9 +466,35 @@ def create_app(room: Room) -> ASGIApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    process_route = next(r for r in routes if r.path.endswith("/{session}/process"))
+
+    async def websocket(scope: Scope, receive: Receive, send: Send) -> None:
+        segments = _segments(scope)
+        params = None if segments is None else process_route.match(segments)
+        if params is None:
+            await receive()  # websocket.connect
+            await refuse_upgrade(scope, send, Reply(status=404, body={"error": "Not found"}))
+            return
+        await serve_process_socket(
+            room,
+            scope,
+            receive,
+            send,
+            room_id=params["room"],
+            session_id=params["session"],
+            creds=_credentials(scope),
+            drain_timeout=SSE_DRAIN_TIMEOUT,
+        )
+
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            try:
+                await websocket(scope, receive, send)
+            except Exception:
+                logger.exception("room socket %s failed", scope.get("path"))
             return
         if scope["type"] != "http":
             return

@@ -71,7 +71,7 @@ from ._store import (
     RoomStore,
     SessionRow,
 )
-from ._streams import ProcessStream, StreamRegistry
+from ._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
 from ._wire import (
     ROOM_NOT_FOUND_TEXT,
     Credentials,
@@ -351,9 +351,12 @@ class Room:
         self._streams.close_all("shutdown")
 
     async def run_process_stream(
-        self, stream: ProcessStream, write: Callable[[bytes], Awaitable[None]]
+        self,
+        stream: ProcessStream,
+        write: Callable[[bytes], Awaitable[None]],
+        form: StreamForm = SSE_FORM,
     ) -> None:
-        """Write the SSE body of a process stream until it closes (§3).
+        """Write a process stream until it closes (§3; the WebSocket form, §3.1).
 
         ``: connected``, ``event: open``, then ``: heartbeat`` every heartbeat
         interval, a refresh every refresh interval, and ``event: ended`` when
@@ -363,13 +366,18 @@ class Room:
 
         Args:
             stream: from :meth:`open_process_stream`.
-            write: sends one chunk of the body.
+            write: sends one chunk of the body (one text frame on a WebSocket).
+            form: the transport's framing (the SSE body by default).
 
         Cancellation:
             A checkpoint. Cancelled (server shutdown), the stream is forgotten
             and nothing is recorded, unless it had already been marked dropped.
         """
-        await self._streams.serve(stream, write)
+        await self._streams.serve(stream, write, form)
+
+    def exit_over_socket(self, stream: ProcessStream, body: Mapping[str, Any]) -> bool:
+        """An exit announced over a held WebSocket (§3.1): R5's rule; whether it was recorded."""
+        return self._streams.record_socket_exit(stream, body)
 
     def exit_process(
         self, room_id: str, session_id: str, creds: Credentials, body: Mapping[str, Any]

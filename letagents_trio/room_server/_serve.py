@@ -47,6 +47,8 @@ SHUTDOWN_TIMEOUT: Final = 5.0
 # None: it bounds every read of a connection, so it would cut the process
 # streams and long polls, whose clients rightly send nothing while they wait.
 PRE_REQUEST_TIMEOUT: Final = 5.0
+# A client's frames on the process socket are exit announcements (~100 bytes).
+MAX_SOCKET_MESSAGE: Final = 64 * 1024
 
 
 async def _run_hypercorn(
@@ -103,6 +105,11 @@ async def serve_room(
     # once; hypercorn's default backlog (100) would drop most of those SYNs.
     config.backlog = LISTEN_BACKLOG
     config.keep_alive_timeout = PRE_REQUEST_TIMEOUT
+    # The WebSocket form of the process stream (docs/protocol.md §3.1): the
+    # server pings every heartbeat interval (ASGI apps cannot), and no client
+    # frame of that form needs more than a few hundred bytes.
+    config.websocket_ping_interval = room.config.heartbeat_interval
+    config.websocket_max_message_size = MAX_SOCKET_MESSAGE
     config.accesslog = None
     config.errorlog = logging.getLogger("letagents_trio.room_server.http")
     stop = trio.Event()

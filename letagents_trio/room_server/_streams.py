@@ -1,6 +1,8 @@
 """Process streams (R4, PROTOCOL.md §2.2, §3): the held connections and their rules.
 
-A :class:`ProcessStream` is one held ``GET …/process`` connection. The
+A :class:`ProcessStream` is one held ``GET …/process`` connection, over
+Server-Sent Events or over a WebSocket (our extension): the registry does not
+care which. The
 :class:`StreamRegistry` opens them (authenticated, §2.2 steps 1-4), serves
 them, records announced exits (R5), and holds the open ones per session, in
 opening order, so the room can close them: ``"ended"`` writes ``event:
@@ -8,9 +10,13 @@ ended`` first (the session ended); ``"replaced"`` and ``"shutdown"`` close
 silently and record nothing; ``"dropped"`` is the client gone away, and
 records ``process_disconnected_at``. The first mode asked for wins.
 
-:func:`serve_stream` writes the body: ``: connected``, ``event: open`` with the
-connection id, ``: heartbeat`` every heartbeat interval and a refresh every
-refresh interval, until the stream is asked to close. The evidence each step
+:func:`serve_stream` writes the stream in a :class:`StreamForm`: the opening
+(SSE: ``: connected`` and ``event: open`` with the connection id; WebSocket: an
+``open`` text frame), a heartbeat every heartbeat interval (SSE only: a
+WebSocket server pings on its own) and a refresh every refresh interval, until
+the stream is asked to close, then the ``ended`` frame if the session ended.
+An exit announced over the socket itself (:meth:`StreamRegistry.record_socket_exit`)
+is recorded under the same rule as ``POST …/process/exit``. The evidence each step
 leaves on the session row is a pure function here, given the row and the time:
 
 * :func:`opened`: ``process_seen_at`` now, a new ``process_connection_id``, no
@@ -27,6 +33,7 @@ leaves on the session row is a pure function here, given the row and the time:
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, final
@@ -50,8 +57,11 @@ if TYPE_CHECKING:
     from ._store import RoomStore, SessionRow
 
 __all__ = [
+    "SSE_FORM",
+    "WEBSOCKET_FORM",
     "CloseMode",
     "ProcessStream",
+    "StreamForm",
     "StreamRegistry",
     "dropped",
     "exit_recorded",
@@ -68,6 +78,41 @@ CloseMode = Literal["ended", "replaced", "shutdown", "dropped"]
 CONNECTED_FRAME: Final = b": connected\n\n"
 HEARTBEAT_FRAME: Final = b": heartbeat\n\n"
 ENDED_FRAME: Final = b"event: ended\ndata: {}\n\n"
+
+
+@final
+@attrs.frozen
+class StreamForm:
+    """What a held stream writes, in one transport's framing.
+
+    Attributes:
+        opening: the frames that open the stream, given its connection id.
+        heartbeat: the frame written every heartbeat interval; ``None`` when the
+            transport keeps the connection alive itself (WebSocket pings).
+        ended: the frame written before closing when the session ended.
+    """
+
+    opening: Callable[[str], tuple[bytes, ...]]
+    heartbeat: bytes | None
+    ended: bytes
+
+
+def _sse_opening(connection_id: str) -> tuple[bytes, ...]:
+    opening = f'event: open\ndata: {{"connection_id":"{connection_id}"}}\n\n'
+    return CONNECTED_FRAME, opening.encode("ascii")
+
+
+def _websocket_opening(connection_id: str) -> tuple[bytes, ...]:
+    # Compact JSON, the same shape the SSE ``open`` event's data has.
+    return (f'{{"event":"open","connection_id":"{connection_id}"}}'.encode("ascii"),)
+
+
+# The SSE body of §3.
+SSE_FORM: Final = StreamForm(opening=_sse_opening, heartbeat=HEARTBEAT_FRAME, ended=ENDED_FRAME)
+# The WebSocket form (docs/protocol.md §3.1): each chunk is one text frame.
+WEBSOCKET_FORM: Final = StreamForm(
+    opening=_websocket_opening, heartbeat=None, ended=b'{"event":"ended"}'
+)
 
 
 @final
@@ -157,8 +202,13 @@ class StreamRegistry:
         logger.debug("process stream %s opened for %s", connection_id, session_id)
         return stream
 
-    async def serve(self, stream: ProcessStream, write: Callable[[bytes], Awaitable[None]]) -> None:
-        """Write the stream's body until it closes (:func:`serve_stream`), then let it go.
+    async def serve(
+        self,
+        stream: ProcessStream,
+        write: Callable[[bytes], Awaitable[None]],
+        form: StreamForm = SSE_FORM,
+    ) -> None:
+        """Write the stream in ``form`` until it closes (:func:`serve_stream`), then let it go.
 
         Cancellation:
             A checkpoint. Cancelled (server shutdown), the stream is forgotten
@@ -168,6 +218,7 @@ class StreamRegistry:
             await serve_stream(
                 stream,
                 write,
+                form=form,
                 heartbeat_interval=self.heartbeat_interval,
                 refresh_interval=self.refresh_interval,
                 refresh=self._refresh,
@@ -200,17 +251,29 @@ class StreamRegistry:
                 refuse(403, OWN_EXIT_TEXT)
         except Refusal as refusal:
             return refusal.reply
+        return Reply(status=200, body=self._record_exit(session_id, body))
+
+    def record_socket_exit(self, stream: ProcessStream, body: Mapping[str, Any]) -> bool:
+        """An exit announced over the held socket itself; whether it was recorded.
+
+        The socket was authenticated when it opened, so only the rule of R5
+        (:func:`exit_recorded`) applies, to the stream's own session.
+        """
+        return self._record_exit(stream.session_id, body)["recorded"]
+
+    def _record_exit(self, session_id: str, body: Mapping[str, Any]) -> dict[str, bool]:
+        """The answer to an exit: ``recorded``, and ``already_recorded`` for a replay."""
         connection_id = body.get("process_connection_id")
         given = connection_id if isinstance(connection_id, str) and connection_id else None
         stored = self.store.get_session(session_id)
         if stored is not None and stored.process_connection_id == AGENT_PROCESS_EXITED:
             # A replay (a retry after a lost answer, or anyone holding the
             # session's credentials): the first exit stands, its time with it.
-            return Reply(status=200, body={"recorded": False, "already_recorded": True})
+            return {"recorded": False, "already_recorded": True}
         row = exit_recorded(stored, given, self.clock.now_ms())
         if row is not None:
             self.store.put_session(row)
-        return Reply(status=200, body={"recorded": row is not None})
+        return {"recorded": row is not None}
 
     def _forget(self, stream: ProcessStream) -> None:
         streams = self._held.get(stream.session_id)
@@ -297,16 +360,18 @@ async def serve_stream(
     stream: ProcessStream,
     write: Callable[[bytes], Awaitable[None]],
     *,
+    form: StreamForm = SSE_FORM,
     heartbeat_interval: float,
     refresh_interval: float,
     refresh: Callable[[ProcessStream], CloseMode | None],
 ) -> None:
-    """Write the SSE body of ``stream`` until it is asked to close (§3).
+    """Write ``stream`` in ``form`` until it is asked to close (§3, §3.1).
 
     Args:
         stream: the held stream.
-        write: sends one chunk of the body.
-        heartbeat_interval: seconds between ``: heartbeat`` comments.
+        write: sends one chunk of the body (one frame, on a WebSocket).
+        form: the transport's framing (the SSE body by default).
+        heartbeat_interval: seconds between heartbeats (when the form has one).
         refresh_interval: seconds between calls of ``refresh``.
         refresh: refreshes the session's evidence; returns how to close, if so.
 
@@ -314,13 +379,13 @@ async def serve_stream(
         A checkpoint; cancelled, it stops writing at once (``event: ended``
         is written only when the stream closes as ``"ended"``).
     """
-    opening = f'event: open\ndata: {{"connection_id":"{stream.connection_id}"}}\n\n'
-    await write(CONNECTED_FRAME)
-    await write(opening.encode("ascii"))
+    for frame in form.opening(stream.connection_id):
+        await write(frame)
     start = trio.current_time()
     beats = refreshes = 1
     while not stream._close_requested.is_set():
-        next_beat = start + beats * heartbeat_interval
+        # A form without a heartbeat (the transport pings) wakes only to refresh.
+        next_beat = start + beats * heartbeat_interval if form.heartbeat is not None else math.inf
         next_refresh = start + refreshes * refresh_interval
         with trio.move_on_at(min(next_beat, next_refresh)):
             await stream._close_requested.wait()
@@ -335,6 +400,7 @@ async def serve_stream(
                 break
         if now >= next_beat:
             beats += 1
-            await write(HEARTBEAT_FRAME)
+            assert form.heartbeat is not None
+            await write(form.heartbeat)
     if stream.close_mode == "ended":
-        await write(ENDED_FRAME)
+        await write(form.ended)

@@ -16,6 +16,11 @@ What the layer adds, and nothing more (no server rule lives here):
 * **Drops**: :meth:`FakeRoom.drop` cuts open streams as a network failure would.
 * **Exits**: every ``POST …/process/exit`` is recorded with its body and the
   room's answer; ``black_hole_exits`` swallows them without ever answering.
+* **The WebSocket form** (PROTOCOL §3.1): :meth:`FakeRoom.open_stream` is a
+  stream opener whose far end is served in memory (``testing._websocket``);
+  upgrades go through the same process modes, exit frames are recorded in
+  :attr:`FakeRoom.exits` (``recorded`` None: the socket has no answer), and
+  ``websocket = False`` makes the room refuse the upgrade with 404.
 * **Rules** for any request (:meth:`FakeRoom.on`): answer it instead of the
   room, lose it before the room sees it, lose the room's answer after the room
   acted on it, hold that answer back until released, or rewrite its JSON.
@@ -44,18 +49,22 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, final
 from urllib.parse import unquote
 
 import attrs
 import httpx2
 import trio
+import trio.testing
 
 from .. import _protocol
 from .._client import RoomClient
 from .._session import AgentSession
 from .._util import Notifier
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
+from ..room_server._websocket import exit_body, refuse_upgrade
+from ..room_server._wire import Reply
 from ..workers._wire import (
     durable_registration_body,
     new_connection_token,
@@ -64,6 +73,7 @@ from ..workers._wire import (
 )
 from ._rules import JSON_HEADERS, Answer, Hold, Rule, RuleBuilder, json_bytes, path_regex
 from ._transport import ASGIApp, Receive, Send, StreamingASGITransport
+from ._websocket import serve_websocket
 
 __all__ = [
     "ExitRecord",
@@ -107,7 +117,8 @@ class ProcessMode(enum.Enum):
     ERROR = "error"
     """Answer 503, as a failing room does."""
     SILENT = "silent"
-    """200 with event-stream headers, then not one byte."""
+    """200 with event-stream headers, then not one byte (a WebSocket: 101, then
+    a dead peer: no frames, pings or pongs)."""
     SLOW = "slow"
     """Headers only after ``slow_headers`` seconds, then served."""
 
@@ -187,6 +198,8 @@ class FakeRoom:
         exits: every exit announcement received, in order.
         black_hole_exits: while true, exit announcements are never answered.
         slow_headers: the delay of ``ProcessMode.SLOW``, in seconds.
+        websocket: whether the room accepts the WebSocket upgrade (else 404).
+        rooms_without_websocket: room ids whose upgrades are refused with 404.
     """
 
     def __init__(
@@ -211,7 +224,10 @@ class FakeRoom:
         self._seen_sessions: set[str] = set()
         self._changed = Notifier()
         self._rules: list[Rule] = []
+        self.websocket = True
+        self.rooms_without_websocket: set[str] = set()
         self._inner = create_app(room)
+        self._nursery = nursery
         self.transport = StreamingASGITransport(self._app, nursery=nursery)
 
     def __repr__(self) -> str:
@@ -232,12 +248,32 @@ class FakeRoom:
 
     def client(self, *, owner_token: str | None = None, **options: Any) -> RoomClient:
         """A :class:`~letagents_trio.RoomClient` for this room (the caller closes it)."""
-        return RoomClient(
+        client = RoomClient(
             self.api_url,
             owner_token=self.owner_token if owner_token is None else owner_token,
             transport=self.transport,
             **options,
         )
+        client._stream_opener = self.open_stream  # type: ignore[attr-defined]
+        return client
+
+    async def open_stream(self, scheme: str, host: str, port: int) -> trio.abc.Stream:
+        """Open a byte stream to this room, served in memory (a WebSocket stream opener).
+
+        Cancellation:
+            A checkpoint only.
+        """
+        client_end, server_end = trio.testing.memory_stream_pair()
+        self._nursery.start_soon(
+            partial(
+                serve_websocket,
+                self._app,
+                server_end,
+                ping_interval=self.room.config.heartbeat_interval,
+            )
+        )
+        await trio.lowlevel.checkpoint()
+        return client_end
 
     async def add_worker(
         self,
@@ -357,6 +393,9 @@ class FakeRoom:
     # --- the ASGI layer ------------------------------------------------------------
 
     async def _app(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._socket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self._inner(scope, receive, send)
             return
@@ -399,6 +438,61 @@ class FakeRoom:
             changed = rule._rewrite(json.loads(answer.body))
             answer = attrs.evolve(answer, body=json_bytes(changed))
         await _send(send, answer)
+
+    async def _socket(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        """The WebSocket form of the process route, through the process modes."""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        raw_path = scope["raw_path"].decode("latin-1")
+        self.requests.append(
+            RequestRecord(
+                time=trio.current_time(),
+                method="GET",
+                path=unquote(raw_path),
+                session_id=headers.get(_protocol.SESSION_ID_HEADER.lower()),
+                has_session_token=bool(headers.get(_protocol.SESSION_TOKEN_HEADER.lower())),
+                body=None,
+            )
+        )
+        self._note()
+        match = _PROCESS_PATH.match(raw_path)
+        session_id = unquote(match["sid"]) if match is not None else ""
+        mode = self.process_mode(session_id)
+        canned = _CANNED.get(mode, (404, {"error": "Not found"}))
+        supported = (
+            self.websocket
+            and match is not None
+            and not match["exit"]
+            and unquote(match["room"]) not in self.rooms_without_websocket
+        )
+        if not supported or mode in _CANNED:
+            await receive()
+            await refuse_upgrade(scope, send, Reply(status=canned[0], body=canned[1]))
+            return
+        self._seen_sessions.add(session_id)
+        if mode is ProcessMode.SILENT:
+            await receive()
+            await send({"type": "websocket.accept"})
+            await send({"type": "testing.websocket.mute"})
+            while (await receive())["type"] != "websocket.disconnect":
+                pass
+            return
+        if mode is ProcessMode.SLOW:
+            await trio.sleep(self.slow_headers)
+
+        async def watched() -> MutableMapping[str, Any]:
+            message = await receive()
+            text = message.get("text")
+            body = exit_body(text) if isinstance(text, str) else None
+            if body is not None:
+                self.exits.append(
+                    ExitRecord(
+                        time=trio.current_time(), session_id=session_id, body=body, recorded=None
+                    )
+                )
+                self._note()
+            return message
+
+        await self._inner(scope, watched, send)
 
     async def _room_answers(
         self,

@@ -1,0 +1,532 @@
+"""The process connection over a WebSocket (PROTOCOL §3.1, our extension).
+
+:class:`WebSocketConnector` is a :class:`~letagents_trio._connector.ProcessConnector`
+beside the SSE one: the holder's state machine, outcomes and delays are the
+same code whichever connector it is given. The socket is driven sans-IO with
+wsproto's frame layer over any ``trio.abc.Stream`` (a TCP or TLS stream, or
+an in-memory one in tests); the upgrade itself is a few lines of HTTP/1.1
+written and parsed here, so one held socket costs one stream, one wsproto
+``Connection`` and no task of its own.
+
+One socket's life:
+
+1. **Upgrade**: ``GET …/process`` with ``Upgrade: websocket`` and the same
+   credential headers as the SSE request. ``101`` with the right
+   ``Sec-WebSocket-Accept`` opens it. Any other answer maps to the SSE
+   outcomes (:func:`classify_upgrade`): 410 ended, 404/405 unsupported, 5xx
+   dropped, other 4xx refused; a 2xx (a room that ignored the upgrade and
+   answered as it would an SSE request) is unsupported too.
+2. **News**: every chunk read is one :class:`StreamNews` (so the holder's
+   silence deadline re-arms on pings too); the ``open`` text frame names the
+   connection and ``ended`` ends the session. The room's pings are answered.
+3. **Liveness**: the read waits at most ``ping_interval`` for a byte; then
+   the client pings, and a socket silent ``pong_timeout`` longer is dropped
+   (:class:`~letagents_trio.RoomUnreachable`). The deadline lives in the read
+   itself: no timer task per socket.
+4. **Goodbye** (:meth:`WebSocketConnector.goodbye`): while the socket is
+   still open, the exit frame ``{"event":"exit","process_connection_id":…}``
+   and a normal close go out in one write, and the socket is closed at once:
+   the goodbye never waits on a closing handshake (what was written before
+   the close reaches the room even if the close resets the connection). A
+   session with no open socket, or one that cannot take the frame, falls back
+   to ``POST …/process/exit`` inside the same shielded deadline.
+
+:class:`AutoConnector` tries the WebSocket first and falls back to SSE for a
+room (origin and room id) whose answer to the upgrade is ``unsupported``,
+remembering it. :func:`connector_for` picks by ``HoldPolicy.transport``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Final, NoReturn, final
+from urllib.parse import urlsplit
+
+import trio
+from wsproto.connection import Connection, ConnectionState, ConnectionType
+from wsproto.events import CloseConnection, Ping, TextMessage
+
+from ._connector import AttemptRejected, ProcessConnector, SSEConnector, StreamNews
+from ._errors import RoomUnreachable, StreamProtocolError
+from ._policy import HoldPolicy, Outcome
+
+if TYPE_CHECKING:
+    from ._client import RoomClient
+    from ._session import AgentSession
+
+__all__ = [
+    "AutoConnector",
+    "StreamOpener",
+    "WebSocketConnector",
+    "classify_upgrade",
+    "connector_for",
+    "open_tcp_stream",
+]
+
+logger = logging.getLogger("letagents_trio.transport")
+
+# Opens a byte stream to (scheme, host, port): TCP, TLS over it, or in memory.
+StreamOpener = Callable[[str, str, int], Awaitable[trio.abc.Stream]]
+
+# RFC 6455, section 1.3: the key's accept value is SHA-1 over the key and this GUID.
+_WEBSOCKET_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+# An upgrade answer's head is a few hundred bytes; a longer one is refused.
+MAX_UPGRADE_HEAD: Final = 16 * 1024
+# Bytes asked for per read: the room's frames are tens of bytes.
+RECEIVE_BYTES: Final = 4096
+# The normal close code (RFC 6455, section 7.4.1).
+_NORMAL_CLOSURE: Final = 1000
+# Connection ids are UUIDs; anything longer is not one and is not kept.
+_MAX_CONNECTION_ID: Final = 128
+# Rooms remembered as SSE-only by AutoConnector; past this, none are added.
+MAX_REMEMBERED_ROOMS: Final = 4096
+
+
+def classify_upgrade(status: int) -> Outcome | None:
+    """The outcome of an answer to the upgrade, or None when it opens the socket (101)."""
+    if status == 101:
+        return None
+    if status == 410:
+        return Outcome.ENDED
+    if status in (404, 405) or 200 <= status < 300:
+        # 2xx: a room that ignored the upgrade (it may well serve SSE).
+        return Outcome.UNSUPPORTED
+    if status >= 500:
+        return Outcome.DROPPED
+    return Outcome.REFUSED
+
+
+async def open_tcp_stream(scheme: str, host: str, port: int) -> trio.abc.Stream:
+    """Connect to ``host:port``, with TLS (the system trust store) for ``https``.
+
+    Cancellation:
+        A checkpoint; cancelled, nothing is left open.
+    """
+    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+    if scheme == "https":
+        tls = trio.SSLStream(
+            stream, ssl.create_default_context(), server_hostname=host, https_compatible=True
+        )
+        try:
+            await tls.do_handshake()
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        stream = tls
+    return stream
+
+
+def _upgrade_request(host: str, target: str, headers: dict[str, str], key: bytes) -> bytes:
+    lines = [
+        f"GET {target} HTTP/1.1",
+        f"Host: {host}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key.decode('ascii')}",
+        "Sec-WebSocket-Version: 13",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    """The status and (lowercased) headers of an HTTP/1.1 answer's head."""
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = status_line.partition(" ")
+    code = rest[:3]
+    if not version.startswith("HTTP/1.") or not code.isdigit():
+        raise StreamProtocolError("the room's answer to the upgrade is not HTTP/1.1")
+    headers: dict[str, str] = {}
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(code), headers
+
+
+def _accept_value(key: bytes) -> str:
+    return base64.b64encode(hashlib.sha1(key + _WEBSOCKET_GUID).digest()).decode("ascii")
+
+
+def _exit_frame(connection_id: str | None) -> str:
+    return json.dumps(
+        {"event": "exit", "process_connection_id": connection_id}, separators=(",", ":")
+    )
+
+
+@final
+class _Socket:
+    """One open process socket: the stream, its wsproto connection and its clock."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        ws: Connection,
+        *,
+        ping_interval: float,
+        pong_timeout: float,
+        max_event_bytes: int,
+    ) -> None:
+        self._stream = stream
+        self._ws = ws
+        self._ping_interval = ping_interval
+        self._pong_timeout = pong_timeout
+        self._max_event_bytes = max_event_bytes
+        self._deadline = trio.current_time() + ping_interval
+        self._awaiting_pong = False
+        self._text: list[str] = []
+        self._text_size = 0
+        self._finished = False
+        self._reply = b""
+        self._send_lock = trio.Lock()
+        self.connection_id: str | None = None
+        # Set once the exit frame is on its way: the reader then only waits to be stopped.
+        self.leaving = False
+
+    def __aiter__(self) -> _Socket:
+        return self
+
+    async def __anext__(self) -> StreamNews:
+        news = self._news()
+        while news is None:
+            if self._finished:
+                await self._flush()
+                raise StopAsyncIteration
+            try:
+                data = await self._receive()
+            except RoomUnreachable:
+                if self.leaving:
+                    await self._wait_stopped()
+                raise
+            if self.leaving:
+                await self._wait_stopped()
+            if data:
+                self._ws.receive_data(data)
+                # Every chunk is news, a ping included: it re-arms the holder's silence.
+                news = self._news() or StreamNews()
+            else:
+                self._ws.receive_data(None)
+                self._finished = True
+        return news
+
+    def _news(self) -> StreamNews | None:
+        """The news in the events wsproto has; None when it has none."""
+        connection_id: str | None = None
+        ended = False
+        seen = False
+        for event in self._ws.events():
+            seen = True
+            if isinstance(event, TextMessage):
+                text = self._message(event)
+                if text is not None:
+                    kind, named = _server_frame(text)
+                    connection_id = named or connection_id
+                    ended = ended or kind == "ended"
+            elif isinstance(event, Ping) and self._ws.state is ConnectionState.OPEN:
+                self._reply += self._ws.send(event.response())
+            elif isinstance(event, CloseConnection):
+                self._finished = True
+                if self._ws.state is ConnectionState.REMOTE_CLOSING:
+                    self._reply += self._ws.send(event.response())
+        if not seen:
+            return None
+        if connection_id is not None:
+            self.connection_id = connection_id
+        return StreamNews(connection_id=connection_id, ended=ended)
+
+    def _message(self, event: TextMessage) -> str | None:
+        self._text_size += len(event.data)
+        if self._text_size > self._max_event_bytes:
+            raise StreamProtocolError("a frame on the process socket is too large")
+        self._text.append(event.data)
+        if not event.message_finished:
+            return None
+        text = "".join(self._text)
+        self._text.clear()
+        self._text_size = 0
+        return text
+
+    async def _receive(self) -> bytes:
+        """Read one chunk, pinging after ``ping_interval`` of silence."""
+        await self._flush()
+        while True:
+            with trio.move_on_at(self._deadline):
+                try:
+                    data = await self._stream.receive_some(RECEIVE_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+                self._deadline = trio.current_time() + self._ping_interval
+                self._awaiting_pong = False
+                return bytes(data)
+            if self._awaiting_pong or self.leaving:
+                raise RoomUnreachable("process socket: no pong within the pong timeout")
+            if self._ws.state is ConnectionState.OPEN:
+                self._reply += self._ws.send(Ping())
+            await self._flush()
+            self._awaiting_pong = True
+            self._deadline = trio.current_time() + self._pong_timeout
+
+    async def _flush(self) -> None:
+        """Send the pongs and pings (or the close echo) waiting to go."""
+        data, self._reply = self._reply, b""
+        if not data or self.leaving:
+            return
+        async with self._send_lock:
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+
+    async def send_exit(self, connection_id: str | None) -> bool:
+        """Send the exit frame and a normal close in one write; whether the socket took them.
+
+        Cancellation:
+            A checkpoint; under the caller's exit deadline.
+        """
+        if self.leaving or self._finished or self._ws.state is not ConnectionState.OPEN:
+            return False
+        # From here on the reader sends nothing more: no pong may follow the close.
+        self.leaving = True
+        data = self._ws.send(TextMessage(data=_exit_frame(connection_id)))
+        data += self._ws.send(CloseConnection(code=_NORMAL_CLOSURE))
+        async with self._send_lock:
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
+        return True
+
+    async def _wait_stopped(self) -> NoReturn:
+        """After the exit frame the attempt must not end on its own: wait to be stopped."""
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _server_frame(text: str) -> tuple[str | None, str | None]:
+    """The ``event`` of a server text frame and the connection id it names, if any."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        logger.debug("ignoring a process-socket frame that is not JSON")
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    event = value.get("event")
+    kind = event if isinstance(event, str) else None
+    named = value.get("connection_id") if kind == "open" else None
+    if isinstance(named, str) and 0 < len(named) <= _MAX_CONNECTION_ID and named.isprintable():
+        return kind, named
+    return kind, None
+
+
+@final
+class WebSocketConnector:
+    """The process connection over a WebSocket upgrade of the process route.
+
+    Args:
+        client: the room client whose URL and credentials are used (and whose
+            ``POST …/process/exit`` is the goodbye's fallback).
+        policy: ``ping_interval``, ``pong_timeout`` and ``max_event_bytes``.
+        opener: how a byte stream to the room is opened (default: TCP, and
+            TLS with the system trust store for ``https``).
+    """
+
+    def __init__(
+        self,
+        client: RoomClient,
+        *,
+        policy: HoldPolicy | None = None,
+        opener: StreamOpener | None = None,
+    ) -> None:
+        policy = policy or HoldPolicy()
+        self._client = client
+        self._ping_interval = policy.ping_interval
+        self._pong_timeout = policy.pong_timeout
+        self._max_event_bytes = policy.max_event_bytes
+        self._opener: StreamOpener = (
+            opener or getattr(client, "_stream_opener", None) or open_tcp_stream
+        )
+        # The open socket of each session, so the goodbye can speak over it.
+        self._sockets: dict[str, _Socket] = {}
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        """Upgrade ``GET …/process`` for ``session`` (see :class:`ProcessConnector`).
+
+        Cancellation:
+            A checkpoint. Cancelled or left, the socket is closed at once
+            (no closing handshake: the goodbye does that when it matters).
+        """
+        url = urlsplit(self._client.session_url(session, "/process"))
+        scheme = url.scheme
+        host = url.hostname or ""
+        port = url.port or (443 if scheme == "https" else 80)
+        target = url.path + (f"?{url.query}" if url.query else "")
+        try:
+            stream = await self._opener(scheme, host, port)
+        except OSError as exc:
+            raise RoomUnreachable(f"process socket to {host} failed: {type(exc).__name__}") from exc
+        try:
+            socket = await self._upgrade(stream, url.netloc.rpartition("@")[2], target, session)
+            self._sockets[session.session_id] = socket
+            try:
+                yield socket
+            finally:
+                if self._sockets.get(session.session_id) is socket:
+                    del self._sockets[session.session_id]
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _upgrade(
+        self, stream: trio.abc.Stream, host: str, target: str, session: AgentSession
+    ) -> _Socket:
+        key = base64.b64encode(os.urandom(16))
+        headers = self._client._headers(session, json_body=False)
+        headers["Cache-Control"] = "no-store"
+        try:
+            await stream.send_all(_upgrade_request(host, target, headers, key))
+            buffer = b""
+            while b"\r\n\r\n" not in buffer:
+                if len(buffer) > MAX_UPGRADE_HEAD:
+                    raise AttemptRejected(Outcome.REFUSED, "upgrade answer too large")
+                chunk = await stream.receive_some(RECEIVE_BYTES)
+                if not chunk:
+                    raise RoomUnreachable("the room closed the process socket before answering")
+                buffer += chunk
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+        head, _, rest = buffer.partition(b"\r\n\r\n")
+        status, answer = _parse_head(head)
+        outcome = classify_upgrade(status)
+        if outcome is not None:
+            raise AttemptRejected(outcome, f"HTTP {status}")
+        if answer.get("sec-websocket-accept") != _accept_value(key):
+            raise AttemptRejected(Outcome.REFUSED, "bad upgrade answer")
+        ws = Connection(ConnectionType.CLIENT, trailing_data=rest)
+        return _Socket(
+            stream,
+            ws,
+            ping_interval=self._ping_interval,
+            pong_timeout=self._pong_timeout,
+            max_event_bytes=self._max_event_bytes,
+        )
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """POST the exit announcement (the fallback; see :meth:`RoomClient.announce_exit`).
+
+        Cancellation:
+            A checkpoint; callers bound it with the exit deadline.
+        """
+        return await self._client.announce_exit(session, connection_id)
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        """Announce the exit over the open socket, then close it (see :class:`ProcessConnector`).
+
+        Returns None when the exit went over the socket (the room does not
+        answer it); otherwise the fallback POST's answer.
+
+        The socket is closed right after the frames are written, without
+        waiting for the closing handshake: bytes written before a close reach
+        the room even when the close resets the connection.
+
+        Cancellation:
+            Under the manager's shielded exit deadline, which cancels it.
+        """
+        socket = self._sockets.get(session.session_id)
+        if (
+            socket is not None
+            and connection_id is not None
+            and socket.connection_id == connection_id
+            and await socket.send_exit(connection_id)
+        ):
+            await stop()
+            return None
+        await stop()
+        return await self._client.announce_exit(session, connection_id)
+
+
+@final
+class AutoConnector:
+    """WebSocket first; SSE for a room that does not support the upgrade, remembered.
+
+    Args:
+        client: the room client.
+        policy: passed to both connectors.
+        opener: the WebSocket connector's stream opener.
+    """
+
+    def __init__(
+        self,
+        client: RoomClient,
+        *,
+        policy: HoldPolicy | None = None,
+        opener: StreamOpener | None = None,
+    ) -> None:
+        policy = policy or HoldPolicy()
+        self._client = client
+        self._websocket = WebSocketConnector(client, policy=policy, opener=opener)
+        self._sse = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
+        self._sse_rooms: set[tuple[str, str]] = set()
+
+    def _room(self, session: AgentSession) -> tuple[str, str]:
+        return self._client.api_url, session.room_id
+
+    def uses_sse(self, session: AgentSession) -> bool:
+        """Whether ``session``'s room is remembered as one without the upgrade."""
+        return self._room(session) in self._sse_rooms
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        """Upgrade, or open SSE for a room without the upgrade (see :class:`ProcessConnector`).
+
+        Cancellation:
+            A checkpoint; left, whichever stream was opened is closed.
+        """
+        async with AsyncExitStack() as stack:
+            news: AsyncIterator[StreamNews] | None = None
+            if not self.uses_sse(session):
+                try:
+                    news = await stack.enter_async_context(self._websocket.open(session))
+                except AttemptRejected as exc:
+                    if exc.outcome is not Outcome.UNSUPPORTED:
+                        raise
+                    if len(self._sse_rooms) < MAX_REMEMBERED_ROOMS:
+                        self._sse_rooms.add(self._room(session))
+                    logger.info("room %s has no WebSocket form (%s): SSE", session.room_id, exc)
+            if news is None:
+                news = await stack.enter_async_context(self._sse.open(session))
+            yield news
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """POST the exit announcement (see :meth:`RoomClient.announce_exit`)."""
+        return await self._client.announce_exit(session, connection_id)
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        """Over the socket when the session holds one, else close and POST."""
+        return await self._websocket.goodbye(session, connection_id, stop)
+
+
+def connector_for(client: RoomClient, policy: HoldPolicy) -> ProcessConnector:
+    """The connector ``policy.transport`` names, over ``client``."""
+    if policy.transport == "websocket":
+        return WebSocketConnector(client, policy=policy)
+    if policy.transport == "auto":
+        return AutoConnector(client, policy=policy)
+    return SSEConnector(client, max_event_bytes=policy.max_event_bytes)

@@ -1,0 +1,92 @@
+"""The WebSocket form over real loopback: hypercorn serving the room, the client's own sockets.
+
+Real clock (sockets do not run on trio's mock clock); each test is bounded by
+``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+import trio
+
+from letagents_trio import EventKind, HolderStatus, HoldPolicy, RoomClient, open_connection_manager
+from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
+from letagents_trio.testing import register_worker
+
+from ..room_server.helpers import OWNER_TOKEN
+
+WEBSOCKET = HoldPolicy(transport="websocket")
+
+
+@asynccontextmanager
+async def served(room: Room) -> AsyncIterator[str]:
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_room, room, port=0))
+        try:
+            yield url
+        finally:
+            nursery.cancel_scope.cancel(reason="test over")
+
+
+def new_room(heartbeat: float = 15.0) -> Room:
+    return Room(
+        store=MemoryStore(),
+        owner_tokens={OWNER_TOKEN: "owner"},
+        config=RoomConfig(heartbeat_interval=heartbeat),
+    )
+
+
+async def test_hold_and_exit_over_a_hypercorn_socket() -> None:
+    room = new_room()
+    with trio.fail_after(20):
+        async with served(room) as url:
+            session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
+            async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
+                async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                    with manager.subscribe() as events:
+                        holder = manager.hold(session)
+                        async for event in events:
+                            if event.kind is EventKind.CONNECTION:
+                                break
+                    row = room.session(session.session_id)
+                    assert row is not None
+                    assert row.process_connection_id == holder.connection_id
+                    assert room.statistics().open_process_streams == 1
+                    started = trio.current_time()
+                    report = await manager.announce_exits()
+                    assert trio.current_time() - started < 1.0
+            assert [(a.recorded, a.error) for a in report] == [(None, None)]
+            row = room.session(session.session_id)
+            assert row is not None
+            assert row.process_connection_id == "exited"
+
+
+async def test_hypercorn_refusals_reach_the_client_as_their_status() -> None:
+    room = new_room()
+    with trio.fail_after(20):
+        async with served(room) as url:
+            session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
+            room.end_session(session.session_id)
+            async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
+                async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                    holder = manager.hold(session)
+                    assert await holder.wait_status(HolderStatus.ENDED) is HolderStatus.ENDED
+                    assert holder.statistics().attempts  # 410 → ended
+
+
+async def test_the_room_pings_and_a_quiet_socket_stays_open() -> None:
+    room = new_room(heartbeat=0.2)
+    policy = HoldPolicy(transport="websocket", ping_interval=0.3, pong_timeout=0.5)
+    with trio.fail_after(20):
+        async with served(room) as url:
+            session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
+            async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
+                async with open_connection_manager(client, policy=policy) as manager:
+                    holder = manager.hold(session)
+                    await holder.wait_status(HolderStatus.OPEN)
+                    await trio.sleep(2)
+                    assert holder.status is HolderStatus.OPEN
+                    assert holder.statistics().opens == 1
