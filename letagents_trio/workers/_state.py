@@ -34,9 +34,11 @@ flushed and fsynced, renamed over the target, and the temp file is removed in
 :class:`StateLockTimeout`, nothing written): the lock must still be ours and
 safely short of the stale age (:meth:`HeldLock.ensure_held`), and the state
 file must still be the one read (device, inode, size, mtime), so a write that
-slipped past the lock is never undone. Because no checkpoint happens while the
-lock is held, two trio tasks of one process never contend for it, and a
-cancelled update has either done nothing or everything.
+slipped past the lock is never undone. Each locked update first sweeps the
+temp files of killed writers (:func:`._statelock.sweep_leftovers`). Because
+no checkpoint happens while the lock is held, two trio tasks of one process
+never contend for it, and a cancelled update has either done nothing or
+everything.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from ._statelock import (
     LOCK_TIMEOUT,
     HeldLock,
     acquire_lock,
+    sweep_leftovers,
 )
 
 __all__ = [
@@ -520,6 +523,7 @@ class LocalStateStore:
     def _update_locked(
         self, held: HeldLock, fn: Callable[[dict[str, Any]], T], *, drop_expired: bool = True
     ) -> T:
+        sweep_leftovers(self.path, self.wall_clock)
         read_identity = self._file_identity()
         snapshot = self.read()
         if not snapshot.complete:

@@ -36,6 +36,15 @@ at the lock path is still ours (same identity) and younger than
 it stale before the rename lands. Otherwise it raises
 :class:`StateLockTimeout`, and the update writes nothing.
 
+**Leftovers of killed writers are swept.** A writer killed (``SIGKILL``)
+mid-update leaves its temp file ``<state>.<pid>.<12 hex>.tmp`` (the Node
+client's pattern and ours), and one killed mid-break a
+``<lock>.<pid>.<12 hex>.broken``. :func:`sweep_leftovers`, run under the lock,
+deletes those whose process is gone or that are older than the stale age (a
+reused pid cannot keep one forever); at most :data:`_MAX_SWEPT` per call.
+Writers only create them under the lock, so a live one is never in the way;
+a stalled holder whose temp is swept fails its rename and writes nothing.
+
 What remains racy against a Node client, which breaks a stale lock by a plain
 ``unlink`` of the path: a Node process that judged a lock stale may unlink a
 fresh lock that a Python process took in the instant between its ``stat`` and
@@ -50,7 +59,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import secrets
+import stat as stat_module
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, final
@@ -67,6 +78,7 @@ __all__ = [
     "LOCK_TIMEOUT",
     "HeldLock",
     "acquire_lock",
+    "sweep_leftovers",
 ]
 
 logger = logging.getLogger("letagents_trio.state")
@@ -88,8 +100,10 @@ _MAX_LOCK_BYTES: Final = 256
 # Random bytes in our lock's content and in the names a lock is moved to.
 _TOKEN_BYTES: Final = 8
 _ASIDE_RANDOM_BYTES: Final = 6
-# Suffix of a lock moved aside to be judged (the temp-file cleanup knows it).
+# Suffix of a lock moved aside to be judged (the sweep knows it).
 BROKEN_SUFFIX: Final = ".broken"
+# Leftovers deleted per sweep: bounds the time spent holding the lock.
+_MAX_SWEPT: Final = 64
 
 
 @final
@@ -242,3 +256,61 @@ async def acquire_lock(lock: Path, wall_clock: Callable[[], float]) -> HeldLock:
         polls += 1
         await trio.sleep_until(start + polls * LOCK_POLL_INTERVAL)
     return held
+
+
+def _process_gone(pid: int) -> bool:
+    """True if no process has this id (a pid we cannot judge counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, OSError):
+        return False
+    return False
+
+
+def sweep_leftovers(state_path: Path, wall_clock: Callable[[], float]) -> int:
+    """Delete killed writers' temp files and half-broken locks beside the state file.
+
+    Call it holding the lock. A leftover is ``<state>.<pid>.<12 hex>.tmp`` or
+    ``<state>.lock.<pid>.<12 hex>.broken`` whose process is gone or whose
+    mtime is more than :data:`LOCK_STALE_AFTER` old. Errors are ignored: a
+    leftover that cannot be deleted is only litter.
+
+    Returns:
+        How many were deleted.
+    """
+    name = re.escape(state_path.name)
+    pattern = re.compile(
+        rf"{name}\.(?:lock\.(?P<lpid>\d{{1,10}})\.[0-9a-f]{{12}}{re.escape(BROKEN_SUFFIX)}"
+        rf"|(?P<tpid>\d{{1,10}})\.[0-9a-f]{{12}}\.tmp)"
+    )
+    swept = 0
+    try:
+        entries = os.scandir(state_path.parent)
+    except OSError:
+        return 0
+    with entries:
+        for entry in entries:
+            if swept >= _MAX_SWEPT:
+                break
+            match = pattern.fullmatch(entry.name)
+            if match is None:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat_module.S_ISREG(info.st_mode):
+                continue
+            pid = int(match["lpid"] or match["tpid"])
+            old = wall_clock() - info.st_mtime > LOCK_STALE_AFTER
+            if old or _process_gone(pid):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                    swept += 1
+    if swept:
+        logger.warning("removed %d leftover file(s) of killed writers beside %s", swept, state_path)
+    return swept
