@@ -3,13 +3,16 @@
 ::
 
     letagents-trio room [--host 127.0.0.1] [--port 3001] [--db PATH | --memory]
-                        [--owner-token TOKEN=LOGIN]...
+                        [--owner-tokens-file PATH] [--owner-token TOKEN=LOGIN]...
 
 Rooms, sessions, messages and leases live in a SQLite file (``--db``, default
 ``~/.letagents/room.sqlite3``) so a restart keeps them; ``--memory`` keeps
-nothing. Each ``--owner-token`` maps a bearer token to an account login; with
-none, one dev account ``dev`` gets a fresh random token, written to stderr at
-start (this is the server's own terminal: the token is how you connect).
+nothing. Owner tokens map a bearer token to an account login; they come from
+``--owner-tokens-file`` (a 0600 file of the user's), the environment
+(``LETAGENTS_ROOM_OWNER_TOKENS``) or ``--owner-token``, which any local user
+can read from ``/proc/PID/cmdline`` (:mod:`._owner_tokens`). With none, one
+dev account ``dev`` gets a fresh random token, written to stderr at start
+(this is the server's own terminal: the token is how you connect).
 SIGINT or SIGTERM stops the room gracefully (held streams close silently,
 open requests get a bounded time to finish).
 """
@@ -18,10 +21,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import secrets
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Final
@@ -29,6 +33,14 @@ from typing import Final
 import trio
 
 from ._config import RoomConfig
+from ._owner_tokens import (
+    OWNER_TOKENS_ENV,
+    OwnerTokensError,
+    merge_owner_tokens,
+    owner_tokens_from_env,
+    parse_entry,
+    read_owner_tokens_file,
+)
 from ._room import Room
 from ._serve import serve_room
 from ._store import MemoryStore, RoomStore, SQLiteStore
@@ -43,10 +55,10 @@ DEV_LOGIN: Final = "dev"
 
 
 def _owner_token(value: str) -> tuple[str, str]:
-    token, sep, login = value.partition("=")
-    if not sep or not token or not login.strip() or "/" in login:
+    pair = parse_entry(value)
+    if pair is None:
         raise argparse.ArgumentTypeError("expected TOKEN=LOGIN (a login has no '/')")
-    return token, login.strip()
+    return pair
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="letagents-trio room",
         description="Run the reference letagents room (HTTP, hypercorn on trio).",
+        epilog=(
+            f"Owner tokens also come from ${OWNER_TOKENS_ENV} (TOKEN=LOGIN entries separated"
+            " by commas or newlines). All sources are merged; with none, a dev account gets"
+            " a fresh token, written to stderr."
+        ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     parser.add_argument("--port", type=int, default=3001, help="port to bind; 0 = any (3001)")
@@ -68,10 +85,34 @@ def build_parser() -> argparse.ArgumentParser:
         type=_owner_token,
         default=[],
         metavar="TOKEN=LOGIN",
-        help="map an owner bearer token to an account login (repeatable)",
+        help=(
+            "map an owner bearer token to an account login (repeatable). UNSAFE on a shared"
+            " machine: any local user can read it from /proc/PID/cmdline or ps; use"
+            " --owner-tokens-file or the environment there"
+        ),
+    )
+    parser.add_argument(
+        "--owner-tokens-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=(
+            "read owner tokens from PATH: one TOKEN=LOGIN per line, # comments; refused"
+            " unless it is yours and mode 0600"
+        ),
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
     return parser
+
+
+def _owner_tokens(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """Every source's owner tokens, merged (see :mod:`._owner_tokens`)."""
+    tokens: dict[str, str] = {}
+    if args.owner_tokens_file is not None:
+        merge_owner_tokens(tokens, read_owner_tokens_file(args.owner_tokens_file), "the file")
+    merge_owner_tokens(tokens, owner_tokens_from_env(environ), f"${OWNER_TOKENS_ENV}")
+    merge_owner_tokens(tokens, dict(args.owner_token), "--owner-token")
+    return tokens
 
 
 async def _run(room: Room, host: str, port: int) -> None:
@@ -97,13 +138,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit status (0 after a graceful stop).
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        owner_tokens = _owner_tokens(args, os.environ)
+    except OwnerTokensError as exc:
+        parser.error(str(exc))
     logging.basicConfig(
         level=str(args.log_level).upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    owner_tokens = dict(args.owner_token)
     if not owner_tokens:
         token = secrets.token_urlsafe(24)
         owner_tokens = {token: DEV_LOGIN}

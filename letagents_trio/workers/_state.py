@@ -21,31 +21,24 @@ an unlocked whole-file write would silently undo another process's update.
 The bytes read and written are JSON exactly as the Node client parses and
 stringifies it (:mod:`._nodejson`).
 
-The lock is the file ``<path>.lock``, taken by an exclusive create:
-
-1. create the parent directory;
-2. try ``open(lock, O_CREAT | O_EXCL)``. On success, run the update, then close
-   and delete the lock file (in ``finally``: also on errors);
-3. if the lock exists and its mtime is more than 10 s old, its holder died:
-   delete it and retry at once;
-4. else, once 2 s have passed since the first try, raise
-   :class:`StateLockTimeout` naming the lock path; otherwise wait for the next
-   25 ms poll and retry.
-
-Polls sit on a fixed grid (start + n x 25 ms) measured with
-:func:`trio.current_time`, so waiting is cancellable and exact under a
-``MockClock``, and a slow poll never stretches the 2 s budget. The stale check
-compares the lock file's mtime, a wall-clock time, with the store's injectable
-``wall_clock``.
+The lock is the file ``<path>.lock``, shared with the Node client; taking it,
+breaking a stale one without ever removing a fresh one, and noticing a lost
+one are :mod:`._statelock`'s concern.
 
 Inside the lock everything is synchronous: re-read the file, refuse if it is
 incomplete, call the update function on the parsed object, and write only if
 the JSON changed, so a no-op or failed update leaves the file byte for byte
 as it was. The write goes to ``<path>.<pid>.<12 hex>.tmp`` (mode 0600), is
 flushed and fsynced, renamed over the target, and the temp file is removed in
-``finally``. Because no checkpoint happens while the lock is held, two trio
-tasks of one process never contend for it, and a cancelled update has either
-done nothing or everything.
+``finally``. Right before the rename two checks refuse the write (raising
+:class:`StateLockTimeout`, nothing written): the lock must still be ours and
+safely short of the stale age (:meth:`HeldLock.ensure_held`), and the state
+file must still be the one read (device, inode, size, mtime), so a write that
+slipped past the lock is never undone. Each locked update first sweeps the
+temp files of killed writers (:func:`._statelock.sweep_leftovers`). Because
+no checkpoint happens while the lock is held, two trio tasks of one process
+never contend for it, and a cancelled update has either done nothing or
+everything.
 """
 
 from __future__ import annotations
@@ -69,8 +62,18 @@ from .._session import AgentSession
 from ._names import is_durable_worker_id
 from ._nodejson import decode_json, encode_json, json_type
 from ._paths import STATE_FILE, letagents_file
+from ._statelock import (
+    HOLD_LIMIT,
+    LOCK_POLL_INTERVAL,
+    LOCK_STALE_AFTER,
+    LOCK_TIMEOUT,
+    HeldLock,
+    acquire_lock,
+    sweep_leftovers,
+)
 
 __all__ = [
+    "HOLD_LIMIT",
     "LOCK_POLL_INTERVAL",
     "LOCK_STALE_AFTER",
     "LOCK_TIMEOUT",
@@ -87,13 +90,6 @@ logger = logging.getLogger("letagents_trio.state")
 
 T = TypeVar("T")
 
-# The Node client's lock poll: short next to a ~ms update, cheap next to 2 s.
-LOCK_POLL_INTERVAL: Final = 0.025
-# The Node client's give-up: an update holds the lock for milliseconds, so 2 s
-# of waiting means a stuck or dead holder.
-LOCK_TIMEOUT: Final = 2.0
-# The Node client's stale age: a lock file this old was left by a dead process.
-LOCK_STALE_AFTER: Final = 10.0
 # The exact upstream text worker handles show for a damaged state file.
 STATE_UNAVAILABLE_MESSAGE: Final = "Worker state is unavailable; restore it before reconnecting."
 # Owner-only: the file holds the owner's token and session tokens.
@@ -365,7 +361,9 @@ class LocalStateStore:
         Raises:
             StateUnavailable: the file exists but is damaged or unreadable; ``fn``
                 is not called and nothing is written.
-            StateLockTimeout: another process held the lock for 2 s.
+            StateLockTimeout: another process held the lock for 2 s; or this
+                update held it past :data:`HOLD_LIMIT` or lost it, or the file
+                changed under it, and wrote nothing. Retrying is safe.
             StateError: the new file could not be written (the old one stays).
             Exception: whatever ``fn`` raises; nothing is written then.
 
@@ -376,7 +374,7 @@ class LocalStateStore:
             cancelled update never leaves a half-done change or a lock file.
         """
         await trio.lowlevel.checkpoint()
-        return await self._with_lock(lambda: self._update_locked(fn))
+        return await self._with_lock(lambda held: self._update_locked(held, fn))
 
     async def end_session(self, session_id: str, ended_at: str | None, expected_token: str) -> bool:
         """Mark a stored session ended, guarded by its token (PROTOCOL §6.5).
@@ -500,68 +498,33 @@ class LocalStateStore:
         """
         await trio.lowlevel.checkpoint()
         return await self._with_lock(
-            lambda: self._update_locked(
-                lambda state: _drop_expired_auth(state, self.wall_clock()), drop_expired=False
+            lambda held: self._update_locked(
+                held, lambda state: _drop_expired_auth(state, self.wall_clock()), drop_expired=False
             )
         )
 
     # --- the lock and the atomic write ---------------------------------------
 
-    async def _with_lock(self, callback: Callable[[], T]) -> T:
+    async def _with_lock(self, callback: Callable[[HeldLock], T]) -> T:
         lock = self.lock_path
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._unavailable(f"cannot create {lock.parent}: {exc}") from exc
-        start = trio.current_time()
-        polls = 0
-        while (fd := self._try_lock()) is None:
-            if trio.current_time() - start >= LOCK_TIMEOUT:
-                raise StateLockTimeout(f"Timed out acquiring local state lock at {lock}")
-            polls += 1
-            await trio.sleep_until(start + polls * LOCK_POLL_INTERVAL)
-        return self._run_holding(fd, callback)
-
-    def _try_lock(self) -> int | None:
-        """One try for the lock: its descriptor, or ``None`` while a live process holds it.
-
-        A stale lock is deleted and the create retried at once.
-        """
-        lock = self.lock_path
-        while True:
-            try:
-                return os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _FILE_MODE)
-            except FileExistsError:
-                pass
-            except OSError as exc:
-                raise self._unavailable(f"cannot create the lock {lock}: {exc}") from exc
-            try:
-                age = self.wall_clock() - lock.stat().st_mtime
-            except FileNotFoundError:
-                continue  # released between our two calls: try again at once
-            if age <= LOCK_STALE_AFTER:
-                return None
-            logger.warning("breaking a stale state lock (%.1f s old) at %s", age, lock)
-            lock.unlink(missing_ok=True)
-
-    def _run_holding(self, fd: int, callback: Callable[[], T]) -> T:
-        lock = self.lock_path
         try:
-            ours = os.fstat(fd)
-            return callback()
+            held = await acquire_lock(lock, self.wall_clock)
+        except OSError as exc:
+            raise self._unavailable(f"cannot create the lock {lock}: {exc}") from exc
+        try:
+            return callback(held)
         finally:
-            os.close(fd)
-            # Remove the lock only if it is still ours: after a stale break,
-            # the file at this path may belong to another process.
-            try:
-                current = os.stat(lock)
-            except FileNotFoundError:
-                pass
-            else:
-                if (current.st_dev, current.st_ino) == (ours.st_dev, ours.st_ino):
-                    lock.unlink(missing_ok=True)
+            held.release()
 
-    def _update_locked(self, fn: Callable[[dict[str, Any]], T], *, drop_expired: bool = True) -> T:
+    def _update_locked(
+        self, held: HeldLock, fn: Callable[[dict[str, Any]], T], *, drop_expired: bool = True
+    ) -> T:
+        sweep_leftovers(self.path, self.wall_clock)
+        read_identity = self._file_identity()
         snapshot = self.read()
         if not snapshot.complete:
             raise self._unavailable(snapshot.problem)
@@ -572,10 +535,28 @@ class LocalStateStore:
         result = fn(state)
         after = encode_json(state)
         if after != before:
-            self._write_atomic(after)
+            self._write_atomic(after, held, read_identity)
         return result
 
-    def _write_atomic(self, payload: bytes) -> None:
+    def _file_identity(self) -> tuple[int, int, int, int] | None:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._unavailable(f"unreadable: {exc}") from exc
+        return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def _ensure_unchanged(self, held: HeldLock, read_identity: object) -> None:
+        """Refuse to write unless the lock is ours and the file is the one read."""
+        held.ensure_held()
+        if self._file_identity() != read_identity:
+            raise StateLockTimeout(
+                f"The local state file {self.path} changed while we held the lock at"
+                f" {held.path}; nothing was written"
+            )
+
+    def _write_atomic(self, payload: bytes, held: HeldLock, read_identity: object) -> None:
         temp = self.path.with_name(
             f"{self.path.name}.{os.getpid()}.{secrets.token_hex(_TEMP_RANDOM_BYTES)}.tmp"
         )
@@ -590,6 +571,7 @@ class LocalStateStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            self._ensure_unchanged(held, read_identity)
             os.replace(temp, self.path)
         except OSError as exc:
             reason = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__

@@ -126,6 +126,54 @@ async def test_cli_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert db.exists()
 
 
+async def test_cli_takes_owner_tokens_from_a_private_file_not_the_command_line(
+    tmp_path: Path,
+) -> None:
+    """Issue 13 row 7: before, the token could only be given on the command line,
+    where any local user reads it from /proc/PID/cmdline."""
+    tokens = tmp_path / "owner-tokens"
+    tokens.write_text("# owners\nfile-token-0123=alice\n")
+    tokens.chmod(0o600)
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from letagents_trio.room_server._cli import main;"
+        " sys.exit(main(sys.argv[1:]))",
+        "--port",
+        "0",
+        "--memory",
+        "--owner-tokens-file",
+        str(tokens),
+    ]
+    with trio.fail_after(30):
+        process = await trio.lowlevel.open_process(
+            command, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1")
+        )
+        assert process.stderr is not None
+        try:
+            seen = b""
+            while b"letagents room on " not in seen or not seen.endswith(b"\n"):
+                chunk = await process.stderr.receive_some()
+                assert chunk, seen
+                seen += chunk
+            url = seen.split(b"letagents room on ", 1)[1].split(b"\n", 1)[0].decode()
+            async with httpx2.AsyncClient(base_url=url) as c:
+                r = await c.get("/agents/me", headers=owner_headers("file-token-0123"))
+                assert r.json()["account"]["login"] == "alice"
+            cmdline = trio.Path(f"/proc/{process.pid}/cmdline")
+            if await cmdline.exists():
+                assert b"file-token-0123" not in await cmdline.read_bytes()
+            assert b"file-token-0123" not in seen
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with trio.move_on_after(5, shield=True):
+                    await process.wait()
+            await process.stderr.aclose()
+
+
 async def test_sqlite_restart_keeps_rooms_sessions_messages_and_leases(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

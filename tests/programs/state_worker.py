@@ -5,6 +5,7 @@ Usage::
     python tests/programs/state_worker.py count PATH NAME N [PAUSE]  # N locked increments
     python tests/programs/state_worker.py read PATH TARGET    # read until counter >= TARGET
     python tests/programs/state_worker.py churn PATH PAD      # big updates until killed
+    python tests/programs/state_worker.py plant PATH N        # N stale-lock events
 
 ``count`` prints ``ready``, waits for a line on stdin (so all writers start
 together), then adds one to ``counter`` and to ``workers[NAME]`` N times through
@@ -24,11 +25,20 @@ until ``counter`` reaches TARGET or 60 s pass. It prints
 ``churn`` rewrites a state padded to PAD bytes forever; inside each update
 it prints ``writing <counter>`` (the value about to be written), so the parent
 can kill it while the write is under way.
+
+``plant`` plays N dead holders, one after another: it prints ``ready``, waits
+for a line on stdin, then N times creates the lock file exclusively (when it
+is free), dates it 60 s back, as a process killed inside its update 60 s ago
+would have left it, and waits until a writer has broken it, plus a random 0
+to 20 ms. Every event makes the waiting writers break a stale lock at once,
+which is where a careless breaker removes a fresh lock. It prints
+``{"planted": n}`` (fewer than N if 60 s pass first).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -41,6 +51,10 @@ from letagents_trio.workers._state import LocalStateStore, ensure_mapping
 
 # The reader stops after this long even if the writers never finish.
 READ_GIVE_UP_SECONDS = 60.0
+# A planted lock is dated this far back: well past the 10 s stale age.
+PLANTED_AGE_SECONDS = 60.0
+# The planter's poll while a writer holds the lock or has not yet broken its plant.
+PLANT_POLL_SECONDS = 0.001
 
 
 async def count(path: str, name: str, n: int, pause: float) -> None:
@@ -109,12 +123,45 @@ async def churn(path: str, pad: int) -> None:
         await store.update(rewrite)
 
 
+async def plant(path: str, n: int) -> None:
+    lock = path + ".lock"
+    rng = random.Random("plant")
+    planted = 0
+    print("ready", flush=True)
+    sys.stdin.readline()
+    give_up = time.monotonic() + READ_GIVE_UP_SECONDS
+    while planted < n and time.monotonic() < give_up:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            await trio.sleep(PLANT_POLL_SECONDS)
+            continue
+        os.close(fd)
+        old = time.time() - PLANTED_AGE_SECONDS
+        os.utime(lock, (old, old))
+        planted += 1
+        planted_stat = os.stat(lock)
+        identity = (planted_stat.st_ino, planted_stat.st_mtime_ns)
+        while time.monotonic() < give_up:  # until a writer has broken it
+            try:
+                now = os.stat(lock)
+                if (now.st_ino, now.st_mtime_ns) != identity:
+                    break
+            except FileNotFoundError:
+                break
+            await trio.sleep(PLANT_POLL_SECONDS)
+        await trio.sleep(rng.uniform(0, 0.02))
+    print(json.dumps({"planted": planted}))
+
+
 def main(argv: list[str]) -> None:
     mode, path, *rest = argv
     if mode == "count":
         trio.run(count, path, rest[0], int(rest[1]), float(rest[2]) if len(rest) > 2 else 0.0)
     elif mode == "read":
         read(path, int(rest[0]))
+    elif mode == "plant":
+        trio.run(plant, path, int(rest[0]))
     elif mode == "churn":
         trio.run(churn, path, int(rest[0]))
     else:
