@@ -26,6 +26,7 @@ from letagents_trio import (
     StreamProtocolError,
 )
 from letagents_trio._connector import classify_status
+from letagents_trio._http1 import HTTPFailure
 from letagents_trio.testing import open_streaming_transport
 
 if TYPE_CHECKING:
@@ -188,7 +189,9 @@ async def test_open_event_split_in_the_middle_of_its_json() -> None:
 )
 async def test_open_data_without_a_usable_id_is_ignored(data: bytes) -> None:
     news = await news_of([b"event: open\ndata: " + data + b"\n\n", b": after\n\n"])
-    assert news == [StreamNews(), StreamNews()]
+    # A chunk longer than one read arrives as two: more news, none naming an id.
+    assert len(news) >= 2
+    assert set(news) == {StreamNews()}
 
 
 async def test_connection_id_longer_than_128_chars_is_ignored() -> None:
@@ -241,9 +244,10 @@ async def test_a_reset_mid_stream_is_room_unreachable() -> None:
         ):
             first = await anext(stream)
             assert first == StreamNews()
-            with pytest.raises(RoomUnreachable, match="ReadError") as info:
+            # A reset cuts the chunked body short: the framing says it broke.
+            with pytest.raises(RoomUnreachable, match="broke: RemoteProtocolError") as info:
                 await anext(stream)
-            assert isinstance(info.value.__cause__, httpx2.ReadError)
+            assert isinstance(info.value.__cause__, HTTPFailure)
 
 
 async def test_a_line_longer_than_the_limit_is_a_protocol_error() -> None:
