@@ -8,8 +8,16 @@ What :class:`RoomClient` adds to plain HTTP (PROTOCOL §2, §5.7, §10):
   session's id and token as ``X-LetAgents-Agent-Session-Id`` / ``-Token``.
   Neither ever reaches a repr, a log line or an exception message: bodies the
   room echoes back are redacted before they are shown.
-* **The process stream.** ``GET …/process`` with ``Accept: text/event-stream``
-  and no read timeout: on that stream silence is the holder's business.
+* **Two transports.** Ordinary calls share one ``httpx2.AsyncClient``. The
+  process stream (``GET …/process`` with ``Accept: text/event-stream``, no read
+  timeout: silence is the holder's business) and the exit announcement, which
+  come by the thousand, go over the lean HTTP/1.1 client of
+  :mod:`letagents_trio._http1`, one connection each, through a
+  :class:`~letagents_trio._http1.StreamOpener` (the network by default; an
+  injected transport that can open streams, such as the testing kit's, serves
+  both). :meth:`RoomClient.open_request` is that path for any connector (a
+  WebSocket upgrade detaches the raw stream from it). Headers for both are
+  built by one function, ``_headers``.
 * **Ended sessions.** A 401 whose body says ``This agent session has ended.``
   marks the stored session ended (guarded by its token) before the error is
   raised, so the next registration starts afresh instead of reusing it.
@@ -35,12 +43,11 @@ import hashlib
 import json
 import logging
 import math
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, cast, final
 from urllib.parse import quote
 
 import httpx2
@@ -48,6 +55,8 @@ import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
+from ._http1 import HTTP1Response, HTTPFailure, StreamOpener, open_request, split_url
+from ._net import NetworkOpener
 from ._redact import redact
 
 if TYPE_CHECKING:
@@ -71,8 +80,12 @@ logger = logging.getLogger("letagents_trio.api")
 _WORKER_CREDENTIAL_KEYS = ("agent_session_token", "replace_agent_session_token", "connection_token")
 # Body keys whose values are secrets, redacted from anything shown.
 _SECRET_KEYS = (*_WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
-# Idle connections kept for ordinary calls; streams do not return theirs.
+# Idle connections kept for ordinary calls; streams and exits have their own.
 KEEPALIVE_CONNECTIONS = 32
+# The largest exit answer read: the room's is ``{"recorded":true}``.
+MAX_EXIT_ANSWER_BYTES = 64 * 1024
+# What a process stream asks for: events, never a cached answer.
+_STREAM_HEADERS = {"Accept": _protocol.EVENT_STREAM, "Cache-Control": "no-store"}
 # A Retry-After above a day is not a busy room; keeps the parsed value finite.
 _RETRY_AFTER_CEILING = 86_400.0
 
@@ -142,6 +155,12 @@ class RoomClient:
             client. It is called often: it must be cheap and never block.
         transport: an ``httpx2.AsyncBaseTransport`` to use instead of the network
             (for example :class:`letagents_trio.testing.StreamingASGITransport`).
+            When it can also open streams (an ``open_stream`` method, as the
+            testing kit's has), it serves the lean requests too.
+        opener: where the lean requests (process streams, exits) get their
+            connections; default the transport as above, else a
+            :class:`~letagents_trio._net.NetworkOpener` (TCP, TLS with the
+            system trust store, proxies from the environment).
         state: where ended sessions and owner logouts are recorded; None records nothing.
         call_timeout: seconds one call may take, request to last body byte,
             unless the call says ``bounded=False``.
@@ -154,6 +173,7 @@ class RoomClient:
         *,
         owner_token: OwnerTokenSource = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        opener: StreamOpener | None = None,
         state: StateHooks | None = None,
         call_timeout: float = _protocol.CALL_TIMEOUT,
         max_answer_bytes: int = _protocol.MAX_ANSWER_BYTES,
@@ -171,8 +191,9 @@ class RoomClient:
             fixed = owner_token or None
             self._owner_source = lambda: fixed
         self._state = state
-        self._injected_transport = transport
-        self._ssl_context: ssl.SSLContext | None = None
+        if opener is None:
+            opener = cast("StreamOpener", transport) if _is_opener(transport) else NetworkOpener()
+        self._opener = opener
         self._http = httpx2.AsyncClient(
             transport=transport,
             timeout=httpx2.Timeout(
@@ -260,7 +281,46 @@ class RoomClient:
     # --- the process connection ------------------------------------------------
 
     @asynccontextmanager
-    async def open_process_stream(self, session: AgentSession) -> AsyncIterator[httpx2.Response]:
+    async def open_request(
+        self,
+        method: str,
+        url: str,
+        *,
+        session: AgentSession | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        tunnel: bool = False,
+    ) -> AsyncIterator[HTTP1Response]:
+        """Send one request over a lean connection of its own; yield the response, unread.
+
+        The seam for connectors: the process stream and the exit use it, and a
+        WebSocket connector can send its upgrade through it and, on ``101``,
+        take the raw stream with :meth:`HTTP1Response.detach
+        <letagents_trio._http1.HTTP1Response.detach>` (pass ``tunnel=True`` so a
+        forwarding proxy is tunnelled through). The credentials go out as for
+        every call; ``headers`` are added to them.
+
+        Raises:
+            RoomUnreachable: the connection or the exchange failed.
+
+        Cancellation:
+            A checkpoint. Leaving the block, by cancellation or otherwise,
+            closes the connection at once.
+        """
+        fields = self._headers(session, json_body=body is not None)
+        if headers:
+            fields.update(headers)
+        try:
+            origin, target = split_url(url)
+            async with open_request(
+                self._opener, origin, target, method, list(fields.items()), body, tunnel=tunnel
+            ) as response:
+                yield response
+        except HTTPFailure as exc:
+            raise RoomUnreachable(f"{method} {_path_of(url)} failed: {exc}") from exc
+
+    @asynccontextmanager
+    async def open_process_stream(self, session: AgentSession) -> AsyncIterator[HTTP1Response]:
         """Open ``GET …/process`` for ``session`` and yield the response, unread.
 
         The response is yielded whatever its status; the caller classifies it.
@@ -271,57 +331,12 @@ class RoomClient:
 
         Cancellation:
             A checkpoint. Leaving the block, by cancellation or otherwise,
-            closes the response and its connection.
+            closes the connection (a socket close, nothing to unwind).
         """
-        headers = self._headers(session, json_body=False)
-        headers["Accept"] = _protocol.EVENT_STREAM
-        headers["Cache-Control"] = "no-store"
-        request = self._http.build_request(
-            "GET", self.session_url(session, "/process"), headers=headers
-        )
-        try:
-            async with self._send(request, dedicated=True) as response:
-                yield response
-        except httpx2.TransportError as exc:
-            raise RoomUnreachable(
-                f"process stream to {self.api_url} failed: {type(exc).__name__}"
-            ) from exc
-
-    @asynccontextmanager
-    async def _send(
-        self, request: httpx2.Request, *, dedicated: bool
-    ) -> AsyncIterator[httpx2.Response]:
-        """Send ``request`` and yield the unread response; close it on the way out.
-
-        ``dedicated`` sends it over a connection of its own instead of the
-        shared pool. httpcore's pool does work in proportion to the requests it
-        holds on every request and every close, so a thousand long-lived
-        process streams in one pool cost O(n²); a one-connection transport per
-        stream (and per exit announcement, which come all at once) keeps each
-        O(1). A transport injected for tests is used as it is.
-        """
-        if not dedicated or self._injected_transport is not None:
-            response = await self._http.send(request, stream=True)
-            try:
-                yield response
-            finally:
-                await response.aclose()
-            return
-        if self._ssl_context is None:
-            self._ssl_context = httpx2.create_ssl_context()
-        transport = httpx2.AsyncHTTPTransport(
-            verify=self._ssl_context,
-            limits=httpx2.Limits(max_connections=1, max_keepalive_connections=0),
-        )
-        try:
-            response = await transport.handle_async_request(request)
-            response.request = request
-            try:
-                yield response
-            finally:
-                await response.aclose()
-        finally:
-            await transport.aclose()
+        async with self.open_request(
+            "GET", self.session_url(session, "/process"), session=session, headers=_STREAM_HEADERS
+        ) as response:
+            yield response
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
@@ -342,13 +357,12 @@ class RoomClient:
             "agent_session_token": session.session_token,
             "process_connection_id": connection_id,
         }
-        answer = await self._call(
-            "POST",
-            self.session_url(session, "/process/exit"),
-            json=body,
-            session=session,
-            dedicated=True,
-        )
+        url = self.session_url(session, "/process/exit")
+        async with self.open_request("POST", url, session=session, body=_dumps(body)) as response:
+            raw = await response.read(MAX_EXIT_ANSWER_BYTES)
+        text = raw.decode("utf-8", "replace")
+        retry_after = response.header("Retry-After")
+        answer = await self._answer("POST", url, response.status, text, retry_after, session, body)
         return isinstance(answer, Mapping) and answer.get("recorded") is True
 
     # --- generic calls -----------------------------------------------------------
@@ -386,20 +400,6 @@ class RoomClient:
             its deadline), the connection is closed; the room may have acted
             on the request.
         """
-        return await self._call(
-            method, path, json=json, session=session, dedicated=False, bounded=bounded
-        )
-
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: object,
-        session: AgentSession | None,
-        dedicated: bool,
-        bounded: bool = True,
-    ) -> Any:
         url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
         content = None if json is None else _dumps(json)
         headers = self._headers(session, json_body=True)
@@ -409,8 +409,11 @@ class RoomClient:
         raw: bytes | None = None
         with trio.move_on_after(limit):
             try:
-                async with self._send(request, dedicated=dedicated) as response:
+                response = await self._http.send(request, stream=True)
+                try:
                     raw = await self._read_answer(response, method, url)
+                finally:
+                    await response.aclose()
             except httpx2.RequestError as exc:
                 # TransportError, and DecodingError for a body that cannot be decoded.
                 raise RoomUnreachable(
@@ -418,18 +421,38 @@ class RoomClient:
                 ) from exc
         if raw is None:
             raise RoomUnreachable(f"{method} {_path_of(url)}: no answer within {limit:g} s")
-        text = raw.decode(response.encoding or "utf-8", errors="replace")
-        if not response.is_success:
-            await self._after_refusal(response.status_code, text, session, json)
+        return await self._answer(
+            method,
+            url,
+            response.status_code,
+            raw.decode(response.encoding or "utf-8", errors="replace"),
+            response.headers.get("Retry-After"),
+            session,
+            json,
+        )
+
+    async def _answer(
+        self,
+        method: str,
+        url: str,
+        status: int,
+        text: str,
+        retry_after: str | None,
+        session: AgentSession | None,
+        json: object,
+    ) -> Any:
+        """The parsed answer of a call, or its refusal as :class:`ApiError` (both paths)."""
+        if not 200 <= status < 300:
+            await self._after_refusal(status, text, session, json)
             raise ApiError(
-                response.status_code,
+                status,
                 redact(text, self._secrets(session, json)),
-                retry_after=_retry_after(response.headers.get("Retry-After")),
+                retry_after=_retry_after(retry_after),
             )
         if not text.strip():
             return None
         try:
-            return _loads(raw)
+            return _loads(text)
         except (ValueError, RecursionError) as exc:
             # RecursionError: nesting too deep for the parser is not an answer either.
             raise RoomUnreachable(f"{method} {_path_of(url)} answered with invalid JSON") from exc
@@ -549,8 +572,12 @@ def _session_credentials(session: AgentSession | None, body: object) -> tuple[st
     return None
 
 
-def _loads(raw: bytes) -> Any:
-    return json.loads(raw)
+def _is_opener(transport: object) -> bool:
+    return callable(getattr(transport, "open_stream", None))
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text)
 
 
 def _dumps(value: object) -> bytes:

@@ -31,16 +31,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
-import httpx2
 import trio
 
 from . import _protocol
 from ._errors import LetAgentsError, RoomUnreachable
+from ._http1 import HTTP1Response, HTTPFailure
 from ._policy import Outcome
 from ._sse import SSEDecoder, is_event_stream
 
@@ -151,10 +151,14 @@ def classify_status(status: int, content_type: str | None) -> Outcome | None:
 
 @final
 class _SSENews:
-    """Turns the chunks of an SSE body into :class:`StreamNews`, one per chunk."""
+    """Turns the chunks of an SSE body into :class:`StreamNews`, one per chunk.
 
-    def __init__(self, chunks: AsyncIterator[bytes], decoder: SSEDecoder) -> None:
-        self._chunks = chunks
+    A plain object over the lean response, not a generator: when the holder
+    stops, closing the socket is all there is to do.
+    """
+
+    def __init__(self, response: HTTP1Response, decoder: SSEDecoder) -> None:
+        self._response = response
         self._decoder = decoder
         self._done = False
 
@@ -166,15 +170,15 @@ class _SSENews:
             await trio.lowlevel.checkpoint()
             raise StopAsyncIteration
         try:
-            chunk = await anext(self._chunks)
-        except StopAsyncIteration:
+            chunk = await self._response.next_chunk()
+        except HTTPFailure as exc:
             if self._ended_at_close():
                 return StreamNews(ended=True)
-            raise
-        except httpx2.TransportError as exc:
+            raise RoomUnreachable(f"process stream broke: {exc}") from exc
+        if not chunk:
             if self._ended_at_close():
                 return StreamNews(ended=True)
-            raise RoomUnreachable(f"process stream broke: {type(exc).__name__}") from exc
+            raise StopAsyncIteration
         connection_id: str | None = None
         ended = False
         # The read was a checkpoint; one more between slices, so that one read
@@ -213,22 +217,6 @@ def _connection_id(data: str) -> str | None:
     return None
 
 
-async def _unwind(chunks: AsyncGenerator[bytes, None]) -> None:
-    """Finish a body iterator that was left part way (an ``ended`` event, a protocol error).
-
-    httpx2 reads a body through a chain of async generators, and ``aclose()``
-    on the outer one leaves the inner ones suspended, for trio to finalize with
-    a ResourceWarning. Reading once more inside an already-cancelled scope
-    makes the innermost one hit a checkpoint, and the ``Cancelled`` travels up
-    through every layer, so each finishes. Call it in a cancelled scope.
-    """
-    try:
-        while True:
-            await anext(chunks)
-    except (StopAsyncIteration, httpx2.TransportError):
-        pass
-
-
 @final
 class SSEConnector:
     """The process connection over the room's Server-Sent-Events route.
@@ -249,24 +237,18 @@ class SSEConnector:
         """Open ``GET …/process`` for ``session`` (see :class:`ProcessConnector`).
 
         Cancellation:
-            A checkpoint. Cancelled or left, the response and its socket are closed.
+            A checkpoint. Cancelled or left, the socket is closed.
         """
         async with self._client.open_process_stream(session) as response:
-            outcome = classify_status(response.status_code, response.headers.get("content-type"))
+            outcome = classify_status(response.status, response.header("content-type"))
             if outcome is not None:
-                raise AttemptRejected(outcome, f"HTTP {response.status_code}")
+                raise AttemptRejected(outcome, f"HTTP {response.status}")
             decoder = SSEDecoder(
                 max_line_bytes=self._max_event_bytes,
                 max_event_bytes=self._max_event_bytes,
                 final_events=(_ENDED_EVENT,),
             )
-            async with aclosing(response.aiter_bytes()) as chunks:
-                try:
-                    yield _SSENews(chunks, decoder)
-                finally:
-                    # Already cancelled and shielded: bounded, it never waits.
-                    with trio.move_on_after(0, shield=True):
-                        await _unwind(chunks)
+            yield _SSENews(response, decoder)
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """POST the exit announcement (see :meth:`RoomClient.announce_exit`).

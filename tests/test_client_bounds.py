@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 from letagents_trio import RoomUnreachable
-from letagents_trio._client import RoomClient
+from letagents_trio._client import MAX_EXIT_ANSWER_BYTES, RoomClient
 from letagents_trio._protocol import CALL_TIMEOUT, MAX_ANSWER_BYTES
 from letagents_trio._session import AgentSession
 from letagents_trio.testing._transport import (
@@ -134,24 +134,33 @@ async def test_a_declared_huge_body_is_refused_unread(
     assert sum(sent) <= (BODY_BUFFER_CHUNKS + 2) * len(CHUNK)
 
 
-@pytest.mark.parametrize("call", ["call", "announce_exit"])
 async def test_an_endless_body_is_refused_at_the_cap(
-    autojump_clock: trio.testing.MockClock, call: str
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """No Content-Length, a body that never ends: refused once past the cap,
-    for an ordinary call and for the exit answer alike."""
+    """No Content-Length, a body that never ends: refused once past the cap."""
     cap = 1024 * 1024
     sent: list[int] = []
     with trio.fail_after(10):
         async with client_for(streaming(JSON_HEADERS, sent), max_answer_bytes=cap) as client:
-            calling = (
-                client.call("GET", "/agents/me")
-                if call == "call"
-                else client.announce_exit(SESSION, "c-1")
-            )
             with pytest.raises(RoomUnreachable, match=f"larger than {cap} bytes"):
-                await calling
+                await client.call("GET", "/agents/me")
     assert cap < sum(sent) <= cap + (BODY_BUFFER_CHUNKS + 2) * len(CHUNK)
+
+
+async def test_an_endless_exit_answer_is_refused_at_the_exit_cap(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The exit answer is ``{"recorded": …}``: the lean path reads a few KiB at most."""
+    sent: list[int] = []
+    with trio.fail_after(10):
+        async with client_for(streaming(JSON_HEADERS, sent)) as client:
+            with pytest.raises(RoomUnreachable, match="BodyTooLarge"):
+                await client.announce_exit(SESSION, "c-1")
+    assert (
+        MAX_EXIT_ANSWER_BYTES
+        < sum(sent)
+        <= MAX_EXIT_ANSWER_BYTES + (BODY_BUFFER_CHUNKS + 2) * len(CHUNK)
+    )
 
 
 async def test_a_gzip_bomb_is_refused_uninflated(autojump_clock: trio.testing.MockClock) -> None:

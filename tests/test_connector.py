@@ -25,8 +25,9 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
-from letagents_trio._connector import classify_status
-from letagents_trio._sse import FEED_SLICE_BYTES
+from letagents_trio._connector import _SSENews, classify_status
+from letagents_trio._http1 import HTTPFailure
+from letagents_trio._sse import FEED_SLICE_BYTES, SSEDecoder
 from letagents_trio.testing import open_streaming_transport
 
 if TYPE_CHECKING:
@@ -193,7 +194,9 @@ async def test_open_event_split_in_the_middle_of_its_json() -> None:
 )
 async def test_open_data_without_a_usable_id_is_ignored(data: bytes) -> None:
     news = await news_of([b"event: open\ndata: " + data + b"\n\n", b": after\n\n"])
-    assert news == [StreamNews(), StreamNews()]
+    # A chunk longer than one read arrives as two: more news, none naming an id.
+    assert len(news) >= 2
+    assert set(news) == {StreamNews()}
 
 
 async def test_connection_id_longer_than_128_chars_is_ignored() -> None:
@@ -297,9 +300,10 @@ async def test_a_reset_mid_stream_is_room_unreachable() -> None:
         ):
             first = await anext(stream)
             assert first == StreamNews()
-            with pytest.raises(RoomUnreachable, match="ReadError") as info:
+            # A reset cuts the chunked body short: the framing says it broke.
+            with pytest.raises(RoomUnreachable, match="broke: RemoteProtocolError") as info:
                 await anext(stream)
-            assert isinstance(info.value.__cause__, httpx2.ReadError)
+            assert isinstance(info.value.__cause__, HTTPFailure)
 
 
 async def test_a_line_longer_than_the_limit_is_a_protocol_error() -> None:
@@ -327,17 +331,20 @@ async def test_a_huge_chunk_is_decoded_with_a_checkpoint_per_slice() -> None:
             await trio.lowlevel.checkpoint()
             ticks += 1
 
+    class OneHugeRead:
+        """A response whose one read hands over the whole 1 MiB (a socket can)."""
+
+        async def next_chunk(self) -> bytes:
+            await trio.lowlevel.checkpoint()
+            return chunk
+
+    news = _SSENews(OneHugeRead(), SSEDecoder())  # type: ignore[arg-type]
     with trio.fail_after(10):
-        async with (
-            connector_for(scripted_app([b": hi\n\n", chunk], then="hold")) as connector,
-            connector.open(SESSION) as stream,
-            trio.open_nursery() as nursery,
-        ):
-            assert await anext(stream) == StreamNews()
+        async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker)
             await trio.lowlevel.checkpoint()
             before = ticks
-            assert await anext(stream) == StreamNews()
+            assert await anext(news) == StreamNews()
             assert ticks - before >= 1024 * 1024 // FEED_SLICE_BYTES - 1
             nursery.cancel_scope.cancel()
 

@@ -293,6 +293,8 @@ async def test_the_timeline_reads_as_events(autojump_clock: MockClock, fake_room
             fake_room.drop(session.session_id)
             await holder.wait_status(HolderStatus.WAITING)
             await holder.wait_status(HolderStatus.OPEN)
+            # The open event follows the headers: let the holder read it.
+            await trio.testing.wait_all_tasks_blocked()
             await manager.announce_exits()
             timeline = []
             while True:

@@ -1,4 +1,4 @@
-"""An httpx2 transport that serves an ASGI app in-process, streaming.
+"""An httpx2 transport that serves an ASGI app in-process, streaming; and a stream opener.
 
 httpx2's own ``ASGITransport`` runs the app to completion and buffers the whole
 body, so it cannot carry an endless Server-Sent-Events stream. This transport
@@ -24,6 +24,13 @@ Life of one request:
    error; any other exception ends the body with ``httpx2.ReadError``.
 5. When the client closes the response (or cancels the request), the app's
    ``receive`` answers ``http.disconnect`` and later sends are dropped.
+
+The same object is also a :class:`~letagents_trio._http1.StreamOpener`, so a
+:class:`~letagents_trio.RoomClient` given it sends its lean requests (process
+streams, exits) to the same app: :meth:`StreamingASGITransport.open_stream`
+hands the client one end of an in-memory stream pair and serves the other end
+with :func:`~letagents_trio.testing._h11_server.serve_http1` (real HTTP/1.1
+bytes, parsed by h11 on both sides) in the transport's nursery.
 """
 
 from __future__ import annotations
@@ -32,11 +39,16 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, final
 
 import attrs
 import httpx2
 import trio
+import trio.testing
+
+from .._http1 import Connected, Origin
+from ._h11_server import serve_http1
 
 __all__ = ["ASGIApp", "StreamingASGITransport", "open_streaming_transport"]
 
@@ -232,6 +244,35 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
             exchange.started.set()
             exchange.finish_body()
             exchange.app_done.set()
+
+    async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+        """A fresh in-memory connection to the app (the lean client's seam).
+
+        The app sees ``origin``'s host and port as the server and the
+        transport's ``client`` as the peer. ``tunnel`` changes nothing here:
+        there is no proxy in memory.
+
+        Raises:
+            ConnectionRefusedError: the transport is closed.
+
+        Cancellation:
+            A checkpoint only.
+        """
+        if self._closed:
+            raise ConnectionRefusedError("the in-process transport is closed")
+        client_end, server_end = trio.testing.lockstep_stream_pair()
+        self._nursery.start_soon(
+            partial(
+                serve_http1,
+                server_end,
+                self._app,
+                scheme=origin.scheme,
+                server=(origin.host, origin.port),
+                client=self._client,
+            )
+        )
+        await trio.lowlevel.checkpoint()
+        return Connected(client_end)
 
     async def aclose(self) -> None:
         """Nothing to close: the transport lives as long as its nursery.

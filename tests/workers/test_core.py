@@ -110,7 +110,8 @@ async def test_request_sequences_of_create_restart_resume_and_recover(
     mark = len(fake_room.requests)
     async with open_proc(fake_room.transport, state_path) as second:
         resumed = await second.handles.register(room_id=ROOM, worker_id=created.worker_id)
-        await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
+        with trio.fail_after(100):
+            await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
         assert requests(fake_room, mark) == [
             "GET /agents/me",
             "POST /agents",
@@ -419,6 +420,8 @@ async def test_a_released_holder_is_held_again_by_the_fast_path(
     async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
         sid = reg.session.session_id
+        # The first stream reaches the room before it is released.
+        await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 1)
         assert p.manager.release(sid)
         assert sid not in p.manager.holders
         await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
@@ -446,7 +449,8 @@ async def test_an_ended_session_is_registered_again_and_keeps_its_id(
         again = await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
         assert len(registrations(fake_room)) == before + 1
         assert again.session.session_id == sid
-        await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
+        with trio.fail_after(100):
+            await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
 
 
 # --- disconnect ------------------------------------------------------------------------------
@@ -485,7 +489,8 @@ async def test_disconnect_ends_the_session_here_and_at_the_room(
         assert back.session.session_id == sid
         assert back.session.display_name == "Cedar"
         assert back.session.ended_at is None
-        await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
+        with trio.fail_after(100):
+            await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 2)
 
 
 # --- validation order and exact texts ---------------------------------------------------------

@@ -1,0 +1,376 @@
+"""A lean HTTP/1.1 client for the process stream and the exit: h11 over trio streams.
+
+The two requests a connection manager sends by the thousand, the long-lived
+``GET …/process`` and the ``POST …/process/exit`` of the goodbye, go through
+this module instead of httpx2. Each needs one connection and one exchange, so
+the machinery of a general client (a pool and a transport per request, a
+timeout scope per read and write, a cookie jar, address resolution per
+connection) is pure cost. Here a request is:
+
+1. a :class:`Connected` stream from a :class:`StreamOpener` for the URL's
+   :class:`Origin` (the seam: :class:`~letagents_trio._net.NetworkOpener` dials
+   TCP, TLS and proxies; the testing kit serves an app in memory);
+2. the request written with one ``h11.Connection``, then the response head read;
+3. :class:`HTTP1Response` handed to the caller, who reads the body chunk by
+   chunk (:meth:`~HTTP1Response.next_chunk`) or whole (:meth:`~HTTP1Response.read`);
+4. the stream closed forcefully when :func:`open_request`'s block is left, by
+   cancellation or otherwise: one socket close, no generator to unwind.
+
+There is no timeout here at all: the holder's scope owns the answer time and
+silence, the manager's shielded deadline owns the goodbye.
+
+**Upgrades** (the seam for a WebSocket connector). A request carrying
+``Upgrade`` that the server answers with ``101`` leaves the connection in
+h11's ``SWITCHED_PROTOCOL`` state; :meth:`HTTP1Response.detach` then returns
+the raw stream, with any bytes h11 read past the response head put back in
+front. The stream still belongs to the :func:`open_request` block, which
+closes it when left. Pass ``tunnel=True`` so that an ``http`` origin behind a
+forwarding proxy is reached through ``CONNECT`` (an upgrade cannot go through
+a proxy that forwards requests one by one).
+
+Failures of the network or of the peer's HTTP surface as :class:`HTTPFailure`,
+whose message is only the exception's type name (never a URL or a header).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Protocol, final
+from urllib.parse import urlsplit
+
+import attrs
+import h11
+import trio
+
+from ._version import __version__
+
+__all__ = [
+    "Connected",
+    "HTTP1Response",
+    "HTTPFailure",
+    "Origin",
+    "StreamOpener",
+    "open_request",
+    "split_url",
+]
+
+# One read from the socket; an SSE heartbeat or an exit answer fits many times over.
+READ_SIZE = 65_536
+# The largest response head accepted: a room's head is well under 1 KiB.
+MAX_HEAD_BYTES = 64 * 1024
+# Every lean request says who sends it, as httpx2 does for ordinary calls.
+USER_AGENT = f"letagents-trio/{__version__}"
+# What a stream's failure looks like from below: the network, TLS, or a peer
+# that broke HTTP's rules. Anything else is a bug and propagates.
+_NETWORK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@final
+class HTTPFailure(Exception):
+    """A lean request failed at the network level or on the peer's HTTP.
+
+    The message is the type name of what failed (``ConnectionRefusedError``,
+    ``RemoteProtocolError``, ``SSLCertVerificationError``): never a secret.
+    """
+
+
+@final
+@attrs.frozen
+class Origin:
+    """Where a request goes: scheme, host and port (a URL without its path).
+
+    Attributes:
+        scheme: ``"http"`` or ``"https"``.
+        host: a host name or an IP address (IPv6 without brackets).
+        port: the TCP port.
+    """
+
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def authority(self) -> str:
+        """``host[:port]`` as a ``Host`` header or a ``CONNECT`` target writes it."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if self.port == _DEFAULT_PORTS.get(self.scheme):
+            return host
+        return f"{host}:{self.port}"
+
+    @property
+    def address(self) -> str:
+        """``host:port``, the port always written (the form ``CONNECT`` needs)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def split_url(url: str) -> tuple[Origin, str]:
+    """Split an absolute ``http``/``https`` URL into its origin and its request target.
+
+    Raises:
+        ValueError: not an absolute http(s) URL.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise ValueError("not an absolute http or https URL")
+    target = parts.path or "/"
+    if parts.query:
+        target = f"{target}?{parts.query}"
+    port = parts.port or _DEFAULT_PORTS[scheme]
+    return Origin(scheme, parts.hostname, port), target
+
+
+@final
+@attrs.frozen
+class Connected:
+    """A stream to an origin (or to a proxy that forwards to it), ready for a request.
+
+    Attributes:
+        stream: the byte stream, TLS already wrapped when the origin is https.
+        absolute_form: the stream goes to a forwarding proxy, so the request
+            target is the whole URL (``GET http://host/path``).
+        proxy_headers: headers such a proxy needs on every request
+            (``Proxy-Authorization``).
+    """
+
+    stream: trio.abc.Stream
+    absolute_form: bool = False
+    proxy_headers: tuple[tuple[str, str], ...] = ()
+
+
+class StreamOpener(Protocol):
+    """Opens the byte stream a lean request is written on.
+
+    :class:`~letagents_trio._net.NetworkOpener` is the real one;
+    :class:`letagents_trio.testing.StreamingASGITransport` is one in memory.
+    """
+
+    async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+        """Connect to ``origin``; ``tunnel`` asks for a raw path even through a proxy.
+
+        Raises:
+            OSError: (or another of the network errors) the connection failed;
+                :func:`open_request` reports it as :class:`HTTPFailure`.
+
+        Cancellation:
+            A checkpoint; cancelled, nothing is left open.
+        """
+        ...
+
+
+@final
+class _Prefixed(trio.abc.Stream):
+    """A stream that first gives back bytes already read from it."""
+
+    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        send_eof = getattr(self._stream, "send_eof", None)
+        if send_eof is None:  # pragma: no cover - every stream we open has it
+            raise trio.BrokenResourceError("this stream cannot half-close")
+        await send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            size = len(self._prefix) if max_bytes is None else max_bytes
+            data, self._prefix = self._prefix[:size], self._prefix[size:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return bytes(await self._stream.receive_some(max_bytes))
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+@final
+class HTTP1Response:
+    """The head of a response, and its body to read. Made by :func:`open_request`.
+
+    Attributes:
+        status: the status code.
+        headers: the header fields, names lower-cased, in the order received.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        conn: h11.Connection,
+        head: h11.Response | h11.InformationalResponse,
+    ) -> None:
+        self._stream = stream
+        self._conn = conn
+        self.status: int = head.status_code
+        self.headers: list[tuple[bytes, bytes]] = list(head.headers)
+        self._done = False
+
+    def __repr__(self) -> str:
+        return f"<HTTP1Response status={self.status}>"
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or None."""
+        key = name.lower().encode("ascii")
+        for field, value in self.headers:
+            if field == key:
+                return value.decode("latin-1")
+        return None
+
+    async def next_chunk(self) -> bytes:
+        """The next bytes of the body as they arrive; ``b""`` once it has ended.
+
+        Raises:
+            HTTPFailure: the connection broke or the peer broke HTTP's framing
+                (a body cut short is one).
+
+        Cancellation:
+            A checkpoint. Cancelled, the response is no longer usable.
+        """
+        if self._done:
+            await trio.lowlevel.checkpoint()
+            return b""
+        try:
+            while True:
+                event = self._conn.next_event()
+                if event is h11.NEED_DATA:
+                    self._conn.receive_data(bytes(await self._stream.receive_some(READ_SIZE)))
+                elif type(event) is h11.Data:
+                    return bytes(event.data)
+                elif type(event) is h11.EndOfMessage:
+                    self._done = True
+                    return b""
+                else:
+                    # A close-delimited body that the peer closed before
+                    # ending is EndOfMessage; anything else here is misframed.
+                    raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+        except _NETWORK_ERRORS as exc:
+            raise HTTPFailure(type(exc).__name__) from exc
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body, up to ``limit`` bytes.
+
+        Raises:
+            HTTPFailure: as for :meth:`next_chunk`, and when the body is
+                longer than ``limit`` (``BodyTooLarge``).
+
+        Cancellation:
+            A checkpoint.
+        """
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := await self.next_chunk():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPFailure("BodyTooLarge")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def detach(self) -> trio.abc.Stream:
+        """The raw stream after a ``101 Switching Protocols`` (see the module docstring).
+
+        The stream stays owned by the :func:`open_request` block: it is closed
+        when the block is left.
+
+        Raises:
+            RuntimeError: the server did not switch protocols.
+        """
+        if self._conn.their_state is not h11.SWITCHED_PROTOCOL:
+            raise RuntimeError(f"HTTP {self.status} did not switch protocols")
+        data, _closed = self._conn.trailing_data
+        self._done = True
+        return _Prefixed(self._stream, bytes(data)) if data else self._stream
+
+
+async def exchange_head(
+    stream: trio.abc.Stream, conn: h11.Connection, request: h11.Request, body: bytes | None
+) -> h11.Response | h11.InformationalResponse:
+    """Write ``request`` (and its ``body``) with ``conn``; read the response head.
+
+    A ``101`` is returned as the head (the caller detaches the stream);
+    other informational answers are skipped.
+
+    Raises:
+        HTTPFailure: the network failed or the peer broke HTTP's rules.
+
+    Cancellation:
+        A checkpoint; the stream is left unusable.
+    """
+    try:
+        data = conn.send(request) or b""
+        if body:
+            data += conn.send(h11.Data(data=body)) or b""
+        data += conn.send(h11.EndOfMessage()) or b""
+        await stream.send_all(data)
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(bytes(await stream.receive_some(READ_SIZE)))
+            elif type(event) is h11.Response:
+                return event
+            elif type(event) is h11.InformationalResponse:
+                if event.status_code == 101:
+                    return event
+            else:
+                # ConnectionClosed before any answer: "server disconnected".
+                raise h11.RemoteProtocolError(f"no response ({type(event).__name__})")
+    except _NETWORK_ERRORS as exc:
+        raise HTTPFailure(type(exc).__name__) from exc
+
+
+@asynccontextmanager
+async def open_request(
+    opener: StreamOpener,
+    origin: Origin,
+    target: str,
+    method: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes | None = None,
+    *,
+    tunnel: bool = False,
+) -> AsyncIterator[HTTP1Response]:
+    """Send one request on a connection of its own; yield the response, body unread.
+
+    Args:
+        opener: where the connection comes from.
+        origin: the origin the URL names.
+        target: the path and query (``/rooms/…``).
+        method: the HTTP method.
+        headers: the request headers (``Host``, ``User-Agent`` and
+            ``Content-Length`` are added here).
+        body: the request body, if any.
+        tunnel: see :meth:`StreamOpener.open_stream` (for upgrades).
+
+    Raises:
+        HTTPFailure: the connection or the exchange failed.
+
+    Cancellation:
+        A checkpoint. Leaving the block, by cancellation or otherwise, closes
+        the connection at once (no TLS close_notify, nothing to drain).
+    """
+    try:
+        connected = await opener.open_stream(origin, tunnel=tunnel)
+    except _NETWORK_ERRORS as exc:
+        raise HTTPFailure(type(exc).__name__) from exc
+    stream = connected.stream
+    try:
+        fields = [("Host", origin.authority), ("User-Agent", USER_AGENT), *headers]
+        fields.extend(connected.proxy_headers)
+        if body is not None:
+            fields.append(("Content-Length", str(len(body))))
+        if connected.absolute_form:
+            target = f"{origin.scheme}://{origin.authority}{target}"
+        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        request = h11.Request(method=method, target=target, headers=fields)
+        head = await exchange_head(stream, conn, request, body)
+        yield HTTP1Response(stream, conn, head)
+    finally:
+        await trio.aclose_forcefully(stream)

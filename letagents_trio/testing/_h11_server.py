@@ -1,0 +1,234 @@
+"""A tiny HTTP/1.1 server over one in-memory stream: serve an ASGI app with h11.
+
+The lean client (:mod:`letagents_trio._http1`) writes real HTTP/1.1 bytes; in
+tests they go over a ``trio.testing.lockstep_stream_pair`` to this server,
+which parses them with h11 and calls the app, so every holder and manager test
+exercises the client's own framing. Nothing touches a socket or a thread:
+``MockClock(autojump_threshold=0)`` sees every wait. The lockstep pair has no
+buffer at all, so a room that writes faster than the client reads is held back
+at once, as a full socket would hold it.
+
+One connection, one task, one request after another (keep-alive):
+
+1. The request head and its body are read whole (ours are small).
+2. The app is called; its ``receive`` gives the body once, then waits until
+   the client closes the connection and answers ``http.disconnect``. A task
+   watches the connection for that close while the app runs.
+3. ``http.response.start`` writes the head at once (an event stream's headers
+   must not wait for its first event); each body message is written as it
+   comes, chunked unless the app set ``content-length``.
+4. Failures look as they would from a real server on a real network: an
+   ``httpx2.TransportError`` the app raises on purpose (a FakeRoom rule
+   dropping a request, a reset) closes the connection without another byte;
+   any other exception before the response started is a 500 (and logged),
+   after it a connection cut mid-body; an app that returns without answering
+   gets a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import h11
+import httpx2
+import trio
+
+if TYPE_CHECKING:
+    from ._transport import ASGIApp, Message
+
+__all__ = ["serve_http1"]
+
+logger = logging.getLogger("letagents_trio.testing")
+
+# One read from the in-memory stream.
+_READ_SIZE = 65_536
+# What the peer going away looks like from this side.
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError)
+
+
+class _Abort(Exception):
+    """The connection is cut without another byte."""
+
+
+async def serve_http1(
+    stream: trio.abc.Stream,
+    app: ASGIApp,
+    *,
+    scheme: str,
+    server: tuple[str, int],
+    client: tuple[str, int],
+) -> None:
+    """Serve requests on ``stream`` with ``app`` until either side closes it.
+
+    Cancellation:
+        Cancelled (the transport's nursery closing), the stream is closed.
+    """
+    conn = h11.Connection(h11.SERVER)
+    try:
+        while True:
+            request = await _next_request(stream, conn)
+            if request is None:
+                return
+            head, body = request
+            scope = _scope(head, scheme, server, client)
+            if not await _serve_one(stream, conn, app, scope, body):
+                return
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+    except (*_GONE, _Abort):
+        return
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _next_request(
+    stream: trio.abc.Stream, conn: h11.Connection
+) -> tuple[h11.Request, bytes] | None:
+    head: h11.Request | None = None
+    chunks: list[bytes] = []
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some(_READ_SIZE)))
+        elif type(event) is h11.Request:
+            head = event
+        elif type(event) is h11.Data:
+            chunks.append(bytes(event.data))
+        elif type(event) is h11.EndOfMessage:
+            assert head is not None
+            return head, b"".join(chunks)
+        else:
+            # ConnectionClosed (the client left between requests) or PAUSED.
+            return None
+
+
+def _scope(
+    head: h11.Request, scheme: str, server: tuple[str, int], client: tuple[str, int]
+) -> dict[str, Any]:
+    target = bytes(head.target)
+    raw_path, _, query = target.partition(b"?")
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": head.method.decode("ascii"),
+        "scheme": scheme,
+        "path": unquote(raw_path.decode("latin-1")),
+        "raw_path": raw_path,
+        "query_string": query,
+        "root_path": "",
+        "headers": [(bytes(k), bytes(v)) for k, v in head.headers],
+        "server": server,
+        "client": client,
+    }
+
+
+async def _serve_one(
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    app: ASGIApp,
+    scope: MutableMapping[str, Any],
+    body: bytes,
+) -> bool:
+    """Serve one request; return whether the connection may serve another."""
+    disconnected = trio.Event()
+    started = False
+    ended = False
+    body_given = False
+    head = b""
+
+    async def write(event: h11.Event) -> None:
+        nonlocal head
+        data = head + (conn.send(event) or b"")
+        head = b""
+        if data and not disconnected.is_set():
+            try:
+                await stream.send_all(data)
+                return
+            except _GONE:
+                disconnected.set()
+        await trio.lowlevel.checkpoint()
+
+    async def receive() -> Message:
+        nonlocal body_given
+        if not body_given:
+            body_given = True
+            await trio.lowlevel.checkpoint()
+            return {"type": "http.request", "body": body, "more_body": False}
+        if head:
+            await write(h11.Data(data=b""))
+        await disconnected.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        nonlocal started, ended, head
+        kind = message["type"]
+        if kind == "http.response.start":
+            if started:
+                raise RuntimeError("the app started its response twice")
+            started = True
+            headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
+            # Kept until the app's next move (a body or a wait), so the head and
+            # the first bytes go in one write, as they usually do over TCP.
+            head = (
+                conn.send(h11.Response(status_code=int(message["status"]), headers=headers)) or b""
+            )
+            await trio.lowlevel.checkpoint()
+        elif kind == "http.response.body":
+            if not started:
+                raise RuntimeError("the app sent a body before starting its response")
+            if ended:
+                await trio.lowlevel.checkpoint()
+                return
+            chunk = bytes(message.get("body", b""))
+            if chunk or head:
+                await write(h11.Data(data=chunk))
+            else:
+                await trio.lowlevel.checkpoint()
+            if not message.get("more_body", False):
+                ended = True
+                await write(h11.EndOfMessage())
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def watch() -> None:
+        # Bytes the client sends now belong to its next request: h11 keeps them.
+        try:
+            while data := await stream.receive_some(_READ_SIZE):
+                conn.receive_data(bytes(data))
+        except _GONE:
+            pass
+        disconnected.set()
+
+    abort = False
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        try:
+            await app(scope, receive, send)
+        except httpx2.TransportError:
+            abort = True
+        except Exception:
+            logger.exception("in-process app failed on %s %s", scope["method"], scope["path"])
+            abort = started
+        finally:
+            nursery.cancel_scope.cancel()
+    if abort:
+        raise _Abort
+    if head:
+        await write(h11.Data(data=b""))
+    if disconnected.is_set():
+        return False
+    if not started:
+        payload = b"Internal Server Error"
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")]
+        await write(h11.Response(status_code=500, headers=headers))
+        await write(h11.Data(data=payload))
+        ended = True
+        await write(h11.EndOfMessage())
+    elif not ended:
+        await write(h11.EndOfMessage())
+    return not disconnected.is_set()
