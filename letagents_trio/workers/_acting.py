@@ -11,16 +11,19 @@ token differs from the stored one means another process re-registered the
 worker: that is an error of its own (the connection was replaced), not just
 "no connection".
 
-Both are pure functions of their arguments (no I/O, no clock); the worker
-handles run them before a room call and again after it.
+Both are pure functions of their arguments (no I/O, no clock). :func:`act_as`
+runs them around a room call, before it and again after it, over a snapshot
+the worker handles supply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
+import trio
 
 from .._errors import WorkerError
 from ._names import is_durable_worker_id
@@ -29,6 +32,7 @@ from ._state import mapping_at
 from ._wire import (
     AMBIGUOUS_ROOM_TEXT,
     BOTH_TARGETS_TEXT,
+    CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     CONNECTION_REPLACED_TEXT,
     NO_CONNECTION_TEXT,
     UNKNOWN_SESSION_TEXT,
@@ -39,7 +43,7 @@ from ._wire import (
 if TYPE_CHECKING:
     from .._session import AgentSession
 
-__all__ = ["Target", "acting_session", "resolve_target"]
+__all__ = ["Target", "act_as", "acting_session", "resolve_target"]
 
 
 @final
@@ -131,3 +135,39 @@ def acting_session(
     if not same_token(pin.session_token, stored.session_token):
         raise WorkerError(CONNECTION_REPLACED_TEXT)
     return stored
+
+
+@asynccontextmanager
+async def act_as(
+    snapshot: Callable[[], Mapping[str, Any]],
+    pins: Mapping[str, AgentSession],
+    *,
+    worker_id: str | None,
+    agent_session_id: str | None,
+    room_id: str | None,
+    allow_ended: bool,
+) -> AsyncIterator[AgentSession]:
+    """Check the target may act, yield its session, check again after the block.
+
+    ``snapshot`` reads the state file (raising when it is damaged); the check
+    after the block reads it afresh. See :meth:`WorkerHandles.acting_as
+    <letagents_trio.workers.WorkerHandles.acting_as>` for the rules and errors.
+    """
+    if worker_id and agent_session_id:
+        # An argument error, reported even when the state file is damaged.
+        raise WorkerError(BOTH_TARGETS_TEXT)
+    data = snapshot()
+    target = resolve_target(
+        data, worker_id=worker_id, agent_session_id=agent_session_id, room_id=room_id
+    )
+    session = acting_session(data, pins, target, allow_ended=allow_ended)
+    if session is None:
+        raise WorkerError(NO_CONNECTION_TEXT)
+    await trio.lowlevel.checkpoint()
+    yield session
+    try:
+        after = acting_session(snapshot(), pins, target, allow_ended=allow_ended)
+    except WorkerError:
+        after = None
+    if after is None or not same_token(after.session_token, session.session_token):
+        raise WorkerError(CONNECTION_REPLACED_OR_DISCONNECTED_TEXT)

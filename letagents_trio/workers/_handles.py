@@ -70,13 +70,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import trio
 
 from .._errors import ApiError, StateUnavailable, WorkerError
-from ._acting import acting_session, resolve_target
+from ._acting import act_as
+from ._flight import SingleFlight
 from ._identity import DEFAULT_RUNTIME_LABEL, local_owner_slug
 from ._legacy import LEGACY_LOCAL_TEXT, LegacyRegistrar, supervised_session
 from ._names import DEFAULT_IDE_LABEL, js_trim
@@ -87,20 +89,16 @@ from ._records import (
     pinned_current,
     registration_key_hash,
     room_record,
-    same_token,
     worker_in_scope,
     worker_record,
 )
-from ._registration import Owner, Registrar, account_login
+from ._registration import AccountCache, Owner, Registrar, disconnect_at_room
 from ._results import WorkerHandlesStatistics, WorkerRegistration
 from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
     BOTH_HANDLES_TEXT,
-    BOTH_TARGETS_TEXT,
-    CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     CONTROLLER_TEXT,
     NEW_CHAT_KEY_TEXT,
-    NO_CONNECTION_TEXT,
     RECOVER_ARGUMENTS_TEXT,
     ROOM_REQUIRED_TEXT,
     SIGN_IN_TEXT,
@@ -121,16 +119,6 @@ __all__ = ["WorkerHandles", "WorkerHandlesStatistics", "WorkerRegistration"]
 
 
 logger = logging.getLogger("letagents_trio.workers")
-
-
-@final
-@attrs.define(eq=False)
-class _Flight:
-    """One registration in progress, shared by concurrent identical calls."""
-
-    done: trio.Event = attrs.field(factory=trio.Event)
-    session: AgentSession | None = None
-    error: Exception | None = None
 
 
 @final
@@ -172,11 +160,15 @@ class WorkerHandles:
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
     token_origin: str | None = None
-    _account_login: str | None = attrs.field(default=None, init=False)
-    # Which owner token the cached login belongs to (the client's digest of it).
-    _account_key: str | None = attrs.field(default=None, init=False, repr=False)
+    _account: AccountCache = attrs.field(
+        default=attrs.Factory(lambda h: AccountCache(h.client, h.token_origin), takes_self=True),
+        init=False,
+        repr=False,
+    )
     _pins: dict[str, AgentSession] = attrs.field(factory=dict, init=False)
-    _in_flight: dict[tuple[str, str], _Flight] = attrs.field(factory=dict, init=False)
+    _in_flight: SingleFlight[tuple[str, str], tuple[AgentSession, tuple[dict[str, str], ...]]] = (
+        attrs.field(factory=SingleFlight, init=False)
+    )
     _legacy: LegacyRegistrar | None = attrs.field(default=None, init=False, repr=False)
 
     def __repr__(self) -> str:
@@ -200,13 +192,12 @@ class WorkerHandles:
         return WorkerHandlesStatistics(
             pinned_sessions=len(self._pins),
             registrations_in_flight=len(self._in_flight),
-            account_cached=self._account_login is not None,
+            account_cached=self._account.cached,
         )
 
     def forget_account(self) -> None:
         """Drop the cached account (a changed or removed owner token drops it anyway)."""
-        self._account_login = None
-        self._account_key = None
+        self._account.forget()
 
     def _snapshot(self) -> Mapping[str, Any]:
         snapshot = self.state.read()
@@ -218,30 +209,10 @@ class WorkerHandles:
 
     # --- account and scope -------------------------------------------------------------
 
-    async def _login(self) -> str | None:
-        """The account login (``GET /agents/me``, cached once it succeeds), or ``None``.
-
-        The cache belongs to one owner token: when the client's token changes
-        (another process signed in) or goes (a sign-out cleared it), the login
-        is asked again, or forgotten.
-        """
-        key = self.client.owner_token_key
-        if key is None:
-            self.forget_account()
-            await trio.lowlevel.checkpoint()
-            return None
-        if self._account_login is None or self._account_key != key:
-            self.forget_account()
-            self._account_login = await account_login(self.client, token_origin=self.token_origin)
-            self._account_key = key
-        else:
-            await trio.lowlevel.checkpoint()
-        return self._account_login
-
     async def _owner(self) -> Owner:
         if not self.owner_mode:
             raise WorkerError(SUPERVISED_TEXT)
-        login = await self._login()
+        login = await self._account.login()
         if login is not None:
             return Owner.signed_in(self.client.api_url, login)
         return Owner.local(self.client.api_url, self.local_owner or local_owner_slug())
@@ -328,8 +299,11 @@ class WorkerHandles:
                 owner, registration_key, display_name, room_id
             )
         worker = worker_in_scope(self._snapshot(), worker_id, owner.scope)
-        session, leases, led = await self._connect_once(
-            owner, worker, room_id, local=local, runtime=runtime, cwd=cwd
+        # One connect per (worker, room) at a time; a joiner shares the session,
+        # and the leases it adopted are the leader's to report.
+        (session, leases), led = await self._in_flight.run(
+            (str(worker["worker_id"]), room_id),
+            partial(self._connect, owner, worker, room_id, local=local, runtime=runtime, cwd=cwd),
         )
         return WorkerRegistration(
             worker_id=worker_id,
@@ -358,41 +332,6 @@ class WorkerHandles:
         if created:
             logger.info("created worker %s", worker_id)
         return worker_id, name_held_here
-
-    async def _connect_once(
-        self,
-        owner: Owner,
-        worker: Mapping[str, Any],
-        room_id: str,
-        *,
-        local: bool,
-        runtime: str | None,
-        cwd: str | None,
-    ) -> tuple[AgentSession, tuple[dict[str, str], ...], bool]:
-        """Run (or join) the one connect of (worker, room); returns (session, leases, led)."""
-        key = (str(worker["worker_id"]), room_id)
-        while (flight := self._in_flight.get(key)) is not None:
-            await flight.done.wait()
-            if flight.error is not None:
-                raise flight.error
-            if flight.session is not None:
-                return flight.session, (), False
-            # The call we waited on was cancelled: run our own.
-        flight = _Flight()
-        self._in_flight[key] = flight
-        try:
-            session, leases = await self._connect(
-                owner, worker, room_id, local=local, runtime=runtime, cwd=cwd
-            )
-        except Exception as exc:
-            flight.error = exc
-            raise
-        else:
-            flight.session = session
-        finally:
-            del self._in_flight[key]
-            flight.done.set()
-        return session, leases, True
 
     async def _connect(
         self,
@@ -532,24 +471,15 @@ class WorkerHandles:
             A checkpoint before the block; nothing to clean up. A block that
             is cancelled (or raises) skips the after-check.
         """
-        if worker_id and agent_session_id:
-            # An argument error, reported even when the state file is damaged.
-            raise WorkerError(BOTH_TARGETS_TEXT)
-        data = self._snapshot()
-        target = resolve_target(
-            data, worker_id=worker_id, agent_session_id=agent_session_id, room_id=room_id
-        )
-        session = acting_session(data, self._pins, target, allow_ended=allow_ended)
-        if session is None:
-            raise WorkerError(NO_CONNECTION_TEXT)
-        await trio.lowlevel.checkpoint()
-        yield session
-        try:
-            after = acting_session(self._snapshot(), self._pins, target, allow_ended=allow_ended)
-        except WorkerError:
-            after = None
-        if after is None or not same_token(after.session_token, session.session_token):
-            raise WorkerError(CONNECTION_REPLACED_OR_DISCONNECTED_TEXT)
+        async with act_as(
+            self._snapshot,
+            self._pins,
+            worker_id=worker_id,
+            agent_session_id=agent_session_id,
+            room_id=room_id,
+            allow_ended=allow_ended,
+        ) as session:
+            yield session
 
     # --- disconnect --------------------------------------------------------------------
 
@@ -591,18 +521,7 @@ class WorkerHandles:
         ) as session:
             ended_at = iso_now(self.state.wall_clock)
             if not session.is_local:
-                answer = await self.client.call(
-                    "POST",
-                    self.client.session_url(session, "/disconnect"),
-                    json={
-                        "agent_session_id": session.session_id,
-                        "agent_session_token": session.session_token,
-                    },
-                )
-                row = answer.get("agent_session") if isinstance(answer, Mapping) else None
-                stamp = row.get("ended_at") if isinstance(row, Mapping) else None
-                if isinstance(stamp, str) and stamp:
-                    ended_at = stamp
+                ended_at = await disconnect_at_room(self.client, session) or ended_at
                 if self.manager is not None:
                     self.manager.release(session.session_id)
             await self.state.end_session(session.session_id, ended_at, session.session_token)

@@ -352,3 +352,74 @@ class Registrar:
             record["display_name"],
         )
         return AgentSession.from_json(record)
+
+
+@final
+@attrs.define(eq=False)
+class AccountCache:
+    """The owner's account login, asked once per owner token (``GET /agents/me``).
+
+    The cache belongs to one token: when the client's token changes (another
+    process signed in) or goes (a sign-out cleared it), the login is asked
+    again, or forgotten.
+    """
+
+    client: RoomClient
+    token_origin: str | None = None
+    _login: str | None = attrs.field(default=None, init=False)
+    # Which owner token the cached login belongs to (a digest, never the token).
+    _key: str | None = attrs.field(default=None, init=False, repr=False)
+
+    @property
+    def cached(self) -> bool:
+        """Whether a login is cached."""
+        return self._login is not None
+
+    def forget(self) -> None:
+        """Drop the cached login."""
+        self._login = None
+        self._key = None
+
+    async def login(self) -> str | None:
+        """The account login, or ``None`` without an owner token.
+
+        Raises:
+            WorkerError: as :func:`account_login`.
+
+        Cancellation:
+            A checkpoint; a cancelled ask caches nothing.
+        """
+        key = self.client.owner_token_key
+        if key is None:
+            self.forget()
+            await trio.lowlevel.checkpoint()
+            return None
+        if self._login is None or self._key != key:
+            self.forget()
+            self._login = await account_login(self.client, token_origin=self.token_origin)
+            self._key = key
+        else:
+            await trio.lowlevel.checkpoint()
+        return self._login
+
+
+async def disconnect_at_room(client: RoomClient, session: AgentSession) -> str | None:
+    """End ``session`` at the room with its own credentials (R6); the room's ``ended_at``.
+
+    Raises:
+        ApiError, RoomUnreachable: the room refused or did not answer.
+
+    Cancellation:
+        A checkpoint; cancelled in flight, the room may have ended the session.
+    """
+    answer = await client.call(
+        "POST",
+        client.session_url(session, "/disconnect"),
+        json={
+            "agent_session_id": session.session_id,
+            "agent_session_token": session.session_token,
+        },
+    )
+    row = answer.get("agent_session") if isinstance(answer, Mapping) else None
+    stamp = row.get("ended_at") if isinstance(row, Mapping) else None
+    return stamp if isinstance(stamp, str) and stamp else None
