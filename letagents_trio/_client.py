@@ -38,7 +38,6 @@ which :class:`letagents_trio.workers.LocalStateStore` satisfies.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import logging
@@ -48,18 +47,19 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Protocol, cast, final
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
-import httpx2
 import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
-from ._http1 import HTTP1Response, HTTPFailure, StreamOpener, open_request, split_url
+from ._http1 import HTTP1Response, HTTPFailure, StreamOpener, split_url, start_request
 from ._net import NetworkOpener
 from ._redact import redact
 
 if TYPE_CHECKING:
+    import httpx2
+
     from ._session import AgentSession
 
 __all__ = [
@@ -130,6 +130,8 @@ def _retry_after(value: str | None) -> float | None:
     value = value.strip()
     if value.isascii() and value.isdigit():
         return min(float(value), _RETRY_AFTER_CEILING)
+    import email.utils
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
@@ -194,22 +196,35 @@ class RoomClient:
         if opener is None:
             opener = cast("StreamOpener", transport) if _is_opener(transport) else NetworkOpener()
         self._opener = opener
-        self._http = httpx2.AsyncClient(
-            transport=transport,
-            timeout=httpx2.Timeout(
-                connect=_protocol.CONNECT_TIMEOUT,
-                read=None,
-                write=_protocol.CONNECT_TIMEOUT,
-                pool=_protocol.CONNECT_TIMEOUT,
-            ),
-            # Every process stream holds one HTTP/1.1 connection for as long as
-            # the process runs, so the pool must not cap connections (httpx2's
-            # default of 100 would leave holder 101 waiting for a free one).
-            limits=httpx2.Limits(
-                max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
-            ),
-            follow_redirects=False,
-        )
+        self._transport = transport
+        # Made on the first ordinary call: a process that only holds streams
+        # never imports httpx2 nor builds its TLS context.
+        self._http_client: httpx2.AsyncClient | None = None
+        self._closed = False
+
+    @property
+    def _http(self) -> httpx2.AsyncClient:
+        """The shared httpx2 client of ordinary calls, made on first use."""
+        if self._http_client is None:
+            if self._closed:
+                raise RuntimeError("the RoomClient is closed")
+            import httpx2
+
+            self._http_client = httpx2.AsyncClient(
+                transport=self._transport,
+                timeout=httpx2.Timeout(
+                    connect=_protocol.CONNECT_TIMEOUT,
+                    read=None,
+                    write=_protocol.CONNECT_TIMEOUT,
+                    pool=_protocol.CONNECT_TIMEOUT,
+                ),
+                # No cap on connections: a burst of calls never waits for the pool.
+                limits=httpx2.Limits(
+                    max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
+                ),
+                follow_redirects=False,
+            )
+        return self._http_client
 
     def __repr__(self) -> str:
         owner = "set" if self._owner_token else "none"
@@ -247,7 +262,11 @@ class RoomClient:
         Cancellation:
             Connections are closed even when cancelled (httpx2 closes forcefully).
         """
-        await self._http.aclose()
+        self._closed = True
+        if self._http_client is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await self._http_client.aclose()
 
     # --- paths and headers ---------------------------------------------------
 
@@ -280,6 +299,43 @@ class RoomClient:
 
     # --- the process connection ------------------------------------------------
 
+    async def start_request(
+        self,
+        method: str,
+        url: str,
+        *,
+        session: AgentSession | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        tunnel: bool = False,
+    ) -> HTTP1Response:
+        """Send one request over a lean connection of its own; return the response, unread.
+
+        The seam for connectors: the process stream and the exit use it, and a
+        WebSocket connector can send its upgrade through it and, on ``101``,
+        take the raw stream with :meth:`HTTP1Response.detach
+        <letagents_trio._http1.HTTP1Response.detach>` (pass ``tunnel=True`` so a
+        forwarding proxy is tunnelled through). The credentials go out as for
+        every call (one header builder for both paths); ``headers`` are added.
+        The caller closes the response (:meth:`open_request` does it for a block).
+
+        Raises:
+            RoomUnreachable: the connection or the exchange failed.
+
+        Cancellation:
+            A checkpoint; cancelled, the connection is closed.
+        """
+        fields = self._headers(session, json_body=body is not None)
+        if headers:
+            fields.update(headers)
+        origin, target = split_url(url)
+        try:
+            return await start_request(
+                self._opener, origin, target, method, list(fields.items()), body, tunnel=tunnel
+            )
+        except HTTPFailure as exc:
+            raise RoomUnreachable(f"{method} {_path_of(url)} failed: {exc}") from exc
+
     @asynccontextmanager
     async def open_request(
         self,
@@ -291,40 +347,44 @@ class RoomClient:
         body: bytes | None = None,
         tunnel: bool = False,
     ) -> AsyncIterator[HTTP1Response]:
-        """Send one request over a lean connection of its own; yield the response, unread.
-
-        The seam for connectors: the process stream and the exit use it, and a
-        WebSocket connector can send its upgrade through it and, on ``101``,
-        take the raw stream with :meth:`HTTP1Response.detach
-        <letagents_trio._http1.HTTP1Response.detach>` (pass ``tunnel=True`` so a
-        forwarding proxy is tunnelled through). The credentials go out as for
-        every call; ``headers`` are added to them.
+        """:meth:`start_request` as a block; leaving it closes the connection at once.
 
         Raises:
-            RoomUnreachable: the connection or the exchange failed.
+            RoomUnreachable: the connection or the exchange failed, also while
+                the body is read inside the block.
 
         Cancellation:
             A checkpoint. Leaving the block, by cancellation or otherwise,
-            closes the connection at once.
+            closes the connection.
         """
-        fields = self._headers(session, json_body=body is not None)
-        if headers:
-            fields.update(headers)
+        response = await self.start_request(
+            method, url, session=session, headers=headers, body=body, tunnel=tunnel
+        )
         try:
-            origin, target = split_url(url)
-            async with open_request(
-                self._opener, origin, target, method, list(fields.items()), body, tunnel=tunnel
-            ) as response:
-                yield response
+            yield response
         except HTTPFailure as exc:
             raise RoomUnreachable(f"{method} {_path_of(url)} failed: {exc}") from exc
+        finally:
+            await response.aclose()
+
+    async def start_process_stream(self, session: AgentSession) -> HTTP1Response:
+        """Send ``GET …/process`` for ``session``; return the response, unread.
+
+        The response is returned whatever its status; the caller classifies it
+        and closes it. Reads have no timeout: the caller owns silence.
+
+        Raises:
+            RoomUnreachable: the request failed at the network level.
+
+        Cancellation:
+            A checkpoint; cancelled, the connection is closed.
+        """
+        url = self.session_url(session, "/process")
+        return await self.start_request("GET", url, session=session, headers=_STREAM_HEADERS)
 
     @asynccontextmanager
     async def open_process_stream(self, session: AgentSession) -> AsyncIterator[HTTP1Response]:
-        """Open ``GET …/process`` for ``session`` and yield the response, unread.
-
-        The response is yielded whatever its status; the caller classifies it.
-        Reads have no timeout: the caller owns silence.
+        """:meth:`start_process_stream` as a block; leaving it closes the connection.
 
         Raises:
             RoomUnreachable: the request failed at the network level.
@@ -333,10 +393,11 @@ class RoomClient:
             A checkpoint. Leaving the block, by cancellation or otherwise,
             closes the connection (a socket close, nothing to unwind).
         """
-        async with self.open_request(
-            "GET", self.session_url(session, "/process"), session=session, headers=_STREAM_HEADERS
-        ) as response:
+        response = await self.start_process_stream(session)
+        try:
             yield response
+        finally:
+            await response.aclose()
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
@@ -358,8 +419,14 @@ class RoomClient:
             "process_connection_id": connection_id,
         }
         url = self.session_url(session, "/process/exit")
-        async with self.open_request("POST", url, session=session, body=_dumps(body)) as response:
+        response = await self.start_request("POST", url, session=session, body=_dumps(body))
+        try:
             raw = await response.read(MAX_EXIT_ANSWER_BYTES)
+        except HTTPFailure as exc:
+            raise RoomUnreachable(f"POST {_path_of(url)} failed: {exc}") from exc
+        finally:
+            if not response.close():
+                await response.aclose()
         text = raw.decode("utf-8", "replace")
         retry_after = response.header("Retry-After")
         answer = await self._answer("POST", url, response.status, text, retry_after, session, body)
@@ -400,6 +467,8 @@ class RoomClient:
             its deadline), the connection is closed; the room may have acted
             on the request.
         """
+        import httpx2
+
         url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
         content = None if json is None else _dumps(json)
         headers = self._headers(session, json_body=True)
@@ -472,6 +541,8 @@ class RoomClient:
             and (len(declared) > 18 or int(declared) > cap)
         ):
             raise self._too_large(method, url)
+        import httpx2  # imported on first call (see _http)
+
         try:
             ready = response.content  # a transport that hands over a body already read
         except httpx2.ResponseNotRead:
@@ -585,4 +656,4 @@ def _dumps(value: object) -> bytes:
 
 
 def _path_of(url: str) -> str:
-    return httpx2.URL(url).path
+    return unquote(urlsplit(url).path)

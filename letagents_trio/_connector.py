@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
@@ -218,6 +218,42 @@ def _connection_id(data: str) -> str | None:
 
 
 @final
+class _ProcessStream:
+    """The block of one process connection: a plain object, not a generator.
+
+    Leaving it closes the socket and does nothing else, so a thousand holders
+    stopping at once cost a thousand socket closes, not a thousand generator
+    unwindings through every layer of a client.
+    """
+
+    def __init__(self, client: RoomClient, session: AgentSession, max_event_bytes: int) -> None:
+        self._client = client
+        self._session = session
+        self._max_event_bytes = max_event_bytes
+        self._response: HTTP1Response | None = None
+
+    async def __aenter__(self) -> _SSENews:
+        response = await self._client.start_process_stream(self._session)
+        outcome = classify_status(response.status, response.header("content-type"))
+        if outcome is not None:
+            if not response.close():
+                await response.aclose()
+            raise AttemptRejected(outcome, f"HTTP {response.status}")
+        self._response = response
+        decoder = SSEDecoder(
+            max_line_bytes=self._max_event_bytes,
+            max_event_bytes=self._max_event_bytes,
+            final_events=(_ENDED_EVENT,),
+        )
+        return _SSENews(response, decoder)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        response, self._response = self._response, None
+        if response is not None and not response.close():
+            await response.aclose()
+
+
+@final
 class SSEConnector:
     """The process connection over the room's Server-Sent-Events route.
 
@@ -232,23 +268,13 @@ class SSEConnector:
         self._client = client
         self._max_event_bytes = max_event_bytes
 
-    @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+    def open(self, session: AgentSession) -> _ProcessStream:
         """Open ``GET …/process`` for ``session`` (see :class:`ProcessConnector`).
 
         Cancellation:
-            A checkpoint. Cancelled or left, the socket is closed.
+            Entering is a checkpoint. Cancelled or left, the socket is closed.
         """
-        async with self._client.open_process_stream(session) as response:
-            outcome = classify_status(response.status, response.header("content-type"))
-            if outcome is not None:
-                raise AttemptRejected(outcome, f"HTTP {response.status}")
-            decoder = SSEDecoder(
-                max_line_bytes=self._max_event_bytes,
-                max_event_bytes=self._max_event_bytes,
-                final_events=(_ENDED_EVENT,),
-            )
-            yield _SSENews(response, decoder)
+        return _ProcessStream(self._client, session, self._max_event_bytes)
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """POST the exit announcement (see :meth:`RoomClient.announce_exit`).

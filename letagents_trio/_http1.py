@@ -34,7 +34,7 @@ whose message is only the exception's type name (never a URL or a header).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol, final
 from urllib.parse import urlsplit
@@ -51,8 +51,10 @@ __all__ = [
     "HTTPFailure",
     "Origin",
     "StreamOpener",
+    "close_now",
     "open_request",
     "split_url",
+    "start_request",
 ]
 
 # One read from the socket; an SSE heartbeat or an exit answer fits many times over.
@@ -217,6 +219,24 @@ class HTTP1Response:
     def __repr__(self) -> str:
         return f"<HTTP1Response status={self.status}>"
 
+    def close(self) -> bool:
+        """Close the connection now, without a checkpoint, when the stream allows it.
+
+        Returns:
+            False when the stream can only be closed by :meth:`aclose`.
+        """
+        return close_now(self._stream)
+
+    async def aclose(self) -> None:
+        """Close the connection at once (forcefully: no TLS close_notify).
+
+        Cancellation:
+            Closes even when cancelled; a checkpoint only when :meth:`close`
+            could not close the stream synchronously.
+        """
+        if not close_now(self._stream):
+            await trio.aclose_forcefully(self._stream)
+
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (any case), or None."""
         key = name.lower().encode("ascii")
@@ -290,6 +310,40 @@ class HTTP1Response:
         return _Prefixed(self._stream, bytes(data)) if data else self._stream
 
 
+def close_now(stream: trio.abc.Stream) -> bool:
+    """Close ``stream`` synchronously if it (or what it wraps) is a socket or in memory.
+
+    A socket close is all ``SocketStream.aclose`` does besides a checkpoint,
+    and a checkpoint in a cancelled task raises and catches a ``Cancelled``:
+    skipping it keeps the goodbye of a thousand streams a thousand syscalls.
+    TLS is closed without close_notify, as ``aclose_forcefully`` would.
+
+    Returns:
+        Whether it was closed (False: use ``aclose``).
+    """
+    while True:
+        if isinstance(stream, trio.SocketStream):
+            stream.socket.close()
+            return True
+        if isinstance(stream, trio.StapledStream):
+            parts = (stream.send_stream, stream.receive_stream)
+            closers: list[Callable[[], object]] = []
+            for part in parts:
+                close = getattr(part, "close", None)
+                if not callable(close):
+                    return False
+                closers.append(close)
+            for close in closers:
+                close()
+            return True
+        if isinstance(stream, _Prefixed):
+            stream = stream._stream
+        elif isinstance(stream, trio.SSLStream):
+            stream = stream.transport_stream
+        else:
+            return False
+
+
 async def exchange_head(
     stream: trio.abc.Stream, conn: h11.Connection, request: h11.Request, body: bytes | None
 ) -> h11.Response | h11.InformationalResponse:
@@ -326,8 +380,7 @@ async def exchange_head(
         raise HTTPFailure(type(exc).__name__) from exc
 
 
-@asynccontextmanager
-async def open_request(
+async def start_request(
     opener: StreamOpener,
     origin: Origin,
     target: str,
@@ -336,8 +389,12 @@ async def open_request(
     body: bytes | None = None,
     *,
     tunnel: bool = False,
-) -> AsyncIterator[HTTP1Response]:
-    """Send one request on a connection of its own; yield the response, body unread.
+) -> HTTP1Response:
+    """Send one request on a connection of its own; return the response, body unread.
+
+    The caller closes the response (:meth:`HTTP1Response.close`, or
+    :meth:`~HTTP1Response.aclose` when that returns False); :func:`open_request`
+    is the same as a block that does so.
 
     Args:
         opener: where the connection comes from.
@@ -350,11 +407,11 @@ async def open_request(
         tunnel: see :meth:`StreamOpener.open_stream` (for upgrades).
 
     Raises:
-        HTTPFailure: the connection or the exchange failed.
+        HTTPFailure: the connection or the exchange failed (the connection
+            is closed).
 
     Cancellation:
-        A checkpoint. Leaving the block, by cancellation or otherwise, closes
-        the connection at once (no TLS close_notify, nothing to drain).
+        A checkpoint; cancelled, the connection is closed.
     """
     try:
         connected = await opener.open_stream(origin, tunnel=tunnel)
@@ -371,6 +428,35 @@ async def open_request(
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         request = h11.Request(method=method, target=target, headers=fields)
         head = await exchange_head(stream, conn, request, body)
-        yield HTTP1Response(stream, conn, head)
+    except BaseException:
+        if not close_now(stream):
+            await trio.aclose_forcefully(stream)
+        raise
+    return HTTP1Response(stream, conn, head)
+
+
+@asynccontextmanager
+async def open_request(
+    opener: StreamOpener,
+    origin: Origin,
+    target: str,
+    method: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes | None = None,
+    *,
+    tunnel: bool = False,
+) -> AsyncIterator[HTTP1Response]:
+    """:func:`start_request` as a block: leaving it closes the connection at once.
+
+    Raises:
+        HTTPFailure: the connection or the exchange failed.
+
+    Cancellation:
+        A checkpoint. Leaving the block, by cancellation or otherwise, closes
+        the connection (no TLS close_notify, nothing to drain).
+    """
+    response = await start_request(opener, origin, target, method, headers, body, tunnel=tunnel)
+    try:
+        yield response
     finally:
-        await trio.aclose_forcefully(stream)
+        await response.aclose()

@@ -223,6 +223,9 @@ class NetworkOpener:
         key = (host, port)
         entry = self._resolved.get(key)
         now = trio.current_time()
+        if entry is not None and entry.addresses and entry.expires >= now:
+            # The common case: known. The connect that follows is the checkpoint.
+            return entry.addresses
         if entry is None or (entry.done.is_set() and (entry.error or entry.expires < now)):
             if len(self._resolved) >= MAX_CACHED_ORIGINS:
                 self._resolved.clear()

@@ -99,8 +99,10 @@ def _check_transport(instance: object, attribute: attrs.Attribute[Any], value: A
 
 
 def _check_exit_concurrency(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"HoldPolicy.exit_concurrency must be an int >= 1, got {value!r}")
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"HoldPolicy.exit_concurrency must be None or an int >= 1, got {value!r}")
 
 
 @final
@@ -124,11 +126,11 @@ class HoldPolicy:
             ``[delay * (1 - j), delay]``.
         rng: the random source for jitter; inject a seeded one for tests.
         max_event_bytes: the largest SSE line or event accepted on the stream.
-        exit_concurrency: how many sessions say goodbye (close the stream,
-            announce the exit) at once. The Node client does them all at once;
-            with thousands of sessions every one then finishes late, and none
-            inside the deadline. In turns of 64, 1,000 sessions over loopback
-            all announce within 1.1 s.
+        exit_concurrency: None (the default) says every goodbye (close the
+            stream, announce the exit) at once, as the Node client does: a slow
+            room then answers them all within one round trip, and each costs
+            little CPU. An int caps how many run at once, for a room that must
+            not see more connections than that.
         transport: ``"sse"`` (default), ``"websocket"`` or ``"auto"`` (WebSocket
             first, SSE for a room without the upgrade, remembered per room).
         ping_interval: WebSocket only: the client pings after hearing nothing
@@ -160,9 +162,7 @@ class HoldPolicy:
     max_event_bytes: int = attrs.field(
         default=_protocol.MAX_EVENT_BYTES, validator=_check_max_event_bytes
     )
-    exit_concurrency: int = attrs.field(
-        default=_protocol.EXIT_CONCURRENCY, validator=_check_exit_concurrency
-    )
+    exit_concurrency: int | None = attrs.field(default=None, validator=_check_exit_concurrency)
     transport: Transport = attrs.field(default="sse", validator=_check_transport)
     ping_interval: float = attrs.field(
         default=_protocol.WEBSOCKET_PING_INTERVAL, converter=float, validator=_check_positive

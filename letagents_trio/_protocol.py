@@ -40,9 +40,6 @@ ANSWER_TIMEOUT: Final = 10.0
 SILENCE_TIMEOUT: Final = 45.0
 # One deadline shared by every exit announcement when the process stops.
 EXIT_DEADLINE: Final = 1.5
-# Sessions saying goodbye (close the stream, announce the exit) at once. All
-# together, a thousand of them all finish late; in turns of 64 they all fit.
-EXIT_CONCURRENCY: Final = 64
 # Lines or events larger than this end an attempt: memory stays bounded.
 MAX_EVENT_BYTES: Final = 1024 * 1024
 # The WebSocket form (our extension, PROTOCOL §3.1): the client pings after

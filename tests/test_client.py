@@ -19,7 +19,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -167,23 +167,18 @@ def asgi_of(room: Room) -> Any:
         )
         try:
             # A scripted answer may be given again: its content was read once.
-            chunks: Any = [response.content]
+            chunks = [response.content]
         except httpx2.ResponseNotRead:
-            chunks = response.aiter_raw()
-        async for chunk in _aiter(chunks):
+            # Scripted bodies end: read them before answering.
+            chunks = []
+            async with aclosing(response.aiter_raw()) as raw:
+                async for chunk in raw:
+                    chunks.append(chunk)
+        for chunk in chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     return app
-
-
-async def _aiter(chunks: Any) -> AsyncIterator[bytes]:
-    if isinstance(chunks, list):
-        for chunk in chunks:
-            yield chunk
-    else:
-        async for chunk in chunks:
-            yield chunk
 
 
 @asynccontextmanager

@@ -102,7 +102,7 @@ async def test_black_holed_exits_end_shutdown_at_exactly_the_deadline(
             await trio.sleep(10)
             started = trio.current_time()
         assert trio.current_time() == started + 1.5
-    # A handful of sessions (fewer than exit_concurrency) all go out at once.
+    # Every goodbye goes out at once.
     assert len(fake_room.exits) == 3
     assert {e.time for e in fake_room.exits} == {10}
 
@@ -432,14 +432,14 @@ async def test_exit_announcements_are_sent_in_turns_of_exit_concurrency(
     assert len(fake_room.exits) == 2
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5])
-def test_exit_concurrency_must_be_a_positive_int(bad: object) -> None:
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_exit_concurrency_must_be_none_or_a_positive_int(bad: object) -> None:
     with pytest.raises(ValueError, match="exit_concurrency"):
         HoldPolicy(exit_concurrency=bad)  # type: ignore[arg-type]
 
 
-def test_exit_concurrency_defaults_to_64() -> None:
-    assert HoldPolicy().exit_concurrency == 64
+def test_exit_concurrency_defaults_to_all_at_once() -> None:
+    assert HoldPolicy().exit_concurrency is None
 
 
 async def test_the_exit_report_is_on_the_manager_after_the_block_and_logged(

@@ -67,6 +67,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # A process-stream write that cannot be handed on within this long means the
 # consumer stopped reading: drop it (upstream's SSE drain timeout).
 SSE_DRAIN_TIMEOUT: Final = 10.0
+# A body still arriving this long after its headers is late: when too many are
+# arriving, the late ones may be evicted. A client sends its body at once.
+SLOW_BODY_GRACE: Final = 1.0
 # A body over the limit is read to its end (and dropped) before the 413 when it
 # ends within this many times the limit; a longer one is answered mid-body.
 DRAIN_FACTOR: Final = 4
@@ -123,8 +126,8 @@ class _BodyGate:
     limit: int
     timeout: float
     max_pending: int
-    # The bodies arriving now, oldest first, each read's cancel scope.
-    pending: dict[int, trio.CancelScope] = attrs.field(factory=dict)
+    # The bodies arriving now, oldest first: when each began, and its read's cancel scope.
+    pending: dict[int, tuple[float, trio.CancelScope]] = attrs.field(factory=dict)
     evicted: set[int] = attrs.field(factory=set)
 
     async def read(self, scope: Scope, receive: Receive) -> bytes:
@@ -138,17 +141,22 @@ class _BodyGate:
             and (len(declared) > len(str(drain_limit)) or int(declared) > drain_limit)
         ):
             raise _BadRequest(413, "Request body is too large.")
+        now = trio.current_time()
         while len(self.pending) >= self.max_pending:
             # Full: the oldest body still arriving goes, never the newcomer. A
             # client sends its body right after the headers, so the oldest is
-            # an attacker's; refusing newcomers would refuse everyone.
-            oldest, victim = next(iter(self.pending.items()))
+            # an attacker's; refusing newcomers would refuse everyone. But only
+            # once it is late: a process saying goodbye sends thousands of
+            # exits at once, and each body follows its headers within moments.
+            oldest, (began, victim) = next(iter(self.pending.items()))
+            if now - began < SLOW_BODY_GRACE:
+                break
             del self.pending[oldest]
             self.evicted.add(oldest)
             victim.cancel(reason="too many request bodies arriving")
-        reading = trio.CancelScope(deadline=trio.current_time() + self.timeout)
+        reading = trio.CancelScope(deadline=now + self.timeout)
         key = id(reading)
-        self.pending[key] = reading
+        self.pending[key] = (now, reading)
         try:
             with reading:
                 return await self._receive(receive)

@@ -582,15 +582,24 @@ class FakeRoom:
             self._note()
             await _until_disconnected(receive)
             return
-        answer: list[bytes] = []
+        # The room's answer is kept until the exit is on record, as a real room
+        # commits before it answers: a client that has its answer finds it here.
+        status = 500
+        headers: list[tuple[bytes, bytes]] = []
+        chunks: list[bytes] = []
 
         async def capture(message: MutableMapping[str, Any]) -> None:
-            if message["type"] == "http.response.body":
-                answer.append(bytes(message.get("body", b"")))
-            await send(message)
+            nonlocal status, headers
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
+            elif message["type"] == "http.response.body":
+                chunks.append(bytes(message.get("body", b"")))
+            await trio.lowlevel.checkpoint()
 
         await self._inner(scope, receive, capture)
-        reply = _json_or_none(b"".join(answer))
+        raw = b"".join(chunks)
+        reply = _json_or_none(raw)
         if isinstance(reply, dict):
             recorded = reply.get("recorded")
         self.exits.append(
@@ -602,6 +611,7 @@ class FakeRoom:
             )
         )
         self._note()
+        await _send(send, Answer(status=status, headers=headers, body=raw))
 
 
 async def register_worker(

@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, create_app
+from letagents_trio.room_server._app import SLOW_BODY_GRACE
 from letagents_trio.room_server._config import BODY_TIMEOUT, MAX_BODY_BYTES
 
 from .helpers import OWNER_TOKEN, ROOM, owner_headers
@@ -85,8 +86,9 @@ async def test_a_body_that_never_ends_is_408_at_the_body_timeout(
 async def test_the_oldest_slow_body_is_evicted_never_the_newcomer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """Two slow bodies fill a gate of two; a third request evicts the oldest (503)
-    and, its body arriving at once, is answered; the second is still waiting."""
+    """Two slow bodies fill a gate of two; once they are late (past the grace), a
+    third request evicts the oldest (503) and, its body arriving at once, is
+    answered; the second is still waiting."""
     app = create_app(new_room(max_pending_bodies=2))
     first, second, legit = Exchange(), Exchange(), Exchange()
     with trio.fail_after(1000):
@@ -95,13 +97,32 @@ async def test_the_oldest_slow_body_is_evicted_never_the_newcomer(
                 slow.feed(b"{")
                 nursery.start_soon(run, app, slow)
                 await trio.testing.wait_all_tasks_blocked()
+            await trio.sleep(SLOW_BODY_GRACE)
             legit.feed(b'{"title": "t"}', more=False)
             await run(app, legit)
             await first.done.wait()
-            assert (first.status, trio.current_time()) == (503, 0)
+            assert (first.status, trio.current_time()) == (503, SLOW_BODY_GRACE)
             assert legit.status == 404  # read whole and reached the rules (no such room)
             assert second.status is None
             nursery.cancel_scope.cancel()
+
+
+async def test_a_burst_of_bodies_that_arrive_at_once_evicts_nobody(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A process saying goodbye sends thousands of exits at once: with a gate of
+    two, ten requests whose bodies follow within the grace are all answered."""
+    app = create_app(new_room(max_pending_bodies=2))
+    exchanges = [Exchange() for _ in range(10)]
+    with trio.fail_after(100):
+        async with trio.open_nursery() as nursery:
+            for exchange in exchanges:
+                exchange.feed(b"{")
+                nursery.start_soon(run, app, exchange)
+            await trio.testing.wait_all_tasks_blocked()
+            for exchange in exchanges:
+                exchange.feed(b'"title": "t"}', more=False)
+    assert [e.status for e in exchanges] == [404] * 10  # every one reached the rules
 
 
 async def test_an_oversized_chunked_body_is_drained_before_the_413(
