@@ -273,7 +273,7 @@ class HTTP1Response:
                     # ending is EndOfMessage; anything else here is misframed.
                     raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
         except _NETWORK_ERRORS as exc:
-            raise HTTPFailure(type(exc).__name__) from exc
+            raise HTTPFailure(_kind(exc)) from exc
 
     async def read(self, limit: int) -> bytes:
         """The whole body, up to ``limit`` bytes.
@@ -308,6 +308,13 @@ class HTTP1Response:
         data, _closed = self._conn.trailing_data
         self._done = True
         return _Prefixed(self._stream, bytes(data)) if data else self._stream
+
+
+def _kind(exc: BaseException) -> str:
+    """What failed, by type name: a broken TLS stream names the TLS error under it."""
+    if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
+        return type(exc.__cause__).__name__
+    return type(exc).__name__
 
 
 def close_now(stream: trio.abc.Stream) -> bool:
@@ -377,7 +384,7 @@ async def exchange_head(
                 # ConnectionClosed before any answer: "server disconnected".
                 raise h11.RemoteProtocolError(f"no response ({type(event).__name__})")
     except _NETWORK_ERRORS as exc:
-        raise HTTPFailure(type(exc).__name__) from exc
+        raise HTTPFailure(_kind(exc)) from exc
 
 
 async def start_request(
@@ -416,7 +423,7 @@ async def start_request(
     try:
         connected = await opener.open_stream(origin, tunnel=tunnel)
     except _NETWORK_ERRORS as exc:
-        raise HTTPFailure(type(exc).__name__) from exc
+        raise HTTPFailure(_kind(exc)) from exc
     stream = connected.stream
     try:
         fields = [("Host", origin.authority), ("User-Agent", USER_AGENT), *headers]

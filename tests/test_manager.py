@@ -493,3 +493,47 @@ async def test_events_carry_wall_clock_time_for_people(
     assert before <= event.wall_clock <= after
     assert event.wall_clock.tzinfo is not None
     assert "wall_time" not in repr(event)
+
+
+async def test_a_slow_room_answers_every_exit_within_one_round_trip(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    # Exit answers take 0.8 s, as from a remote room: in turns of 64, 1,000
+    # goodbyes would need 16 round trips; all at once they need one.
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(1000)]
+    fake_room.exit_delay = 0.8
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            holders = [manager.hold(s) for s in sessions]
+            for holder in holders:
+                assert holder is not None
+                await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(5)
+            started = trio.current_time()
+            report = await manager.announce_exits()
+        assert trio.current_time() == started + 0.8
+    assert len(report) == 1000
+    assert all(a.recorded and a.error is None for a in report)
+    assert {a.finished_at for a in report} == {started + 0.8}
+    assert {e.time for e in fake_room.exits} == {started}
+
+
+async def test_after_the_deadline_nothing_takes_time_at_thousands_of_sessions(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    # A black-holed room: every exit is in flight at the deadline, and the
+    # goodbye ends exactly then, however many there are.
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(2000)]
+    fake_room.black_hole_exits = True
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            for s in sessions:
+                manager.hold(s)
+            await trio.sleep(5)
+            started = trio.current_time()
+        assert trio.current_time() == started + 1.5
+    assert len(fake_room.exits) == 2000
+    assert {e.time for e in fake_room.exits} == {started}
+    report = await manager.announce_exits()
+    assert {a.error for a in report} == {"deadline"}
+    assert {a.finished_at for a in report} == {started + 1.5}

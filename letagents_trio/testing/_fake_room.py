@@ -197,6 +197,8 @@ class FakeRoom:
         requests: every request received, in order.
         exits: every exit announcement received, in order.
         black_hole_exits: while true, exit announcements are never answered.
+        exit_delay: seconds the room takes to answer an exit announcement, as
+            a remote room would (the exit is on record when it arrives).
         slow_headers: the delay of ``ProcessMode.SLOW``, in seconds.
         websocket: whether the room accepts the WebSocket upgrade (else 404).
         rooms_without_websocket: room ids whose upgrades are refused with 404.
@@ -218,6 +220,7 @@ class FakeRoom:
         self.requests: list[RequestRecord] = []
         self.exits: list[ExitRecord] = []
         self.black_hole_exits = False
+        self.exit_delay = 0.0
         self.slow_headers = 30.0
         self._default_mode = ProcessMode.SERVED
         self._modes: dict[str, ProcessMode] = {}
@@ -611,6 +614,8 @@ class FakeRoom:
             )
         )
         self._note()
+        if self.exit_delay:
+            await trio.sleep(self.exit_delay)
         await _send(send, Answer(status=status, headers=headers, body=raw))
 
 
