@@ -16,9 +16,10 @@ What the layer adds, and nothing more (no server rule lives here):
 * **Drops**: :meth:`FakeRoom.drop` cuts open streams as a network failure would.
 * **Exits**: every ``POST …/process/exit`` is recorded with its body and the
   room's answer; ``black_hole_exits`` swallows them without ever answering.
-* **The WebSocket form** (PROTOCOL §3.1): :meth:`FakeRoom.open_stream` is a
-  stream opener whose far end is served in memory (``testing._websocket``);
-  upgrades go through the same process modes, exit frames are recorded in
+* **The WebSocket form** (PROTOCOL §3.1): an upgrade on the transport's
+  in-memory connection is served by ``testing._websocket`` (the room pings
+  every heartbeat interval, as ``letagents-trio room`` does); upgrades go
+  through the same process modes, exit frames are recorded in
   :attr:`FakeRoom.exits` (``recorded`` None: the socket has no answer), and
   ``websocket = False`` makes the room refuse the upgrade with 404.
 * **Rules** for any request (:meth:`FakeRoom.on`): answer it instead of the
@@ -49,14 +50,12 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any, final
 from urllib.parse import unquote
 
 import attrs
 import httpx2
 import trio
-import trio.testing
 
 from .. import _protocol
 from .._client import RoomClient
@@ -73,7 +72,6 @@ from ..workers._wire import (
 )
 from ._rules import JSON_HEADERS, Answer, Hold, Rule, RuleBuilder, json_bytes, path_regex
 from ._transport import ASGIApp, Receive, Send, StreamingASGITransport
-from ._websocket import serve_websocket
 
 __all__ = [
     "ExitRecord",
@@ -227,8 +225,9 @@ class FakeRoom:
         self.websocket = True
         self.rooms_without_websocket: set[str] = set()
         self._inner = create_app(room)
-        self._nursery = nursery
-        self.transport = StreamingASGITransport(self._app, nursery=nursery)
+        self.transport = StreamingASGITransport(
+            self._app, nursery=nursery, websocket_ping_interval=room.config.heartbeat_interval
+        )
 
     def __repr__(self) -> str:
         return f"<FakeRoom api_url={self.api_url!r} requests={len(self.requests)}>"
@@ -248,32 +247,12 @@ class FakeRoom:
 
     def client(self, *, owner_token: str | None = None, **options: Any) -> RoomClient:
         """A :class:`~letagents_trio.RoomClient` for this room (the caller closes it)."""
-        client = RoomClient(
+        return RoomClient(
             self.api_url,
             owner_token=self.owner_token if owner_token is None else owner_token,
             transport=self.transport,
             **options,
         )
-        client._stream_opener = self.open_stream  # type: ignore[attr-defined]
-        return client
-
-    async def open_stream(self, scheme: str, host: str, port: int) -> trio.abc.Stream:
-        """Open a byte stream to this room, served in memory (a WebSocket stream opener).
-
-        Cancellation:
-            A checkpoint only.
-        """
-        client_end, server_end = trio.testing.memory_stream_pair()
-        self._nursery.start_soon(
-            partial(
-                serve_websocket,
-                self._app,
-                server_end,
-                ping_interval=self.room.config.heartbeat_interval,
-            )
-        )
-        await trio.lowlevel.checkpoint()
-        return client_end
 
     async def add_worker(
         self,
