@@ -4,9 +4,14 @@
 beside the SSE one: the holder's state machine, outcomes and delays are the
 same code whichever connector it is given. The socket is driven sans-IO with
 wsproto's frame layer over any ``trio.abc.Stream`` (a TCP or TLS stream, or
-an in-memory one in tests); the upgrade itself is a few lines of HTTP/1.1
-written and parsed here, so one held socket costs one stream, one wsproto
-``Connection`` and no task of its own.
+an in-memory one in tests), so one held socket costs one stream, one wsproto
+``Connection`` and no task of its own. The upgrade goes through the same seam
+as the SSE request, :meth:`RoomClient.open_request
+<letagents_trio.RoomClient.open_request>` (``tunnel=True``): the socket gets
+the client's opener (TCP with cached resolution, TLS with the system trust
+store, proxies from the environment through ``CONNECT``; in tests the
+in-memory server) and, on ``101``, the raw stream from
+:meth:`~letagents_trio._http1.HTTP1Response.detach`.
 
 One socket's life:
 
@@ -43,11 +48,9 @@ import hashlib
 import json
 import logging
 import os
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Final, NoReturn, final
-from urllib.parse import urlsplit
 
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
@@ -59,26 +62,28 @@ from ._policy import HoldPolicy, Outcome
 
 if TYPE_CHECKING:
     from ._client import RoomClient
+    from ._http1 import HTTP1Response
     from ._session import AgentSession
 
 __all__ = [
     "AutoConnector",
-    "StreamOpener",
     "WebSocketConnector",
     "classify_upgrade",
     "connector_for",
-    "open_tcp_stream",
 ]
 
 logger = logging.getLogger("letagents_trio.transport")
 
-# Opens a byte stream to (scheme, host, port): TCP, TLS over it, or in memory.
-StreamOpener = Callable[[str, str, int], Awaitable[trio.abc.Stream]]
-
 # RFC 6455, section 1.3: the key's accept value is SHA-1 over the key and this GUID.
 _WEBSOCKET_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-# An upgrade answer's head is a few hundred bytes; a longer one is refused.
-MAX_UPGRADE_HEAD: Final = 16 * 1024
+# The upgrade's own headers (RFC 6455, section 4.1), beside the credentials;
+# no-store as on the SSE request: no cache in between may answer for the room.
+_UPGRADE_HEADERS: Final = {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Version": "13",
+    "Cache-Control": "no-store",
+}
 # Bytes asked for per read: the room's frames are tens of bytes.
 RECEIVE_BYTES: Final = 4096
 # The normal close code (RFC 6455, section 7.4.1).
@@ -101,54 +106,6 @@ def classify_upgrade(status: int) -> Outcome | None:
     if status >= 500:
         return Outcome.DROPPED
     return Outcome.REFUSED
-
-
-async def open_tcp_stream(scheme: str, host: str, port: int) -> trio.abc.Stream:
-    """Connect to ``host:port``, with TLS (the system trust store) for ``https``.
-
-    Cancellation:
-        A checkpoint; cancelled, nothing is left open.
-    """
-    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
-    if scheme == "https":
-        tls = trio.SSLStream(
-            stream, ssl.create_default_context(), server_hostname=host, https_compatible=True
-        )
-        try:
-            await tls.do_handshake()
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
-        stream = tls
-    return stream
-
-
-def _upgrade_request(host: str, target: str, headers: dict[str, str], key: bytes) -> bytes:
-    lines = [
-        f"GET {target} HTTP/1.1",
-        f"Host: {host}",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        f"Sec-WebSocket-Key: {key.decode('ascii')}",
-        "Sec-WebSocket-Version: 13",
-        *(f"{name}: {value}" for name, value in headers.items()),
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    """The status and (lowercased) headers of an HTTP/1.1 answer's head."""
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = status_line.partition(" ")
-    code = rest[:3]
-    if not version.startswith("HTTP/1.") or not code.isdigit():
-        raise StreamProtocolError("the room's answer to the upgrade is not HTTP/1.1")
-    headers: dict[str, str] = {}
-    for line in header_lines:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    return int(code), headers
 
 
 def _accept_value(key: bytes) -> str:
@@ -331,28 +288,17 @@ class WebSocketConnector:
     """The process connection over a WebSocket upgrade of the process route.
 
     Args:
-        client: the room client whose URL and credentials are used (and whose
-            ``POST …/process/exit`` is the goodbye's fallback).
+        client: the room client whose URL, credentials and stream opener are
+            used (and whose ``POST …/process/exit`` is the goodbye's fallback).
         policy: ``ping_interval``, ``pong_timeout`` and ``max_event_bytes``.
-        opener: how a byte stream to the room is opened (default: TCP, and
-            TLS with the system trust store for ``https``).
     """
 
-    def __init__(
-        self,
-        client: RoomClient,
-        *,
-        policy: HoldPolicy | None = None,
-        opener: StreamOpener | None = None,
-    ) -> None:
+    def __init__(self, client: RoomClient, *, policy: HoldPolicy | None = None) -> None:
         policy = policy or HoldPolicy()
         self._client = client
         self._ping_interval = policy.ping_interval
         self._pong_timeout = policy.pong_timeout
         self._max_event_bytes = policy.max_event_bytes
-        self._opener: StreamOpener = (
-            opener or getattr(client, "_stream_opener", None) or open_tcp_stream
-        )
         # The open socket of each session, so the goodbye can speak over it.
         self._sockets: dict[str, _Socket] = {}
 
@@ -364,55 +310,33 @@ class WebSocketConnector:
             A checkpoint. Cancelled or left, the socket is closed at once
             (no closing handshake: the goodbye does that when it matters).
         """
-        url = urlsplit(self._client.session_url(session, "/process"))
-        scheme = url.scheme
-        host = url.hostname or ""
-        port = url.port or (443 if scheme == "https" else 80)
-        target = url.path + (f"?{url.query}" if url.query else "")
-        try:
-            stream = await self._opener(scheme, host, port)
-        except OSError as exc:
-            raise RoomUnreachable(f"process socket to {host} failed: {type(exc).__name__}") from exc
-        try:
-            socket = await self._upgrade(stream, url.netloc.rpartition("@")[2], target, session)
+        key = base64.b64encode(os.urandom(16))
+        headers = {**_UPGRADE_HEADERS, "Sec-WebSocket-Key": key.decode("ascii")}
+        async with self._client.open_request(
+            "GET",
+            self._client.session_url(session, "/process"),
+            session=session,
+            headers=headers,
+            tunnel=True,
+        ) as response:
+            socket = self._accepted(response, key)
             self._sockets[session.session_id] = socket
             try:
                 yield socket
             finally:
                 if self._sockets.get(session.session_id) is socket:
                     del self._sockets[session.session_id]
-        finally:
-            await trio.aclose_forcefully(stream)
 
-    async def _upgrade(
-        self, stream: trio.abc.Stream, host: str, target: str, session: AgentSession
-    ) -> _Socket:
-        key = base64.b64encode(os.urandom(16))
-        headers = self._client._headers(session, json_body=False)
-        headers["Cache-Control"] = "no-store"
-        try:
-            await stream.send_all(_upgrade_request(host, target, headers, key))
-            buffer = b""
-            while b"\r\n\r\n" not in buffer:
-                if len(buffer) > MAX_UPGRADE_HEAD:
-                    raise AttemptRejected(Outcome.REFUSED, "upgrade answer too large")
-                chunk = await stream.receive_some(RECEIVE_BYTES)
-                if not chunk:
-                    raise RoomUnreachable("the room closed the process socket before answering")
-                buffer += chunk
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
-        head, _, rest = buffer.partition(b"\r\n\r\n")
-        status, answer = _parse_head(head)
-        outcome = classify_upgrade(status)
+    def _accepted(self, response: HTTP1Response, key: bytes) -> _Socket:
+        """The socket the room's ``101`` opened; any other answer is rejected."""
+        outcome = classify_upgrade(response.status)
         if outcome is not None:
-            raise AttemptRejected(outcome, f"HTTP {status}")
-        if answer.get("sec-websocket-accept") != _accept_value(key):
+            raise AttemptRejected(outcome, f"HTTP {response.status}")
+        if response.header("sec-websocket-accept") != _accept_value(key):
             raise AttemptRejected(Outcome.REFUSED, "bad upgrade answer")
-        ws = Connection(ConnectionType.CLIENT, trailing_data=rest)
         return _Socket(
-            stream,
-            ws,
+            response.detach(),
+            Connection(ConnectionType.CLIENT),
             ping_interval=self._ping_interval,
             pong_timeout=self._pong_timeout,
             max_event_bytes=self._max_event_bytes,
@@ -464,19 +388,12 @@ class AutoConnector:
     Args:
         client: the room client.
         policy: passed to both connectors.
-        opener: the WebSocket connector's stream opener.
     """
 
-    def __init__(
-        self,
-        client: RoomClient,
-        *,
-        policy: HoldPolicy | None = None,
-        opener: StreamOpener | None = None,
-    ) -> None:
+    def __init__(self, client: RoomClient, *, policy: HoldPolicy | None = None) -> None:
         policy = policy or HoldPolicy()
         self._client = client
-        self._websocket = WebSocketConnector(client, policy=policy, opener=opener)
+        self._websocket = WebSocketConnector(client, policy=policy)
         self._sse = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
         self._sse_rooms: set[tuple[str, str]] = set()
 

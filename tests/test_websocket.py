@@ -22,6 +22,7 @@ from letagents_trio import (
     Outcome,
     open_connection_manager,
 )
+from letagents_trio._http1 import Connected, Origin
 from letagents_trio._websocket import (
     AutoConnector,
     WebSocketConnector,
@@ -100,6 +101,28 @@ async def test_refused_upgrades_count_as_on_sse(
             await trio.testing.wait_all_tasks_blocked()
             closed = [e for e in _drain(events) if e.kind is EventKind.CLOSED]
     assert [(e.time, e.outcome, e.detail) for e in closed] == [(0, outcome, detail)]
+
+
+async def test_the_upgrade_goes_through_the_clients_opener_as_a_tunnel(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    # One seam for both transports: the socket gets the client's TCP, TLS and
+    # proxies, and asks for a CONNECT tunnel past a forwarding proxy.
+    asked: list[tuple[Origin, bool]] = []
+
+    class Recording:
+        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+            asked.append((origin, tunnel))
+            return await fake_room.transport.open_stream(origin, tunnel=tunnel)
+
+    session = await fake_room.add_worker()
+    async with fake_room.client(opener=Recording()) as client:
+        async with WebSocketConnector(client).open(session) as news:
+            first = await anext(news)
+    row = fake_room.room.session(session.session_id)
+    assert row is not None
+    assert first.connection_id == row.process_connection_id
+    assert asked == [(Origin("http", "room.test", 80), True)]
 
 
 async def test_the_open_frame_names_the_connection_the_room_recorded(

@@ -9,15 +9,15 @@ The ``fake_room`` pytest fixture is registered automatically when
 letagents-trio is installed (it needs pytest-trio).
 """
 
-from ._fake_room import ExitRecord as ExitRecord
 from ._fake_room import FakeRoom as FakeRoom
-from ._fake_room import Hold as Hold
-from ._fake_room import ProcessMode as ProcessMode
-from ._fake_room import RequestRecord as RequestRecord
-from ._fake_room import Rule as Rule
-from ._fake_room import RuleBuilder as RuleBuilder
 from ._fake_room import open_fake_room as open_fake_room
 from ._fake_room import register_worker as register_worker
+from ._records import ExitRecord as ExitRecord
+from ._records import ProcessMode as ProcessMode
+from ._records import RequestRecord as RequestRecord
+from ._rules import Hold as Hold
+from ._rules import Rule as Rule
+from ._rules import RuleBuilder as RuleBuilder
 from ._transport import StreamingASGITransport as StreamingASGITransport
 from ._transport import open_streaming_transport as open_streaming_transport
 

@@ -16,9 +16,10 @@ What the layer adds, and nothing more (no server rule lives here):
 * **Drops**: :meth:`FakeRoom.drop` cuts open streams as a network failure would.
 * **Exits**: every ``POST …/process/exit`` is recorded with its body and the
   room's answer; ``black_hole_exits`` swallows them without ever answering.
-* **The WebSocket form** (PROTOCOL §3.1): :meth:`FakeRoom.open_stream` is a
-  stream opener whose far end is served in memory (``testing._websocket``);
-  upgrades go through the same process modes, exit frames are recorded in
+* **The WebSocket form** (PROTOCOL §3.1): an upgrade on the transport's
+  in-memory connection is served by ``testing._websocket`` (the room pings
+  every heartbeat interval, as ``letagents-trio room`` does); upgrades go
+  through the same process modes, exit frames are recorded in
   :attr:`FakeRoom.exits` (``recorded`` None: the socket has no answer), and
   ``websocket = False`` makes the room refuse the upgrade with 404.
 * **Rules** for any request (:meth:`FakeRoom.on`): answer it instead of the
@@ -44,19 +45,16 @@ drops are network errors of the in-process transport; over a real server
 
 from __future__ import annotations
 
-import enum
 import json
 import re
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any, final
 from urllib.parse import unquote
 
 import attrs
 import httpx2
 import trio
-import trio.testing
 
 from .. import _protocol
 from .._client import RoomClient
@@ -71,21 +69,12 @@ from ..workers._wire import (
     new_worker_id,
     worker_agent_name,
 )
-from ._rules import JSON_HEADERS, Answer, Hold, Rule, RuleBuilder, json_bytes, path_regex
+from ._asgi import bearer_token, json_or_none, read_body, send_answer, until_disconnected
+from ._records import CANNED_ANSWERS, ExitRecord, ProcessMode, RequestRecord
+from ._rules import JSON_HEADERS, Answer, Rule, RuleBuilder, json_bytes, path_regex
 from ._transport import ASGIApp, Receive, Send, StreamingASGITransport
-from ._websocket import serve_websocket
 
-__all__ = [
-    "ExitRecord",
-    "FakeRoom",
-    "Hold",
-    "ProcessMode",
-    "RequestRecord",
-    "Rule",
-    "RuleBuilder",
-    "open_fake_room",
-    "register_worker",
-]
+__all__ = ["FakeRoom", "open_fake_room", "register_worker"]
 
 # The fake room's wall clock starts here (2026-01-01T00:00:00Z) plus trio time,
 # so timestamps in tests are deterministic.
@@ -101,87 +90,6 @@ _PROCESS_PATH = re.compile(
 # What a client sees when a rule loses the request, or the room's answer.
 _REFUSED_TEXT = "Connection refused (a FakeRoom rule dropped the request)"
 _LOST_ANSWER_TEXT = "Server disconnected without sending a response."
-
-
-class ProcessMode(enum.Enum):
-    """How the fake room answers ``GET …/process``."""
-
-    SERVED = "served"
-    """The reference room serves the stream."""
-    UNKNOWN = "unknown"
-    """Answer 404, as a room without the route does."""
-    REFUSED = "refused"
-    """401 ``Invalid agent session credentials.``"""
-    ENDED = "ended"
-    """410 ``agent_session_ended``."""
-    ERROR = "error"
-    """Answer 503, as a failing room does."""
-    SILENT = "silent"
-    """200 with event-stream headers, then not one byte (a WebSocket: 101, then
-    a dead peer: no frames, pings or pongs)."""
-    SLOW = "slow"
-    """Headers only after ``slow_headers`` seconds, then served."""
-
-
-_CANNED: dict[ProcessMode, tuple[int, dict[str, str]]] = {
-    ProcessMode.UNKNOWN: (404, {"error": "Not found"}),
-    ProcessMode.REFUSED: (401, {"error": _protocol.INVALID_CREDENTIALS_TEXT}),
-    ProcessMode.ENDED: (
-        410,
-        {"error": _protocol.SESSION_ENDED_410_TEXT, "code": _protocol.AGENT_SESSION_ENDED_CODE},
-    ),
-    ProcessMode.ERROR: (503, {"error": "The room is failing for a moment."}),
-}
-
-
-@final
-@attrs.frozen(kw_only=True)
-class RequestRecord:
-    """One request the fake room received.
-
-    Attributes:
-        time: trio time it arrived.
-        method: the HTTP method.
-        path: the (decoded) path.
-        session_id: the ``X-LetAgents-Agent-Session-Id`` header, if any.
-        has_session_token: whether the session-token header was present and non-empty.
-        body: the request's JSON body, decoded; None when it had none or it was
-            not JSON. Kept out of the repr: it may carry tokens.
-        bearer: the ``Authorization: Bearer`` token, if any (test data; kept
-            out of the repr).
-    """
-
-    time: float
-    method: str
-    path: str
-    session_id: str | None
-    has_session_token: bool
-    body: Any = attrs.field(default=None, repr=False)
-    bearer: str | None = attrs.field(default=None, repr=False)
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ExitRecord:
-    """One exit announcement the fake room received.
-
-    Attributes:
-        time: trio time it arrived.
-        session_id: the session in the path.
-        body: the JSON body as sent (its token included: it is test data).
-        recorded: the room's ``recorded`` answer; None when black-holed.
-    """
-
-    time: float
-    session_id: str
-    body: dict[str, Any] = attrs.field(repr=False)
-    recorded: bool | None
-
-    @property
-    def process_connection_id(self) -> str | None:
-        """The ``process_connection_id`` the exit named."""
-        value = self.body.get("process_connection_id")
-        return value if isinstance(value, str) else None
 
 
 @final
@@ -230,8 +138,9 @@ class FakeRoom:
         self.websocket = True
         self.rooms_without_websocket: set[str] = set()
         self._inner = create_app(room)
-        self._nursery = nursery
-        self.transport = StreamingASGITransport(self._app, nursery=nursery)
+        self.transport = StreamingASGITransport(
+            self._app, nursery=nursery, websocket_ping_interval=room.config.heartbeat_interval
+        )
 
     def __repr__(self) -> str:
         return f"<FakeRoom api_url={self.api_url!r} requests={len(self.requests)}>"
@@ -251,32 +160,12 @@ class FakeRoom:
 
     def client(self, *, owner_token: str | None = None, **options: Any) -> RoomClient:
         """A :class:`~letagents_trio.RoomClient` for this room (the caller closes it)."""
-        client = RoomClient(
+        return RoomClient(
             self.api_url,
             owner_token=self.owner_token if owner_token is None else owner_token,
             transport=self.transport,
             **options,
         )
-        client._stream_opener = self.open_stream  # type: ignore[attr-defined]
-        return client
-
-    async def open_stream(self, scheme: str, host: str, port: int) -> trio.abc.Stream:
-        """Open a byte stream to this room, served in memory (a WebSocket stream opener).
-
-        Cancellation:
-            A checkpoint only.
-        """
-        client_end, server_end = trio.testing.memory_stream_pair()
-        self._nursery.start_soon(
-            partial(
-                serve_websocket,
-                self._app,
-                server_end,
-                ping_interval=self.room.config.heartbeat_interval,
-            )
-        )
-        await trio.lowlevel.checkpoint()
-        return client_end
 
     async def add_worker(
         self,
@@ -405,15 +294,15 @@ class FakeRoom:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         raw_path = scope["raw_path"].decode("latin-1")
         method, path = str(scope["method"]), unquote(raw_path)
-        raw, receive = await _read_body(receive)
+        raw, receive = await read_body(receive)
         request = RequestRecord(
             time=trio.current_time(),
             method=method,
             path=path,
             session_id=headers.get(_protocol.SESSION_ID_HEADER.lower()),
             has_session_token=bool(headers.get(_protocol.SESSION_TOKEN_HEADER.lower())),
-            body=_json_or_none(raw),
-            bearer=_bearer(headers.get("authorization")),
+            body=json_or_none(raw),
+            bearer=bearer_token(headers.get("authorization")),
         )
         self.requests.append(request)
         self._note()
@@ -424,7 +313,9 @@ class FakeRoom:
         rule._use()
         self._note()
         if rule.action == "respond":
-            await _send(send, Answer(status=rule._status, headers=rule._headers, body=rule._body))
+            await send_answer(
+                send, Answer(status=rule._status, headers=rule._headers, body=rule._body)
+            )
             return
         if rule.action == "drop_before_commit":
             raise httpx2.ConnectError(_REFUSED_TEXT)
@@ -440,7 +331,7 @@ class FakeRoom:
         elif rule._rewrite is not None:
             changed = rule._rewrite(json.loads(answer.body))
             answer = attrs.evolve(answer, body=json_bytes(changed))
-        await _send(send, answer)
+        await send_answer(send, answer)
 
     async def _socket(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         """The WebSocket form of the process route, through the process modes."""
@@ -460,14 +351,14 @@ class FakeRoom:
         match = _PROCESS_PATH.match(raw_path)
         session_id = unquote(match["sid"]) if match is not None else ""
         mode = self.process_mode(session_id)
-        canned = _CANNED.get(mode, (404, {"error": "Not found"}))
+        canned = CANNED_ANSWERS.get(mode, (404, {"error": "Not found"}))
         supported = (
             self.websocket
             and match is not None
             and not match["exit"]
             and unquote(match["room"]) not in self.rooms_without_websocket
         )
-        if not supported or mode in _CANNED:
+        if not supported or mode in CANNED_ANSWERS:
             await receive()
             await refuse_upgrade(scope, send, Reply(status=canned[0], body=canned[1]))
             return
@@ -547,10 +438,12 @@ class FakeRoom:
         self, session_id: str, scope: MutableMapping[str, Any], receive: Receive, send: Send
     ) -> None:
         mode = self.process_mode(session_id)
-        canned = _CANNED.get(mode)
+        canned = CANNED_ANSWERS.get(mode)
         if canned is not None:
             status, body = canned
-            await _send(send, Answer(status=status, headers=JSON_HEADERS, body=json_bytes(body)))
+            await send_answer(
+                send, Answer(status=status, headers=JSON_HEADERS, body=json_bytes(body))
+            )
         elif mode is ProcessMode.SILENT:
             await send(
                 {
@@ -560,7 +453,7 @@ class FakeRoom:
                 }
             )
             await send({"type": "http.response.body", "body": b"", "more_body": True})
-            await _until_disconnected(receive)
+            await until_disconnected(receive)
         else:
             if mode is ProcessMode.SLOW:
                 await trio.sleep(self.slow_headers)
@@ -583,7 +476,7 @@ class FakeRoom:
                 )
             )
             self._note()
-            await _until_disconnected(receive)
+            await until_disconnected(receive)
             return
         # The room's answer is kept until the exit is on record, as a real room
         # commits before it answers: a client that has its answer finds it here.
@@ -602,7 +495,7 @@ class FakeRoom:
 
         await self._inner(scope, receive, capture)
         raw = b"".join(chunks)
-        reply = _json_or_none(raw)
+        reply = json_or_none(raw)
         if isinstance(reply, dict):
             recorded = reply.get("recorded")
         self.exits.append(
@@ -616,7 +509,7 @@ class FakeRoom:
         self._note()
         if self.exit_delay:
             await trio.sleep(self.exit_delay)
-        await _send(send, Answer(status=status, headers=headers, body=raw))
+        await send_answer(send, Answer(status=status, headers=headers, body=raw))
 
 
 async def register_worker(
@@ -653,50 +546,6 @@ async def register_worker(
     if reply.status != 201:
         raise RuntimeError(f"the room refused the worker: {reply.status} {dict(reply.body)}")
     return AgentSession.from_json(reply.body)
-
-
-def _bearer(authorization: str | None) -> str | None:
-    scheme, _, value = (authorization or "").partition(" ")
-    return value.strip() or None if scheme.lower() == "bearer" else None
-
-
-def _json_or_none(raw: bytes) -> Any:
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return None
-
-
-async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
-    """Read the request body whole; return it and a ``receive`` that gives it again."""
-    messages: list[MutableMapping[str, Any]] = []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            break
-    raw = b"".join(bytes(m.get("body", b"")) for m in messages if m["type"] == "http.request")
-
-    async def again() -> MutableMapping[str, Any]:
-        if messages:
-            await trio.lowlevel.checkpoint()
-            return messages.pop(0)
-        return await receive()
-
-    return raw, again
-
-
-async def _send(send: Send, answer: Answer) -> None:
-    """Send a whole answer, its ``content-length`` set to the body it carries now."""
-    headers = [(k, v) for k, v in answer.headers if k.lower() != b"content-length"]
-    headers.append((b"content-length", str(len(answer.body)).encode("latin-1")))
-    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-    await send({"type": "http.response.body", "body": answer.body, "more_body": False})
-
-
-async def _until_disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 @asynccontextmanager

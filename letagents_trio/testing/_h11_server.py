@@ -17,7 +17,12 @@ One connection, one task, one request after another (keep-alive):
 3. ``http.response.start`` writes the head at once (an event stream's headers
    must not wait for its first event); each body message is written as it
    comes, chunked unless the app set ``content-length``.
-4. Failures look as they would from a real server on a real network: an
+4. An upgrade to a WebSocket (``Upgrade: websocket``) ends the HTTP/1.1 part:
+   the request's bytes, and any read past them, are handed to
+   :func:`~letagents_trio.testing._websocket.serve_websocket`, which answers
+   the upgrade and serves the app's ``websocket`` scope on the same stream,
+   as hypercorn does over a socket.
+5. Failures look as they would from a real server on a real network: an
    ``httpx2.TransportError`` the app raises on purpose (a FakeRoom rule
    dropping a request, a reset) closes the connection without another byte;
    any other exception before the response started is a 500 (and logged),
@@ -35,6 +40,8 @@ from urllib.parse import unquote
 import h11
 import httpx2
 import trio
+
+from ._websocket import serve_websocket
 
 if TYPE_CHECKING:
     from ._transport import ASGIApp, Message
@@ -60,8 +67,18 @@ async def serve_http1(
     scheme: str,
     server: tuple[str, int],
     client: tuple[str, int],
+    websocket_ping_interval: float | None = None,
 ) -> None:
     """Serve requests on ``stream`` with ``app`` until either side closes it.
+
+    Args:
+        stream: the server's end of the connection.
+        app: the ASGI application.
+        scheme: the scheme the app sees (``http`` or ``https``).
+        server: the ``(host, port)`` the app sees as the server.
+        client: the ``(host, port)`` the app sees as the peer.
+        websocket_ping_interval: seconds between the server's pings on an
+            upgraded connection; None for none.
 
     Cancellation:
         Cancelled (the transport's nursery closing), the stream is closed.
@@ -73,6 +90,18 @@ async def serve_http1(
             if request is None:
                 return
             head, body = request
+            if _is_websocket_upgrade(head):
+                # The rest of the connection is the WebSocket's (h11 kept
+                # any bytes read past the request: the first frames, maybe).
+                upgrade = _request_bytes(head) + bytes(conn.trailing_data[0])
+                await serve_websocket(
+                    app,
+                    stream,
+                    ping_interval=websocket_ping_interval,
+                    client=client,
+                    initial=upgrade,
+                )
+                return
             scope = _scope(head, scheme, server, client)
             if not await _serve_one(stream, conn, app, scope, body):
                 return
@@ -104,6 +133,17 @@ async def _next_request(
         else:
             # ConnectionClosed (the client left between requests) or PAUSED.
             return None
+
+
+def _is_websocket_upgrade(head: h11.Request) -> bool:
+    return any(name == b"upgrade" and b"websocket" in value.lower() for name, value in head.headers)
+
+
+def _request_bytes(head: h11.Request) -> bytes:
+    """The request head as the client wrote it (wsproto's server parses it again)."""
+    lines = [b"%s %s HTTP/1.1" % (head.method, head.target)]
+    lines.extend(b"%s: %s" % (name, value) for name, value in head.headers.raw_items())
+    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 def _scope(

@@ -30,7 +30,9 @@ The same object is also a :class:`~letagents_trio._http1.StreamOpener`, so a
 streams, exits) to the same app: :meth:`StreamingASGITransport.open_stream`
 hands the client one end of an in-memory stream pair and serves the other end
 with :func:`~letagents_trio.testing._h11_server.serve_http1` (real HTTP/1.1
-bytes, parsed by h11 on both sides) in the transport's nursery.
+bytes, parsed by h11 on both sides) in the transport's nursery. A WebSocket
+upgrade on such a connection is served there too (the app's ``websocket``
+scope), so one opener carries both forms of the process connection.
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
         nursery: where each request's app task runs. It must outlive every
             response the client holds; :func:`open_streaming_transport` opens one.
         client: the ``(host, port)`` the app sees as the peer.
+        websocket_ping_interval: seconds between the server's pings on a
+            connection upgraded to a WebSocket (:meth:`open_stream`); None for none.
     """
 
     def __init__(
@@ -134,10 +138,12 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
         *,
         nursery: trio.Nursery,
         client: tuple[str, int] = ("127.0.0.1", 50000),
+        websocket_ping_interval: float | None = None,
     ) -> None:
         self._app = app
         self._nursery = nursery
         self._client = client
+        self._websocket_ping_interval = websocket_ping_interval
         self._closed = False
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -269,6 +275,7 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
                 scheme=origin.scheme,
                 server=(origin.host, origin.port),
                 client=self._client,
+                websocket_ping_interval=self._websocket_ping_interval,
             )
         )
         await trio.lowlevel.checkpoint()

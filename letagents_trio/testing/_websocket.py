@@ -46,6 +46,10 @@ Message = MutableMapping[str, Any]
 RECEIVE_BYTES: Final = 16 * 1024
 # Messages from the client the app has not taken yet: bounded, like a socket buffer.
 INBOX_MESSAGES: Final = 16
+# Writes queued for the peer: a small send buffer, so that the reader's pongs
+# never wait on a peer that is itself writing (two unbuffered writers would
+# deadlock, which two sockets with buffers never do).
+OUTBOX_WRITES: Final = 16
 _ABNORMAL_CLOSURE: Final = 1006
 
 
@@ -129,6 +133,10 @@ class _Session:
         self._muted = False
         self._response: Message | None = None
         self._nursery: trio.Nursery | None = None
+        # The app, the reader's pongs and the pinger all write through one
+        # queue, in order; one task writes it out.
+        self._outbox_send, self._outbox = trio.open_memory_channel[bytes](OUTBOX_WRITES)
+        self._written = trio.Event()
         path, _, query = request.target.partition("?")
         self._scope: dict[str, Any] = {
             "type": "websocket",
@@ -152,6 +160,7 @@ class _Session:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._write_out)
             try:
                 await self._app(self._scope, self._receive, self._send)
             except Exception:
@@ -160,6 +169,10 @@ class _Session:
                 await self._reject(500, [], b"")
             elif self._accepted and not self._closed:
                 await self._write(CloseConnection(code=1011))
+            # What is queued reaches the peer before the stream closes, as a
+            # socket's buffer is flushed when it is closed.
+            self._outbox_send.close()
+            await self._written.wait()
             nursery.cancel_scope.cancel(reason="socket app returned")
 
     async def _receive(self) -> Message:
@@ -215,7 +228,7 @@ class _Session:
             )
         )
         data += self._ws.send(RejectData(data=body, body_finished=True))
-        await _send_quietly(self._stream, data)
+        await self._queue(data)
 
     async def _write(self, event: Any) -> None:
         if self._muted:
@@ -226,7 +239,30 @@ class _Session:
         except LocalProtocolError:
             await trio.lowlevel.checkpoint()
             return
-        await _send_quietly(self._stream, data)
+        await self._queue(data)
+
+    async def _queue(self, data: bytes) -> None:
+        try:
+            await self._outbox_send.send(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # The connection is closing or gone: nothing more reaches the peer.
+            await trio.lowlevel.checkpoint()
+
+    async def _write_out(self) -> None:
+        """Write the queued bytes in order; close the stream when the queue closes.
+
+        The queue closes when the app is done or the peer has gone; a peer
+        gone mid-write ends it early (later writes are dropped).
+        """
+        try:
+            async with self._outbox:
+                async for data in self._outbox:
+                    await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self._written.set()
+            await trio.aclose_forcefully(self._stream)
 
     async def _read(self) -> None:
         code = _ABNORMAL_CLOSURE
@@ -258,7 +294,8 @@ class _Session:
             with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
                 self._inbox_send.send_nowait({"type": "websocket.disconnect", "code": code})
             self._inbox_send.close()
-            await trio.aclose_forcefully(self._stream)
+            # What is queued (the close echo) still goes out; then the stream closes.
+            self._outbox_send.close()
 
     async def _ping(self) -> None:
         assert self._ping_interval is not None

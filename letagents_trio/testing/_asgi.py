@@ -1,0 +1,67 @@
+"""ASGI message helpers for the fake room's layer over the reference room.
+
+The layer reads a request body whole before deciding (and replays it to the
+room), sends whole answers of its own, and waits out a client it keeps
+hanging; these are those few moves, written once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+if TYPE_CHECKING:
+    from ._rules import Answer
+    from ._transport import Receive, Send
+
+__all__ = ["bearer_token", "json_or_none", "read_body", "send_answer", "until_disconnected"]
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, or None."""
+    scheme, _, value = (authorization or "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+def json_or_none(raw: bytes) -> Any:
+    """``raw`` decoded as JSON; None when empty or not JSON."""
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+async def read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """Read the request body whole; return it and a ``receive`` that gives it again."""
+    messages: list[MutableMapping[str, Any]] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+    raw = b"".join(bytes(m.get("body", b"")) for m in messages if m["type"] == "http.request")
+
+    async def again() -> MutableMapping[str, Any]:
+        if messages:
+            await trio.lowlevel.checkpoint()
+            return messages.pop(0)
+        return await receive()
+
+    return raw, again
+
+
+async def send_answer(send: Send, answer: Answer) -> None:
+    """Send a whole answer, its ``content-length`` set to the body it carries now."""
+    headers = [(k, v) for k, v in answer.headers if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(answer.body)).encode("latin-1")))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body, "more_body": False})
+
+
+async def until_disconnected(receive: Receive) -> None:
+    """Wait until the client goes away (``http.disconnect``)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

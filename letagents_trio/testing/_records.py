@@ -1,0 +1,102 @@
+"""What the fake room saw, and how it answers the process route.
+
+The value types of :mod:`letagents_trio.testing`'s request log: a
+:class:`RequestRecord` per request and an :class:`ExitRecord` per exit
+announcement (a ``POST …/process/exit`` or an exit frame on a process
+socket), each stamped with trio's clock; and the :class:`ProcessMode` a
+:class:`~letagents_trio.testing.FakeRoom` answers ``GET …/process`` in, with
+the canned answers of the modes that stand for another room.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, final
+
+import attrs
+
+from .. import _protocol
+
+__all__ = ["CANNED_ANSWERS", "ExitRecord", "ProcessMode", "RequestRecord"]
+
+
+class ProcessMode(enum.Enum):
+    """How the fake room answers ``GET …/process``."""
+
+    SERVED = "served"
+    """The reference room serves the stream."""
+    UNKNOWN = "unknown"
+    """Answer 404, as a room without the route does."""
+    REFUSED = "refused"
+    """401 ``Invalid agent session credentials.``"""
+    ENDED = "ended"
+    """410 ``agent_session_ended``."""
+    ERROR = "error"
+    """Answer 503, as a failing room does."""
+    SILENT = "silent"
+    """200 with event-stream headers, then not one byte (a WebSocket: 101, then
+    a dead peer: no frames, pings or pongs)."""
+    SLOW = "slow"
+    """Headers only after ``slow_headers`` seconds, then served."""
+
+
+# What the room-like modes answer, status and JSON body: the room's own texts.
+CANNED_ANSWERS: dict[ProcessMode, tuple[int, dict[str, str]]] = {
+    ProcessMode.UNKNOWN: (404, {"error": "Not found"}),
+    ProcessMode.REFUSED: (401, {"error": _protocol.INVALID_CREDENTIALS_TEXT}),
+    ProcessMode.ENDED: (
+        410,
+        {"error": _protocol.SESSION_ENDED_410_TEXT, "code": _protocol.AGENT_SESSION_ENDED_CODE},
+    ),
+    ProcessMode.ERROR: (503, {"error": "The room is failing for a moment."}),
+}
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RequestRecord:
+    """One request the fake room received.
+
+    Attributes:
+        time: trio time it arrived.
+        method: the HTTP method.
+        path: the (decoded) path.
+        session_id: the ``X-LetAgents-Agent-Session-Id`` header, if any.
+        has_session_token: whether the session-token header was present and non-empty.
+        body: the request's JSON body, decoded; None when it had none or it was
+            not JSON. Kept out of the repr: it may carry tokens.
+        bearer: the ``Authorization: Bearer`` token, if any (test data; kept
+            out of the repr).
+    """
+
+    time: float
+    method: str
+    path: str
+    session_id: str | None
+    has_session_token: bool
+    body: Any = attrs.field(default=None, repr=False)
+    bearer: str | None = attrs.field(default=None, repr=False)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ExitRecord:
+    """One exit announcement the fake room received.
+
+    Attributes:
+        time: trio time it arrived.
+        session_id: the session in the path.
+        body: the JSON body as sent (its token included: it is test data).
+        recorded: the room's ``recorded`` answer; None when black-holed.
+    """
+
+    time: float
+    session_id: str
+    body: dict[str, Any] = attrs.field(repr=False)
+    recorded: bool | None
+
+    @property
+    def process_connection_id(self) -> str | None:
+        """The ``process_connection_id`` the exit named."""
+        value = self.body.get("process_connection_id")
+        return value if isinstance(value, str) else None
