@@ -85,7 +85,12 @@ KEEPALIVE_CONNECTIONS = 32
 # The largest exit answer read: the room's is ``{"recorded":true}``.
 MAX_EXIT_ANSWER_BYTES = 64 * 1024
 # What a process stream asks for: events, never a cached answer.
-_STREAM_HEADERS = {"Accept": _protocol.EVENT_STREAM, "Cache-Control": "no-store"}
+_STREAM_HEADERS = {
+    "Accept": _protocol.EVENT_STREAM,
+    "Cache-Control": "no-store",
+    # Nothing to inflate: a compressed stream could decode to far more than it weighs.
+    "Accept-Encoding": _protocol.IDENTITY_ENCODING,
+}
 # A Retry-After above a day is not a busy room; keeps the parsed value finite.
 _RETRY_AFTER_CEILING = 86_400.0
 

@@ -134,8 +134,14 @@ class ProcessConnector(Protocol):
         ...
 
 
-def classify_status(status: int, content_type: str | None) -> Outcome | None:
-    """The outcome of a process-route answer, or None when it opens the stream."""
+def classify_status(
+    status: int, content_type: str | None, content_encoding: str | None = None
+) -> Outcome | None:
+    """The outcome of a process-route answer, or None when it opens the stream.
+
+    The stream asks for no content coding; one it did not ask for is a refusal,
+    never inflated (a small compressed body can decode to gigabytes).
+    """
     if status == 410:
         return Outcome.ENDED
     if status in (404, 405):
@@ -145,6 +151,8 @@ def classify_status(status: int, content_type: str | None) -> Outcome | None:
     if not 200 <= status < 300 or status in _NULL_BODY_STATUSES:
         return Outcome.REFUSED
     if not is_event_stream(content_type):
+        return Outcome.REFUSED
+    if (content_encoding or "").strip().lower() not in ("", _protocol.IDENTITY_ENCODING):
         return Outcome.REFUSED
     return None
 
@@ -234,11 +242,15 @@ class _ProcessStream:
 
     async def __aenter__(self) -> _SSENews:
         response = await self._client.start_process_stream(self._session)
-        outcome = classify_status(response.status, response.header("content-type"))
+        coding = response.header("content-encoding")
+        outcome = classify_status(response.status, response.header("content-type"), coding)
         if outcome is not None:
             if not response.close():
                 await response.aclose()
-            raise AttemptRejected(outcome, f"HTTP {response.status}")
+            detail = f"HTTP {response.status}"
+            if outcome is Outcome.REFUSED and 200 <= response.status < 300 and coding:
+                detail += " in a content coding it did not ask for"
+            raise AttemptRejected(outcome, detail)
         self._response = response
         decoder = SSEDecoder(
             max_line_bytes=self._max_event_bytes,

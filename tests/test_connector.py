@@ -394,3 +394,39 @@ async def test_the_request_asks_for_an_event_stream_with_the_session_credentials
     assert headers["accept"] == "text/event-stream"
     assert headers["x-letagents-agent-session-id"] == "wsess_1"
     assert headers["x-letagents-agent-session-token"] == "secret-token-1"
+
+
+async def test_the_stream_asks_for_no_content_coding() -> None:
+    """Issue 13 row 1: the process stream asks for ``identity``."""
+    seen: list[dict[bytes, bytes]] = []
+    inner = scripted_app([b": hi\n\n"], then="hold")
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        seen.append({bytes(k).lower(): bytes(v) for k, v in scope["headers"]})
+        await inner(scope, receive, send)
+
+    with trio.fail_after(10):
+        async with connector_for(app) as connector, connector.open(SESSION) as stream:
+            await anext(stream)
+    assert seen[0][b"accept-encoding"] == b"identity"
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"br", b"deflate, gzip"])
+async def test_an_encoded_stream_is_refused_unread(coding: bytes) -> None:
+    """Issue 13 row 1: a stream in a content coding it did not ask for is a refusal."""
+    bomb = scripted_app(
+        [b"\x1f\x8b" + b"\x00" * 64], headers=[*SSE_HEADERS, (b"content-encoding", coding)]
+    )
+    with trio.fail_after(10):
+        async with connector_for(bomb) as connector:
+            with pytest.raises(AttemptRejected) as refused:
+                async with connector.open(SESSION):
+                    pass  # pragma: no cover - refused before the block
+    assert refused.value.outcome is Outcome.REFUSED
+    assert "content coding" in refused.value.detail
+
+
+def test_identity_is_not_a_content_coding() -> None:
+    assert classify_status(200, "text/event-stream", "identity") is None
+    assert classify_status(200, "text/event-stream", None) is None
+    assert classify_status(200, "text/event-stream", "gzip") is Outcome.REFUSED
