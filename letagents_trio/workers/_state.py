@@ -362,7 +362,7 @@ class LocalStateStore:
             StateUnavailable: the file exists but is damaged or unreadable; ``fn``
                 is not called and nothing is written.
             StateLockTimeout: another process held the lock for 2 s; or this
-                update held it past :data:`HOLD_LIMIT` or lost it, or the file
+                update held it past ``HOLD_LIMIT`` (9 s) or lost it, or the file
                 changed under it, and wrote nothing. Retrying is safe.
             StateError: the new file could not be written (the old one stays).
             Exception: whatever ``fn`` raises; nothing is written then.
