@@ -48,7 +48,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"letagents_trio\.(\w+\.)?_\w+\..*"),
     (
         r"py:class",
-        r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode|Notifier|OwnerTokenSource)",
+        r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode|Notifier"
+        r"|OwnerTokenSource|Transport|StreamOpener|HTTP1Response|_ProcessStream)",
     ),
     # Module constants and row types named in docstrings but not documented on their own.
     (r"py:.*", r"(GRACEFUL_TIMEOUT|SHUTDOWN_TIMEOUT|RoomRow)"),
