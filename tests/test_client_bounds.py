@@ -13,7 +13,7 @@ import gzip
 import math
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -23,12 +23,10 @@ from letagents_trio import RoomUnreachable
 from letagents_trio._client import MAX_EXIT_ANSWER_BYTES, RoomClient
 from letagents_trio._protocol import CALL_TIMEOUT, MAX_ANSWER_BYTES
 from letagents_trio._session import AgentSession
-from letagents_trio.testing._transport import (
-    BODY_BUFFER_CHUNKS,
-    Receive,
-    Send,
-    open_streaming_transport,
-)
+from letagents_trio.testing._transport import BODY_BUFFER_CHUNKS, open_streaming_transport
+
+if TYPE_CHECKING:
+    from letagents_trio.testing._asgi import Receive, Send
 
 API = "http://room.test"
 JSON_HEADERS = [(b"content-type", b"application/json")]

@@ -33,7 +33,7 @@ from letagents_trio.testing import open_streaming_transport
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from letagents_trio.testing._transport import Receive, Send
+    from letagents_trio.testing._asgi import Receive, Send
 
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
 API_URL = "http://room.test"

@@ -36,7 +36,7 @@ from letagents_trio.testing._transport import BODY_BUFFER_CHUNKS
 if TYPE_CHECKING:
     from trio.testing import MockClock
 
-    from letagents_trio.testing._transport import Receive, Send
+    from letagents_trio.testing._asgi import Receive, Send
 
 Handler = Callable[["Receive", "Send"], Awaitable[None]]
 

@@ -8,16 +8,31 @@ hanging; these are those few moves, written once.
 from __future__ import annotations
 
 import json
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 if TYPE_CHECKING:
     from ._rules import Answer
-    from ._transport import Receive, Send
 
-__all__ = ["bearer_token", "json_or_none", "read_body", "send_answer", "until_disconnected"]
+# The ASGI callables, as the kit's servers and the FakeRoom use them.
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
+
+__all__ = [
+    "ASGIApp",
+    "Message",
+    "Receive",
+    "Send",
+    "bearer_token",
+    "json_or_none",
+    "read_body",
+    "send_answer",
+    "until_disconnected",
+]
 
 
 def bearer_token(authorization: str | None) -> str | None:

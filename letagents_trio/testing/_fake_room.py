@@ -69,10 +69,19 @@ from ..workers._wire import (
     new_worker_id,
     worker_agent_name,
 )
-from ._asgi import bearer_token, json_or_none, read_body, send_answer, until_disconnected
+from ._asgi import (
+    ASGIApp,
+    Receive,
+    Send,
+    bearer_token,
+    json_or_none,
+    read_body,
+    send_answer,
+    until_disconnected,
+)
 from ._records import CANNED_ANSWERS, ExitRecord, ProcessMode, RequestRecord
 from ._rules import JSON_HEADERS, Answer, Rule, RuleBuilder, json_bytes, path_regex
-from ._transport import ASGIApp, Receive, Send, StreamingASGITransport
+from ._transport import StreamingASGITransport
 
 __all__ = ["FakeRoom", "open_fake_room", "register_worker"]
 

@@ -44,7 +44,7 @@ import trio
 from ._websocket import serve_websocket
 
 if TYPE_CHECKING:
-    from ._transport import ASGIApp, Message
+    from ._asgi import ASGIApp, Message
 
 __all__ = ["serve_http1"]
 

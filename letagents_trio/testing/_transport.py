@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, final
@@ -50,16 +50,13 @@ import trio
 import trio.testing
 
 from .._http1 import Connected, Origin
+from ._asgi import ASGIApp, Message
 from ._h11_server import serve_http1
 
 __all__ = ["ASGIApp", "StreamingASGITransport", "open_streaming_transport"]
 
 logger = logging.getLogger("letagents_trio.testing")
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 # Chunks the app may send ahead of a client that is not reading. Small, like a
 # socket buffer, so a slow reader slows the app down instead of growing memory.

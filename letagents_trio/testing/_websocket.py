@@ -35,7 +35,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 if TYPE_CHECKING:
-    from ._transport import ASGIApp
+    from ._asgi import ASGIApp
 
 __all__ = ["serve_websocket"]
 

@@ -22,7 +22,7 @@ from letagents_trio.testing._transport import BODY_BUFFER_CHUNKS
 if TYPE_CHECKING:
     from trio.testing import MockClock
 
-    from letagents_trio.testing._transport import Receive, Send
+    from letagents_trio.testing._asgi import Receive, Send
 
 BASE = "http://app.test"
 START_OK = {"type": "http.response.start", "status": 200, "headers": [(b"x-app", b"yes")]}
