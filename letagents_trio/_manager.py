@@ -309,7 +309,10 @@ class ConnectionManager:
         """
         first = self._announced is None
         started = trio.current_time()
-        with trio.move_on_after(self.policy.exit_deadline, shield=True) as scope:
+        with (
+            _collector_paused(),
+            trio.move_on_after(self.policy.exit_deadline, shield=True) as scope,
+        ):
             await self._announce_all()
         if scope.cancelled_caught:
             logger.warning(
@@ -335,10 +338,9 @@ class ConnectionManager:
         results: dict[str, ExitAnnouncement] = {}
         self._announced = ()
         try:
-            with _collector_paused():
-                async with trio.open_nursery() as nursery:
-                    for holder, connection_id in snapshot:
-                        nursery.start_soon(self._announce_one, holder, connection_id, results)
+            async with trio.open_nursery() as nursery:
+                for holder, connection_id in snapshot:
+                    nursery.start_soon(self._announce_one, holder, connection_id, results)
         finally:
             now = trio.current_time()
             self._announced = tuple(
