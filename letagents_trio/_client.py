@@ -44,10 +44,10 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import aclosing, asynccontextmanager
+from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Protocol, cast, final
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 import trio
 
@@ -56,6 +56,7 @@ from ._errors import ApiError, RoomUnreachable
 from ._http1 import HTTP1Response, HTTPFailure, StreamOpener, split_url, start_request
 from ._net import NetworkOpener
 from ._redact import redact
+from ._refusals import WORKER_CREDENTIAL_KEYS, after_refusal, path_of, read_answer
 
 if TYPE_CHECKING:
     import httpx2
@@ -75,11 +76,8 @@ OwnerTokenSource = str | Callable[[], str | None] | None
 
 logger = logging.getLogger("letagents_trio.api")
 
-# Body keys that carry a worker credential: a 401 on such a request is about
-# the worker, never about the owner, so it must not log the owner out.
-_WORKER_CREDENTIAL_KEYS = ("agent_session_token", "replace_agent_session_token", "connection_token")
 # Body keys whose values are secrets, redacted from anything shown.
-_SECRET_KEYS = (*_WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
+_SECRET_KEYS = (*WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
 # Idle connections kept for ordinary calls; streams and exits have their own.
 KEEPALIVE_CONNECTIONS = 32
 # The largest exit answer read: the room's is ``{"recorded":true}``.
@@ -339,7 +337,7 @@ class RoomClient:
                 self._opener, origin, target, method, list(fields.items()), body, tunnel=tunnel
             )
         except HTTPFailure as exc:
-            raise RoomUnreachable(f"{method} {_path_of(url)} failed: {exc}") from exc
+            raise RoomUnreachable(f"{method} {path_of(url)} failed: {exc}") from exc
 
     @asynccontextmanager
     async def open_request(
@@ -368,7 +366,7 @@ class RoomClient:
         try:
             yield response
         except HTTPFailure as exc:
-            raise RoomUnreachable(f"{method} {_path_of(url)} failed: {exc}") from exc
+            raise RoomUnreachable(f"{method} {path_of(url)} failed: {exc}") from exc
         finally:
             await response.aclose()
 
@@ -428,7 +426,7 @@ class RoomClient:
         try:
             raw = await response.read(MAX_EXIT_ANSWER_BYTES)
         except HTTPFailure as exc:
-            raise RoomUnreachable(f"POST {_path_of(url)} failed: {exc}") from exc
+            raise RoomUnreachable(f"POST {path_of(url)} failed: {exc}") from exc
         finally:
             if not response.close():
                 await response.aclose()
@@ -485,16 +483,16 @@ class RoomClient:
             try:
                 response = await self._http.send(request, stream=True)
                 try:
-                    raw = await self._read_answer(response, method, url)
+                    raw = await read_answer(response, method, url, self.max_answer_bytes)
                 finally:
                     await response.aclose()
             except httpx2.RequestError as exc:
                 # TransportError, and DecodingError for a body that cannot be decoded.
                 raise RoomUnreachable(
-                    f"{method} {_path_of(url)} failed: {type(exc).__name__}"
+                    f"{method} {path_of(url)} failed: {type(exc).__name__}"
                 ) from exc
         if raw is None:
-            raise RoomUnreachable(f"{method} {_path_of(url)}: no answer within {limit:g} s")
+            raise RoomUnreachable(f"{method} {path_of(url)}: no answer within {limit:g} s")
         return await self._answer(
             method,
             url,
@@ -517,7 +515,15 @@ class RoomClient:
     ) -> Any:
         """The parsed answer of a call, or its refusal as :class:`ApiError` (both paths)."""
         if not 200 <= status < 300:
-            await self._after_refusal(status, text, session, json)
+            if status == 401 and self._state is not None:
+                await after_refusal(
+                    self._state,
+                    text,
+                    session,
+                    json,
+                    owner_token=self._owner_token,
+                    secrets=self._secrets(session, json),
+                )
             raise ApiError(
                 status,
                 redact(text, self._secrets(session, json)),
@@ -529,46 +535,7 @@ class RoomClient:
             return _loads(text)
         except (ValueError, RecursionError) as exc:
             # RecursionError: nesting too deep for the parser is not an answer either.
-            raise RoomUnreachable(f"{method} {_path_of(url)} answered with invalid JSON") from exc
-
-    async def _read_answer(self, response: httpx2.Response, method: str, url: str) -> bytes:
-        """The answer's body as sent, refused when encoded or larger than the cap."""
-        coding = response.headers.get("Content-Encoding", "").strip().lower()
-        if coding not in ("", _protocol.IDENTITY_ENCODING):
-            raise RoomUnreachable(
-                f"{method} {_path_of(url)} answered in a content coding it was not asked for"
-            )
-        cap = self.max_answer_bytes
-        declared = response.headers.get("Content-Length", "").strip()
-        if (
-            declared.isascii()
-            and declared.isdigit()
-            and (len(declared) > 18 or int(declared) > cap)
-        ):
-            raise self._too_large(method, url)
-        import httpx2  # imported on first call (see _http)
-
-        try:
-            ready = response.content  # a transport that hands over a body already read
-        except httpx2.ResponseNotRead:
-            pass
-        else:
-            if len(ready) > cap:
-                raise self._too_large(method, url)
-            return ready
-        body = bytearray()
-        async with aclosing(response.aiter_raw()) as chunks:
-            async for chunk in chunks:
-                body += chunk
-                if len(body) > cap:
-                    raise self._too_large(method, url)
-        return bytes(body)
-
-    def _too_large(self, method: str, url: str) -> RoomUnreachable:
-        return RoomUnreachable(
-            f"{method} {_path_of(url)} answered with a body larger than"
-            f" {self.max_answer_bytes} bytes; refused"
-        )
+            raise RoomUnreachable(f"{method} {path_of(url)} answered with invalid JSON") from exc
 
     async def call_when_free(
         self,
@@ -601,52 +568,6 @@ class RoomClient:
                 await trio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _after_refusal(
-        self, status: int, text: str, session: AgentSession | None, body: object
-    ) -> None:
-        if status != 401 or self._state is None:
-            return
-        worker_call = session is not None or (
-            isinstance(body, Mapping) and any(k in body for k in _WORKER_CREDENTIAL_KEYS)
-        )
-        # The two rules are independent: a failure recording one never skips
-        # the other, and neither failure hides the room's answer. The hook's
-        # error is logged by type and redacted text only: a state store's
-        # message could quote the token it compared.
-        if not worker_call and self._owner_token:
-            logger.warning("the room refused the owner token; forgetting stored owner auth")
-            try:
-                await self._state.clear_auth()
-            except Exception as exc:
-                self._log_hook_failure("clear the stored owner auth", exc, session, body)
-        if _protocol.AGENT_SESSION_ENDED_ERROR in text:
-            ids = _session_credentials(session, body)
-            if ids is not None:
-                try:
-                    await self._state.end_session(ids[0], None, ids[1])
-                except Exception as exc:
-                    self._log_hook_failure("mark the session ended", exc, session, body)
-
-    def _log_hook_failure(
-        self, what: str, exc: Exception, session: AgentSession | None, body: object
-    ) -> None:
-        logger.warning(
-            "could not %s in local state: %s: %s",
-            what,
-            type(exc).__name__,
-            redact(str(exc), self._secrets(session, body)),
-        )
-
-
-def _session_credentials(session: AgentSession | None, body: object) -> tuple[str, str] | None:
-    if session is not None:
-        return session.session_id, session.session_token
-    if isinstance(body, Mapping):
-        sid, token = body.get("agent_session_id"), body.get("agent_session_token")
-        if isinstance(sid, str) and sid and isinstance(token, str) and token:
-            return sid, token
-    return None
-
 
 def _is_opener(transport: object) -> bool:
     return callable(getattr(transport, "open_stream", None))
@@ -658,7 +579,3 @@ def _loads(text: str) -> Any:
 
 def _dumps(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def _path_of(url: str) -> str:
-    return unquote(urlsplit(url).path)
