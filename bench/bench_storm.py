@@ -100,7 +100,8 @@ async def run_storm(
         try:
             await storm(child, room, result, logs / f"room2-{tag}.log")
         finally:
-            await child.kill()
+            with trio.move_on_after(10, shield=True):
+                await child.kill()
         rooms = [room.child.cpu_seconds(), *(r.total_cpu() for r in room.retired)]
         result.foreign_cpu_s = load.foreign(child.total_cpu(), *rooms)
     return result

@@ -129,7 +129,8 @@ async def run_row(
             gone = "the room died; " if await room.child.wait_gone(0) is not None else ""
             add_note(row, f"{gone}room status failed: {type(exc).__name__}")
         finally:
-            await child.kill()
+            with trio.move_on_after(10, shield=True):
+                await child.kill()
         row.foreign_cpu_s = load.foreign(child.total_cpu(), room.child.cpu_seconds())
     wall = time.perf_counter() - child.started
     if row.foreign_cpu_s > FOREIGN_NOTE * wall:

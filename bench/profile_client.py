@@ -212,9 +212,10 @@ async def one_run(
                 await spy.kill()
             return phases
         finally:
-            if spy is not None:
-                await spy.kill()
-            await child.kill()
+            with trio.move_on_after(10, shield=True):
+                if spy is not None:
+                    await spy.kill()
+                await child.kill()
 
 
 def delta(before: float | None, after: float | None) -> float | None:

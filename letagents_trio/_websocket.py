@@ -156,14 +156,15 @@ class _Socket:
             if self._finished:
                 await self._flush()
                 raise StopAsyncIteration
+            broke: RoomUnreachable | None = None
             try:
                 data = await self._receive()
-            except RoomUnreachable:
-                if self.leaving:
-                    await self._wait_stopped()
-                raise
+            except RoomUnreachable as exc:
+                broke, data = exc, b""
             if self.leaving:
                 await self._wait_stopped()
+            if broke is not None:
+                raise broke
             if data:
                 self._ws.receive_data(data)
                 # Every chunk is news, a ping included: it re-arms the holder's silence.

@@ -205,7 +205,8 @@ async def client_for(
                 yield client
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+            [sole] = group.exceptions  # a test's one error, unwrapped
+            raise sole from None
         raise
 
 

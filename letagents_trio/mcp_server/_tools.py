@@ -177,7 +177,9 @@ async def _with_progress(ctx: ToolContext, wait: Callable[[], Awaitable[T]]) -> 
             nursery.cancel_scope.cancel(reason="the wait is over")
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+            # Deliberate: the tool's caller sees the one error, not a group of one.
+            [sole] = group.exceptions
+            raise sole from None
         raise
     return result
 

@@ -108,9 +108,11 @@ async def test_a_content_length_that_is_no_ascii_number_is_4xx(
     sent: list[MutableMapping[str, Any]] = []
 
     async def receive() -> MutableMapping[str, Any]:
+        await trio.lowlevel.checkpoint()
         return {"type": "http.request", "body": b"{}", "more_body": False}
 
     async def send(message: MutableMapping[str, Any]) -> None:
+        await trio.lowlevel.checkpoint()
         sent.append(message)
 
     scope = {
