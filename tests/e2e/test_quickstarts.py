@@ -70,6 +70,7 @@ async def test_the_mcp_host_quickstart(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.load  # failed twice in full suites on a loaded host; passes alone
 async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
     tmp_path: Path,
 ) -> None:

@@ -97,6 +97,7 @@ async def legit_round(url: str) -> float:
     return trio.current_time() - started
 
 
+@pytest.mark.load
 async def test_thousands_of_slow_bodies_do_not_deny_service() -> None:
     """The room sheds all but 256 of the attackers as fast as it accepts them;
     with those 256 still holding, a legitimate client is served at once, and
