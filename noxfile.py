@@ -3,10 +3,23 @@
 Each session installs the project with the extras its programs import and one
 PEP 735 dependency group from pyproject.toml, so the lists of tools and of
 dependencies live in one place.
+
+``nox -s mutate [-- _sse ...]`` (on demand, never in CI) is mutation testing of
+the core with mutmut: each module runs in its own folder ``mutants/<module>/``
+holding links to the package and the tests and a pyproject.toml that tells
+mutmut which one file to mutate and which tests exercise it. mutmut copies that
+folder into ``mutants/<module>/mutants/``, mutates the one file there and runs
+each mutant against the tests that call the mutated function, one worker at a
+time. The session then prints, per module, the raw score, the score over the
+mutants that change behaviour (the survivors judged equivalent are listed, with
+why, in docs/testing.md) and the diff of every other survivor.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from pathlib import Path
 
 import nox
@@ -106,3 +119,130 @@ def bench(session: nox.Session) -> None:
     install(session, extras=("room", "testing"))
     for program in sorted(Path("bench").glob("bench_*.py")):
         session.run("python", str(program), *session.posargs)
+
+
+# The core modules under mutation testing, each with the test files that exercise
+# it; mutmut then runs each mutant against those of their tests that call the
+# mutated function.
+MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
+    "_sse": ("tests/test_sse.py", "tests/test_hostile_streams.py"),
+    "_policy": ("tests/test_policy.py",),
+    "_connector": ("tests/test_connector.py", "tests/test_hostile_streams.py"),
+    "_holder": (
+        "tests/test_holder.py",
+        "tests/test_manager.py",
+        "tests/test_connector.py",
+        "tests/test_websocket.py",
+    ),
+    "_manager": ("tests/test_manager.py", "tests/test_holder.py", "tests/test_websocket.py"),
+    "_websocket": (
+        "tests/test_websocket.py",
+        "tests/test_connector.py",
+        "tests/test_holder.py",
+        "tests/test_manager.py",
+    ),
+}
+# Scale tests (thousands of sessions, seconds each) would run against every
+# mutant of the goodbye; the unit tests assert the same promises in milliseconds.
+MUTATION_PYTEST_ARGS = ("-m", "not slow and not load")
+# Where the survivors judged equivalent are listed, each with why.
+EQUIVALENT_MUTANTS_DOC = Path("docs/testing.md")
+# A conftest.py at the root of mutmut's copy: it stops the run if pytest (or the
+# pytest11 entry point of an installed letagents-trio) imported the package from
+# anywhere but the mutated copy, which would make every mutant survive unseen.
+MUTATION_GUARD = """\
+from pathlib import Path
+
+import letagents_trio
+import letagents_trio._pytest_plugin
+
+
+def pytest_configure(config):
+    here = Path(__file__).resolve().parent
+    for module in (letagents_trio, letagents_trio._pytest_plugin):
+        where = Path(module.__file__).resolve()
+        if not where.is_relative_to(here):
+            raise RuntimeError(f"{module.__name__} imported from {where}, not from {here}")
+"""
+# mutmut's exit codes of a mutant, as its own stats table reads them.
+KILLED_EXIT_CODES = frozenset({1, 3})
+SURVIVED_EXIT_CODE = 0
+TIMEOUT_EXIT_CODES = frozenset({24, -24, 152, 255, 36})
+
+
+def _mutation_folder(module: str) -> Path:
+    """Lay out ``mutants/<module>/`` for one mutmut run over ``letagents_trio/<module>.py``."""
+    folder = Path("mutants") / module
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("letagents_trio", "tests"):
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(Path("..", "..", name), target_is_directory=True)
+    (folder / "conftest.py").write_text(MUTATION_GUARD)
+    settings = {
+        "source_paths": ["letagents_trio"],
+        "only_mutate": [f"letagents_trio/{module}.py"],
+        "also_copy": ["conftest.py"],
+        "pytest_add_cli_args_test_selection": list(MUTATION_TARGETS[module]),
+        "pytest_add_cli_args": list(MUTATION_PYTEST_ARGS),
+        "use_git_change_detection": False,
+    }
+    table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
+    pyproject = Path("pyproject.toml").read_text()
+    (folder / "pyproject.toml").write_text(f"{pyproject}\n[tool.mutmut]\n{table}\n")
+    return folder
+
+
+def _equivalent_mutants() -> set[str]:
+    """The names of the survivors judged equivalent, as docs/testing.md lists them."""
+    text = EQUIVALENT_MUTANTS_DOC.read_text(encoding="utf-8")
+    return set(re.findall(r"`(letagents_trio\.[^`\s]+__mutmut_\d+)`", text))
+
+
+def _mutation_report(session: nox.Session, module: str, folder: Path) -> str:
+    """Print one module's survivors with their diffs; return its line of the score table."""
+    meta = folder / "mutants" / "letagents_trio" / f"{module}.py.meta"
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    killed = sum(1 for code in codes.values() if code in KILLED_EXIT_CODES)
+    timeouts = sum(1 for code in codes.values() if code in TIMEOUT_EXIT_CODES)
+    survived = sorted(name for name, code in codes.items() if code == SURVIVED_EXIT_CODE)
+    other = len(codes) - killed - timeouts - len(survived)
+    equivalent = _equivalent_mutants()
+    behaviour = [name for name in survived if name not in equivalent]
+    with session.chdir(folder):
+        for name in behaviour:
+            session.log(f"survived: {name}")
+            session.log(session.run("mutmut", "show", name, silent=True))
+    for name in survived:
+        if name in equivalent:
+            session.log(f"survived (equivalent, see {EQUIVALENT_MUTANTS_DOC}): {name}")
+    caught = killed + timeouts
+    raw = 100.0 * caught / max(1, len(codes))
+    judged = len(codes) - (len(survived) - len(behaviour))
+    score = 100.0 * caught / max(1, judged)
+    return (
+        f"{module:<11} {raw:6.1f} % raw ({caught}/{len(codes)}, {timeouts} timeouts, "
+        f"{len(survived)} survived, {other} other)  {score:6.1f} % behaviour "
+        f"({caught}/{judged}, {len(survived) - len(behaviour)} equivalent)"
+    )
+
+
+@nox.session
+def mutate(session: nox.Session) -> None:
+    """Mutation testing of the core, module by module (``-- _sse _policy`` picks some)."""
+    install(session, "mutate", extras=("testing",))
+    modules = session.posargs or list(MUTATION_TARGETS)
+    unknown = sorted(set(modules) - set(MUTATION_TARGETS))
+    if unknown:
+        session.error(f"unknown modules {unknown}; pick from {sorted(MUTATION_TARGETS)}")
+    # One worker: a second one would only compete for the machine's two cores.
+    workers = os.environ.get("MUTATE_WORKERS", "1")
+    table = []
+    for module in modules:
+        folder = _mutation_folder(module)
+        with session.chdir(folder):
+            session.run("mutmut", "run", "--max-children", workers)
+        table.append(_mutation_report(session, module, folder))
+    session.log("mutation scores:")
+    for line in table:
+        session.log(line)
