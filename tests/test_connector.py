@@ -29,6 +29,7 @@ from letagents_trio._connector import _SSENews, classify_status
 from letagents_trio._http1 import HTTPFailure
 from letagents_trio._sse import FEED_SLICE_BYTES, SSEDecoder
 from letagents_trio.testing import open_streaming_transport
+from letagents_trio.testing._asgi import read_body
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
@@ -430,3 +431,46 @@ def test_identity_is_not_a_content_coding() -> None:
     assert classify_status(200, "text/event-stream", "identity") is None
     assert classify_status(200, "text/event-stream", None) is None
     assert classify_status(200, "text/event-stream", "gzip") is Outcome.REFUSED
+
+
+# --- the goodbye -------------------------------------------------------------------------
+
+
+def exit_recorder(log: list[object]) -> Any:
+    """An app that answers every exit POST with ``recorded: true`` and logs its body."""
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        body, _ = await read_body(receive)
+        log.append((scope["method"], scope["path"], json.loads(body)))
+        answer = json.dumps({"recorded": True}).encode()
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer, "more_body": False})
+
+    return app
+
+
+@pytest.mark.parametrize("connection_id", ["conn-7", None])
+async def test_the_goodbye_closes_the_stream_then_names_its_connection(
+    connection_id: str | None,
+) -> None:
+    log: list[object] = []
+
+    async def stop() -> None:
+        await trio.lowlevel.checkpoint()
+        log.append("stopped")
+
+    with trio.fail_after(10):
+        async with connector_for(exit_recorder(log)) as connector:
+            assert await connector.goodbye(SESSION, connection_id, stop) is True
+            assert await connector.announce_exit(SESSION, connection_id) is True
+    exit_post = (
+        "POST",
+        "/rooms/room_a/agent-sessions/wsess_1/process/exit",
+        {
+            "agent_session_id": "wsess_1",
+            "agent_session_token": "secret-token-1",
+            "process_connection_id": connection_id,
+        },
+    )
+    assert log == ["stopped", exit_post, exit_post]
