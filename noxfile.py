@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import nox
@@ -121,25 +122,26 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(program), *session.posargs)
 
 
-# The core modules under mutation testing, each with the test files that exercise
-# it; mutmut then runs each mutant against those of their tests that call the
-# mutated function.
+# The core modules under mutation testing, each with the test files (globs)
+# that exercise it; mutmut then runs each mutant against those of their tests
+# that call the mutated function.
 MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_sse": ("tests/test_sse.py", "tests/test_hostile_streams.py"),
     "_policy": ("tests/test_policy.py",),
     "_connector": ("tests/test_connector.py", "tests/test_hostile_streams.py"),
     "_holder": (
-        "tests/test_holder.py",
-        "tests/test_manager.py",
+        "tests/test_holder*.py",
+        "tests/test_manager*.py",
         "tests/test_connector.py",
         "tests/test_websocket.py",
+        "tests/test_hostile_streams.py",
     ),
-    "_manager": ("tests/test_manager.py", "tests/test_holder.py", "tests/test_websocket.py"),
+    "_manager": ("tests/test_manager*.py", "tests/test_holder*.py", "tests/test_websocket.py"),
     "_websocket": (
         "tests/test_websocket.py",
         "tests/test_connector.py",
-        "tests/test_holder.py",
-        "tests/test_manager.py",
+        "tests/test_holder*.py",
+        "tests/test_manager*.py",
     ),
 }
 # Scale tests (thousands of sessions, seconds each) would run against every
@@ -173,6 +175,9 @@ TIMEOUT_EXIT_CODES = frozenset({24, -24, 152, 255, 36})
 def _mutation_folder(module: str) -> Path:
     """Lay out ``mutants/<module>/`` for one mutmut run over ``letagents_trio/<module>.py``."""
     folder = Path("mutants") / module
+    # A fresh copy each run: mutmut keeps a verdict while the function is
+    # unchanged, so a survivor would stay one after a test that kills it.
+    shutil.rmtree(folder / "mutants", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("letagents_trio", "tests"):
         link = folder / name
@@ -183,7 +188,9 @@ def _mutation_folder(module: str) -> Path:
         "source_paths": ["letagents_trio"],
         "only_mutate": [f"letagents_trio/{module}.py"],
         "also_copy": ["conftest.py"],
-        "pytest_add_cli_args_test_selection": list(MUTATION_TARGETS[module]),
+        "pytest_add_cli_args_test_selection": sorted(
+            str(path) for pattern in MUTATION_TARGETS[module] for path in Path().glob(pattern)
+        ),
         "pytest_add_cli_args": list(MUTATION_PYTEST_ARGS),
         "use_git_change_detection": False,
     }
