@@ -18,7 +18,7 @@ place before the first hold():
   tracks (by type, per stream) and the time of one full collection.
 
     python bench/profile_client.py [N] [--out DIR] [--rate HZ] [--no-py-spy]
-        [--cprofile] [--tracemalloc]
+        [--cprofile] [--tracemalloc] [--transport sse|websocket]
 
 Writes raw outputs to DIR (a fresh temporary folder by default) and prints a
 summary: per phase, CPU samples by package of the innermost frame, then the
@@ -172,7 +172,7 @@ async def one_run(
         print(f"note: the host was {busy:.0%} busy before the {kind} run", flush=True)
     async with Room.open(out / f"room-{kind}.log", keepalive_ms=args.keepalive_ms) as room:
         argv = [sys.executable, str(HOLD_PY), "--api", room.url, "--sessions", str(n)]
-        argv += ["--wait-go", *extra]
+        argv += ["--transport", args.transport, "--wait-go", *extra]
         child = await Child.spawn("py", argv, log=out / f"client-{kind}.log", stdin=True)
         spy: Child | None = None
         try:
@@ -262,6 +262,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-py-spy", dest="py_spy", action="store_false")
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--tracemalloc", action="store_true")
+    parser.add_argument("--transport", choices=("sse", "websocket"), default="sse")
     args = parser.parse_args(argv)
     args.out = args.out or Path(tempfile.mkdtemp(prefix="profile_client_"))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -123,6 +123,8 @@ class ProcessConnector(Protocol):
             session: the session leaving.
             connection_id: the connection held when the goodbye began, if any.
             stop: stops the session's holder and waits until its stream is closed.
+                A connector that closes the stream itself need not call it: the
+                manager stops the holder once ``goodbye`` returns, either way.
 
         Returns:
             Whether the room recorded the exit; None when it gives no answer

@@ -58,6 +58,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._connector import AttemptRejected, ProcessConnector, SSEConnector, StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
+from ._http1 import close_now
 from ._policy import HoldPolicy, Outcome
 
 if TYPE_CHECKING:
@@ -156,15 +157,17 @@ class _Socket:
             if self._finished:
                 await self._flush()
                 raise StopAsyncIteration
-            broke: RoomUnreachable | None = None
+            data = b""
             try:
                 data = await self._receive()
-            except RoomUnreachable as exc:
-                broke, data = exc, b""
+            except RoomUnreachable:
+                # After the exit frame a broken or closed socket is expected:
+                # wait to be stopped, outside this block, so that no exception
+                # stays alive with the waiting frame (a cycle per socket).
+                if not self.leaving:
+                    raise
             if self.leaving:
                 await self._wait_stopped()
-            if broke is not None:
-                raise broke
             if data:
                 self._ws.receive_data(data)
                 # Every chunk is news, a ping included: it re-arms the holder's silence.
@@ -260,6 +263,13 @@ class _Socket:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return False
         return True
+
+    def close(self) -> bool:
+        """Close the socket now, without a checkpoint; False when only the holder can.
+
+        The reader waiting on it wakes, sees :attr:`leaving` and waits to be stopped.
+        """
+        return close_now(self._stream)
 
     async def _wait_stopped(self) -> NoReturn:
         """After the exit frame the attempt must not end on its own: wait to be stopped."""
@@ -362,9 +372,11 @@ class WebSocketConnector:
         Returns None when the exit went over the socket (the room does not
         answer it); otherwise the fallback POST's answer.
 
-        The socket is closed right after the frames are written, without
-        waiting for the closing handshake: bytes written before a close reach
-        the room even when the close resets the connection.
+        The socket is closed right after the frames are written, here and
+        without waiting for the closing handshake or for the holder to unwind
+        (the manager stops it): bytes written before a close reach the room
+        even when the close resets the connection, and the goodbye of
+        thousands of sockets stays one write and one close each.
 
         Cancellation:
             Under the manager's shielded exit deadline, which cancels it.
@@ -376,7 +388,8 @@ class WebSocketConnector:
             and socket.connection_id == connection_id
             and await socket.send_exit(connection_id)
         ):
-            await stop()
+            if not socket.close():
+                await stop()
             return None
         await stop()
         return await self._client.announce_exit(session, connection_id)

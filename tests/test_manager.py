@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +21,7 @@ from letagents_trio import (
     EventKind,
     HolderStatus,
     HoldPolicy,
+    StreamNews,
     open_connection_manager,
     serve_connection_manager,
 )
@@ -540,3 +544,69 @@ async def test_after_the_deadline_nothing_takes_time_at_thousands_of_sessions(
     report = await manager.announce_exits()
     assert {a.error for a in report} == {"deadline"}
     assert {a.finished_at for a in report} == {started + 1.5}
+
+
+class _SlowToUnwind:
+    """A connector whose streams take 0.1 s to close and say whether the collector ran then."""
+
+    def __init__(self) -> None:
+        self.collector_enabled_while_closing: list[bool] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        async def news() -> AsyncIterator[StreamNews]:
+            yield StreamNews(connection_id=f"conn-{session.session_id}")
+            await trio.sleep_forever()
+
+        try:
+            yield news()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(0.1)
+            self.collector_enabled_while_closing.append(gc.isenabled())
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        return True
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        # Like the WebSocket: done without waiting for the holder to unwind.
+        await trio.lowlevel.checkpoint()
+        return True
+
+
+async def test_the_collector_is_paused_until_every_holder_has_unwound(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Holders unwinding after the goodbye are garbage too: no full passes while they do."""
+    sessions = [await fake_room.add_worker(display_name=name) for name in ("A", "B")]
+    connector = _SlowToUnwind()
+    assert gc.isenabled()
+    async with fake_room.client() as client:
+        async with open_connection_manager(client, connector=connector) as manager:
+            for session in sessions:
+                await manager.hold(session).wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == pytest.approx(0.1)
+    assert connector.collector_enabled_while_closing == [False, False]
+    assert gc.isenabled()
+    assert [(a.recorded, a.error) for a in manager.exit_report or ()] == [(True, None)] * 2
+
+
+async def test_an_embedder_that_disabled_the_collector_keeps_it_disabled(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    gc.disable()
+    try:
+        async with fake_room.client() as client:
+            async with open_connection_manager(client) as manager:
+                await manager.hold(session).wait_status(HolderStatus.OPEN)
+            await manager.announce_exits()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -310,3 +310,49 @@ def _drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
             out.append(events.receive_nowait())
         except trio.WouldBlock:
             return out
+
+
+async def test_the_goodbye_closes_the_socket_itself_and_does_not_wait_for_the_holder(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Frames written, socket closed, done: thousands of goodbyes never wait on unwinding."""
+    session = await fake_room.add_worker()
+    stops: list[float] = []
+
+    async def stop_never_returns() -> None:
+        stops.append(trio.current_time())
+        await trio.sleep_forever()
+
+    async with fake_room.client() as client:
+        connector = WebSocketConnector(client, policy=WEBSOCKET)
+        async with open_connection_manager(client, connector=connector) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+            connection_id = holder.connection_id
+            assert connection_id is not None
+            with trio.fail_after(1):
+                recorded = await connector.goodbye(session, connection_id, stop_never_returns)
+            assert (recorded, stops) == (None, [])
+            await trio.sleep(1)
+            # The reader saw its socket close after the exit frame: it waits to be stopped.
+            assert holder.status is HolderStatus.OPEN
+            holder.stop()
+            await holder.wait_status(HolderStatus.STOPPED)
+            assert [e.body for e in fake_room.exits] == [
+                {"event": "exit", "process_connection_id": connection_id}
+            ]
+
+
+async def test_the_exit_log_line_says_the_exits_went_over_the_sockets(
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="letagents_trio.manager")
+    sessions = [await fake_room.add_worker(display_name=name) for name in ("A", "B")]
+    async with fake_room.client() as client:
+        async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+            for session in sessions:
+                await manager.hold(session).wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+    messages = [r.getMessage() for r in caplog.records if r.name == "letagents_trio.manager"]
+    assert messages == ["announced 2 exits in 0 ms: 2 sent over the socket"]

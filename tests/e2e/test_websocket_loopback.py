@@ -6,17 +6,27 @@ Real clock (sockets do not run on trio's mock clock); each test is bounded by
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 
 import trio
 
-from letagents_trio import EventKind, HolderStatus, HoldPolicy, RoomClient, open_connection_manager
+from letagents_trio import (
+    EventKind,
+    HolderStatus,
+    HoldPolicy,
+    RoomClient,
+    RoomUnreachable,
+    open_connection_manager,
+)
+from letagents_trio._net import NetworkOpener, Proxy
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
 from letagents_trio.testing import register_worker
 
 from ..room_server.helpers import OWNER_TOKEN
+from .tiny_proxy import TinyProxy
 
 WEBSOCKET = HoldPolicy(transport="websocket")
 
@@ -90,3 +100,65 @@ async def test_the_room_pings_and_a_quiet_socket_stays_open() -> None:
                     await trio.sleep(2)
                     assert holder.status is HolderStatus.OPEN
                     assert holder.statistics().opens == 1
+
+
+async def test_a_goodbye_over_sockets_leaves_no_reference_cycles() -> None:
+    """No exception survives a socket's goodbye: 10,000 would be 10,000 cycles to collect."""
+    room = new_room()
+    gc.collect()
+    # From here every collection keeps what it finds, so none is missed.
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with trio.fail_after(20):
+            async with served(room) as url:
+                sessions = [
+                    await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
+                    for _ in range(20)
+                ]
+                async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
+                    async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                        with manager.subscribe() as events:
+                            for session in sessions:
+                                manager.hold(session)
+                            connected = 0
+                            async for event in events:
+                                connected += event.kind is EventKind.CONNECTION
+                                if connected == len(sessions):
+                                    break
+                    report = manager.exit_report
+        gc.collect()
+        kept = [o for o in gc.garbage if isinstance(o, RoomUnreachable)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert report is not None
+    assert [(a.recorded, a.error) for a in report] == [(None, None)] * 20
+    assert kept == []
+
+
+async def test_a_websocket_through_a_connect_proxy_holds_and_exits() -> None:
+    """The upgrade goes through the proxy's CONNECT tunnel, and the exit over the socket."""
+    room, proxy = new_room(), TinyProxy()
+    with trio.fail_after(20):
+        async with served(room) as url, trio.open_nursery() as nursery:
+            proxy_port = await nursery.start(proxy.serve)
+            session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
+            opener = NetworkOpener(proxies={"http": Proxy.from_url(f"127.0.0.1:{proxy_port}")})
+            async with RoomClient(url, owner_token=OWNER_TOKEN, opener=opener) as client:
+                async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                    with manager.subscribe() as events:
+                        holder = manager.hold(session)
+                        async for event in events:
+                            if event.kind is EventKind.CONNECTION:
+                                break
+                    row = room.session(session.session_id)
+                    assert row is not None
+                    assert row.process_connection_id == holder.connection_id
+            nursery.cancel_scope.cancel()
+    assert manager.exit_report is not None
+    assert [(a.recorded, a.error) for a in manager.exit_report] == [(None, None)]
+    row = room.session(session.session_id)
+    assert row is not None
+    assert row.process_connection_id == "exited"
+    origin = url.removeprefix("http://")
+    assert proxy.lines == [f"CONNECT {origin}"]
