@@ -259,6 +259,25 @@ async def test_a_holder_cancelled_from_outside_stops_as_stopped(
     assert calls == []
 
 
+async def test_stop_without_a_reason_stops_as_stopped(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    with trio.fail_after(60):
+        async with fake_room.client() as client, open_connection_manager(client) as manager:
+            with manager.subscribe(math.inf) as events:
+                holder = manager.hold(session)
+                await holder.wait_status(HolderStatus.OPEN)
+                await trio.sleep(2)
+                holder.stop()
+                holder.stop("too late: the first reason stays")
+                await holder.wait_status(HolderStatus.STOPPED)
+                stopped = [e for e in drain(events) if e.kind is EventKind.STOPPED]
+    assert stopped == [
+        HolderEvent(time=2, session_id=session.session_id, kind=EventKind.STOPPED, detail="stopped")
+    ]
+
+
 async def test_a_session_no_longer_ours_stops_saying_so(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
