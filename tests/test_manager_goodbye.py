@@ -346,3 +346,111 @@ async def test_serve_connection_manager_passes_owner_mode_on(
         assert manager.is_eligible(fresh)
         assert manager.policy == HoldPolicy()
         nursery.cancel_scope.cancel()
+
+
+# --- exceptions leaving the block --------------------------------------------------------
+
+
+async def _fail(exc: Exception) -> None:
+    # No checkpoint first: tasks started together all fail before a cancel reaches one.
+    raise exc
+
+
+async def test_the_one_failure_of_an_embedders_nursery_leaves_as_itself(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """A nursery of the embedder's inside the block adds a group; one failure is unwrapped."""
+    async with fake_room.client() as client:
+        with pytest.raises(ValueError, match=r"^one$"):
+            async with open_connection_manager(client), trio.open_nursery() as nursery:
+                nursery.start_soon(_fail, ValueError("one"))
+
+
+async def test_several_failures_leave_as_a_group_holding_each(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    async with fake_room.client() as client:
+        with pytest.RaisesGroup(
+            pytest.RaisesGroup(
+                pytest.RaisesExc(ValueError, match=r"^one$"),
+                pytest.RaisesExc(KeyError),
+            )
+        ):
+            async with open_connection_manager(client), trio.open_nursery() as nursery:
+                nursery.start_soon(_fail, ValueError("one"))
+                nursery.start_soon(_fail, KeyError("two"))
+
+
+# --- a session the room ends just as the goodbye begins ----------------------------------
+
+
+class EndingNews:
+    """News that names the connection, then says ``ended`` once ``end`` is set."""
+
+    def __init__(self, end: trio.Event) -> None:
+        self._end = end
+        self._step = 0
+
+    def __aiter__(self) -> EndingNews:
+        return self
+
+    async def __anext__(self) -> StreamNews:
+        self._step += 1
+        if self._step == 1:
+            await trio.lowlevel.checkpoint()
+            return StreamNews(connection_id="conn-1")
+        if self._step == 2:
+            await self._end.wait()
+            return StreamNews(ended=True)
+        await trio.sleep_forever()
+
+
+class EndingConnector:
+    """A stream that names its connection, then says ``ended`` when told to."""
+
+    def __init__(self) -> None:
+        self.end = trio.Event()
+        self.goodbyes: list[str | None] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        await trio.lowlevel.checkpoint()
+        yield EndingNews(self.end)
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        self.goodbyes.append(connection_id)
+        return True
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        await stop()
+        return await self.announce_exit(session, connection_id)
+
+
+async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The holder already holds the ``ended`` news when it is stopped: it ends ENDED,
+    not STOPPED, and the goodbye waits for either, not for the deadline."""
+    session = await fake_room.add_worker()
+    connector = EndingConnector()
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, connector=connector) as manager,
+    ):
+        holder = manager.hold(session)
+        await holder.wait_status(HolderStatus.OPEN)
+        await trio.testing.wait_all_tasks_blocked()
+        connector.end.set()  # the holder has its news, and runs after the goodbye's stop
+        report = await manager.announce_exits()
+        assert trio.current_time() == 0
+        assert holder.status is HolderStatus.ENDED
+    assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
+        ("conn-1", True, None, 0)
+    ]
+    assert connector.goodbyes == ["conn-1"]
