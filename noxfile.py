@@ -146,7 +146,9 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
 }
 # Scale tests (thousands of sessions, seconds each) would run against every
 # mutant of the goodbye; the unit tests assert the same promises in milliseconds.
-MUTATION_PYTEST_ARGS = ("-m", "not slow and not load")
+# A mutant that hangs a test (a goodbye that never ends spins the mock clock
+# forever) fails it after 15 s of wall time, where each test takes under one.
+MUTATION_PYTEST_ARGS = ("-m", "not slow and not load", "--timeout=15")
 # Where the survivors judged equivalent are listed, each with why.
 EQUIVALENT_MUTANTS_DOC = Path("docs/testing.md")
 # A conftest.py at the root of mutmut's copy: it stops the run if pytest (or the
