@@ -454,3 +454,27 @@ async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
         ("conn-1", True, None, 0)
     ]
     assert connector.goodbyes == ["conn-1"]
+
+
+async def test_a_holder_replaced_by_a_new_token_stops_saying_so(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    rotated = AgentSession(
+        session_id=session.session_id, session_token="another-token", room_id=session.room_id
+    )
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        with manager.subscribe(math.inf) as events:
+            first = manager.hold(session)
+            await first.wait_status(HolderStatus.OPEN)
+            manager.hold(rotated)
+            await first.wait_status(HolderStatus.STOPPED)
+            stopped = [e for e in _drain(events) if e.kind is EventKind.STOPPED]
+    assert stopped == [
+        HolderEvent(
+            time=0,
+            session_id=session.session_id,
+            kind=EventKind.STOPPED,
+            detail="replaced by a new token",
+        )
+    ]
