@@ -478,3 +478,32 @@ async def test_a_holder_replaced_by_a_new_token_stops_saying_so(
             detail="replaced by a new token",
         )
     ]
+
+
+async def test_a_websocket_goodbye_stops_its_holder_for_the_process_exit(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The socket is closed by the connector, not by the holder: the manager still
+    stops the holder, and says why."""
+    session = await fake_room.add_worker()
+    policy = HoldPolicy(transport="websocket")
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, policy=policy) as manager,
+    ):
+        with manager.subscribe(math.inf) as events:
+            [connection_id] = await open_holders(manager, [session])
+            holder = manager.holders[session.session_id]
+            await trio.sleep(1)
+            report = await manager.announce_exits()
+            await holder.wait_status(HolderStatus.STOPPED)
+            ends = {
+                (e.time, e.kind, e.connection_id, e.detail)
+                for e in _drain(events)
+                if e.kind in (EventKind.EXIT, EventKind.STOPPED)
+            }
+    assert [(a.connection_id, a.recorded, a.error) for a in report] == [(connection_id, None, None)]
+    assert ends == {
+        (1, EventKind.EXIT, connection_id, "sent over the socket"),
+        (1, EventKind.STOPPED, None, "process exit"),
+    }
