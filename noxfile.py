@@ -168,10 +168,12 @@ def pytest_configure(config):
         if not where.is_relative_to(here):
             raise RuntimeError(f"{module.__name__} imported from {where}, not from {here}")
 """
-# mutmut's exit codes of a mutant, as its own stats table reads them.
+# mutmut's exit codes of a mutant that a test caught, as its own stats table
+# reads them: killed (a test failed) or timed out (mutmut's CPU limit). Any
+# other verdict (survived, no test calls the function, ...) is a miss.
 KILLED_EXIT_CODES = frozenset({1, 3})
-SURVIVED_EXIT_CODE = 0
 TIMEOUT_EXIT_CODES = frozenset({24, -24, 152, 255, 36})
+VERDICTS = {0: "survived", 5: "no tests", 33: "no tests", None: "not checked"}
 
 
 def _mutation_folder(module: str) -> Path:
@@ -209,38 +211,46 @@ def _equivalent_mutants() -> set[str]:
 
 
 def _mutation_report(session: nox.Session, module: str, folder: Path) -> str:
-    """Print one module's survivors with their diffs; return its line of the score table."""
+    """Print one module's missed mutants with their diffs; return its line of the scores."""
     meta = folder / "mutants" / "letagents_trio" / f"{module}.py.meta"
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
     killed = sum(1 for code in codes.values() if code in KILLED_EXIT_CODES)
     timeouts = sum(1 for code in codes.values() if code in TIMEOUT_EXIT_CODES)
-    survived = sorted(name for name, code in codes.items() if code == SURVIVED_EXIT_CODE)
-    other = len(codes) - killed - timeouts - len(survived)
-    equivalent = _equivalent_mutants()
-    behaviour = [name for name in survived if name not in equivalent]
-    with session.chdir(folder):
-        for name in behaviour:
-            session.log(f"survived: {name}")
-            session.log(session.run("mutmut", "show", name, silent=True))
-    for name in survived:
-        if name in equivalent:
-            session.log(f"survived (equivalent, see {EQUIVALENT_MUTANTS_DOC}): {name}")
     caught = killed + timeouts
+    missed = {
+        name: VERDICTS.get(code, f"exit code {code}")
+        for name, code in sorted(codes.items())
+        if code not in KILLED_EXIT_CODES and code not in TIMEOUT_EXIT_CODES
+    }
+    equivalent = _equivalent_mutants() & set(missed)
+    with session.chdir(folder):
+        for name, verdict in missed.items():
+            if name in equivalent:
+                session.log(f"{verdict} (equivalent, see {EQUIVALENT_MUTANTS_DOC}): {name}")
+            else:
+                session.log(f"{verdict}: {name}")
+                session.log(session.run("mutmut", "show", name, silent=True))
     raw = 100.0 * caught / max(1, len(codes))
-    judged = len(codes) - (len(survived) - len(behaviour))
+    judged = len(codes) - len(equivalent)
     score = 100.0 * caught / max(1, judged)
     return (
-        f"{module:<11} {raw:6.1f} % raw ({caught}/{len(codes)}, {timeouts} timeouts, "
-        f"{len(survived)} survived, {other} other)  {score:6.1f} % behaviour "
-        f"({caught}/{judged}, {len(survived) - len(behaviour)} equivalent)"
+        f"{module:<11} {raw:5.1f} % raw ({caught}/{len(codes)}: {killed} killed, {timeouts} "
+        f"timeouts, {len(missed)} missed)  {score:5.1f} % behaviour ({caught}/{judged}, "
+        f"{len(equivalent)} equivalent)"
     )
 
 
 @nox.session
 def mutate(session: nox.Session) -> None:
-    """Mutation testing of the core, module by module (``-- _sse _policy`` picks some)."""
+    """Mutation testing of the core, module by module (``-- _sse _policy`` picks some).
+
+    ``-- --report [modules]`` prints the last run's scores and misses again
+    (after editing the list of equivalent survivors) without running mutmut.
+    """
     install(session, "mutate", extras=("testing",))
-    modules = session.posargs or list(MUTATION_TARGETS)
+    args = list(session.posargs)
+    report_only = "--report" in args
+    modules = [arg for arg in args if arg != "--report"] or list(MUTATION_TARGETS)
     unknown = sorted(set(modules) - set(MUTATION_TARGETS))
     if unknown:
         session.error(f"unknown modules {unknown}; pick from {sorted(MUTATION_TARGETS)}")
@@ -248,9 +258,12 @@ def mutate(session: nox.Session) -> None:
     workers = os.environ.get("MUTATE_WORKERS", "1")
     table = []
     for module in modules:
-        folder = _mutation_folder(module)
-        with session.chdir(folder):
-            session.run("mutmut", "run", "--max-children", workers)
+        if report_only:
+            folder = Path("mutants") / module
+        else:
+            folder = _mutation_folder(module)
+            with session.chdir(folder):
+                session.run("mutmut", "run", "--max-children", workers)
         table.append(_mutation_report(session, module, folder))
     session.log("mutation scores:")
     for line in table:
