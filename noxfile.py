@@ -138,7 +138,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "_manager": ("tests/test_manager*.py", "tests/test_holder*.py", "tests/test_websocket.py"),
     "_websocket": (
-        "tests/test_websocket.py",
+        "tests/test_websocket*.py",
         "tests/test_connector.py",
         "tests/test_holder*.py",
         "tests/test_manager*.py",
