@@ -202,6 +202,20 @@ async def test_a_close_from_the_room_is_echoed_and_ends_the_stream_at_once(
     assert not await socket.send_exit("conn-1")
 
 
+async def test_a_room_that_hangs_up_without_a_close_ends_the_stream(
+    autojump_clock: MockClock,
+) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(frame(event="open", connection_id="conn-1"))
+        assert await anext(socket) == StreamNews(connection_id="conn-1")
+        await room.stream.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)
+        assert trio.current_time() == 0
+    assert not await socket.send_exit("conn-1")
+
+
 async def test_the_exit_goes_as_one_compact_frame_and_a_normal_close(
     autojump_clock: MockClock,
 ) -> None:
