@@ -10,15 +10,16 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
 1. takes a snapshot of every holder and its current connection id, and forgets
    them all, so a second announcement sends nothing;
 2. says goodbye for every session at once (or at most
-   ``policy.exit_concurrency`` at a time, when set): stops its holder and
-   waits for its stream to close (a socket close: so nothing the room sends
-   back is read as news), then POSTs ``…/process/exit`` with
+   ``policy.exit_concurrency`` at a time, when set), in its connector's
+   order (:meth:`~letagents_trio.ProcessConnector.goodbye`): over SSE its
+   stream is closed (a socket close: so nothing the room sends back is read
+   as news), then it POSTs ``…/process/exit`` with
    ``{agent_session_id, agent_session_token, process_connection_id}`` (the id
    of the stream that was open, or null) on a connection of its own. All at
    once is what a slow room needs (every exit waits one round trip, not one
    per turn); what keeps thousands of them cheap is the lean HTTP/1.1 path
    (:mod:`letagents_trio._http1`): no pool, no transport, no timeout scope
-   per request;
+   per request. Over a WebSocket the exit goes over the open socket instead;
 3. does all of step 2 under ONE shielded deadline,
    ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
    black-holed room never holds the process past it. Failures are logged
