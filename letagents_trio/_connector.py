@@ -352,7 +352,7 @@ class SSEConnector:
         room sees the close and the exit (PROTOCOL §2.2), so its stream is
         closed here, a socket close, and the exit goes out at once: at
         thousands of sessions no holder's unwinding runs before the exits (the
-        holder stops on its own, :class:`StreamLeft`). An exit naming none is
+        holder stops on its own, ``StreamLeft``). An exit naming none is
         recorded only once the room has seen the stream close: for that one
         the holder is stopped and its stream closed first, as ``stop`` does.
         """
