@@ -171,6 +171,9 @@ class ConnectionManager:
             if policy.exit_concurrency is None
             else trio.CapacityLimiter(policy.exit_concurrency)
         )
+        # Every holder's hooks, bound once: thousands of holders share them
+        # rather than each keeping four bound methods for the collector to walk.
+        self._hooks = (self._emit, state.mark_ended, state.is_still_ours, self._forget)
 
     @property
     def _closing(self) -> bool:
@@ -225,14 +228,15 @@ class ConnectionManager:
             if current.session.session_token == session.session_token:
                 return current
             current.stop("replaced by a new token")
+        emit, on_ended, still_ours, forget = self._hooks
         holder = ProcessHolder(
             session,
             connector=self._connector,
             policy=self.policy,
-            emit=self._emit,
-            on_ended=self._state.mark_ended,
-            still_ours=self._state.is_still_ours,
-            forget=self._forget,
+            emit=emit,
+            on_ended=on_ended,
+            still_ours=still_ours,
+            forget=forget,
         )
         self._holders[session.session_id] = holder
         self._nursery.start_soon(holder.run, name=f"process holder {session.session_id}")
