@@ -75,6 +75,17 @@ class StreamNews:
 
 
 @final
+class StreamLeft(Exception):
+    """The goodbye closed this stream itself: the holder stops, it does not retry.
+
+    Raised by a connector's news iterator once :meth:`ProcessConnector.goodbye`
+    has closed the stream to announce the exit. The holder then ends as
+    ``STOPPED`` at once, a plain return rather than a cancellation through
+    every layer, and before the exit's answer comes back.
+    """
+
+
+@final
 class AttemptRejected(LetAgentsError):
     """The room answered, but did not open the process connection.
 
@@ -171,20 +182,36 @@ class _SSENews:
         self._response = response
         self._decoder = decoder
         self._done = False
+        # Set by the goodbye, which closed the socket: nothing read after is news.
+        self._leaving = False
 
     def __aiter__(self) -> _SSENews:
         return self
+
+    def leave(self) -> bool:
+        """Close the stream now for the goodbye; False when only the holder can close it.
+
+        The reader then raises :class:`StreamLeft` instead of reporting a drop
+        (and reconnecting) while the exit is announced.
+        """
+        self._leaving = self._response.close()
+        return self._leaving
 
     async def __anext__(self) -> StreamNews:
         if self._done:
             await trio.lowlevel.checkpoint()
             raise StopAsyncIteration
+        chunk = b""
         try:
             chunk = await self._response.next_chunk()
         except HTTPFailure as exc:
-            if self._ended_at_close():
-                return StreamNews(ended=True)
-            raise RoomUnreachable(f"process stream broke: {exc}") from exc
+            if not self._leaving:
+                if self._ended_at_close():
+                    return StreamNews(ended=True)
+                raise RoomUnreachable(f"process stream broke: {exc}") from exc
+        if self._leaving:
+            # Raised outside the except block: the network error is not chained to it.
+            raise StreamLeft("process exit")
         if not chunk:
             if self._ended_at_close():
                 return StreamNews(ended=True)
@@ -236,11 +263,19 @@ class _ProcessStream:
     unwindings through every layer of a client.
     """
 
-    def __init__(self, client: RoomClient, session: AgentSession, max_event_bytes: int) -> None:
+    def __init__(
+        self,
+        client: RoomClient,
+        session: AgentSession,
+        max_event_bytes: int,
+        streams: dict[str, _SSENews],
+    ) -> None:
         self._client = client
         self._session = session
         self._max_event_bytes = max_event_bytes
+        self._streams = streams
         self._response: HTTP1Response | None = None
+        self._news: _SSENews | None = None
 
     async def __aenter__(self) -> _SSENews:
         response = await self._client.start_process_stream(self._session)
@@ -259,10 +294,15 @@ class _ProcessStream:
             max_event_bytes=self._max_event_bytes,
             final_events=(_ENDED_EVENT,),
         )
-        return _SSENews(response, decoder)
+        self._news = _SSENews(response, decoder)
+        self._streams[self._session.session_id] = self._news
+        return self._news
 
     async def __aexit__(self, *exc_info: object) -> None:
         response, self._response = self._response, None
+        if self._news is not None and self._streams.get(self._session.session_id) is self._news:
+            del self._streams[self._session.session_id]
+        self._news = None
         if response is not None and not response.close():
             await response.aclose()
 
@@ -281,6 +321,8 @@ class SSEConnector:
     ) -> None:
         self._client = client
         self._max_event_bytes = max_event_bytes
+        # The open stream of each session, so the goodbye can close it itself.
+        self._streams: dict[str, _SSENews] = {}
 
     def open(self, session: AgentSession) -> _ProcessStream:
         """Open ``GET …/process`` for ``session`` (see :class:`ProcessConnector`).
@@ -288,7 +330,7 @@ class SSEConnector:
         Cancellation:
             Entering is a checkpoint. Cancelled or left, the socket is closed.
         """
-        return _ProcessStream(self._client, session, self._max_event_bytes)
+        return _ProcessStream(self._client, session, self._max_event_bytes, self._streams)
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """POST the exit announcement (see :meth:`RoomClient.announce_exit`).
@@ -304,6 +346,17 @@ class SSEConnector:
         connection_id: str | None,
         stop: Callable[[], Awaitable[None]],
     ) -> bool | None:
-        """Close the stream, then POST the exit (see :class:`ProcessConnector`)."""
-        await stop()
+        """Close the stream, then POST the exit (see :class:`ProcessConnector`).
+
+        An exit that names its connection is recorded in whichever order the
+        room sees the close and the exit (PROTOCOL §2.2), so its stream is
+        closed here, a socket close, and the exit goes out at once: at
+        thousands of sessions no holder's unwinding runs before the exits (the
+        holder stops on its own, ``StreamLeft``). An exit naming none is
+        recorded only once the room has seen the stream close: for that one
+        the holder is stopped and its stream closed first, as ``stop`` does.
+        """
+        stream = self._streams.get(session.session_id)
+        if connection_id is None or stream is None or not stream.leave():
+            await stop()
         return await self.announce_exit(session, connection_id)

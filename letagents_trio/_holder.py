@@ -47,7 +47,7 @@ from typing import final
 import attrs
 import trio
 
-from ._connector import AttemptRejected, ProcessConnector
+from ._connector import AttemptRejected, ProcessConnector, StreamLeft
 from ._errors import RoomUnreachable, StreamProtocolError
 from ._events import EventKind, HolderEvent
 from ._policy import HoldPolicy, Outcome
@@ -274,6 +274,10 @@ class ProcessHolder:
             with self._scope:
                 task_status.started()
                 await self._loop()
+        except StreamLeft as left:
+            # The goodbye closed the stream to announce the exit: stopped, not dropped.
+            if not self._scope.cancel_called:
+                self._stop_reason = str(left)
         finally:
             self._connection_id = None
             self._next_attempt_at = None

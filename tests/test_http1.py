@@ -12,7 +12,15 @@ import trio
 import trio.testing
 
 from letagents_trio import AgentSession, RoomClient, RoomUnreachable
-from letagents_trio._http1 import Connected, HTTPFailure, Origin, close_now, split_url
+from letagents_trio._http1 import (
+    Connected,
+    HTTPFailure,
+    Origin,
+    _Prefixed,
+    close_now,
+    send_now,
+    split_url,
+)
 from letagents_trio._net import NetworkOpener, Proxy, _bypassed, proxies_from_environment
 
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
@@ -239,3 +247,30 @@ def test_the_opener_picks_the_proxy_per_scheme_and_honours_no_proxy() -> None:
     assert opener.proxy_for(Origin("https", "room.example", 443)) is proxy
     assert opener.proxy_for(Origin("http", "room.example", 80)) is None
     assert opener.proxy_for(Origin("https", "direct.example", 443)) is None
+
+
+async def test_send_now_writes_a_plain_socket_at_once_and_says_how_much() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left, right:
+        assert send_now(stream, b"exit frame") == 10
+        assert send_now(_Prefixed(stream, b"read ahead"), b"!") == 1
+        assert await right.recv(100) == b"exit frame!"
+
+
+async def test_send_now_says_0_when_the_buffer_is_full_and_raises_when_broken() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left:
+        with right:
+            while send_now(stream, b"x" * 65536):
+                pass
+            assert send_now(stream, b"x") == 0
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            send_now(stream, b"x")
+    await trio.lowlevel.checkpoint()
+
+
+def test_send_now_declines_streams_it_cannot_write_synchronously() -> None:
+    client_end, _server_end = trio.testing.memory_stream_pair()
+    assert send_now(client_end, b"x") is None

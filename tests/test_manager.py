@@ -19,8 +19,10 @@ from letagents_trio import (
     AgentSession,
     ConnectionManager,
     EventKind,
+    HolderEvent,
     HolderStatus,
     HoldPolicy,
+    SSEConnector,
     StreamNews,
     open_connection_manager,
     serve_connection_manager,
@@ -610,3 +612,61 @@ async def test_an_embedder_that_disabled_the_collector_keeps_it_disabled(
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_the_sse_goodbye_closes_the_stream_itself_then_posts_and_the_holder_stops(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Stream closed, exit POSTed: no wait for the holder to unwind, and no reconnect."""
+    session = await fake_room.add_worker()
+    stops: list[float] = []
+
+    async def stop_never_returns() -> None:
+        stops.append(trio.current_time())
+        await trio.sleep_forever()
+
+    async with fake_room.client() as client:
+        connector = SSEConnector(client)
+        async with open_connection_manager(client, connector=connector) as manager:
+            with manager.subscribe(math.inf) as events:
+                holder = manager.hold(session)
+                await holder.wait_status(HolderStatus.OPEN)
+                await trio.sleep(1)
+                connection_id = holder.connection_id
+                with trio.fail_after(1):
+                    recorded = await connector.goodbye(session, connection_id, stop_never_returns)
+                assert (recorded, stops) == (True, [])
+                await holder.wait_status(HolderStatus.STOPPED)
+                await trio.sleep(60)
+                kinds = [(e.kind.value, e.detail) for e in _drain(events)]
+                assert [e.body["process_connection_id"] for e in fake_room.exits] == [connection_id]
+    # The holder stopped on its own, before anyone stopped it, and never retried.
+    assert kinds == [("attempt", ""), ("open", ""), ("connection", ""), ("stopped", "process exit")]
+    assert len(fake_room.process_requests(session.session_id)) == 1
+
+
+def _drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
+    drained = []
+    while True:
+        try:
+            drained.append(events.receive_nowait())
+        except trio.WouldBlock:
+            return drained
+
+
+async def test_an_exit_naming_no_connection_waits_for_its_stream_to_close(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """§2.2: a null ``process_connection_id`` is recorded only once the room saw the close.
+
+    Leaving as soon as the stream is open, before its ``open`` event is read,
+    is what the tester's quickstart does; done twenty times, the exit must be
+    recorded every time.
+    """
+    recorded = []
+    for index in range(20):
+        session = await fake_room.add_worker(display_name=f"Quick{index}")
+        async with fake_room.client() as client, open_connection_manager(client) as manager:
+            await manager.hold(session).wait_status(HolderStatus.OPEN)
+        recorded += [(a.connection_id, a.recorded) for a in manager.exit_report or ()]
+    assert [r for _, r in recorded] == [True] * 20
