@@ -507,3 +507,25 @@ async def test_a_websocket_goodbye_stops_its_holder_for_the_process_exit(
         (1, EventKind.EXIT, connection_id, "sent over the socket"),
         (1, EventKind.STOPPED, None, "process exit"),
     }
+
+
+async def test_one_goodbye_at_a_time_still_names_each_connection(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """``exit_concurrency=1``, the smallest cap: one round trip after another."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(3)]
+    fake_room.exit_delay = 0.25
+    policy = HoldPolicy(exit_concurrency=1)
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, policy=policy) as manager,
+    ):
+        ids = await open_holders(manager, sessions)
+        report = await manager.announce_exits()
+        assert trio.current_time() == 0.75
+    named = dict(zip([s.session_id for s in sessions], ids, strict=True))
+    assert {e.session_id: e.process_connection_id for e in fake_room.exits} == named
+    assert sorted(e.time for e in fake_room.exits) == [0, 0.25, 0.5]
+    assert {(a.session_id, a.connection_id, a.recorded) for a in report} == {
+        (sid, cid, True) for sid, cid in named.items()
+    }
