@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 import pytest
 import trio
+import trio.testing
 
 from letagents_trio import (
     AgentSession,
@@ -25,7 +26,7 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
-from letagents_trio._connector import _SSENews, classify_status
+from letagents_trio._connector import StreamLeft, _SSENews, classify_status
 from letagents_trio._http1 import HTTPFailure
 from letagents_trio._sse import FEED_SLICE_BYTES, SSEDecoder
 from letagents_trio.testing import open_streaming_transport
@@ -474,3 +475,57 @@ async def test_the_goodbye_closes_the_stream_then_names_its_connection(
         },
     )
     assert log == ["stopped", exit_post, exit_post]
+
+
+def stream_and_exits(log: list[object]) -> Any:
+    """An app holding an SSE stream open on GET, and answering exit POSTs as ``exit_recorder``."""
+    stream = scripted_app([b'event: open\ndata: {"connection_id":"conn-7"}\n\n'], then="hold")
+    exits = exit_recorder(log)
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope["method"] == "GET":
+            await stream(scope, receive, send)
+        else:
+            await exits(scope, receive, send)
+
+    return app
+
+
+async def test_the_goodbye_of_an_open_stream_closes_it_and_posts_at_once() -> None:
+    """The exit names the connection: the connector closes the stream itself, the reader
+    stops with StreamLeft (not a drop), and the holder's stop is never awaited."""
+    log: list[object] = []
+
+    async def stop() -> None:  # pragma: no cover - must not be called
+        await trio.lowlevel.checkpoint()
+        log.append("stopped")
+
+    with trio.fail_after(10):
+        async with (
+            connector_for(stream_and_exits(log)) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            assert await anext(stream) == StreamNews(connection_id="conn-7")
+            async with trio.open_nursery() as nursery:
+
+                async def read_on() -> None:
+                    with pytest.raises(StreamLeft, match=r"^process exit$"):
+                        await anext(stream)
+                    log.append("left")
+
+                nursery.start_soon(read_on)
+                await trio.testing.wait_all_tasks_blocked()
+                assert await connector.goodbye(SESSION, "conn-7", stop) is True
+    assert log.count("left") == 1
+    assert "stopped" not in log
+    assert [entry for entry in log if entry != "left"] == [
+        (
+            "POST",
+            "/rooms/room_a/agent-sessions/wsess_1/process/exit",
+            {
+                "agent_session_id": "wsess_1",
+                "agent_session_token": "secret-token-1",
+                "process_connection_id": "conn-7",
+            },
+        )
+    ]
