@@ -12,7 +12,9 @@ answer, and the policy each passes on to the streams it opens.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -447,3 +449,95 @@ async def test_the_default_policy_holds_the_same_streams(autojump_clock: MockClo
             async with connector.open(SESSION) as news:
                 assert await anext(news) == StreamNews()
             assert connector.uses_sse(SESSION)
+
+
+# --- the exit over a real socket (the write that skips send_all) -------------------------------
+
+
+@asynccontextmanager
+async def socket_over_a_socketpair() -> AsyncIterator[tuple[_Socket, Room]]:
+    a, b = trio.socket.socketpair()
+    client, server = trio.SocketStream(a), trio.SocketStream(b)
+    socket = _Socket(
+        client,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=PING_INTERVAL,
+        pong_timeout=PONG_TIMEOUT,
+        max_event_bytes=1024,
+    )
+    try:
+        yield socket, Room(server)
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()
+            await server.aclose()
+
+
+EXIT_EVENTS = [
+    TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
+    CloseConnection(code=1000, reason=""),
+]
+
+
+async def test_the_exit_over_a_socket_is_written_at_once() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            assert await socket.send_exit("conn-1")
+            assert await room.heard() == EXIT_EVENTS
+            assert not await socket.send_exit("conn-1")
+
+
+async def test_the_exit_over_a_socket_waits_for_another_sender() -> None:
+    sent: list[bool] = []
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                async with socket._send_lock:  # a pong being sent
+                    nursery.start_soon(_send_exit, socket, sent)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert sent == []
+                    with trio.move_on_after(0.1):
+                        await room.stream.receive_some()
+                        pytest.fail("the exit was written while another sender held the socket")
+            assert sent == [True]
+            assert await room.heard() == EXIT_EVENTS
+
+
+async def _send_exit(socket: _Socket, sent: list[bool]) -> None:
+    sent.append(await socket.send_exit("conn-1"))
+
+
+async def test_the_exit_to_a_closed_socket_is_not_sent() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        await room.stream.aclose()
+        with trio.fail_after(5):
+            assert not await socket.send_exit("conn-1")
+
+
+async def test_the_exit_to_a_full_socket_goes_out_whole() -> None:
+    """The kernel takes part of the frames at once; the rest waits for room."""
+    async with socket_over_a_socketpair() as (socket, room):
+        client = socket._stream
+        assert isinstance(client, trio.SocketStream)
+        filler = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                filler += os.write(client.socket.fileno(), b"f" * 4096)
+        sent: list[bool] = []
+        received = bytearray()
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_exit, socket, sent)
+                await trio.testing.wait_all_tasks_blocked()
+                assert sent == []  # the socket was full: the rest waits for room
+                while len(received) < filler:
+                    received += await room.stream.receive_some()
+            assert sent == [True]
+            events: list[Event] = []
+            room.ws.receive_data(bytes(received[filler:]))
+            events += room.ws.events()
+            while len(events) < 2:
+                room.ws.receive_data(bytes(await room.stream.receive_some()))
+                events += room.ws.events()
+        assert received[:filler] == b"f" * filler
+        assert events == EXIT_EVENTS
