@@ -64,6 +64,8 @@ class Room:
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.ws = Connection(ConnectionType.SERVER)
+        # Every byte heard, also those after a close frame (which wsproto ignores).
+        self.raw = bytearray()
 
     async def send(self, *events: Event) -> None:
         """Send ``events`` in one chunk."""
@@ -72,7 +74,9 @@ class Room:
     async def heard(self) -> list[Event]:
         """What the client has written so far, as events (waits for its first byte)."""
         await trio.testing.wait_all_tasks_blocked()
-        self.ws.receive_data(bytes(await self.stream.receive_some()))
+        data = bytes(await self.stream.receive_some())
+        self.raw += data
+        self.ws.receive_data(data)
         return list(self.ws.events())
 
 
@@ -86,6 +90,11 @@ def open_socket(max_event_bytes: int = 1024) -> tuple[_Socket, Room]:
         max_event_bytes=max_event_bytes,
     )
     return socket, Room(server)
+
+
+def client_frames_length(*events: Event) -> int:
+    """How many bytes a client writes for ``events`` (masks differ, lengths do not)."""
+    return sum(len(Connection(ConnectionType.CLIENT).send(event)) for event in events)
 
 
 def frame(**fields: object) -> TextMessage:
@@ -246,6 +255,11 @@ async def test_no_pong_follows_the_exit_frame(autojump_clock: MockClock) -> None
             # The reader, silent past its ping interval, only waits to be stopped.
             await trio.sleep(PING_INTERVAL + PONG_TIMEOUT + 1)
             nursery.cancel_scope.cancel()
+    # Nothing after the close frame either (wsproto would not show a pong there).
+    assert len(room.raw) == client_frames_length(
+        TextMessage(data='{"event":"exit","process_connection_id":null}'),
+        CloseConnection(code=1000),
+    )
 
 
 async def test_an_exit_on_a_broken_socket_is_not_sent(autojump_clock: MockClock) -> None:
