@@ -29,6 +29,7 @@ from letagents_trio import (
     HolderStatus,
     HoldPolicy,
     ProcessConnector,
+    RoomClient,
     SSEConnector,
     StreamNews,
     open_connection_manager,
@@ -351,9 +352,23 @@ async def test_serve_connection_manager_passes_owner_mode_on(
 # --- exceptions leaving the block --------------------------------------------------------
 
 
-async def _fail(exc: Exception) -> None:
-    # No checkpoint first: tasks started together all fail before a cancel reaches one.
+async def _fail_on(go: trio.Event, exc: Exception) -> None:
+    await go.wait()
     raise exc
+
+
+async def embedders_nursery_failing(client: RoomClient, *failures: Exception) -> None:
+    """A block with a nursery of the embedder's whose tasks all fail at once.
+
+    They wake together: each raises before a cancel can reach the others.
+    """
+    go = trio.Event()
+    async with open_connection_manager(client), trio.open_nursery() as nursery:
+        nursery.start_soon(trio.sleep_forever)
+        for failure in failures:
+            nursery.start_soon(_fail_on, go, failure)
+        await trio.testing.wait_all_tasks_blocked()
+        go.set()
 
 
 async def test_the_one_failure_of_an_embedders_nursery_leaves_as_itself(
@@ -362,8 +377,7 @@ async def test_the_one_failure_of_an_embedders_nursery_leaves_as_itself(
     """A nursery of the embedder's inside the block adds a group; one failure is unwrapped."""
     async with fake_room.client() as client:
         with pytest.raises(ValueError, match=r"^one$"):
-            async with open_connection_manager(client), trio.open_nursery() as nursery:
-                nursery.start_soon(_fail, ValueError("one"))
+            await embedders_nursery_failing(client, ValueError("one"))
 
 
 async def test_several_failures_leave_as_a_group_holding_each(
@@ -376,9 +390,7 @@ async def test_several_failures_leave_as_a_group_holding_each(
                 pytest.RaisesExc(KeyError),
             )
         ):
-            async with open_connection_manager(client), trio.open_nursery() as nursery:
-                nursery.start_soon(_fail, ValueError("one"))
-                nursery.start_soon(_fail, KeyError("two"))
+            await embedders_nursery_failing(client, ValueError("one"), KeyError("two"))
 
 
 # --- a session the room ends just as the goodbye begins ----------------------------------
