@@ -541,3 +541,29 @@ async def test_one_goodbye_at_a_time_still_names_each_connection(
     assert {(a.session_id, a.connection_id, a.recorded) for a in report} == {
         (sid, cid, True) for sid, cid in named.items()
     }
+
+
+async def test_a_session_without_a_stream_is_stopped_for_the_process_exit_then_announced(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """No stream to close and no connection to name: the holder is stopped first, then
+    the exit goes out naming none."""
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.UNKNOWN)
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        with manager.subscribe(math.inf) as events:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.WAITING)
+            await trio.sleep(2)
+            report = await manager.announce_exits()
+            ends = [
+                (e.time, e.kind, e.connection_id, e.detail)
+                for e in _drain(events)
+                if e.kind in (EventKind.STOPPED, EventKind.EXIT)
+            ]
+    assert holder.status is HolderStatus.STOPPED
+    assert ends == [
+        (2, EventKind.STOPPED, None, "process exit"),
+        (2, EventKind.EXIT, None, "not recorded"),
+    ]
+    assert [(a.connection_id, a.recorded, a.error) for a in report] == [(None, False, None)]
