@@ -499,6 +499,8 @@ async def test_the_exit_over_a_socket_is_written_at_once() -> None:
             assert await socket.send_exit("conn-1")
             assert await room.heard() == EXIT_EVENTS
             assert not await socket.send_exit("conn-1")
+        # Once: wsproto would not show a second copy after the close frame.
+        assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
 async def test_the_exit_over_a_socket_waits_for_another_sender() -> None:
@@ -515,6 +517,7 @@ async def test_the_exit_over_a_socket_waits_for_another_sender() -> None:
                         pytest.fail("the exit was written while another sender held the socket")
             assert sent == [True]
             assert await room.heard() == EXIT_EVENTS
+        assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
 async def _send_exit(socket: _Socket, sent: list[bool]) -> None:
