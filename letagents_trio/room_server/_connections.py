@@ -24,8 +24,10 @@ no TLS, no QUIC, no lifespan events (:func:`~._serve.serve_room` closes the
 held streams itself), no worker restarts. Each connection is served by
 hypercorn's own ``TCPServer``, subclassed to see the protocol's
 ``Updated(idle=...)`` events, the ones hypercorn's keep-alive timer follows,
-and to close an idle connection as soon as its peer has closed it (hypercorn
-would wait for the keep-alive timer).
+to close an idle connection as soon as its peer has closed it (hypercorn
+would wait for the keep-alive timer), and to take a send that races the
+connection's close (``BusyResourceError``) as the close it is. A connection
+that fails anyway is logged and closed; the server goes on.
 Shutdown is hypercorn's: stop accepting, tell every connection the worker
 is terminating (idle ones close), give the rest the graceful timeout.
 """
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
 import trio
-from hypercorn.events import Event, Updated
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, LifespanState
@@ -153,6 +155,17 @@ class _CountedTCPServer(TCPServer):
                 self._silent.fell_silent(self._connection)
             else:
                 self._silent.spoke(self._connection)
+        elif isinstance(event, RawData):
+            try:
+                await super().protocol_send(event)
+            except trio.BusyResourceError:
+                # Hypercorn sends EOF outside its send lock, so a send racing a
+                # close (an answer, or its own 400 to a client that closed
+                # mid-body) found the stream busy: the connection is closing,
+                # as if the send had found it closed. Unhandled, it stopped the
+                # whole server (or was logged as the app's error).
+                await self.protocol.handle(Closed())
+            return
         await super().protocol_send(event)
 
 
@@ -194,6 +207,11 @@ async def serve_hypercorn(
             silent.fell_silent(connection)
             try:
                 await _CountedTCPServer(wrapped, config, context, state, connection, silent).run()
+            except Exception:
+                # One connection's failure is a bug to log, never a reason
+                # for every other connection, and the server, to stop.
+                logger.exception("connection failed; closing it")
+                stream.socket.close()
             finally:
                 silent.forget(connection)
 

@@ -1,5 +1,5 @@
 """The room's connections over real loopback (issue 13, row 6): the cap on silent ones,
-and closing at once what the client closed.
+closing at once what the client closed, and one connection's failure stopping nothing.
 
 The room runs in this process (``serve_room``, real hypercorn) with a cap of
 two silent connections; every connection is a raw socket, so the test knows
@@ -11,6 +11,7 @@ no HTTP client's kept-alive connection counts. Real clock: after each step
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -25,6 +26,7 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
+from letagents_trio.room_server._connections import _CountedTCPServer
 
 from ..room_server.helpers import OWNER_TOKEN, ROOM, registration, session_headers
 from ..room_server.paths import process_path
@@ -162,6 +164,37 @@ async def test_a_silent_connection_its_client_closed_frees_its_descriptor_at_onc
                 await stream.aclose()
             await settle()
             assert len(os.listdir("/proc/self/fd")) == before
+
+
+async def test_a_connection_that_fails_is_logged_and_closed_and_the_room_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection's failure used to leave hypercorn's connection handler and
+    stop the whole server (a send racing the close did, under a slow-body flood)."""
+    serve = _CountedTCPServer.run
+    failures = 0
+
+    async def run_or_fail(self: _CountedTCPServer) -> None:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise RuntimeError("a bug in one connection")
+        await serve(self)
+
+    monkeypatch.setattr(_CountedTCPServer, "run", run_or_fail)
+    with trio.fail_after(20):
+        async with served_room() as served:
+            failed = await served.connect()
+            assert await is_closed(failed)
+            healthy = await served.connect()
+            await healthy.send_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"}"):
+                answer += await healthy.receive_some(4096)
+            assert answer.startswith(b"HTTP/1.1 200 ")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "connection failed; closing it"
+    ]
 
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX sockets")

@@ -1,4 +1,5 @@
-"""The cap on silent connections (issue 13, row 6): which connection is closed, and when.
+"""The cap on silent connections (issue 13, row 6): which connection is closed, and when;
+and a send racing a connection's close (rows 6 and 14).
 
 :class:`SilentConnections` is pure bookkeeping over things with a ``close()``;
 the served form is tested over loopback in ``tests/e2e/test_room_connections.py``.
@@ -7,18 +8,26 @@ the served form is tested over loopback in ``tests/e2e/test_room_connections.py`
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
 import attrs
 import pytest
 import trio
 import trio.lowlevel
 import trio.testing
+from hypercorn.config import Config
+from hypercorn.events import Closed, RawData
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import wrap_app
 
 from letagents_trio.room_server import RoomConfig
 from letagents_trio.room_server._config import MAX_SILENT_CONNECTIONS
 from letagents_trio.room_server._connections import (
     EVICTION_LOG_INTERVAL,
     SilentConnections,
+    _Connection,
+    _CountedTCPServer,
 )
 
 
@@ -109,3 +118,44 @@ async def test_evictions_are_logged_once_an_interval(
     silent.fell_silent(Fake("late"))
     assert caplog.records[-1].getMessage().endswith("(5 so far)")
     assert len(caplog.records) == 2
+
+
+@attrs.define
+class Recorder:
+    """Hypercorn's protocol, as the connection server talks to it."""
+
+    events: list[object] = attrs.field(factory=list)
+
+    async def handle(self, event: object) -> None:
+        self.events.append(event)
+
+
+@attrs.define
+class ClosingStream:
+    """A stream whose other task is sending EOF: trio refuses a concurrent send."""
+
+    async def send_all(self, data: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+        raise trio.BusyResourceError("another task is currently sending data on this SocketStream")
+
+
+async def test_a_send_that_races_the_close_is_taken_as_the_close() -> None:
+    """Hypercorn sends EOF outside its send lock; a send meeting it raised
+    BusyResourceError out of the connection, which stopped the whole server
+    under a slow-body flood (and was logged as the app's error on the 413 path)."""
+    config = Config()
+    stream: Any = ClosingStream()
+    app: Any = None  # never called
+    connection = _Connection(stream, trio.CancelScope())
+    server = _CountedTCPServer(
+        wrap_app(app, config.wsgi_max_body_size, "asgi"),
+        config,
+        WorkerContext(None),
+        ConnectionState({}),
+        connection,
+        SilentConnections(1),
+    )
+    recorder = Recorder()
+    server.protocol = cast("Any", recorder)
+    await server.protocol_send(RawData(data=b"HTTP/1.1 408 Request Timeout\r\n"))
+    assert recorder.events == [Closed()]
