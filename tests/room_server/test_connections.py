@@ -57,7 +57,7 @@ def test_the_default_cap_and_the_config_refuses_a_cap_under_one() -> None:
         SilentConnections(0)
 
 
-async def test_the_oldest_silent_connection_is_closed_never_the_newcomer() -> None:
+async def test_the_oldest_silent_connection_is_closed_never_the_newcomer() -> None:  # noqa: ASYNC124 (trio's clock times the log)
     silent = SilentConnections(3)
     a, b, c, d, e = connections = fakes("a", "b", "c", "d", "e")
     for connection in (a, b, c):
@@ -72,7 +72,7 @@ async def test_the_oldest_silent_connection_is_closed_never_the_newcomer() -> No
     assert silent.evicted == 2
 
 
-async def test_a_connection_that_spoke_is_not_counted_until_it_is_idle_again() -> None:
+async def test_a_connection_that_spoke_is_not_counted_until_it_is_idle_again() -> None:  # noqa: ASYNC124 (trio's clock times the log)
     silent = SilentConnections(2)
     a, b, c, d = connections = fakes("a", "b", "c", "d")
     silent.fell_silent(a)
@@ -91,7 +91,7 @@ async def test_a_connection_that_spoke_is_not_counted_until_it_is_idle_again() -
     assert len(silent) == 1
 
 
-async def test_held_streams_are_never_closed_however_many() -> None:
+async def test_held_streams_are_never_closed_however_many() -> None:  # noqa: ASYNC124 (trio's clock times the log)
     silent = SilentConnections(2)
     streams = fakes(*(f"stream{i}" for i in range(1000)))
     for stream in streams:
