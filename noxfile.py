@@ -29,6 +29,7 @@ STARTABLES = ",".join(
         "_serve",
         "_run_process",
         "_run_hypercorn",
+        "serve_hypercorn",
         "_holders_nursery",
     )
 )
