@@ -148,19 +148,33 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def client_argv(client: str, url: str, sessions: int, *, jitter: float = 0.0) -> list[str]:
+def client_argv(
+    client: str,
+    url: str,
+    sessions: int,
+    *,
+    jitter: float = 0.0,
+    sessions_file: Path | None = None,
+) -> list[str]:
     """The command that holds ``sessions`` sessions with ``client``.
 
     ``node``: hold.mjs; ``py``: _hold_py.py; ``py-ws``: _hold_py.py over the
     WebSocket form; ``py-freeze``: _hold_py.py calling gc.freeze() once every
-    stream is open (what an embedder could do today).
+    stream is open (what an embedder could do today). With ``sessions_file``
+    (Python clients only), the sessions a room registered, read from that 0600
+    file, instead of session_1..N.
     """
     if client == "node":
         if NODE is None:
             raise RuntimeError("node is not installed")
+        if sessions_file is not None:
+            raise ValueError("hold.mjs holds session_1..N only")
         return [NODE, str(HOLD_MJS), "--room", ROOM_ID, "--sessions", str(sessions), "--api", url]
-    argv = [sys.executable, str(HOLD_PY), "--api", url, "--room", ROOM_ID]
-    argv += ["--sessions", str(sessions), "--jitter", str(jitter)]
+    argv = [sys.executable, str(HOLD_PY), "--api", url, "--jitter", str(jitter)]
+    if sessions_file is None:
+        argv += ["--room", ROOM_ID, "--sessions", str(sessions)]
+    else:
+        argv += ["--sessions-file", str(sessions_file)]
     if client == "py-freeze":
         argv.append("--gc-freeze")
     elif client == "py-ws":
