@@ -4,6 +4,8 @@ A row is one client holding N sessions against one fresh room. Each
 benchmark opens its room and waits for every session to be open its own way;
 from there the steps are the same and live here:
 
+* :func:`run_client`: the client in its own process, always killed and reaped;
+  :func:`wait_holding`: its ``holding`` line (every session handed over);
 * :func:`hold_idle`: 1 s after all opened, the client's (and the room's)
   CPU over the idle window, and their RSS at its end;
 * :func:`say_goodbye`: SIGTERM, then the moment the process is reaped and
@@ -22,10 +24,11 @@ import argparse
 import json
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx2
 import trio
 from _peer import Child, stopped_by_signals
 
@@ -36,12 +39,20 @@ __all__ = [
     "apply_defaults",
     "hold_idle",
     "note_foreign",
+    "open_bound",
+    "run_client",
     "run_rows",
     "say_goodbye",
     "table",
+    "wait_holding",
 ]
 
 GONE_BOUND = 30.0
+# Opening may take this long per session on top of OPEN_BOUND_BASE.
+OPEN_BOUND_PER_SESSION = 0.01
+OPEN_BOUND_BASE = 30.0
+# The client prints "holding" once the interpreter started and every session is handed over.
+HOLDING_BOUND = 60.0
 # Rows during which other processes used more than this share of one core get a note.
 FOREIGN_NOTE = 0.1
 # Idle measurement starts this long after all opened (the last open events settle).
@@ -94,6 +105,46 @@ def note_foreign(row: Row, foreign: float, started: float) -> None:
     row.foreign_cpu_s = foreign
     if foreign > FOREIGN_NOTE * (time.perf_counter() - started):
         add_note(row, f"other processes used {foreign:.1f} s of CPU during the row")
+
+
+def open_bound(sessions: int) -> float:
+    """How long all of ``sessions`` may take to open before the row says they did not."""
+    return OPEN_BOUND_BASE + sessions * OPEN_BOUND_PER_SESSION
+
+
+async def run_client(
+    row: Row,
+    argv: Sequence[str],
+    log: Path,
+    measure: Callable[[Child], Awaitable[None]],
+    *,
+    room: Child,
+) -> Child:
+    """Spawn the client, ``measure`` it, and kill and reap it whatever happened.
+
+    A room that stops answering the harness (an HTTP or OS error) ends the
+    measurement with a note.
+    """
+    child = await Child.spawn(row.client, argv, log=log)
+    try:
+        await measure(child)
+    except (httpx2.HTTPError, OSError) as exc:
+        gone = "the room died; " if await room.wait_gone(0) is not None else ""
+        add_note(row, f"{gone}room status failed: {type(exc).__name__}")
+    finally:
+        with trio.move_on_after(10, shield=True):
+            await child.kill()
+    return child
+
+
+async def wait_holding(child: Child, row: Row) -> bool:
+    """Wait for the client's ``holding`` line; record when, or note that it never came."""
+    holding = await child.next_event("holding", within=HOLDING_BOUND)
+    if holding is None:
+        add_note(row, f"no 'holding' line within {HOLDING_BOUND:.0f} s")
+        return False
+    row.holding_s = holding["_at"] - child.started
+    return True
 
 
 async def hold_idle(child: Child, row: Row, room: Child | None = None) -> None:

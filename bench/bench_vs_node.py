@@ -48,7 +48,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx2
 import trio
 from _peer import NODE, Child, HostLoad, Room, client_argv, raise_nofile, wait_quiet
 from _scale import (
@@ -58,8 +57,11 @@ from _scale import (
     apply_defaults,
     hold_idle,
     note_foreign,
+    open_bound,
+    run_client,
     run_rows,
     say_goodbye,
+    wait_holding,
 )
 
 CASES = {
@@ -70,8 +72,6 @@ CASES = {
 CLIENTS = ("py", "node")
 # Also accepted by --clients: the Python driver with gc.freeze() after opening.
 VARIANTS = ("py-ws", "py-freeze")
-# Bounds: opening may take this long per session on top of a fixed 30 s.
-OPEN_BOUND_PER_SESSION = 0.01
 
 
 async def run_row(
@@ -89,15 +89,12 @@ async def run_row(
         logs / f"room-{tag}.log", keepalive_ms=args.keepalive_ms, mode=mode, exit_delay_ms=delay
     ) as room:
         argv = client_argv(client, room.url, sessions)
-        child = await Child.spawn(client, argv, log=logs / f"client-{tag}.log")
-        try:
+
+        async def measured(child: Child) -> None:
             await measure(child, room, row)
-        except (httpx2.HTTPError, OSError) as exc:
-            gone = "the room died; " if await room.child.wait_gone(0) is not None else ""
-            add_note(row, f"{gone}room status failed: {type(exc).__name__}")
-        finally:
-            with trio.move_on_after(10, shield=True):
-                await child.kill()
+
+        log = logs / f"client-{tag}.log"
+        child = await run_client(row, argv, log, measured, room=room.child)
         foreign = load.foreign(child.total_cpu(), room.child.cpu_seconds())
     note_foreign(row, foreign, child.started)
     return row
@@ -105,12 +102,9 @@ async def run_row(
 
 async def measure(child: Child, room: Room, row: Row) -> None:
     n = row.sessions
-    holding = await child.next_event("holding", within=60)
-    if holding is None:
-        add_note(row, "no 'holding' line within 60 s")
+    if not await wait_holding(child, row):
         return
-    row.holding_s = holding["_at"] - child.started
-    bound = 30 + n * OPEN_BOUND_PER_SESSION
+    bound = open_bound(n)
     opened = await room.wait_held(n, within=bound)
     if opened is None:
         served = (await room.status())["held_served"]
