@@ -183,10 +183,11 @@ class Room:
         known bearer, 403 for an account that owns no session in the room.
 
         Returns:
-            200 with ``room_id`` and the fields of
-            :class:`~._streams.StreamCounts`: streams held now and the exits
-            announced, recorded, matched to the open connection and sent over
-            the socket since the room started.
+            200 with ``room_id`` and the room's stream counters (``held``,
+            ``exits_announced``, ``exits_recorded``, ``exits_matched``,
+            ``exits_over_socket``): streams held now and the exits announced,
+            recorded, matched to the open connection and sent over the socket
+            since the room started.
         """
         try:
             self._accounts.require_room(room_id)
