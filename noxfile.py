@@ -3,10 +3,24 @@
 Each session installs the project with the extras its programs import and one
 PEP 735 dependency group from pyproject.toml, so the lists of tools and of
 dependencies live in one place.
+
+``nox -s mutate [-- _sse ...]`` (on demand, never in CI) is mutation testing of
+the core with mutmut: each module runs in its own folder ``mutants/<module>/``
+holding links to the package and the tests and a pyproject.toml that tells
+mutmut which one file to mutate and which tests exercise it. mutmut copies that
+folder into ``mutants/<module>/mutants/``, mutates the one file there and runs
+each mutant against the tests that call the mutated function, one worker at a
+time. The session then prints, per module, the raw score, the score over the
+mutants that change behaviour (the survivors judged equivalent are listed, with
+why, in docs/testing.md) and the diff of every other survivor.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
 from pathlib import Path
 
 import nox
@@ -107,3 +121,151 @@ def bench(session: nox.Session) -> None:
     install(session, extras=("room", "testing"))
     for program in sorted(Path("bench").glob("bench_*.py")):
         session.run("python", str(program), *session.posargs)
+
+
+# The core modules under mutation testing, each with the test files (globs)
+# that exercise it; mutmut then runs each mutant against those of their tests
+# that call the mutated function.
+MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
+    "_sse": ("tests/test_sse.py", "tests/test_hostile_streams.py"),
+    "_policy": ("tests/test_policy.py",),
+    "_connector": ("tests/test_connector.py", "tests/test_hostile_streams.py"),
+    "_holder": (
+        "tests/test_holder*.py",
+        "tests/test_manager*.py",
+        "tests/test_connector.py",
+        "tests/test_websocket.py",
+        "tests/test_hostile_streams.py",
+    ),
+    "_manager": ("tests/test_manager*.py", "tests/test_holder*.py", "tests/test_websocket.py"),
+    "_websocket": (
+        "tests/test_websocket*.py",
+        "tests/test_connector.py",
+        "tests/test_holder*.py",
+        "tests/test_manager*.py",
+    ),
+}
+# Scale tests (thousands of sessions, seconds each) would run against every
+# mutant of the goodbye; the unit tests assert the same promises in milliseconds.
+# A mutant that hangs a test (a goodbye that never ends spins the mock clock
+# forever) fails it after 15 s of wall time, where each test takes under one.
+MUTATION_PYTEST_ARGS = ("-m", "not slow and not load", "--timeout=15")
+# Where the survivors judged equivalent are listed, each with why.
+EQUIVALENT_MUTANTS_DOC = Path("docs/testing.md")
+# A conftest.py at the root of mutmut's copy: it stops the run if pytest (or the
+# pytest11 entry point of an installed letagents-trio) imported the package from
+# anywhere but the mutated copy, which would make every mutant survive unseen.
+MUTATION_GUARD = """\
+from pathlib import Path
+
+import letagents_trio
+import letagents_trio._pytest_plugin
+
+
+def pytest_configure(config):
+    here = Path(__file__).resolve().parent
+    for module in (letagents_trio, letagents_trio._pytest_plugin):
+        where = Path(module.__file__).resolve()
+        if not where.is_relative_to(here):
+            raise RuntimeError(f"{module.__name__} imported from {where}, not from {here}")
+"""
+# mutmut's exit codes of a mutant that a test caught, as its own stats table
+# reads them: killed (a test failed) or timed out (mutmut's CPU limit). Any
+# other verdict (survived, no test calls the function, ...) is a miss.
+KILLED_EXIT_CODES = frozenset({1, 3})
+TIMEOUT_EXIT_CODES = frozenset({24, -24, 152, 255, 36})
+VERDICTS = {0: "survived", 5: "no tests", 33: "no tests", None: "not checked"}
+
+
+def _mutation_folder(module: str) -> Path:
+    """Lay out ``mutants/<module>/`` for one mutmut run over ``letagents_trio/<module>.py``."""
+    folder = Path("mutants") / module
+    # A fresh copy each run: mutmut keeps a verdict while the function is
+    # unchanged, so a survivor would stay one after a test that kills it.
+    shutil.rmtree(folder / "mutants", ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("letagents_trio", "tests"):
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(Path("..", "..", name), target_is_directory=True)
+    (folder / "conftest.py").write_text(MUTATION_GUARD)
+    settings = {
+        "source_paths": ["letagents_trio"],
+        "only_mutate": [f"letagents_trio/{module}.py"],
+        "also_copy": ["conftest.py"],
+        "pytest_add_cli_args_test_selection": sorted(
+            str(path) for pattern in MUTATION_TARGETS[module] for path in Path().glob(pattern)
+        ),
+        "pytest_add_cli_args": list(MUTATION_PYTEST_ARGS),
+        "use_git_change_detection": False,
+    }
+    table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
+    pyproject = Path("pyproject.toml").read_text()
+    (folder / "pyproject.toml").write_text(f"{pyproject}\n[tool.mutmut]\n{table}\n")
+    return folder
+
+
+def _equivalent_mutants() -> set[str]:
+    """The names of the survivors judged equivalent, as docs/testing.md lists them."""
+    text = EQUIVALENT_MUTANTS_DOC.read_text(encoding="utf-8")
+    return set(re.findall(r"`(letagents_trio\.[^`\s]+__mutmut_\d+)`", text))
+
+
+def _mutation_report(session: nox.Session, module: str, folder: Path) -> str:
+    """Print one module's missed mutants with their diffs; return its line of the scores."""
+    meta = folder / "mutants" / "letagents_trio" / f"{module}.py.meta"
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    killed = sum(1 for code in codes.values() if code in KILLED_EXIT_CODES)
+    timeouts = sum(1 for code in codes.values() if code in TIMEOUT_EXIT_CODES)
+    caught = killed + timeouts
+    missed = {
+        name: VERDICTS.get(code, f"exit code {code}")
+        for name, code in sorted(codes.items())
+        if code not in KILLED_EXIT_CODES and code not in TIMEOUT_EXIT_CODES
+    }
+    equivalent = _equivalent_mutants() & set(missed)
+    with session.chdir(folder):
+        for name, verdict in missed.items():
+            if name in equivalent:
+                session.log(f"{verdict} (equivalent, see {EQUIVALENT_MUTANTS_DOC}): {name}")
+            else:
+                session.log(f"{verdict}: {name}")
+                session.log(session.run("mutmut", "show", name, silent=True))
+    raw = 100.0 * caught / max(1, len(codes))
+    judged = len(codes) - len(equivalent)
+    score = 100.0 * caught / max(1, judged)
+    return (
+        f"{module:<11} {raw:5.1f} % raw ({caught}/{len(codes)}: {killed} killed, {timeouts} "
+        f"timeouts, {len(missed)} missed)  {score:5.1f} % behaviour ({caught}/{judged}, "
+        f"{len(equivalent)} equivalent)"
+    )
+
+
+@nox.session
+def mutate(session: nox.Session) -> None:
+    """Mutation testing of the core, module by module (``-- _sse _policy`` picks some).
+
+    ``-- --report [modules]`` prints the last run's scores and misses again
+    (after editing the list of equivalent survivors) without running mutmut.
+    """
+    install(session, "mutate", extras=("testing",))
+    args = list(session.posargs)
+    report_only = "--report" in args
+    modules = [arg for arg in args if arg != "--report"] or list(MUTATION_TARGETS)
+    unknown = sorted(set(modules) - set(MUTATION_TARGETS))
+    if unknown:
+        session.error(f"unknown modules {unknown}; pick from {sorted(MUTATION_TARGETS)}")
+    # One worker: a second one would only compete for the machine's two cores.
+    workers = os.environ.get("MUTATE_WORKERS", "1")
+    table = []
+    for module in modules:
+        if report_only:
+            folder = Path("mutants") / module
+        else:
+            folder = _mutation_folder(module)
+            with session.chdir(folder):
+                session.run("mutmut", "run", "--max-children", workers)
+        table.append(_mutation_report(session, module, folder))
+    session.log("mutation scores:")
+    for line in table:
+        session.log(line)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 import pytest
 import trio
+import trio.testing
 
 from letagents_trio import (
     AgentSession,
@@ -25,10 +26,11 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
-from letagents_trio._connector import _SSENews, classify_status
+from letagents_trio._connector import StreamLeft, _SSENews, classify_status
 from letagents_trio._http1 import HTTPFailure
 from letagents_trio._sse import FEED_SLICE_BYTES, SSEDecoder
 from letagents_trio.testing import open_streaming_transport
+from letagents_trio.testing._asgi import read_body
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
@@ -430,3 +432,100 @@ def test_identity_is_not_a_content_coding() -> None:
     assert classify_status(200, "text/event-stream", "identity") is None
     assert classify_status(200, "text/event-stream", None) is None
     assert classify_status(200, "text/event-stream", "gzip") is Outcome.REFUSED
+
+
+# --- the goodbye -------------------------------------------------------------------------
+
+
+def exit_recorder(log: list[object]) -> Any:
+    """An app that answers every exit POST with ``recorded: true`` and logs its body."""
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        body, _ = await read_body(receive)
+        log.append((scope["method"], scope["path"], json.loads(body)))
+        answer = json.dumps({"recorded": True}).encode()
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer, "more_body": False})
+
+    return app
+
+
+@pytest.mark.parametrize("connection_id", ["conn-7", None])
+async def test_the_goodbye_closes_the_stream_then_names_its_connection(
+    connection_id: str | None,
+) -> None:
+    log: list[object] = []
+
+    async def stop() -> None:
+        await trio.lowlevel.checkpoint()
+        log.append("stopped")
+
+    with trio.fail_after(10):
+        async with connector_for(exit_recorder(log)) as connector:
+            assert await connector.goodbye(SESSION, connection_id, stop) is True
+            assert await connector.announce_exit(SESSION, connection_id) is True
+    exit_post = (
+        "POST",
+        "/rooms/room_a/agent-sessions/wsess_1/process/exit",
+        {
+            "agent_session_id": "wsess_1",
+            "agent_session_token": "secret-token-1",
+            "process_connection_id": connection_id,
+        },
+    )
+    assert log == ["stopped", exit_post, exit_post]
+
+
+def stream_and_exits(log: list[object]) -> Any:
+    """An app holding an SSE stream open on GET, and answering exit POSTs as ``exit_recorder``."""
+    stream = scripted_app([b'event: open\ndata: {"connection_id":"conn-7"}\n\n'], then="hold")
+    exits = exit_recorder(log)
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope["method"] == "GET":
+            await stream(scope, receive, send)
+        else:
+            await exits(scope, receive, send)
+
+    return app
+
+
+async def test_the_goodbye_of_an_open_stream_closes_it_and_posts_at_once() -> None:
+    """The exit names the connection: the connector closes the stream itself, the reader
+    stops with StreamLeft (not a drop), and the holder's stop is never awaited."""
+    log: list[object] = []
+
+    async def stop() -> None:  # pragma: no cover - must not be called
+        await trio.lowlevel.checkpoint()
+        log.append("stopped")
+
+    with trio.fail_after(10):
+        async with (
+            connector_for(stream_and_exits(log)) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            assert await anext(stream) == StreamNews(connection_id="conn-7")
+            async with trio.open_nursery() as nursery:
+
+                async def read_on() -> None:
+                    with pytest.raises(StreamLeft, match=r"^process exit$"):
+                        await anext(stream)
+                    log.append("left")
+
+                nursery.start_soon(read_on)
+                await trio.testing.wait_all_tasks_blocked()
+                assert await connector.goodbye(SESSION, "conn-7", stop) is True
+    assert log.count("left") == 1
+    assert "stopped" not in log
+    assert [entry for entry in log if entry != "left"] == [
+        (
+            "POST",
+            "/rooms/room_a/agent-sessions/wsess_1/process/exit",
+            {
+                "agent_session_id": "wsess_1",
+                "agent_session_token": "secret-token-1",
+                "process_connection_id": "conn-7",
+            },
+        )
+    ]

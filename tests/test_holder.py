@@ -636,9 +636,13 @@ async def test_nothing_is_held_outside_owner_mode(
         open_connection_manager(client, owner_mode=False) as manager,
     ):
         assert not manager.is_eligible(session)
-        with pytest.raises(IneligibleSession, match="does not act for the owner") as refused:
+        with pytest.raises(IneligibleSession) as refused:
             manager.hold(session)
         assert refused.value.rule == "not-owner"
+        assert str(refused.value) == (
+            f"session {session.session_id!r} is not held:"
+            " this process does not act for the owner (a worker bearer is set)"
+        )
 
 
 async def test_the_manager_never_reads_the_environment(

@@ -251,6 +251,7 @@ async def test_released_sessions_are_not_announced(
     assert [e.session_id for e in fake_room.exits] == [b.session_id]
 
 
+@pytest.mark.slow
 async def test_one_thousand_holders_announce_within_one_deadline(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
@@ -501,6 +502,7 @@ async def test_events_carry_wall_clock_time_for_people(
     assert "wall_time" not in repr(event)
 
 
+@pytest.mark.slow
 async def test_a_slow_room_answers_every_exit_within_one_round_trip(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
@@ -524,6 +526,7 @@ async def test_a_slow_room_answers_every_exit_within_one_round_trip(
     assert {e.time for e in fake_room.exits} == {started}
 
 
+@pytest.mark.slow
 async def test_after_the_deadline_nothing_takes_time_at_thousands_of_sessions(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:

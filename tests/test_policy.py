@@ -67,7 +67,7 @@ def test_ended_is_never_retried() -> None:
     policy = HoldPolicy()
     with pytest.raises(ValueError, match="ended"):
         policy.delay(Outcome.ENDED, 0)
-    with pytest.raises(ValueError, match="ended"):
+    with pytest.raises(ValueError, match=r"^an ended session is never retried$"):
         policy.delays_for(Outcome.ENDED)
 
 
@@ -112,6 +112,27 @@ def test_jitter_outside_zero_to_one_is_refused(value: float) -> None:
 def test_max_event_bytes_below_1024_is_refused(value: int) -> None:
     with pytest.raises(ValueError, match=r"HoldPolicy\.max_event_bytes"):
         HoldPolicy(max_event_bytes=value)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.0, 2.5, True, "4"])
+def test_exit_concurrency_below_one_or_not_an_int_is_refused(value: object) -> None:
+    message = rf"^HoldPolicy\.exit_concurrency must be None or an int >= 1, got {value!r}$"
+    with pytest.raises(ValueError, match=message):
+        HoldPolicy(exit_concurrency=value)  # type: ignore[arg-type]
+
+
+def test_exit_concurrency_of_one_or_none_is_accepted() -> None:
+    assert HoldPolicy(exit_concurrency=1).exit_concurrency == 1
+    assert HoldPolicy(exit_concurrency=64).exit_concurrency == 64
+    assert HoldPolicy().exit_concurrency is None
+
+
+def test_an_unknown_transport_is_refused_naming_the_choices() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"HoldPolicy\.transport must be one of \('sse', 'websocket', 'auto'\), got 'ws'",
+    ):
+        HoldPolicy(transport="ws")  # type: ignore[arg-type]
 
 
 def test_boundary_values_are_accepted() -> None:

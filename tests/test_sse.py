@@ -429,7 +429,8 @@ def test_F2_comments_produce_nothing() -> None:
         pytest.param(b"0", 0, id="zero"),
         pytest.param(b"007", 7, id="leading-zeros"),
         pytest.param(b"0" * 5000 + b"5", 5, id="thousands-of-leading-zeros"),
-        pytest.param(b"2147483647", MAX_RECONNECTION_TIME_MS, id="max"),
+        pytest.param(b"2147483646", 2_147_483_646, id="just-under-max"),
+        pytest.param(b"2147483647", 2_147_483_647, id="max"),
         pytest.param(b"2147483648", MAX_RECONNECTION_TIME_MS, id="clamped"),
         pytest.param(b"9" * 100_000, MAX_RECONNECTION_TIME_MS, id="absurdly-long-clamped"),
         pytest.param(b"", None, id="empty-ignored"),
@@ -503,8 +504,19 @@ def test_E4_close_is_idempotent_and_final() -> None:
     decoder = SSEDecoder()
     decoder.close()
     decoder.close()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(RuntimeError, match=r"^this SSEDecoder is closed; use a new one$"):
         decoder.feed(b"data:x\n\n")
+
+
+def test_E4_close_never_reads_the_pending_line() -> None:
+    # Without final events the cut-off line is dropped unread: its retry and
+    # its id never take effect.
+    decoder = SSEDecoder(last_event_id="5")
+    assert decoder.feed(b"data:x\n\nid:6\nretry: 5000") == [ev("x", id="5")]
+    assert decoder.close() == []
+    assert decoder.reconnection_time is None
+    assert decoder.last_event_id == "5"
+    assert decoder.event_type == ""
 
 
 # --- C6: bounds --------------------------------------------------------------
@@ -538,6 +550,34 @@ def test_C6_line_exactly_at_limit_passes_one_more_byte_raises() -> None:
     assert SSEDecoder(max_line_bytes=20).feed(line + b"\n\n") == [ev("……………")]
     with pytest.raises(StreamProtocolError, match=r"line longer than 19 bytes \(20 bytes"):
         SSEDecoder(max_line_bytes=19).feed(line + b"\n\n")
+
+
+def test_C6_pending_line_count_starts_again_with_each_line() -> None:
+    # Lines split across chunks: each one's pending bytes count from zero, so a
+    # healthy stream is never refused as its lines add up.
+    decoder = SSEDecoder(max_line_bytes=16)
+    for _ in range(5):
+        assert decoder.feed(b"data:ab") == []
+        assert decoder.feed(b"c\n\n") == [ev("abc")]
+    for _ in range(5):
+        assert decoder.feed(b"data:" + b"y" * 11) == []  # 16 bytes pending: the limit
+        assert decoder.feed(b"\n\n") == [ev("y" * 11)]
+
+
+def test_C6_a_pending_line_past_the_limit_is_refused_saying_so() -> None:
+    decoder = SSEDecoder(max_line_bytes=4)
+    with pytest.raises(StreamProtocolError) as caught:
+        decoder.feed(b"data:")
+    assert str(caught.value) == (
+        "event stream sent a line longer than 4 bytes (5 bytes so far); the stream is refused"
+    )
+    assert decoder.event_type == ""
+
+
+def test_C6_limits_of_one_byte_are_accepted() -> None:
+    decoder = SSEDecoder(max_line_bytes=1, max_event_bytes=1)
+    assert decoder.feed(b":\n") == []
+    assert decoder.max_line_bytes == decoder.max_event_bytes == 1
 
 
 def test_C6_pending_line_exactly_at_limit_passes() -> None:
@@ -580,22 +620,28 @@ def test_C6_failed_feed_delivers_nothing_and_restores_cursor() -> None:
         decoder.feed(b"id:2\ndata:b\n\nretry:5\ndata:123456789\n")
     assert decoder.last_event_id == "1"
     assert decoder.reconnection_time is None
-    with pytest.raises(RuntimeError, match="failed"):
+    with pytest.raises(RuntimeError, match=r"^this SSEDecoder is failed; use a new one$"):
         decoder.feed(b"data:c\n\n")
     decoder.close()  # still allowed: the caller's cleanup path
 
 
+_NO_NUL_CR_LF = r"^last_event_id must not contain NUL, CR or LF$"
+
+
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        pytest.param({"max_line_bytes": 0}, id="zero-line"),
-        pytest.param({"max_event_bytes": -1}, id="negative-event"),
-        pytest.param({"last_event_id": "a\0b"}, id="nul-seed"),
-        pytest.param({"last_event_id": "a\nb"}, id="lf-seed"),
+        pytest.param({"max_line_bytes": 0}, r"^max_line_bytes must be at least 1, got 0$", id="0"),
+        pytest.param(
+            {"max_event_bytes": -1}, r"^max_event_bytes must be at least 1, got -1$", id="negative"
+        ),
+        pytest.param({"last_event_id": "a\0b"}, _NO_NUL_CR_LF, id="nul-seed"),
+        pytest.param({"last_event_id": "a\nb"}, _NO_NUL_CR_LF, id="lf-seed"),
+        pytest.param({"last_event_id": "a\rb"}, _NO_NUL_CR_LF, id="cr-seed"),
     ],
 )
-def test_C6_bad_arguments(kwargs: dict[str, int | str]) -> None:
-    with pytest.raises(ValueError, match="must"):
+def test_C6_bad_arguments(kwargs: dict[str, int | str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         SSEDecoder(**kwargs)  # type: ignore[arg-type]
 
 
@@ -616,7 +662,13 @@ def test_repr_shows_no_stream_content() -> None:
         ("text/event-stream;charset=windows-1252", True),
         ("Text/Event-Stream", True),
         (" text/event-stream ;x=y", True),
+        ("\ttext/event-stream\r\n", True),
         ("text/event-streams", False),
+        # Only HTTP whitespace is trimmed, not VT, FF or NBSP; nor any letter.
+        ("text/event-stream\x0b", False),
+        ("\x0ctext/event-stream", False),
+        ("text/event-stream\u00a0", False),
+        ("text/event-streamX", False),
         ("text/plain", False),
         ("application/json", False),
         ("text/event-stream, text/html", False),
@@ -673,6 +725,13 @@ def test_a_final_event_cut_off_by_the_end_of_the_stream_is_dispatched(body: byte
     assert decoder.close() == []
 
 
+def test_a_final_event_whose_cut_off_data_is_too_large_is_dropped() -> None:
+    decoder = SSEDecoder(max_event_bytes=4, final_events={"ended"})
+    assert decoder.feed(b"event: ended\ndata: 12345") == []
+    assert decoder.close() == []
+    assert decoder.event_type == ""
+
+
 def test_a_cut_off_block_of_another_type_is_still_dropped() -> None:
     decoder = SSEDecoder(final_events={"ended"})
     assert decoder.feed(b"event: ended\nevent: ping\ndata: x") == []
@@ -684,6 +743,14 @@ def test_event_type_shows_the_block_being_built() -> None:
     decoder.feed(b"event: ended\nda")
     assert decoder.event_type == "ended"
     decoder.feed(b"ta: {}\n\n")
+    assert decoder.event_type == ""
+    # A block without data dispatches nothing, and its type is gone all the same.
+    assert decoder.feed(b"event: ping\n") == []
+    assert decoder.event_type == "ping"
+    assert decoder.feed(b"\n") == []
+    assert decoder.event_type == ""
+    decoder.feed(b"event: ended\n")
+    decoder.close()
     assert decoder.event_type == ""
 
 
@@ -721,5 +788,8 @@ def test_feed_slices_bounds_each_step_of_a_huge_chunk() -> None:
 
 def test_feed_slices_of_an_empty_chunk_is_one_empty_step() -> None:
     assert list(SSEDecoder().feed_slices(b"")) == [[]]
+    assert list(SSEDecoder().feed_slices(b"", slice_bytes=1)) == [[]]
+    assert list(SSEDecoder().feed_slices(b":", slice_bytes=1)) == [[]]
+    assert list(SSEDecoder().feed_slices(b"data:x\n\n", slice_bytes=9)) == [[ev("x")]]
     with pytest.raises(ValueError, match="slice_bytes"):
         list(SSEDecoder().feed_slices(b"x", slice_bytes=0))

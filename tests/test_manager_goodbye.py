@@ -1,0 +1,543 @@
+"""The goodbye's promises, each asserted on its own, at exact virtual times.
+
+``test_manager.py`` runs the goodbye through ``open_connection_manager``; the
+tests here call :meth:`ConnectionManager.announce_exits` and
+:func:`serve_connection_manager` directly, so a promise the block's own
+shielded scope would keep for them (shielding, closing, the report's ids) is
+seen to be kept by the method that makes it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio import (
+    AgentSession,
+    ConnectionManager,
+    EventKind,
+    ExitAnnouncement,
+    HolderEvent,
+    HolderStatus,
+    HoldPolicy,
+    ProcessConnector,
+    RoomClient,
+    SSEConnector,
+    StreamNews,
+    open_connection_manager,
+    serve_connection_manager,
+)
+from letagents_trio.testing import FakeRoom, ProcessMode
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from trio.testing import MockClock
+
+EXIT_PATH = re.compile(r"/rooms/.+/agent-sessions/[^/]+/process/exit")
+
+
+def report_of(manager: ConnectionManager) -> tuple[ExitAnnouncement, ...] | None:
+    """The manager's exit report, read afresh (it changes)."""
+    return manager.exit_report
+
+
+async def open_holders(manager: ConnectionManager, sessions: list[AgentSession]) -> list[str]:
+    """Hold every session until its stream is open and named; return the connection ids."""
+    holders = [manager.hold(s) for s in sessions]
+    for holder in holders:
+        await holder.wait_status(HolderStatus.OPEN)
+    await trio.testing.wait_all_tasks_blocked()  # the open events name them
+    ids = [holder.connection_id for holder in holders]
+    assert None not in ids
+    return [i for i in ids if i is not None]
+
+
+async def test_announce_exits_is_shielded_from_a_cancelled_caller(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.exit_delay = 0.5
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        [connection_id] = await open_holders(manager, [session])
+        report: tuple[ExitAnnouncement, ...] | None = None
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            report = await manager.announce_exits()
+            await trio.lowlevel.checkpoint()  # the caller's cancellation, delivered now
+        assert scope.cancelled_caught
+        assert trio.current_time() == 0.5
+    assert report == (
+        ExitAnnouncement(
+            session_id=session.session_id,
+            connection_id=connection_id,
+            recorded=True,
+            error=None,
+            finished_at=0.5,
+        ),
+    )
+    assert [(e.session_id, e.process_connection_id) for e in fake_room.exits] == [
+        (session.session_id, connection_id)
+    ]
+
+
+async def test_the_manager_is_closing_during_the_goodbye_and_holds_nothing_after(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(2)]
+    late = await fake_room.add_worker(display_name="Late")
+    held = fake_room.on("POST", EXIT_PATH).hold(times=None)
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        await open_holders(manager, sessions)
+        assert not manager.statistics().closing
+        assert report_of(manager) is None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.announce_exits)
+            await held.wait_held(2)
+            stats = manager.statistics()
+            assert stats.closing
+            assert stats.holders == 0
+            assert dict(stats.by_status) == dict.fromkeys(HolderStatus, 0)
+            assert dict(manager.holders) == {}
+            assert manager.exit_report is not None
+            assert "closing=True" in repr(manager)
+            with pytest.raises(
+                trio.ClosedResourceError, match=r"^the connection manager is shutting down$"
+            ):
+                manager.hold(late)
+            await trio.sleep(1)
+            held.release()
+    assert trio.current_time() == 1
+    stats = manager.statistics()
+    assert (stats.closing, stats.holders) == (True, 0)
+    assert dict(manager.holders) == {}
+    assert manager.exit_report is not None
+    assert [(a.recorded, a.error, a.finished_at) for a in manager.exit_report] == [
+        (True, None, 1),
+        (True, None, 1),
+    ]
+    assert late.session_id not in {e.session_id for e in fake_room.exits}
+
+
+async def test_by_status_counts_every_holder_in_each_status(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(3)]
+    refused = await fake_room.add_worker(display_name="Refused")
+    fake_room.set_process_mode(ProcessMode.REFUSED, refused.session_id)
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        await open_holders(manager, sessions)
+        await manager.hold(refused).wait_status(HolderStatus.WAITING)
+        stats = manager.statistics()
+        assert stats.holders == 4
+        assert dict(stats.by_status) == {
+            **dict.fromkeys(HolderStatus, 0),
+            HolderStatus.OPEN: 3,
+            HolderStatus.WAITING: 1,
+        }
+        assert stats.events_dropped == 0
+        assert not stats.closing
+        assert repr(manager) == "<ConnectionManager holders=4 closing=False>"
+
+
+async def test_a_subscription_ends_with_its_block(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        with manager.subscribe(math.inf) as events:
+            pass
+        holder = manager.hold(session)
+        await holder.wait_status(HolderStatus.OPEN)
+        with pytest.raises(trio.EndOfChannel):
+            await events.receive()
+        # Nobody listens any more: nothing is counted as dropped.
+        assert manager.statistics().events_dropped == 0
+
+
+async def test_an_unreachable_room_at_exit_is_reported_as_unreachable(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.on("POST", EXIT_PATH).drop_before_commit()
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        [connection_id] = await open_holders(manager, [session])
+        with manager.subscribe(math.inf) as events:
+            await trio.sleep(2)
+            report = await manager.announce_exits()
+            exits = [e for e in _drain(events) if e.kind is EventKind.EXIT]
+    assert report == (
+        ExitAnnouncement(
+            session_id=session.session_id,
+            connection_id=connection_id,
+            recorded=None,
+            error="unreachable",
+            finished_at=2,
+        ),
+    )
+    assert exits == [
+        HolderEvent(
+            time=2,
+            session_id=session.session_id,
+            kind=EventKind.EXIT,
+            connection_id=connection_id,
+            detail="unreachable",
+        )
+    ]
+
+
+async def test_a_refused_exit_is_reported_with_its_status(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.on("POST", EXIT_PATH).respond(503, {"error": "busy"})
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        [connection_id] = await open_holders(manager, [session])
+        report = await manager.announce_exits()
+    assert [(a.connection_id, a.recorded, a.error) for a in report] == [
+        (connection_id, None, "HTTP 503")
+    ]
+
+
+async def test_deadline_entries_name_each_session_and_its_connection(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    opened = await fake_room.add_worker(display_name="Open")
+    unknown = await fake_room.add_worker(display_name="Unknown")
+    fake_room.set_process_mode(ProcessMode.UNKNOWN, unknown.session_id)
+    fake_room.black_hole_exits = True
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        [connection_id] = await open_holders(manager, [opened])
+        await manager.hold(unknown).wait_status(HolderStatus.WAITING)
+        await trio.sleep(3)
+        with manager.subscribe(math.inf) as events:
+            report = await manager.announce_exits()
+            assert [e for e in _drain(events) if e.kind is EventKind.EXIT] == []
+    assert sorted(report, key=lambda a: a.session_id) == sorted(
+        [
+            ExitAnnouncement(
+                session_id=opened.session_id,
+                connection_id=connection_id,
+                recorded=None,
+                error="deadline",
+                finished_at=4.5,
+            ),
+            ExitAnnouncement(
+                session_id=unknown.session_id,
+                connection_id=None,
+                recorded=None,
+                error="deadline",
+                finished_at=4.5,
+            ),
+        ],
+        key=lambda a: a.session_id,
+    )
+
+
+def _drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
+    out = []
+    while True:
+        try:
+            out.append(events.receive_nowait())
+        except trio.WouldBlock:
+            return out
+
+
+# --- serve_connection_manager passes each option on ------------------------------------
+
+
+class RecordingConnector:
+    """SSE, with a log of what the manager asked of it."""
+
+    def __init__(self, inner: ProcessConnector) -> None:
+        self.inner = inner
+        self.log: list[str] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        self.log.append(f"open {session.session_id}")
+        async with self.inner.open(session) as news:
+            yield news
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        self.log.append(f"exit {session.session_id}")
+        return await self.inner.announce_exit(session, connection_id)
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        self.log.append(f"goodbye {session.session_id}")
+        return await self.inner.goodbye(session, connection_id, stop)
+
+
+class RecordingState:
+    """State hooks that say every session is someone else's."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    async def mark_ended(self, session: AgentSession) -> None:
+        await trio.lowlevel.checkpoint()
+        self.log.append(f"ended {session.session_id}")
+
+    async def is_still_ours(self, session: AgentSession) -> bool:
+        await trio.lowlevel.checkpoint()
+        self.log.append(f"ours? {session.session_id}")
+        return False
+
+
+async def test_serve_connection_manager_passes_each_option_on(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    sid = session.session_id
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+    fake_room.black_hole_exits = True
+    policy = HoldPolicy(exit_deadline=2.5)
+    state = RecordingState()
+    async with fake_room.client() as client:
+        connector = RecordingConnector(SSEConnector(client))
+        async with trio.open_nursery() as nursery:
+            manager = await nursery.start(
+                partial(
+                    serve_connection_manager,
+                    client,
+                    policy=policy,
+                    state=state,
+                    connector=connector,
+                    owner_mode=True,
+                )
+            )
+            assert manager.policy is policy
+            holder = manager.hold(session)
+            # Refused, then asked: the state's hook says not ours, so it stops.
+            await holder.wait_status(HolderStatus.STOPPED)
+            assert state.log == [f"ours? {sid}"]
+            fake_room.set_process_mode(ProcessMode.SERVED)
+            await manager.hold(session).wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+            nursery.cancel_scope.cancel()
+        # The black-holed exit ends at this policy's deadline.
+        assert trio.current_time() == 1 + 2.5
+    assert connector.log == [f"open {sid}", f"open {sid}", f"goodbye {sid}"]
+
+
+async def test_serve_connection_manager_passes_owner_mode_on(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, trio.open_nursery() as nursery:
+        manager = await nursery.start(partial(serve_connection_manager, client, owner_mode=False))
+        assert not manager.is_eligible(session)
+        nursery.cancel_scope.cancel()
+    fresh = await fake_room.add_worker(display_name="Fresh")
+    async with fake_room.client() as client, trio.open_nursery() as nursery:
+        manager = await nursery.start(serve_connection_manager, client)
+        assert manager.is_eligible(fresh)
+        assert manager.policy == HoldPolicy()
+        nursery.cancel_scope.cancel()
+
+
+# --- exceptions leaving the block --------------------------------------------------------
+
+
+async def _fail_on(go: trio.Event, exc: Exception) -> None:
+    await go.wait()
+    raise exc
+
+
+async def embedders_nursery_failing(client: RoomClient, *failures: Exception) -> None:
+    """A block with a nursery of the embedder's whose tasks all fail at once.
+
+    They wake together: each raises before a cancel can reach the others.
+    """
+    go = trio.Event()
+    async with open_connection_manager(client), trio.open_nursery() as nursery:
+        nursery.start_soon(trio.sleep_forever)
+        for failure in failures:
+            nursery.start_soon(_fail_on, go, failure)
+        await trio.testing.wait_all_tasks_blocked()
+        go.set()
+
+
+async def test_the_one_failure_of_an_embedders_nursery_leaves_as_itself(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """A nursery of the embedder's inside the block adds a group; one failure is unwrapped."""
+    async with fake_room.client() as client:
+        with pytest.raises(ValueError, match=r"^one$"):
+            await embedders_nursery_failing(client, ValueError("one"))
+
+
+async def test_several_failures_leave_as_a_group_holding_each(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    async with fake_room.client() as client:
+        with pytest.RaisesGroup(
+            pytest.RaisesGroup(
+                pytest.RaisesExc(ValueError, match=r"^one$"),
+                pytest.RaisesExc(KeyError),
+            )
+        ):
+            await embedders_nursery_failing(client, ValueError("one"), KeyError("two"))
+
+
+# --- a session the room ends just as the goodbye begins ----------------------------------
+
+
+class EndingNews:
+    """News that names the connection, then says ``ended`` once ``end`` is set."""
+
+    def __init__(self, end: trio.Event) -> None:
+        self._end = end
+        self._step = 0
+
+    def __aiter__(self) -> EndingNews:
+        return self
+
+    async def __anext__(self) -> StreamNews:
+        self._step += 1
+        if self._step == 1:
+            await trio.lowlevel.checkpoint()
+            return StreamNews(connection_id="conn-1")
+        if self._step == 2:
+            await self._end.wait()
+            return StreamNews(ended=True)
+        await trio.sleep_forever()
+
+
+class EndingConnector:
+    """A stream that names its connection, then says ``ended`` when told to."""
+
+    def __init__(self) -> None:
+        self.end = trio.Event()
+        self.goodbyes: list[str | None] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        await trio.lowlevel.checkpoint()
+        yield EndingNews(self.end)
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        self.goodbyes.append(connection_id)
+        return True
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        await stop()
+        return await self.announce_exit(session, connection_id)
+
+
+async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The holder already holds the ``ended`` news when it is stopped: it ends ENDED,
+    not STOPPED, and the goodbye waits for either, not for the deadline."""
+    session = await fake_room.add_worker()
+    connector = EndingConnector()
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, connector=connector) as manager,
+    ):
+        holder = manager.hold(session)
+        await holder.wait_status(HolderStatus.OPEN)
+        await trio.testing.wait_all_tasks_blocked()
+        connector.end.set()  # the holder has its news, and runs after the goodbye's stop
+        report = await manager.announce_exits()
+        assert trio.current_time() == 0
+        assert holder.status is HolderStatus.ENDED
+    assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
+        ("conn-1", True, None, 0)
+    ]
+    assert connector.goodbyes == ["conn-1"]
+
+
+async def test_a_holder_replaced_by_a_new_token_stops_saying_so(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    rotated = AgentSession(
+        session_id=session.session_id, session_token="another-token", room_id=session.room_id
+    )
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        with manager.subscribe(math.inf) as events:
+            first = manager.hold(session)
+            await first.wait_status(HolderStatus.OPEN)
+            manager.hold(rotated)
+            await first.wait_status(HolderStatus.STOPPED)
+            stopped = [e for e in _drain(events) if e.kind is EventKind.STOPPED]
+    assert stopped == [
+        HolderEvent(
+            time=0,
+            session_id=session.session_id,
+            kind=EventKind.STOPPED,
+            detail="replaced by a new token",
+        )
+    ]
+
+
+async def test_a_websocket_goodbye_stops_its_holder_for_the_process_exit(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The socket is closed by the connector, not by the holder: the manager still
+    stops the holder, and says why."""
+    session = await fake_room.add_worker()
+    policy = HoldPolicy(transport="websocket")
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, policy=policy) as manager,
+    ):
+        with manager.subscribe(math.inf) as events:
+            [connection_id] = await open_holders(manager, [session])
+            holder = manager.holders[session.session_id]
+            await trio.sleep(1)
+            report = await manager.announce_exits()
+            await holder.wait_status(HolderStatus.STOPPED)
+            ends = {
+                (e.time, e.kind, e.connection_id, e.detail)
+                for e in _drain(events)
+                if e.kind in (EventKind.EXIT, EventKind.STOPPED)
+            }
+    assert [(a.connection_id, a.recorded, a.error) for a in report] == [(connection_id, None, None)]
+    assert ends == {
+        (1, EventKind.EXIT, connection_id, "sent over the socket"),
+        (1, EventKind.STOPPED, None, "process exit"),
+    }
+
+
+async def test_one_goodbye_at_a_time_still_names_each_connection(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """``exit_concurrency=1``, the smallest cap: one round trip after another."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(3)]
+    fake_room.exit_delay = 0.25
+    policy = HoldPolicy(exit_concurrency=1)
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, policy=policy) as manager,
+    ):
+        ids = await open_holders(manager, sessions)
+        report = await manager.announce_exits()
+        assert trio.current_time() == 0.75
+    named = dict(zip([s.session_id for s in sessions], ids, strict=True))
+    assert {e.session_id: e.process_connection_id for e in fake_room.exits} == named
+    assert sorted(e.time for e in fake_room.exits) == [0, 0.25, 0.5]
+    assert {(a.session_id, a.connection_id, a.recorded) for a in report} == {
+        (sid, cid, True) for sid, cid in named.items()
+    }

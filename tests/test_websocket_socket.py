@@ -1,0 +1,557 @@
+"""The process socket frame by frame, and what the WebSocket connectors pass on.
+
+``_Socket`` runs here over one end of an in-memory stream pair, with a
+wsproto server ``Connection`` on the other end written and read by the test,
+so every frame the room sends and every byte the client answers is exact:
+pongs, the close echo, the exit frame and its close, size limits on text
+frames, the ids an ``open`` frame may name, and the errors that end a socket.
+Then the connectors: their exit POST, the goodbye's fallback, a bad upgrade
+answer, and the policy each passes on to the streams it opens.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, cast
+
+import pytest
+import trio
+import trio.testing
+from wsproto.connection import Connection, ConnectionType
+from wsproto.events import CloseConnection, Event, Message, Ping, Pong, TextMessage
+
+from letagents_trio import (
+    AgentSession,
+    AttemptRejected,
+    HoldPolicy,
+    Outcome,
+    ProcessConnector,
+    RoomClient,
+    RoomUnreachable,
+    StreamNews,
+    StreamProtocolError,
+)
+from letagents_trio._websocket import (
+    AutoConnector,
+    WebSocketConnector,
+    _accept_value,
+    _Socket,
+    classify_upgrade,
+    connector_for,
+)
+from letagents_trio.testing import FakeRoom, open_streaming_transport
+
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+    from trio.testing import MockClock
+
+    from letagents_trio._http1 import HTTP1Response
+    from letagents_trio.testing._asgi import Receive, Send
+
+PING_INTERVAL = 10.0
+PONG_TIMEOUT = 5.0
+
+
+class Room:
+    """The room's end of one process socket: a wsproto server over the other stream."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.ws = Connection(ConnectionType.SERVER)
+        # Every byte heard, also those after a close frame (which wsproto ignores).
+        self.raw = bytearray()
+
+    async def send(self, *events: Event) -> None:
+        """Send ``events`` in one chunk."""
+        await self.stream.send_all(b"".join(self.ws.send(event) for event in events))
+
+    async def heard(self) -> list[Event]:
+        """What the client has written so far, as events (waits for its first byte)."""
+        await trio.testing.wait_all_tasks_blocked()
+        data = bytes(await self.stream.receive_some())
+        self.raw += data
+        self.ws.receive_data(data)
+        return list(self.ws.events())
+
+
+def open_socket(max_event_bytes: int = 1024) -> tuple[_Socket, Room]:
+    client, server = trio.testing.memory_stream_pair()
+    socket = _Socket(
+        client,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=PING_INTERVAL,
+        pong_timeout=PONG_TIMEOUT,
+        max_event_bytes=max_event_bytes,
+    )
+    return socket, Room(server)
+
+
+def client_frames_length(*events: Event) -> int:
+    """How many bytes a client writes for ``events`` (masks differ, lengths do not)."""
+    return sum(len(Connection(ConnectionType.CLIENT).send(event)) for event in events)
+
+
+def frame(**fields: object) -> TextMessage:
+    return TextMessage(data=json.dumps(fields))
+
+
+# --- what the room's frames say ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sent", "news"),
+    [
+        (frame(event="open", connection_id="c"), StreamNews(connection_id="c")),
+        (frame(event="open", connection_id="c" * 128), StreamNews(connection_id="c" * 128)),
+        (frame(event="open", connection_id="c" * 129), StreamNews()),
+        (frame(event="open", connection_id=""), StreamNews()),
+        (frame(event="open", connection_id="a\nb"), StreamNews()),
+        (frame(event="ping", connection_id="not-an-open"), StreamNews()),
+        (frame(event="ended", connection_id="not-an-open"), StreamNews(ended=True)),
+        (frame(event=7, connection_id="c"), StreamNews()),
+        (TextMessage(data="not json"), StreamNews()),
+        (TextMessage(data="[1, 2]"), StreamNews()),
+        (Ping(), StreamNews()),
+    ],
+    ids=[
+        "one-char",
+        "128-chars",
+        "129-chars",
+        "empty",
+        "unprintable",
+        "other-event",
+        "ended",
+        "not-a-string",
+        "not-json",
+        "not-an-object",
+        "ping",
+    ],
+)
+async def test_each_frame_is_news_and_only_open_names_the_connection(
+    autojump_clock: MockClock, sent: Event, news: StreamNews
+) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(sent)
+        assert await anext(socket) == news
+    assert socket.connection_id == news.connection_id
+
+
+async def test_a_fragmented_open_frame_is_read_whole(autojump_clock: MockClock) -> None:
+    socket, room = open_socket()
+    text = json.dumps({"event": "open", "connection_id": "conn-9"})
+    with trio.fail_after(1):
+        await room.send(Message(data=text[:10], message_finished=False))
+        assert await anext(socket) == StreamNews()
+        await room.send(Message(data=text[10:], message_finished=True))
+        assert await anext(socket) == StreamNews(connection_id="conn-9")
+
+
+async def test_text_frames_up_to_the_limit_pass_one_after_another(
+    autojump_clock: MockClock,
+) -> None:
+    socket, room = open_socket(max_event_bytes=16)
+    with trio.fail_after(1):
+        for _ in range(3):
+            await room.send(TextMessage(data="x" * 16))
+            assert await anext(socket) == StreamNews()
+
+
+@pytest.mark.parametrize(
+    "parts", [["x" * 17], ["x" * 10, "x" * 7], ["x" * 8, "x" * 8, "x"]], ids=["one", "two", "three"]
+)
+async def test_a_text_frame_past_the_limit_is_refused(
+    autojump_clock: MockClock, parts: Sequence[str]
+) -> None:
+    socket, room = open_socket(max_event_bytes=16)
+    with trio.fail_after(1):
+        for part in parts[:-1]:
+            await room.send(Message(data=part, message_finished=False))
+            assert await anext(socket) == StreamNews()
+        await room.send(Message(data=parts[-1], message_finished=True))
+        with pytest.raises(
+            StreamProtocolError, match=r"^a frame on the process socket is too large$"
+        ):
+            await anext(socket)
+
+
+# --- what the client answers ---------------------------------------------------------------
+
+
+async def test_every_ping_is_answered_with_its_pong(autojump_clock: MockClock) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(Ping(payload=b"1"), Ping(payload=b"2"))
+        assert await anext(socket) == StreamNews()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(anext, socket)  # flushes the pongs, then reads
+            assert await room.heard() == [Pong(payload=b"1"), Pong(payload=b"2")]
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("ping_first", [False, True], ids=["close", "ping-then-close"])
+async def test_a_close_from_the_room_is_echoed_and_ends_the_stream_at_once(
+    autojump_clock: MockClock, ping_first: bool
+) -> None:
+    socket, room = open_socket()
+    sent: list[Event] = [Ping(payload=b"p")] if ping_first else []
+    with trio.fail_after(1):
+        await room.send(*sent, CloseConnection(code=1000))
+        assert await anext(socket) == StreamNews()
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)
+        assert trio.current_time() == 0
+        heard = await room.heard()
+    pong: list[Event] = [Pong(payload=b"p")] if ping_first else []
+    assert heard == [*pong, CloseConnection(code=1000, reason="")]
+    assert not await socket.send_exit("conn-1")
+
+
+async def test_a_room_that_hangs_up_without_a_close_ends_the_stream(
+    autojump_clock: MockClock,
+) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(frame(event="open", connection_id="conn-1"))
+        assert await anext(socket) == StreamNews(connection_id="conn-1")
+        await room.stream.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)
+        assert trio.current_time() == 0
+    assert not await socket.send_exit("conn-1")
+
+
+async def test_the_exit_goes_as_one_compact_frame_and_a_normal_close(
+    autojump_clock: MockClock,
+) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        assert await socket.send_exit("conn-1")
+        assert await room.heard() == [
+            TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
+            CloseConnection(code=1000, reason=""),
+        ]
+        assert not await socket.send_exit("conn-1")
+
+
+async def test_no_pong_follows_the_exit_frame(autojump_clock: MockClock) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(60):
+        await room.send(Ping(payload=b"late"))
+        assert await anext(socket) == StreamNews()  # the pong waits for the next read
+        assert await socket.send_exit(None)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(anext, socket)
+            assert await room.heard() == [
+                TextMessage(data='{"event":"exit","process_connection_id":null}'),
+                CloseConnection(code=1000, reason=""),
+            ]
+            # The reader, silent past its ping interval, only waits to be stopped.
+            await trio.sleep(PING_INTERVAL + PONG_TIMEOUT + 1)
+            nursery.cancel_scope.cancel()
+    # Nothing after the close frame either (wsproto would not show a pong there).
+    assert len(room.raw) == client_frames_length(
+        TextMessage(data='{"event":"exit","process_connection_id":null}'),
+        CloseConnection(code=1000),
+    )
+
+
+async def test_an_exit_on_a_broken_socket_is_not_sent(autojump_clock: MockClock) -> None:
+    socket, room = open_socket()
+    await room.stream.aclose()
+    with trio.fail_after(1):
+        assert not await socket.send_exit("conn-1")
+
+
+# --- what ends a socket ----------------------------------------------------------------------
+
+
+async def test_a_silent_room_is_pinged_then_dropped_saying_why(autojump_clock: MockClock) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(60):
+        with pytest.raises(
+            RoomUnreachable, match=r"^process socket: no pong within the pong timeout$"
+        ):
+            await anext(socket)
+        assert trio.current_time() == PING_INTERVAL + PONG_TIMEOUT
+        assert await room.heard() == [Ping(payload=b"")]
+
+
+async def test_a_socket_closed_under_the_reader_says_how_it_broke(
+    autojump_clock: MockClock,
+) -> None:
+    socket, _room = open_socket()
+
+    async def close_under_the_reader() -> None:
+        await trio.testing.wait_all_tasks_blocked()
+        assert socket.close()
+
+    with trio.fail_after(1):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(close_under_the_reader)
+            with pytest.raises(
+                RoomUnreachable, match=r"^process socket broke: ClosedResourceError$"
+            ):
+                await anext(socket)
+
+
+async def test_a_pong_to_a_broken_socket_says_how_it_broke(autojump_clock: MockClock) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(Ping())
+        assert await anext(socket) == StreamNews()
+        await room.stream.aclose()
+        with pytest.raises(RoomUnreachable, match=r"^process socket broke: BrokenResourceError$"):
+            await anext(socket)
+
+
+# --- the connectors --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (200, Outcome.UNSUPPORTED),
+        (299, Outcome.UNSUPPORTED),
+        (300, Outcome.REFUSED),
+        (302, Outcome.REFUSED),
+        (499, Outcome.REFUSED),
+        (199, Outcome.REFUSED),
+    ],
+)
+def test_the_edges_of_the_2xx_answers_to_an_upgrade(status: int, outcome: Outcome) -> None:
+    assert classify_upgrade(status) is outcome
+
+
+@pytest.mark.parametrize("connector_type", [WebSocketConnector, AutoConnector])
+async def test_the_connectors_post_the_exit_naming_the_connection(
+    autojump_clock: MockClock, fake_room: FakeRoom, connector_type: type[WebSocketConnector]
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        connector = connector_type(client)
+        assert await connector.announce_exit(session, "conn-x") is False
+    assert [(e.session_id, e.body) for e in fake_room.exits] == [
+        (
+            session.session_id,
+            {
+                "agent_session_id": session.session_id,
+                "agent_session_token": session.session_token,
+                "process_connection_id": "conn-x",
+            },
+        )
+    ]
+
+
+async def test_the_goodbye_without_a_socket_stops_then_posts_the_exit(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    stopped: list[float] = []
+
+    async def stop() -> None:
+        await trio.sleep(1)
+        stopped.append(trio.current_time())
+
+    async with fake_room.client() as client:
+        assert await WebSocketConnector(client).goodbye(session, "conn-y", stop) is False
+    assert stopped == [1]
+    assert [(e.time, e.body["process_connection_id"]) for e in fake_room.exits] == [(1, "conn-y")]
+
+
+class _Answer:
+    """An answer to the upgrade, as :meth:`WebSocketConnector._accepted` reads one."""
+
+    def __init__(self, status: int, accept: str) -> None:
+        self.status = status
+        self._accept = accept
+
+    def header(self, name: str) -> str | None:
+        return self._accept if name.lower() == "sec-websocket-accept" else None
+
+    def detach(self) -> trio.abc.Stream:
+        client, _server = trio.testing.memory_stream_pair()
+        return client
+
+
+async def test_a_101_with_the_wrong_accept_value_is_refused(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    key = base64.b64encode(b"0123456789abcdef")
+    async with fake_room.client() as client:
+        connector = WebSocketConnector(client)
+        answer = cast("HTTP1Response", _Answer(101, _accept_value(key)))
+        assert isinstance(connector._accepted(answer, key), _Socket)
+        with pytest.raises(AttemptRejected) as refused:
+            connector._accepted(cast("HTTP1Response", _Answer(101, "wrong")), key)
+    assert (refused.value.outcome, refused.value.detail) == (Outcome.REFUSED, "bad upgrade answer")
+
+
+# --- each connector gets the policy ------------------------------------------------------------
+
+SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
+LONG = "x" * 1500
+
+
+def long_news_app(*, upgrade: bool) -> Any:
+    """A room whose process stream (socket, or SSE when ``upgrade`` is False) sends 1,500 bytes."""
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            if not upgrade:
+                start = {"type": "websocket.http.response.start", "status": 404, "headers": []}
+                await send(start)
+                await send({"type": "websocket.http.response.body", "body": b""})
+                return
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.send", "text": LONG})
+        else:
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            body = f"data: {LONG}\n\n".encode()
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        while (await receive())["type"] not in ("http.disconnect", "websocket.disconnect"):
+            pass
+
+    return app
+
+
+async def read_all(connector: ProcessConnector, session: AgentSession) -> None:
+    async with connector.open(session) as news:
+        async for _ in news:
+            pass
+
+
+@asynccontextmanager
+async def room_client(app: Any) -> AsyncIterator[RoomClient]:
+    async with (
+        open_streaming_transport(app) as transport,
+        RoomClient("http://room.test", transport=transport) as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("transport", "upgrade"),
+    [("sse", False), ("websocket", True), ("auto", True), ("auto", False)],
+    ids=["sse", "websocket", "auto-websocket", "auto-sse"],
+)
+async def test_each_connector_holds_the_stream_to_the_policys_limit(
+    autojump_clock: MockClock, transport: str, upgrade: bool
+) -> None:
+    policy = HoldPolicy(transport=transport, max_event_bytes=1024)  # type: ignore[arg-type]
+    with trio.fail_after(10):
+        async with room_client(long_news_app(upgrade=upgrade)) as client:
+            connector = connector_for(client, policy)
+            with pytest.raises(StreamProtocolError):
+                await read_all(connector, SESSION)
+            if isinstance(connector, AutoConnector):
+                assert connector.uses_sse(SESSION) is not upgrade
+
+
+async def test_the_default_policy_holds_the_same_streams(autojump_clock: MockClock) -> None:
+    with trio.fail_after(10):
+        async with room_client(long_news_app(upgrade=False)) as client:
+            connector = AutoConnector(client)
+            async with connector.open(SESSION) as news:
+                assert await anext(news) == StreamNews()
+            assert connector.uses_sse(SESSION)
+
+
+# --- the exit over a real socket (the write that skips send_all) -------------------------------
+
+
+@asynccontextmanager
+async def socket_over_a_socketpair() -> AsyncIterator[tuple[_Socket, Room]]:
+    a, b = trio.socket.socketpair()
+    client, server = trio.SocketStream(a), trio.SocketStream(b)
+    socket = _Socket(
+        client,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=PING_INTERVAL,
+        pong_timeout=PONG_TIMEOUT,
+        max_event_bytes=1024,
+    )
+    try:
+        yield socket, Room(server)
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()
+            await server.aclose()
+
+
+EXIT_EVENTS = [
+    TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
+    CloseConnection(code=1000, reason=""),
+]
+
+
+async def test_the_exit_over_a_socket_is_written_at_once() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            assert await socket.send_exit("conn-1")
+            assert await room.heard() == EXIT_EVENTS
+            assert not await socket.send_exit("conn-1")
+
+
+async def test_the_exit_over_a_socket_waits_for_another_sender() -> None:
+    sent: list[bool] = []
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                async with socket._send_lock:  # a pong being sent
+                    nursery.start_soon(_send_exit, socket, sent)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert sent == []
+                    with trio.move_on_after(0.1):
+                        await room.stream.receive_some()
+                        pytest.fail("the exit was written while another sender held the socket")
+            assert sent == [True]
+            assert await room.heard() == EXIT_EVENTS
+
+
+async def _send_exit(socket: _Socket, sent: list[bool]) -> None:
+    sent.append(await socket.send_exit("conn-1"))
+
+
+async def test_the_exit_to_a_closed_socket_is_not_sent() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        await room.stream.aclose()
+        with trio.fail_after(5):
+            assert not await socket.send_exit("conn-1")
+
+
+async def test_the_exit_to_a_full_socket_goes_out_whole() -> None:
+    """The kernel takes part of the frames at once; the rest waits for room."""
+    async with socket_over_a_socketpair() as (socket, room):
+        client = socket._stream
+        assert isinstance(client, trio.SocketStream)
+        filler = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                filler += os.write(client.socket.fileno(), b"f" * 4096)
+        sent: list[bool] = []
+        received = bytearray()
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_send_exit, socket, sent)
+                await trio.testing.wait_all_tasks_blocked()
+                assert sent == []  # the socket was full: the rest waits for room
+                while len(received) < filler:
+                    received += await room.stream.receive_some()
+            assert sent == [True]
+            events: list[Event] = []
+            room.ws.receive_data(bytes(received[filler:]))
+            events += room.ws.events()
+            while len(events) < 2:
+                room.ws.receive_data(bytes(await room.stream.receive_some()))
+                events += room.ws.events()
+        assert received[:filler] == b"f" * filler
+        assert events == EXIT_EVENTS
