@@ -43,6 +43,7 @@ STARTABLES = ",".join(
         "_serve",
         "_run_process",
         "_run_hypercorn",
+        "serve_hypercorn",
         "_holders_nursery",
     )
 )

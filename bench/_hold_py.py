@@ -5,11 +5,15 @@ RoomClient, one open_connection_manager, and SIGTERM/SIGINT handled with
 trio.open_signal_receiver cancelling the scope around the manager (whose block
 then closes every stream and announces every exit within the exit deadline).
 
-    python bench/_hold_py.py --api URL --room R --sessions N [--jitter J]
-        [--wait-go] [--tracemalloc FILE] [--census FILE] [--cprofile-dir DIR] [--gc-freeze]
+    python bench/_hold_py.py --api URL (--room R --sessions N | --sessions-file FILE)
+        [--jitter J] [--transport T] [--wait-go] [--tracemalloc FILE] [--census FILE]
+        [--cprofile-dir DIR] [--gc-freeze]
 
-Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them. One
-JSON line per event on stdout:
+Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them, or
+the sessions a room registered: ``--sessions-file`` names a JSON list of the
+room's registration answers (``session_id``, ``session_token``, ``room_id``),
+a file only its owner may read (mode 0600; tokens never go on a command line).
+One JSON line per event on stdout:
 
     {"event":"ready"}                      with --wait-go: waiting for a line on stdin
     {"event":"holding","n":N}              every session handed to the manager
@@ -84,7 +88,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--api", required=True)
     parser.add_argument("--room", default="bench/room")
-    parser.add_argument("--sessions", type=int, required=True)
+    parser.add_argument("--sessions", type=int, default=None, help="session_1..N")
+    parser.add_argument(
+        "--sessions-file",
+        type=Path,
+        default=None,
+        help="a 0600 JSON list of registered sessions (id, token, room), instead of --sessions",
+    )
     parser.add_argument("--jitter", type=float, default=0.0)
     parser.add_argument("--open-timeout", type=float, default=300.0)
     parser.add_argument("--wait-go", action="store_true")
@@ -102,7 +112,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="gc.freeze() once every stream is open (an embedder's mitigation, for comparison)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if (args.sessions is None) == (args.sessions_file is None):
+        parser.error("give exactly one of --sessions and --sessions-file")
+    # Read before trio starts: a file read is blocking.
+    args.registered = None if args.sessions_file is None else read_sessions(args.sessions_file)
+    return args
+
+
+def read_sessions(path: Path) -> list[AgentSession]:
+    """The registered sessions in ``path``, which no one but its owner may read."""
+    if path.stat().st_mode & 0o077:
+        raise SystemExit(f"{path} holds session tokens: it must be mode 0600")
+    return [AgentSession.from_json(item) for item in json.loads(path.read_text())]
 
 
 async def cancel_on_signal(scope: trio.CancelScope, signalled: list[float]) -> None:
@@ -151,15 +173,17 @@ def census(path: Path, count: int) -> None:
 
 
 async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None:
-    sessions = [
-        AgentSession(
-            session_id=f"session_{i}",
-            session_token=f"tok_{i}",
-            room_id=args.room,
-            session_kind="worker",
-        )
-        for i in range(1, args.sessions + 1)
-    ]
+    sessions: list[AgentSession] | None = args.registered
+    if sessions is None:
+        sessions = [
+            AgentSession(
+                session_id=f"session_{i}",
+                session_token=f"tok_{i}",
+                room_id=args.room,
+                session_kind="worker",
+            )
+            for i in range(1, args.sessions + 1)
+        ]
     profile = cProfile.Profile() if args.cprofile_dir else None
     if args.tracemalloc:
         tracemalloc.start(25)

@@ -6,6 +6,9 @@
   it is gone is an event, and its total CPU comes from the kernel's rusage).
 * :class:`Room` is a fresh ``fastroom.mjs`` (the Node fake room) with its
   ``/_status`` and ``/_control``; it can be restarted on the same port.
+* :func:`settled` reads a room's counters until they stop moving.
+* :func:`private_file` writes a file only its owner can read (tokens go there,
+  never on a command line).
 
 Every wait here is bounded; every child is killed and reaped in ``finally``.
 Only 127.0.0.1 is ever targeted.
@@ -21,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,9 @@ __all__ = [
     "Room",
     "child_env",
     "client_argv",
+    "private_file",
     "raise_nofile",
+    "settled",
     "stopped_by_signals",
     "wait_quiet",
 ]
@@ -148,19 +153,33 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def client_argv(client: str, url: str, sessions: int, *, jitter: float = 0.0) -> list[str]:
+def client_argv(
+    client: str,
+    url: str,
+    sessions: int,
+    *,
+    jitter: float = 0.0,
+    sessions_file: Path | None = None,
+) -> list[str]:
     """The command that holds ``sessions`` sessions with ``client``.
 
     ``node``: hold.mjs; ``py``: _hold_py.py; ``py-ws``: _hold_py.py over the
     WebSocket form; ``py-freeze``: _hold_py.py calling gc.freeze() once every
-    stream is open (what an embedder could do today).
+    stream is open (what an embedder could do today). With ``sessions_file``
+    (Python clients only), the sessions a room registered, read from that 0600
+    file, instead of session_1..N.
     """
     if client == "node":
         if NODE is None:
             raise RuntimeError("node is not installed")
+        if sessions_file is not None:
+            raise ValueError("hold.mjs holds session_1..N only")
         return [NODE, str(HOLD_MJS), "--room", ROOM_ID, "--sessions", str(sessions), "--api", url]
-    argv = [sys.executable, str(HOLD_PY), "--api", url, "--room", ROOM_ID]
-    argv += ["--sessions", str(sessions), "--jitter", str(jitter)]
+    argv = [sys.executable, str(HOLD_PY), "--api", url, "--jitter", str(jitter)]
+    if sessions_file is None:
+        argv += ["--room", ROOM_ID, "--sessions", str(sessions)]
+    else:
+        argv += ["--sessions-file", str(sessions_file)]
     if client == "py-freeze":
         argv.append("--gc-freeze")
     elif client == "py-ws":
@@ -168,6 +187,33 @@ def client_argv(client: str, url: str, sessions: int, *, jitter: float = 0.0) ->
     elif client != "py":
         raise ValueError(f"unknown client {client!r}")
     return argv
+
+
+def private_file(path: Path, text: str) -> Path:
+    """Write ``text`` to a new file at ``path`` that only its owner may read (mode 0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    return path
+
+
+async def settled(
+    read: Callable[[], Awaitable[Mapping[str, Any]]],
+    keys: Sequence[str],
+    *,
+    quiet: float = 0.3,
+    within: float = 5.0,
+) -> Mapping[str, Any]:
+    """``read()`` once its ``keys`` stopped moving for ``quiet`` s (at most ``within`` s)."""
+    status = await read()
+    with trio.move_on_after(within):
+        while True:
+            await trio.sleep(quiet)
+            again = await read()
+            if all(again[k] == status[k] for k in keys):
+                return again
+            status = again
+    return status
 
 
 def _read_proc(pid: int, name: str) -> str | None:
@@ -399,15 +445,6 @@ class Room:
                 await trio.sleep(interval)
         return None
 
-    async def settled_status(self, *, quiet: float = 0.3, within: float = 5.0) -> dict[str, Any]:
-        """/_status once its exit counters stopped moving for ``quiet`` s (at most ``within``)."""
-        status = await self.status()
-        with trio.move_on_after(within):
-            while True:
-                await trio.sleep(quiet)
-                again = await self.status()
-                keys = ("exits", "exits_matched", "exits_answered")
-                if all(again[k] == status[k] for k in keys):
-                    return again
-                status = again
-        return status
+    async def settled_status(self) -> Mapping[str, Any]:
+        """/_status once its exit counters stopped moving (:func:`settled`)."""
+        return await settled(self.status, ("exits", "exits_matched", "exits_answered"))

@@ -18,13 +18,14 @@ import sys
 import time
 
 import trio
-from bench_room_streams import TOKEN, register_many, start_room
+from _refroom import register_many
+from bench_room_streams import TOKEN, start_room
 
 from letagents_trio import AgentSession, HolderStatus, RoomClient, open_connection_manager
 
 
 async def one_level(url: str, count: int) -> None:
-    sessions = [AgentSession.from_json(s) for s in await register_many(url, 0, count)]
+    sessions = [AgentSession.from_json(s) for s in await register_many(url, 0, count, token=TOKEN)]
     async with RoomClient(url, owner_token=TOKEN) as client:
         async with open_connection_manager(client, owner_mode=True) as manager:
             started = time.perf_counter()

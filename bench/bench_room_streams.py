@@ -24,17 +24,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import trio
+from _refroom import LOGIN, ROOM_SIZE, register_many
 
 TOKEN = "bench-owner-token"
-ROOM_SIZE = 100
 OPEN_CONCURRENCY = 100
-REGISTER_CONCURRENCY = 16
 
 
 def rss_mib(pid: int) -> float:
@@ -61,14 +58,12 @@ async def start_room() -> tuple[trio.Process, str]:
         "--memory",
         "--port",
         "0",
-        "--owner-token",
-        f"{TOKEN}=bench",
         "--log-level",
         os.environ.get("BENCH_ROOM_LOG_LEVEL", "WARNING"),
     ]
-    process = await trio.lowlevel.open_process(
-        command, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1")
-    )
+    # The owner token goes in the environment, never on the command line.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", LETAGENTS_ROOM_OWNER_TOKENS=f"{TOKEN}={LOGIN}")
+    process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, env=env)
     assert process.stderr is not None
     seen = b""
     while b"letagents room on " not in seen or not seen.endswith(b"\n"):
@@ -78,35 +73,6 @@ async def start_room() -> tuple[trio.Process, str]:
         seen += chunk
     url = seen.split(b"letagents room on ", 1)[1].split(b"\n", 1)[0].decode()
     return process, url
-
-
-async def register_many(url: str, start: int, count: int) -> list[dict[str, Any]]:
-    sessions: list[dict[str, Any]] = [{} for _ in range(count)]
-    limiter = trio.CapacityLimiter(REGISTER_CONCURRENCY)
-    async with httpx2.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
-    ) as client:
-
-        async def one(i: int) -> None:
-            async with limiter:
-                instance = "worker_" + uuid.uuid4().hex
-                body = {
-                    "actor_key": f"bench/{instance}",
-                    "agent_instance_id": instance,
-                    "display_name": f"Bench{start + i}",
-                    "session_kind": "worker",
-                    "process_host_id": "bench-host",
-                    "connection_token": uuid.uuid4().hex + uuid.uuid4().hex,
-                }
-                room = f"bench_{(start + i) // ROOM_SIZE}"
-                r = await client.post(f"/rooms/{room}/agent-sessions", json=body)
-                r.raise_for_status()
-                sessions[i] = r.json()
-
-        async with trio.open_nursery() as nursery:
-            for i in range(count):
-                nursery.start_soon(one, i)
-    return sessions
 
 
 class Holder:
@@ -163,7 +129,7 @@ async def main(levels: list[int]) -> None:
                 held = 0
                 for level in levels:
                     t0 = time.perf_counter()
-                    sessions = await register_many(url, held, level - held)
+                    sessions = await register_many(url, held, level - held, token=TOKEN)
                     t1 = time.perf_counter()
                     async with trio.open_nursery() as opener:
                         for session in sessions:

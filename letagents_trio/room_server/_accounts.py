@@ -9,6 +9,10 @@ A call with session credentials is authenticated by :meth:`Accounts.authenticate
 session id and token must name a live session of the room, and, for agent
 write actions, a worker session. Being authenticated is the agent being heard
 (§2.2 step 7): ``last_seen_at`` and ``agent_heard_at`` move to now.
+
+A room's admins (:meth:`Accounts.room_admin`) are the people behind the room's
+owner-only routes: with dev auth and no memberships, the accounts that own a
+session (live or ended) in the room, calling with their owner bearer.
 """
 
 from __future__ import annotations
@@ -126,6 +130,26 @@ class Accounts:
             return refusal.reply
         self._agents.setdefault(account.login, {})[agent["name"]] = agent
         return Reply(status=200, body=agent)
+
+    def room_admin(self, room_id: str, owner_token: str | None, refusal: str) -> Account:
+        """The person calling, if they are one of the room's admins; else refuse.
+
+        With dev auth there are no memberships: a room's admins are the accounts
+        that own at least one session (live or ended) in it.
+
+        Args:
+            room_id: the room (its existence is the caller's check).
+            owner_token: the bearer token; a missing or unknown one is 401.
+            refusal: the 403 text for a known account that is not an admin.
+        """
+        account = self.owner(owner_token)
+        if account is None:
+            refuse(401, OWNER_AUTH_TEXT)
+        if not any(
+            row.owner_account_id == account.account_id for row in self.store.room_sessions(room_id)
+        ):
+            refuse(403, refusal)
+        return account
 
     def require_room(self, room_id: str) -> None:
         """Refuse 404 unless the room exists (it does from its first registration on)."""

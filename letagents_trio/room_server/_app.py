@@ -352,6 +352,9 @@ def _routes(room: Room) -> tuple[_Route, ...]:
     async def poll(r: _Request) -> Reply | None:
         return await _poll(room, r)
 
+    def process_statistics(r: _Request) -> Reply:
+        return room.process_statistics(r.params["room"], r.credentials().owner_token)
+
     def get_guidelines(r: _Request) -> Reply:
         return room.room_guidelines(r.params["room"], r.credentials())
 
@@ -384,6 +387,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/messages", {"GET": list_messages, "POST": send_message}),
         _Route("/rooms/{room+}/messages/poll", {"GET": poll}),
         _Route("/rooms/{room+}/agent-guidelines", {"GET": get_guidelines, "PUT": put_guidelines}),
+        _Route("/rooms/{room+}/process-statistics", {"GET": process_statistics}),
         _Route("/rooms/{room+}/tasks", {"POST": create_task}),
         _Route("/rooms/{room+}/tasks/{task}/leases", {"POST": take_lease}),
         _Route("/rooms/{room+}/leases/{lease}/release", {"POST": release_lease}),

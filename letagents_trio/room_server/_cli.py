@@ -4,6 +4,7 @@
 
     letagents-trio room [--host 127.0.0.1] [--port 3001] [--db PATH | --memory]
                         [--owner-tokens-file PATH] [--owner-token TOKEN=LOGIN]...
+                        [--max-silent-connections N]
 
 Rooms, sessions, messages and leases live in a SQLite file (``--db``, default
 ``~/.letagents/room.sqlite3``) so a restart keeps them; ``--memory`` keeps
@@ -30,9 +31,10 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
+import attrs
 import trio
 
-from ._config import RoomConfig
+from ._config import MAX_SILENT_CONNECTIONS, RoomConfig
 from ._owner_tokens import (
     OWNER_TOKENS_ENV,
     OwnerTokensError,
@@ -59,6 +61,13 @@ def _owner_token(value: str) -> tuple[str, str]:
     if pair is None:
         raise argparse.ArgumentTypeError("expected TOKEN=LOGIN (a login has no '/')")
     return pair
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("expected a positive integer")
+    return number
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=(
             "read owner tokens from PATH: one TOKEN=LOGIN per line, # comments; refused"
             " unless it is yours and mode 0600"
+        ),
+    )
+    parser.add_argument(
+        "--max-silent-connections",
+        type=_positive,
+        default=MAX_SILENT_CONNECTIONS,
+        metavar="N",
+        help=(
+            "connections kept at most without a request; one more closes the oldest"
+            f" (default {MAX_SILENT_CONNECTIONS}; held process streams never count)"
         ),
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")
@@ -163,7 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             path.parent.chmod(DB_FOLDER_MODE)
         store = SQLiteStore(path)
         sys.stderr.write(f"room database: {path}\n")
-    room = Room(store=store, owner_tokens=owner_tokens, config=RoomConfig.from_env())
+    config = attrs.evolve(RoomConfig.from_env(), max_silent_connections=args.max_silent_connections)
+    room = Room(store=store, owner_tokens=owner_tokens, config=config)
     try:
         trio.run(_run, room, args.host, args.port)
     finally:

@@ -32,6 +32,7 @@ __all__ = [
     "LIVENESS_SWEEP_INTERVAL",
     "MAX_BODY_BYTES",
     "MAX_PENDING_BODIES",
+    "MAX_SILENT_CONNECTIONS",
     "RoomConfig",
 ]
 
@@ -49,6 +50,13 @@ BODY_TIMEOUT: Final = 10.0
 # headers, so a legitimate request is counted for a moment only; completed
 # requests (process streams, polls) are never counted.
 MAX_PENDING_BODIES: Final = 256
+# Connections that have not sent a request head (new, or idle between two
+# requests), at most: one more closes the oldest, so idle attackers cannot take
+# every file descriptor. A client sends its request right after connecting, so
+# a legitimate one is counted for a moment only; with the bodies' cap, attackers
+# hold at most 512 descriptors, half the common default limit of 1,024. Held
+# process streams, polls and bodies are never counted.
+MAX_SILENT_CONNECTIONS: Final = 256
 
 
 @final
@@ -70,6 +78,9 @@ class RoomConfig:
         body_timeout: seconds a request body may take to arrive (408 after).
         max_pending_bodies: request bodies that may be arriving at once; one
             more evicts the oldest (503).
+        max_silent_connections: connections that may be waiting for a request
+            head at once (new, or idle between requests); one more closes the
+            oldest. Served by :func:`~letagents_trio.room_server.serve_room` only.
         max_name_offset: the last codename offset a registration scans
             (upstream's 1 024); a test may lower it to reach "exhausted".
     """
@@ -83,6 +94,9 @@ class RoomConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout: float = BODY_TIMEOUT
     max_pending_bodies: int = MAX_PENDING_BODIES
+    max_silent_connections: int = attrs.field(
+        default=MAX_SILENT_CONNECTIONS, validator=attrs.validators.ge(1)
+    )
     max_name_offset: int = MAX_DISPLAY_NAME_COLLISION_OFFSET
 
     @classmethod

@@ -39,13 +39,13 @@ import attrs
 
 from ..workers._names import js_trim
 from ._store import GuidelinesRow
-from ._wire import OWNER_AUTH_TEXT, Credentials, Refusal, Reply, iso, refuse
+from ._wire import Credentials, Refusal, Reply, iso, refuse
 
 if TYPE_CHECKING:
     from ._accounts import Accounts
     from ._clock import RoomClock
     from ._messages import MessageBoard
-    from ._store import Account, RoomStore
+    from ._store import RoomStore
 
 __all__ = [
     "AGENT_WRITE_TEXT",
@@ -133,17 +133,6 @@ class GuidelinesBoard:
     accounts: Accounts
     board: MessageBoard
 
-    def _admin(self, room_id: str, owner_token: str | None) -> Account:
-        """The person calling, if they are one of the room's admins; else refuse."""
-        account = self.accounts.owner(owner_token)
-        if account is None:
-            refuse(401, OWNER_AUTH_TEXT)
-        if not any(
-            row.owner_account_id == account.account_id for row in self.store.room_sessions(room_id)
-        ):
-            refuse(403, NOT_ADMIN_TEXT)
-        return account
-
     def get(self, room_id: str, creds: Credentials) -> Reply:
         """``GET …/agent-guidelines``: the room's guidelines, for an agent or an admin."""
         try:
@@ -152,7 +141,7 @@ class GuidelinesBoard:
                 self.accounts.authenticate(room_id, creds, worker_only=False)
                 can_manage = False
             else:
-                self._admin(room_id, creds.owner_token)
+                self.accounts.room_admin(room_id, creds.owner_token, NOT_ADMIN_TEXT)
                 can_manage = True
         except Refusal as refusal:
             return refusal.reply
@@ -165,7 +154,7 @@ class GuidelinesBoard:
             self.accounts.require_room(room_id)
             if creds.session_id or creds.session_token:
                 refuse(403, AGENT_WRITE_TEXT)
-            account = self._admin(room_id, creds.owner_token)
+            account = self.accounts.room_admin(room_id, creds.owner_token, NOT_ADMIN_TEXT)
             raw = body.get("guidelines")
             if not isinstance(raw, str):
                 refuse(400, NOT_TEXT_TEXT)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn, final
+from typing import Any, Final, NoReturn, final
 
 import attrs
 import trio
@@ -84,9 +84,12 @@ from ._wire import (
     valid_room_id,
 )
 
-__all__ = ["Room", "RoomStatistics"]
+__all__ = ["STATISTICS_ADMIN_TEXT", "Room", "RoomStatistics"]
 
 logger = logging.getLogger("letagents_trio.room_server")
+
+# Ours: the 403 of ``…/process-statistics`` for an account that is not an admin.
+STATISTICS_ADMIN_TEXT: Final = "Only the room's admins can read its statistics."
 
 
 @final
@@ -171,6 +174,28 @@ class Room:
             open_process_streams=self._streams.count(),
             open_polls=self._board.deliveries.open_polls(),
         )
+
+    def process_statistics(self, room_id: str, owner_token: str | None) -> Reply:
+        """``GET /rooms/{room}/process-statistics`` (ours): one room's stream counters.
+
+        Read-only, for the room's admins as people (the owner bearer alone is
+        looked at, as on the guidelines): 404 for an unknown room, 401 without a
+        known bearer, 403 for an account that owns no session in the room.
+
+        Returns:
+            200 with ``room_id`` and the room's stream counters (``held``,
+            ``exits_announced``, ``exits_recorded``, ``exits_matched``,
+            ``exits_over_socket``): streams held now and the exits announced,
+            recorded, matched to the open connection and sent over the socket
+            since the room started.
+        """
+        try:
+            self._accounts.require_room(room_id)
+            self._accounts.room_admin(room_id, owner_token, STATISTICS_ADMIN_TEXT)
+        except Refusal as refusal:
+            return refusal.reply
+        counts = attrs.asdict(self._streams.counts(room_id))
+        return Reply(status=200, body={"room_id": room_id, **counts})
 
     def delivery_connected(self, session_id: str, now: int | None = None) -> bool:
         """True while a poll of the session is open, or closed less than 12 s ago."""

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve
 
 from ._app import create_app
+from ._connections import serve_hypercorn
 
 if TYPE_CHECKING:
     from ._room import Room
@@ -63,11 +63,11 @@ async def _run_hypercorn(
         async with trio.open_nursery() as nursery:
             binds: list[str] = await nursery.start(
                 partial(
-                    serve,
-                    create_app(room),  # type: ignore[arg-type]
+                    serve_hypercorn,
+                    create_app(room),
                     config,
-                    shutdown_trigger=stop.wait,
-                    mode="asgi",
+                    max_silent=room.config.max_silent_connections,
+                    stop=stop,
                 )
             )
             task_status.started(binds)

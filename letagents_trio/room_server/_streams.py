@@ -28,6 +28,11 @@ leaves on the session row is a pure function here, given the row and the time:
   session (§2.2 step 6);
 * :func:`exit_recorded`: an announced exit (R5) is recorded when it names the
   current connection, or names none after a recorded drop.
+
+The registry also counts, per room, the streams it holds and what became of
+the exits announced there (:class:`StreamCounts`, read by the room's admins on
+``GET /rooms/{room}/process-statistics``): counters in memory since the room
+started, one dictionary entry per room that ever held a stream or heard an exit.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, final
 
@@ -61,6 +67,7 @@ __all__ = [
     "WEBSOCKET_FORM",
     "CloseMode",
     "ProcessStream",
+    "StreamCounts",
     "StreamForm",
     "StreamRegistry",
     "dropped",
@@ -116,6 +123,30 @@ WEBSOCKET_FORM: Final = StreamForm(
 
 
 @final
+@attrs.frozen(kw_only=True)
+class StreamCounts:
+    """One room's process connections and announced exits since the room started.
+
+    Attributes:
+        held: process streams held now (either transport).
+        exits_announced: exits its sessions announced that reached R5's rule
+            (authenticated POSTs and exit frames), recorded or not.
+        exits_recorded: announced exits that were recorded (the session's
+            process marked exited).
+        exits_matched: recorded exits that named the connection the room had
+            open for the session (the others named none, after a recorded drop).
+        exits_over_socket: recorded exits that came as a frame over the
+            WebSocket itself rather than as a POST.
+    """
+
+    held: int = 0
+    exits_announced: int = 0
+    exits_recorded: int = 0
+    exits_matched: int = 0
+    exits_over_socket: int = 0
+
+
+@final
 @attrs.define(eq=False)
 class ProcessStream:
     """One held process connection (R4), as the room sees it.
@@ -168,6 +199,8 @@ class StreamRegistry:
     heartbeat_interval: float
     refresh_interval: float
     _held: dict[str, list[ProcessStream]] = attrs.field(init=False, factory=dict)
+    # Per room: StreamCounts' field name -> count.
+    _counts: dict[str, Counter[str]] = attrs.field(init=False, factory=dict)
 
     def open(self, room_id: str, session_id: str, creds: Credentials) -> ProcessStream | Reply:
         """Authenticate and open a process connection (§2.2 steps 1-4), or refuse."""
@@ -199,6 +232,7 @@ class StreamRegistry:
         self.store.put_session(opened(row, connection_id, self.clock.now_ms()))
         stream = ProcessStream(session_id=session_id, room_id=room_id, connection_id=connection_id)
         self._held.setdefault(session_id, []).append(stream)
+        self._count(room_id, "held")
         logger.debug("process stream %s opened for %s", connection_id, session_id)
         return stream
 
@@ -259,13 +293,17 @@ class StreamRegistry:
         The socket was authenticated when it opened, so only the rule of R5
         (:func:`exit_recorded`) applies, to the stream's own session.
         """
-        return self._record_exit(stream.session_id, body)["recorded"]
+        return self._record_exit(stream.session_id, body, over_socket=True)["recorded"]
 
-    def _record_exit(self, session_id: str, body: Mapping[str, Any]) -> dict[str, bool]:
+    def _record_exit(
+        self, session_id: str, body: Mapping[str, Any], *, over_socket: bool = False
+    ) -> dict[str, bool]:
         """The answer to an exit: ``recorded``, and ``already_recorded`` for a replay."""
         connection_id = body.get("process_connection_id")
         given = connection_id if isinstance(connection_id, str) and connection_id else None
         stored = self.store.get_session(session_id)
+        if stored is not None:
+            self._count(stored.room_id, "exits_announced")
         if stored is not None and stored.process_connection_id == AGENT_PROCESS_EXITED:
             # A replay (a retry after a lost answer, or anyone holding the
             # session's credentials): the first exit stands, its time with it.
@@ -273,12 +311,25 @@ class StreamRegistry:
         row = exit_recorded(stored, given, self.clock.now_ms())
         if row is not None:
             self.store.put_session(row)
+            self._count(row.room_id, "exits_recorded")
+            if given is not None:  # recorded with an id: it was the current connection's
+                self._count(row.room_id, "exits_matched")
+            if over_socket:
+                self._count(row.room_id, "exits_over_socket")
         return {"recorded": row is not None}
+
+    def _count(self, room_id: str, name: str, step: int = 1) -> None:
+        self._counts.setdefault(room_id, Counter())[name] += step
+
+    def counts(self, room_id: str) -> StreamCounts:
+        """A snapshot of one room's counters (all zero for a room never counted)."""
+        return StreamCounts(**self._counts.get(room_id, Counter()))
 
     def _forget(self, stream: ProcessStream) -> None:
         streams = self._held.get(stream.session_id)
         if streams is not None and stream in streams:
             streams.remove(stream)
+            self._count(stream.room_id, "held", -1)
             if not streams:
                 del self._held[stream.session_id]
 

@@ -1,0 +1,229 @@
+"""Accepting connections: hypercorn's trio worker loop, with a cap on silent ones.
+
+A connection is *silent* while it waits for a request head: from its accept
+until the headers of its first request are complete, and again between two
+requests on a kept-alive connection. That is exactly when hypercorn runs its
+keep-alive timer for it (``PRE_REQUEST_TIMEOUT`` in :mod:`._serve`), which
+closes each after a few seconds; but thousands of attackers opening such
+connections hold thousands of descriptors meanwhile, until ``accept`` fails
+and a legitimate client waits behind them. So at most ``limit`` silent
+connections are kept (:class:`SilentConnections`): when one more falls
+silent, the one silent longest is closed at once (its socket, so its
+descriptor is free, and its task). Closing the oldest, never the newcomer,
+keeps the door open: a client sends its request right after connecting.
+
+A connection whose request head is complete is never counted, however long
+it then lasts: a held process stream (one process on 127.0.0.1 may hold
+10,000), a long poll, a WebSocket; a body still arriving has its own cap and
+deadline (``RoomConfig.max_pending_bodies``, ``body_timeout``).
+
+Hypercorn has no connection limit and no hook at accept time, so
+:func:`serve_hypercorn` runs the loop of its trio worker
+(``hypercorn.trio.run.worker_serve``) itself, for plain HTTP/1.1 and h2c only:
+no TLS, no QUIC, no lifespan events (:func:`~._serve.serve_room` closes the
+held streams itself), no worker restarts. Each connection is served by
+hypercorn's own ``TCPServer``, subclassed to see the protocol's
+``Updated(idle=...)`` events, the ones hypercorn's keep-alive timer follows,
+to close an idle connection as soon as its peer has closed it (hypercorn
+would wait for the keep-alive timer), and to take a send that races the
+connection's close (``BusyResourceError``) as the close it is. A connection
+that fails anyway is logged and closed; the server goes on.
+Shutdown is hypercorn's: stop accepting, tell every connection the worker
+is terminating (idle ones close), give the rest the graceful timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
+
+import attrs
+import trio
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState, LifespanState
+from hypercorn.utils import repr_socket_addr, wrap_app
+
+if TYPE_CHECKING:
+    from hypercorn.config import Config
+    from hypercorn.typing import AppWrapper
+
+__all__ = ["Closable", "SilentConnections", "serve_hypercorn"]
+
+logger = logging.getLogger("letagents_trio.room_server")
+
+# Under a flood the cap is reached thousands of times a second: say so once a minute.
+EVICTION_LOG_INTERVAL: Final = 60.0
+
+
+class Closable(Protocol):
+    """A connection as :class:`SilentConnections` sees it: something to close."""
+
+    def close(self) -> None: ...
+
+
+@final
+@attrs.define(eq=False)
+class _Connection:
+    """One accepted connection: its stream, and the scope its server task runs in."""
+
+    stream: trio.SocketStream
+    scope: trio.CancelScope
+
+    def close(self) -> None:
+        # The socket first: a cancelled TCPServer would not reach its own
+        # aclose (its send_eof checkpoint raises Cancelled first).
+        self.stream.socket.close()
+        self.scope.cancel(reason="too many silent connections")
+
+
+@final
+@attrs.define(eq=False)
+class SilentConnections:
+    """The connections waiting for a request head, oldest first, at most ``limit``.
+
+    Attributes:
+        limit: silent connections kept at most; one more closes the oldest.
+        evicted: connections closed so far for being the oldest at the cap.
+    """
+
+    limit: int = attrs.field(validator=attrs.validators.ge(1))
+    evicted: int = 0
+    _silent: dict[Closable, None] = attrs.field(factory=dict, init=False)
+    _logged_at: float = attrs.field(default=-EVICTION_LOG_INTERVAL, init=False)
+
+    def __len__(self) -> int:
+        return len(self._silent)
+
+    def fell_silent(self, connection: Closable) -> None:
+        """Count ``connection`` as the newest silent one, closing the oldest at the cap."""
+        self._silent.pop(connection, None)
+        while len(self._silent) >= self.limit:
+            oldest = next(iter(self._silent))
+            del self._silent[oldest]
+            self.evicted += 1
+            oldest.close()
+            now = trio.current_time()
+            if now - self._logged_at >= EVICTION_LOG_INTERVAL:
+                self._logged_at = now
+                logger.warning(
+                    "silent connections at the cap (%d): closing the oldest (%d so far)",
+                    self.limit,
+                    self.evicted,
+                )
+        self._silent[connection] = None
+
+    def spoke(self, connection: Closable) -> None:
+        """``connection`` sent a request head: it no longer counts."""
+        self._silent.pop(connection, None)
+
+    def forget(self, connection: Closable) -> None:
+        """``connection`` is closed: it no longer counts."""
+        self._silent.pop(connection, None)
+
+
+class _CountedTCPServer(TCPServer):
+    """Hypercorn's connection server, reporting when its connection is idle."""
+
+    def __init__(
+        self,
+        app: AppWrapper,
+        config: Config,
+        context: WorkerContext,
+        state: LifespanState,
+        connection: _Connection,
+        silent: SilentConnections,
+    ) -> None:
+        # Typed for TLS streams; it uses a plain one as its trio worker does.
+        super().__init__(app, config, context, state, connection.stream)  # type: ignore[arg-type]
+        self._connection = connection
+        self._silent = silent
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        # The peer closed (or the socket did): nothing more can arrive. Left
+        # alone, hypercorn keeps an idle connection, descriptor and task, until
+        # its keep-alive timer fires (5 s), so attackers who leave would hold
+        # the room's descriptors that long; stopping the timer closes it now.
+        await self.idle_task.stop()
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):
+            if event.idle:
+                self._silent.fell_silent(self._connection)
+            else:
+                self._silent.spoke(self._connection)
+        elif isinstance(event, RawData):
+            try:
+                await super().protocol_send(event)
+            except trio.BusyResourceError:
+                # Hypercorn sends EOF outside its send lock, so a send racing a
+                # close (an answer, or its own 400 to a client that closed
+                # mid-body) found the stream busy: the connection is closing,
+                # as if the send had found it closed. Unhandled, it stopped the
+                # whole server (or was logged as the app's error).
+                await self.protocol.handle(Closed())
+            return
+        await super().protocol_send(event)
+
+
+async def serve_hypercorn(
+    app: Any,
+    config: Config,
+    *,
+    max_silent: int,
+    stop: trio.Event,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve an ASGI app on ``config.bind`` until ``stop`` is set, then stop gracefully.
+
+    Args:
+        app: the ASGI 3 application.
+        config: hypercorn's settings (``bind``, ``backlog``, timeouts, logs...).
+        max_silent: connections kept at most without a request (:class:`SilentConnections`).
+        stop: set to stop accepting and close gracefully.
+        task_status: receives the bound URLs, e.g. ``["http://127.0.0.1:3001"]``.
+
+    Cancellation:
+        Stopping takes up to ``config.graceful_timeout`` (open requests finish);
+        cancelled, it cuts every connection at once.
+    """
+    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    context = WorkerContext(None)
+    state = ConnectionState({})
+    silent = SilentConnections(max_silent)
+    listeners: list[trio.SocketListener] = []
+    binds: list[str] = []
+    for sock in config.create_sockets().insecure_sockets:
+        sock.listen(config.backlog)
+        listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+        binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+
+    async def serve_connection(stream: trio.SocketStream) -> None:
+        with trio.CancelScope() as scope:
+            connection = _Connection(stream, scope)
+            silent.fell_silent(connection)
+            try:
+                await _CountedTCPServer(wrapped, config, context, state, connection, silent).run()
+            except Exception:
+                # One connection's failure is a bug to log, never a reason
+                # for every other connection, and the server, to stop.
+                logger.exception("connection failed; closing it")
+                stream.socket.close()
+            finally:
+                silent.forget(connection)
+
+    async with trio.open_nursery() as connections:
+        async with trio.open_nursery() as accepting:
+            accepting.start_soon(
+                partial(
+                    trio.serve_listeners, serve_connection, listeners, handler_nursery=connections
+                )
+            )
+            task_status.started(binds)
+            await stop.wait()
+            accepting.cancel_scope.cancel(reason="the server is stopping")
+        await context.terminated.set()
+        connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout

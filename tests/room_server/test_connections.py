@@ -1,0 +1,161 @@
+"""The cap on silent connections (issue 13, row 6): which connection is closed, and when;
+and a send racing a connection's close (rows 6 and 14).
+
+:class:`SilentConnections` is pure bookkeeping over things with a ``close()``;
+the served form is tested over loopback in ``tests/e2e/test_room_connections.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+import attrs
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+from hypercorn.config import Config
+from hypercorn.events import Closed, RawData
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import wrap_app
+
+from letagents_trio.room_server import RoomConfig
+from letagents_trio.room_server._config import MAX_SILENT_CONNECTIONS
+from letagents_trio.room_server._connections import (
+    EVICTION_LOG_INTERVAL,
+    SilentConnections,
+    _Connection,
+    _CountedTCPServer,
+)
+
+
+@attrs.define(eq=False)
+class Fake:
+    name: str
+    closed: bool = False
+
+    def close(self) -> None:
+        assert not self.closed, f"{self.name} closed twice"
+        self.closed = True
+
+
+def fakes(*names: str) -> list[Fake]:
+    return [Fake(name) for name in names]
+
+
+def closed(connections: list[Fake]) -> list[str]:
+    return [c.name for c in connections if c.closed]
+
+
+def test_the_default_cap_and_the_config_refuses_a_cap_under_one() -> None:
+    assert RoomConfig().max_silent_connections == MAX_SILENT_CONNECTIONS == 256
+    with pytest.raises(ValueError, match="max_silent_connections"):
+        RoomConfig(max_silent_connections=0)
+    with pytest.raises(ValueError, match="limit"):
+        SilentConnections(0)
+
+
+async def test_the_oldest_silent_connection_is_closed_never_the_newcomer() -> None:  # noqa: ASYNC124 (trio's clock times the log)
+    silent = SilentConnections(3)
+    a, b, c, d, e = connections = fakes("a", "b", "c", "d", "e")
+    for connection in (a, b, c):
+        silent.fell_silent(connection)
+    assert closed(connections) == []
+    assert len(silent) == 3
+    silent.fell_silent(d)
+    assert closed(connections) == ["a"]
+    assert len(silent) == 3
+    silent.fell_silent(e)
+    assert closed(connections) == ["a", "b"]
+    assert silent.evicted == 2
+
+
+async def test_a_connection_that_spoke_is_not_counted_until_it_is_idle_again() -> None:  # noqa: ASYNC124 (trio's clock times the log)
+    silent = SilentConnections(2)
+    a, b, c, d = connections = fakes("a", "b", "c", "d")
+    silent.fell_silent(a)
+    silent.fell_silent(b)
+    silent.spoke(a)  # a's request head is complete: a held stream, say
+    silent.fell_silent(c)
+    assert closed(connections) == []
+    assert len(silent) == 2
+    # b answered and kept alive: silent again, and now the newest.
+    silent.spoke(b)
+    silent.fell_silent(b)
+    silent.fell_silent(d)
+    assert closed(connections) == ["c"]
+    silent.forget(b)
+    silent.forget(b)  # a closed connection may be forgotten twice
+    assert len(silent) == 1
+
+
+async def test_held_streams_are_never_closed_however_many() -> None:  # noqa: ASYNC124 (trio's clock times the log)
+    silent = SilentConnections(2)
+    streams = fakes(*(f"stream{i}" for i in range(1000)))
+    for stream in streams:
+        silent.fell_silent(stream)
+        silent.spoke(stream)
+    attackers = fakes(*(f"attacker{i}" for i in range(10)))
+    for attacker in attackers:
+        silent.fell_silent(attacker)
+    assert closed(streams) == []
+    assert closed(attackers) == [f"attacker{i}" for i in range(8)]
+
+
+async def test_evictions_are_logged_once_an_interval(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    caplog.set_level(logging.WARNING, "letagents_trio.room_server")
+    silent = SilentConnections(1)
+    for connection in fakes(*(str(i) for i in range(5))):
+        silent.fell_silent(connection)
+    assert [r.getMessage() for r in caplog.records] == [
+        "silent connections at the cap (1): closing the oldest (1 so far)"
+    ]
+    await trio.sleep(EVICTION_LOG_INTERVAL)
+    silent.fell_silent(Fake("late"))
+    assert caplog.records[-1].getMessage().endswith("(5 so far)")
+    assert len(caplog.records) == 2
+
+
+@attrs.define
+class Recorder:
+    """Hypercorn's protocol, as the connection server talks to it."""
+
+    events: list[object] = attrs.field(factory=list)
+
+    async def handle(self, event: object) -> None:
+        self.events.append(event)
+
+
+@attrs.define
+class ClosingStream:
+    """A stream whose other task is sending EOF: trio refuses a concurrent send."""
+
+    async def send_all(self, data: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+        raise trio.BusyResourceError("another task is currently sending data on this SocketStream")
+
+
+async def test_a_send_that_races_the_close_is_taken_as_the_close() -> None:
+    """Hypercorn sends EOF outside its send lock; a send meeting it raised
+    BusyResourceError out of the connection, which stopped the whole server
+    under a slow-body flood (and was logged as the app's error on the 413 path)."""
+    config = Config()
+    stream: Any = ClosingStream()
+    app: Any = None  # never called
+    connection = _Connection(stream, trio.CancelScope())
+    server = _CountedTCPServer(
+        wrap_app(app, config.wsgi_max_body_size, "asgi"),
+        config,
+        WorkerContext(None),
+        ConnectionState({}),
+        connection,
+        SilentConnections(1),
+    )
+    recorder = Recorder()
+    server.protocol = cast("Any", recorder)
+    await server.protocol_send(RawData(data=b"HTTP/1.1 408 Request Timeout\r\n"))
+    assert recorder.events == [Closed()]
