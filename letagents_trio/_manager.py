@@ -30,7 +30,6 @@ Then the nursery is cancelled and every remaining task unwinds.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol, final
 import attrs
 import trio
 
+from ._collector import CollectorPause, collector_paused
 from ._errors import ApiError, IneligibleSession, RoomUnreachable
 from ._events import EventKind, HolderEvent
 from ._holder import HolderStatus, ProcessHolder, ineligibility
@@ -159,7 +159,6 @@ class ConnectionManager:
         self._nursery = nursery
         self._connector = connector
         self.policy = policy
-        self._state = state
         self._owner_mode = owner_mode
         self._holders: dict[str, ProcessHolder] = {}
         self._subscribers: list[trio.MemorySendChannel[HolderEvent]] = []
@@ -315,7 +314,7 @@ class ConnectionManager:
         first = self._announced is None
         started = trio.current_time()
         with (
-            _collector_paused(),
+            collector_paused(),
             trio.move_on_after(self.policy.exit_deadline, shield=True) as scope,
         ):
             await self._announce_all()
@@ -443,47 +442,6 @@ async def _stop_holder(holder: ProcessHolder) -> None:
     await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
 
 
-@final
-class _CollectorPause:
-    """Pause the cyclic GC for the goodbye, which the exit deadline bounds.
-
-    Stopping thousands of holders and starting as many exits allocates fast
-    (every cancellation is an exception with a traceback; every exit a task,
-    a socket and a parser that live until answered), so the collector would
-    run dozens of times, each pass walking every object still alive: measured,
-    a quarter of the goodbye's CPU at 1,000 sessions, and at 10,000 a full
-    pass takes half a second. Nothing is lost by waiting: the garbage is
-    collected once the collector is enabled again, and an embedder that
-    disabled it keeps it disabled.
-    """
-
-    def __init__(self) -> None:
-        self._paused = False
-
-    def pause(self) -> None:
-        """Disable the collector, unless it already is (then leave it to its owner)."""
-        if not self._paused and gc.isenabled():
-            gc.disable()
-            self._paused = True
-
-    def resume(self) -> None:
-        """Enable the collector again if :meth:`pause` disabled it."""
-        if self._paused:
-            self._paused = False
-            gc.enable()
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The collector paused for the block (see :class:`_CollectorPause`)."""
-    pause = _CollectorPause()
-    pause.pause()
-    try:
-        yield
-    finally:
-        pause.resume()
-
-
 @asynccontextmanager
 async def open_connection_manager(
     client: RoomClient,
@@ -529,7 +487,7 @@ async def open_connection_manager(
         connector = connector_for(client, policy)
     # From the goodbye until every holder has unwound: thousands of tasks
     # unwinding are garbage too, and the process is usually about to exit.
-    pause = _CollectorPause()
+    pause = CollectorPause()
     try:
         async with trio.open_nursery() as nursery:
             holders, holders_scope = await nursery.start(_holders_nursery)
