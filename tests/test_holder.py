@@ -21,7 +21,6 @@ from letagents_trio import (
     AgentSession,
     ConnectionManager,
     EventKind,
-    HolderEvent,
     HolderStatus,
     HoldPolicy,
     IneligibleSession,
@@ -30,6 +29,8 @@ from letagents_trio import (
 )
 from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
 from letagents_trio.workers import LocalStateStore
+
+from .events import drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -106,15 +107,6 @@ def attempt_times(fake_room: FakeRoom, session: AgentSession) -> list[float]:
 
 async def wait_attempts(fake_room: FakeRoom, session: AgentSession, count: int) -> None:
     await fake_room.wait_until(lambda: len(attempt_times(fake_room, session)) >= count)
-
-
-def drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
-    out = []
-    while True:
-        try:
-            out.append(events.receive_nowait())
-        except trio.WouldBlock:
-            return out
 
 
 # --- opening and the first attempt -----------------------------------------------------

@@ -30,17 +30,10 @@ from letagents_trio import (
 from letagents_trio._websocket import connector_for
 from letagents_trio.testing import FakeRoom, ProcessMode
 
+from .events import drain
+
 if TYPE_CHECKING:
     from trio.testing import MockClock
-
-
-def drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
-    out = []
-    while True:
-        try:
-            out.append(events.receive_nowait())
-        except trio.WouldBlock:
-            return out
 
 
 def ids(holder: ProcessHolder) -> tuple[str | None, str | None]:

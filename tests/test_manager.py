@@ -19,7 +19,6 @@ from letagents_trio import (
     AgentSession,
     ConnectionManager,
     EventKind,
-    HolderEvent,
     HolderStatus,
     HoldPolicy,
     SSEConnector,
@@ -29,6 +28,8 @@ from letagents_trio import (
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers._state import LocalStateStore
+
+from .events import NeverStops, drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -303,13 +304,7 @@ async def test_the_timeline_reads_as_events(autojump_clock: MockClock, fake_room
             # The open event follows the headers: let the holder read it.
             await trio.testing.wait_all_tasks_blocked()
             await manager.announce_exits()
-            timeline = []
-            while True:
-                try:
-                    e = events.receive_nowait()
-                except trio.WouldBlock:
-                    break
-                timeline.append((e.time, e.kind.value, e.detail))
+            timeline = [(e.time, e.kind.value, e.detail) for e in drain(events)]
     assert timeline == [
         (0, "attempt", ""),
         (0, "open", ""),
@@ -619,12 +614,7 @@ async def test_the_sse_goodbye_closes_the_stream_itself_then_posts_and_the_holde
 ) -> None:
     """Stream closed, exit POSTed: no wait for the holder to unwind, and no reconnect."""
     session = await fake_room.add_worker()
-    stops: list[float] = []
-
-    async def stop_never_returns() -> None:
-        stops.append(trio.current_time())
-        await trio.sleep_forever()
-
+    stop = NeverStops()
     async with fake_room.client() as client:
         connector = SSEConnector(client)
         async with open_connection_manager(client, connector=connector) as manager:
@@ -634,24 +624,15 @@ async def test_the_sse_goodbye_closes_the_stream_itself_then_posts_and_the_holde
                 await trio.sleep(1)
                 connection_id = holder.connection_id
                 with trio.fail_after(1):
-                    recorded = await connector.goodbye(session, connection_id, stop_never_returns)
-                assert (recorded, stops) == (True, [])
+                    recorded = await connector.goodbye(session, connection_id, stop)
+                assert (recorded, stop.calls) == (True, [])
                 await holder.wait_status(HolderStatus.STOPPED)
                 await trio.sleep(60)
-                kinds = [(e.kind.value, e.detail) for e in _drain(events)]
+                kinds = [(e.kind.value, e.detail) for e in drain(events)]
                 assert [e.body["process_connection_id"] for e in fake_room.exits] == [connection_id]
     # The holder stopped on its own, before anyone stopped it, and never retried.
     assert kinds == [("attempt", ""), ("open", ""), ("connection", ""), ("stopped", "process exit")]
     assert len(fake_room.process_requests(session.session_id)) == 1
-
-
-def _drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
-    drained = []
-    while True:
-        try:
-            drained.append(events.receive_nowait())
-        except trio.WouldBlock:
-            return drained
 
 
 async def test_an_exit_naming_no_connection_waits_for_its_stream_to_close(

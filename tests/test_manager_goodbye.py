@@ -37,6 +37,8 @@ from letagents_trio import (
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
 
+from .events import drain
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -173,7 +175,7 @@ async def test_an_unreachable_room_at_exit_is_reported_as_unreachable(
         with manager.subscribe(math.inf) as events:
             await trio.sleep(2)
             report = await manager.announce_exits()
-            exits = [e for e in _drain(events) if e.kind is EventKind.EXIT]
+            exits = [e for e in drain(events) if e.kind is EventKind.EXIT]
     assert report == (
         ExitAnnouncement(
             session_id=session.session_id,
@@ -220,7 +222,7 @@ async def test_deadline_entries_name_each_session_and_its_connection(
         await trio.sleep(3)
         with manager.subscribe(math.inf) as events:
             report = await manager.announce_exits()
-            assert [e for e in _drain(events) if e.kind is EventKind.EXIT] == []
+            assert [e for e in drain(events) if e.kind is EventKind.EXIT] == []
     assert sorted(report, key=lambda a: a.session_id) == sorted(
         [
             ExitAnnouncement(
@@ -240,15 +242,6 @@ async def test_deadline_entries_name_each_session_and_its_connection(
         ],
         key=lambda a: a.session_id,
     )
-
-
-def _drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
-    out = []
-    while True:
-        try:
-            out.append(events.receive_nowait())
-        except trio.WouldBlock:
-            return out
 
 
 # --- serve_connection_manager passes each option on ------------------------------------
@@ -481,7 +474,7 @@ async def test_a_holder_replaced_by_a_new_token_stops_saying_so(
             await first.wait_status(HolderStatus.OPEN)
             manager.hold(rotated)
             await first.wait_status(HolderStatus.STOPPED)
-            stopped = [e for e in _drain(events) if e.kind is EventKind.STOPPED]
+            stopped = [e for e in drain(events) if e.kind is EventKind.STOPPED]
     assert stopped == [
         HolderEvent(
             time=0,
@@ -511,7 +504,7 @@ async def test_a_websocket_goodbye_stops_its_holder_for_the_process_exit(
             await holder.wait_status(HolderStatus.STOPPED)
             ends = {
                 (e.time, e.kind, e.connection_id, e.detail)
-                for e in _drain(events)
+                for e in drain(events)
                 if e.kind in (EventKind.EXIT, EventKind.STOPPED)
             }
     assert [(a.connection_id, a.recorded, a.error) for a in report] == [(connection_id, None, None)]
@@ -558,7 +551,7 @@ async def test_a_session_without_a_stream_is_stopped_for_the_process_exit_then_a
             report = await manager.announce_exits()
             ends = [
                 (e.time, e.kind, e.connection_id, e.detail)
-                for e in _drain(events)
+                for e in drain(events)
                 if e.kind in (EventKind.STOPPED, EventKind.EXIT)
             ]
     assert holder.status is HolderStatus.STOPPED

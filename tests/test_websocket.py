@@ -16,7 +16,6 @@ import trio.testing
 
 from letagents_trio import (
     EventKind,
-    HolderEvent,
     HolderStatus,
     HoldPolicy,
     Outcome,
@@ -30,6 +29,8 @@ from letagents_trio._websocket import (
     connector_for,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
+
+from .events import NeverStops, drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -99,7 +100,7 @@ async def test_refused_upgrades_count_as_on_sse(
             manager.hold(session)
             await fake_room.wait_until(lambda: len(fake_room.process_requests()) >= 1)
             await trio.testing.wait_all_tasks_blocked()
-            closed = [e for e in _drain(events) if e.kind is EventKind.CLOSED]
+            closed = [e for e in drain(events) if e.kind is EventKind.CLOSED]
     assert [(e.time, e.outcome, e.detail) for e in closed] == [(0, outcome, detail)]
 
 
@@ -303,26 +304,12 @@ async def test_a_black_holed_post_does_not_hold_up_the_sockets(
     assert row.process_connection_id == "exited"
 
 
-def _drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:
-    out = []
-    while True:
-        try:
-            out.append(events.receive_nowait())
-        except trio.WouldBlock:
-            return out
-
-
 async def test_the_goodbye_closes_the_socket_itself_and_does_not_wait_for_the_holder(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     """Frames written, socket closed, done: thousands of goodbyes never wait on unwinding."""
     session = await fake_room.add_worker()
-    stops: list[float] = []
-
-    async def stop_never_returns() -> None:
-        stops.append(trio.current_time())
-        await trio.sleep_forever()
-
+    stop = NeverStops()
     async with fake_room.client() as client:
         connector = WebSocketConnector(client, policy=WEBSOCKET)
         async with open_connection_manager(client, connector=connector) as manager:
@@ -332,8 +319,8 @@ async def test_the_goodbye_closes_the_socket_itself_and_does_not_wait_for_the_ho
             connection_id = holder.connection_id
             assert connection_id is not None
             with trio.fail_after(1):
-                recorded = await connector.goodbye(session, connection_id, stop_never_returns)
-            assert (recorded, stops) == (None, [])
+                recorded = await connector.goodbye(session, connection_id, stop)
+            assert (recorded, stop.calls) == (None, [])
             await trio.sleep(1)
             # The reader saw its socket close after the exit frame: it waits to be stopped.
             assert holder.status is HolderStatus.OPEN

@@ -25,6 +25,13 @@ import trio.lowlevel
 
 from ..room_server.helpers import OWNER_TOKEN
 
+# `letagents-trio room` in a fresh interpreter, whatever is on PATH; its options follow.
+ROOM_COMMAND: Final = (
+    sys.executable,
+    "-c",
+    "import sys; from letagents_trio.room_server._cli import main; sys.exit(main(sys.argv[1:]))",
+)
+
 # The room's descriptor limit, the common default: a flood of a few thousand reaches it.
 ROOM_FD_LIMIT: Final = 1024
 
@@ -95,10 +102,7 @@ async def running_room(*options: str) -> AsyncIterator[RunningRoom]:
     """Run the room (1,024 descriptors) on a free port, its stderr read throughout
     (a room logging in a loop must not block on a full pipe); kill it on exit."""
     command = [
-        sys.executable,
-        "-c",
-        "import sys; from letagents_trio.room_server._cli import main;"
-        " sys.exit(main(sys.argv[1:]))",
+        *ROOM_COMMAND,
         "--port",
         "0",
         "--memory",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from contextlib import aclosing
 from functools import partial
 from pathlib import Path
@@ -41,6 +40,7 @@ from ..room_server.helpers import (
     session_headers,
 )
 from ..room_server.paths import process_path
+from .room_process import ROOM_COMMAND
 
 
 async def test_serve_room_over_loopback_streams_and_stops_gracefully() -> None:
@@ -89,10 +89,7 @@ async def test_serve_room_over_loopback_streams_and_stops_gracefully() -> None:
 async def test_cli_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     db = tmp_path / "room.sqlite3"
     command = [
-        sys.executable,
-        "-c",
-        "import sys; from letagents_trio.room_server._cli import main;"
-        " sys.exit(main(sys.argv[1:]))",
+        *ROOM_COMMAND,
         "--port",
         "0",
         "--db",
@@ -135,10 +132,7 @@ async def test_cli_takes_owner_tokens_from_a_private_file_not_the_command_line(
     tokens.write_text("# owners\nfile-token-0123=alice\n")
     tokens.chmod(0o600)
     command = [
-        sys.executable,
-        "-c",
-        "import sys; from letagents_trio.room_server._cli import main;"
-        " sys.exit(main(sys.argv[1:]))",
+        *ROOM_COMMAND,
         "--port",
         "0",
         "--memory",
