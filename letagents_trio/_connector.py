@@ -146,6 +146,20 @@ class ProcessConnector(Protocol):
         """
         ...
 
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        """Announce the exit at once, without a checkpoint, when the transport can.
+
+        The manager asks this of every session before it starts a task for
+        :meth:`goodbye`: at ten thousand sessions, a task each costs a second
+        of CPU. A connector that can announce synchronously (a WebSocket
+        writing its exit frame and its close on an open plain socket) does it
+        and returns True; the manager then stops the holder, whose block
+        closes the stream. Otherwise it does nothing that :meth:`goodbye`
+        could not follow and returns False; :class:`SSEConnector` always
+        does, since its exit needs a request of its own.
+        """
+        ...
+
 
 def classify_status(
     status: int, content_type: str | None, content_encoding: str | None = None
@@ -360,3 +374,7 @@ class SSEConnector:
         if connection_id is None or stream is None or not stream.leave():
             await stop()
         return await self.announce_exit(session, connection_id)
+
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        """Never: the exit needs a request of its own (:meth:`goodbye`)."""
+        return False

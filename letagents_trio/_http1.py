@@ -52,6 +52,7 @@ __all__ = [
     "HTTPFailure",
     "Origin",
     "StreamOpener",
+    "can_send_now",
     "close_now",
     "open_request",
     "send_now",
@@ -353,6 +354,20 @@ def close_now(stream: trio.abc.Stream) -> bool:
             return False
 
 
+def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
+    """The plain socket under ``stream`` when it can be written without trio (POSIX only)."""
+    while isinstance(stream, _Prefixed):
+        stream = stream._stream
+    if os.name != "posix" or not isinstance(stream, trio.SocketStream):
+        return None
+    return stream
+
+
+def can_send_now(stream: trio.abc.Stream) -> bool:
+    """Whether :func:`send_now` can write ``stream`` (a plain socket on a POSIX system)."""
+    return _plain_socket(stream) is not None
+
+
 def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
     """Write what the kernel takes of ``data`` at once, without a checkpoint.
 
@@ -364,17 +379,16 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
     Returns:
         How many bytes were written (0 when the socket's buffer is full), or
         None when ``stream`` cannot be written this way (TLS, in memory, or
-        not POSIX): then use ``send_all``.
+        not POSIX; :func:`can_send_now` tells beforehand): then use ``send_all``.
 
     Raises:
         OSError: the connection is broken.
     """
-    while isinstance(stream, _Prefixed):
-        stream = stream._stream
-    if os.name != "posix" or not isinstance(stream, trio.SocketStream):
+    plain = _plain_socket(stream)
+    if plain is None:
         return None
     try:
-        return os.write(stream.socket.fileno(), data)
+        return os.write(plain.socket.fileno(), data)
     except BlockingIOError:
         return 0
 

@@ -19,7 +19,10 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
    once is what a slow room needs (every exit waits one round trip, not one
    per turn); what keeps thousands of them cheap is the lean HTTP/1.1 path
    (:mod:`letagents_trio._http1`): no pool, no transport, no timeout scope
-   per request. Over a WebSocket the exit goes over the open socket instead;
+   per request. Over a WebSocket the exit goes over the open socket instead,
+   and where the connector can write it at once
+   (:meth:`~letagents_trio.ProcessConnector.leave_now`) it does so in one
+   loop, with no task per session, before any of those holders is stopped;
 3. does all of step 2 under ONE shielded deadline,
    ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
    black-holed room never holds the process past it. Failures are logged
@@ -35,7 +38,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NoReturn, Protocol, final
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol, final
 
 import attrs
 import trio
@@ -343,8 +346,13 @@ class ConnectionManager:
         self._announced = ()
         try:
             async with trio.open_nursery() as nursery:
-                for holder, connection_id in snapshot:
-                    nursery.start_soon(self._announce_one, holder, connection_id, results)
+                left = await self._leave_now(snapshot, nursery, results)
+                # Only then are the holders stopped: their unwinding (each closes
+                # its stream) never delays an exit still to be written.
+                for count, holder in enumerate(left, 1):
+                    holder.stop("process exit")
+                    if count % _GOODBYES_PER_CHECKPOINT == 0:
+                        await trio.lowlevel.checkpoint()
         finally:
             now = trio.current_time()
             self._announced = tuple(
@@ -358,6 +366,28 @@ class ConnectionManager:
                 )
                 for holder, connection_id in snapshot
             )
+
+    async def _leave_now(
+        self,
+        snapshot: list[tuple[ProcessHolder, str | None]],
+        nursery: trio.Nursery,
+        results: dict[str, ExitAnnouncement],
+    ) -> list[ProcessHolder]:
+        """Announce every exit the connector can at once; start a goodbye task for the rest.
+
+        Returns the holders whose exit went at once (over their open sockets).
+        """
+        left: list[ProcessHolder] = []
+        leave_now = self._connector.leave_now
+        for count, (holder, connection_id) in enumerate(snapshot, 1):
+            if leave_now(holder.session, connection_id):
+                left.append(holder)
+                self._finished(holder.session, connection_id, None, None, results)
+            else:
+                nursery.start_soon(self._announce_one, holder, connection_id, results)
+            if count % _GOODBYES_PER_CHECKPOINT == 0:
+                await trio.lowlevel.checkpoint()
+        return left
 
     async def _goodbye(
         self, holder: ProcessHolder, connection_id: str | None
@@ -383,7 +413,6 @@ class ConnectionManager:
         connection_id: str | None,
         results: dict[str, ExitAnnouncement],
     ) -> None:
-        session = holder.session
         if self._exit_limiter is None:
             recorded, error = await self._goodbye(holder, connection_id)
         else:
@@ -391,6 +420,17 @@ class ConnectionManager:
                 recorded, error = await self._goodbye(holder, connection_id)
         # A connector may close the stream itself rather than wait for the holder.
         holder.stop("process exit")
+        self._finished(holder.session, connection_id, recorded, error, results)
+
+    def _finished(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        recorded: bool | None,
+        error: str | None,
+        results: dict[str, ExitAnnouncement],
+    ) -> None:
+        """Report one session's goodbye: its :class:`ExitAnnouncement` and its exit event."""
         if error is not None:
             logger.warning("exit of %s not announced: %s", session.session_id, error)
         result = ExitAnnouncement(
@@ -428,6 +468,10 @@ def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException |
         leaves = leaves[0].exceptions
     return leaves[0] if len(leaves) == 1 else None
 
+
+# Sessions taken between two checkpoints by the goodbye's loops: over ten
+# thousand sessions, neither holds the run loop for more than a few milliseconds.
+_GOODBYES_PER_CHECKPOINT: Final = 256
 
 # How an exit event reads when the goodbye finished without error.
 _EXIT_DETAILS: dict[bool | None, str] = {

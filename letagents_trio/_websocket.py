@@ -58,7 +58,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._connector import AttemptRejected, ProcessConnector, SSEConnector, StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._http1 import close_now, send_now
+from ._http1 import can_send_now, close_now, send_now
 from ._policy import HoldPolicy, Outcome
 
 if TYPE_CHECKING:
@@ -143,6 +143,8 @@ class _Socket:
         self._text_size = 0
         self._finished = False
         self._reply = b""
+        # The part of the exit the kernel could not take at once (send_exit sends it).
+        self._unsent = b""
         self._send_lock = trio.Lock()
         self.connection_id: str | None = None
         # Set once the exit frame is on its way: the reader then only waits to be stopped.
@@ -245,29 +247,59 @@ class _Socket:
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
 
+    def _exit_bytes(self, connection_id: str | None) -> bytes | None:
+        """Mark the socket leaving; the exit frame and a normal close, serialized.
+
+        None when the socket cannot take them (already leaving, finished, closing).
+        From here on the reader sends nothing more: no pong may follow the close.
+        """
+        if self.leaving or self._finished or self._ws.state is not ConnectionState.OPEN:
+            return None
+        self.leaving = True
+        data = self._ws.send(TextMessage(data=_exit_frame(connection_id)))
+        return data + self._ws.send(CloseConnection(code=_NORMAL_CLOSURE))
+
+    def send_exit_now(self, connection_id: str | None) -> bool | None:
+        """Write the exit frame and a normal close at once, without a checkpoint.
+
+        Returns:
+            True when both were written whole. None when they cannot be
+            written at once and nothing was done (not a plain socket, or a
+            pong is on its way). False otherwise: the socket cannot take the
+            exit (closed, broken), or the kernel took only part of it, and
+            :meth:`send_exit` must send the rest.
+        """
+        if self._send_lock.locked() or not can_send_now(self._stream):
+            return None
+        data = self._exit_bytes(connection_id)
+        if data is None:
+            return False
+        try:
+            sent = send_now(self._stream, data)
+        except OSError:
+            return False
+        self._unsent = data[sent or 0 :]
+        return not self._unsent
+
     async def send_exit(self, connection_id: str | None) -> bool:
-        """Send the exit frame and a normal close in one write; whether the socket took them.
+        """Send the exit frame and a normal close; whether the socket took them.
+
+        At once when it can (:meth:`send_exit_now`); what the kernel could not
+        take at once, or all of it on a stream that cannot be written so, goes
+        out in turn with the reader's pongs.
 
         Cancellation:
             A checkpoint; under the caller's exit deadline.
         """
-        if self.leaving or self._finished or self._ws.state is not ConnectionState.OPEN:
+        sent = self.send_exit_now(connection_id)
+        if sent:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return True
+        data = self._exit_bytes(connection_id) if sent is None else self._unsent
+        self._unsent = b""
+        if not data:
+            await trio.lowlevel.checkpoint()
             return False
-        # From here on the reader sends nothing more: no pong may follow the close.
-        self.leaving = True
-        data = self._ws.send(TextMessage(data=_exit_frame(connection_id)))
-        data += self._ws.send(CloseConnection(code=_NORMAL_CLOSURE))
-        if not self._send_lock.locked():
-            # Nobody is sending: write at once (at 10,000 sockets, a third of the CPU).
-            try:
-                sent = send_now(self._stream, data)
-            except OSError:
-                return False
-            if sent is not None:
-                data = data[sent:]
-            if not data:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                return True
         async with self._send_lock:
             try:
                 await self._stream.send_all(data)
@@ -306,6 +338,52 @@ def _server_frame(text: str) -> tuple[str | None, str | None]:
 
 
 @final
+class _SocketBlock:
+    """The block of one process socket: a plain object, not a generator.
+
+    Leaving it closes the socket and forgets it, nothing else: ten thousand
+    holders stopping at once cost ten thousand socket closes, not as many
+    generator unwindings through the client's layers.
+    """
+
+    def __init__(self, connector: WebSocketConnector, session: AgentSession) -> None:
+        self._connector = connector
+        self._session = session
+        self._response: HTTP1Response | None = None
+        self._socket: _Socket | None = None
+
+    async def __aenter__(self) -> _Socket:
+        connector, session = self._connector, self._session
+        key = base64.b64encode(os.urandom(16))
+        headers = {**_UPGRADE_HEADERS, "Sec-WebSocket-Key": key.decode("ascii")}
+        client = connector._client
+        response = await client.start_request(
+            "GET",
+            client.session_url(session, "/process"),
+            session=session,
+            headers=headers,
+            tunnel=True,
+        )
+        try:
+            socket = connector._accepted(response, key)
+        except BaseException:
+            if not response.close():
+                await response.aclose()
+            raise
+        self._response, self._socket = response, socket
+        connector._sockets[session.session_id] = socket
+        return socket
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        sockets = self._connector._sockets
+        if self._socket is not None and sockets.get(self._session.session_id) is self._socket:
+            del sockets[self._session.session_id]
+        response, self._response, self._socket = self._response, None, None
+        if response is not None and not response.close():
+            await response.aclose()
+
+
+@final
 class WebSocketConnector:
     """The process connection over a WebSocket upgrade of the process route.
 
@@ -324,30 +402,14 @@ class WebSocketConnector:
         # The open socket of each session, so the goodbye can speak over it.
         self._sockets: dict[str, _Socket] = {}
 
-    @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+    def open(self, session: AgentSession) -> _SocketBlock:
         """Upgrade ``GET …/process`` for ``session`` (see :class:`ProcessConnector`).
 
         Cancellation:
-            A checkpoint. Cancelled or left, the socket is closed at once
-            (no closing handshake: the goodbye does that when it matters).
+            Entering is a checkpoint. Cancelled or left, the socket is closed
+            at once (no closing handshake: the goodbye does that when it matters).
         """
-        key = base64.b64encode(os.urandom(16))
-        headers = {**_UPGRADE_HEADERS, "Sec-WebSocket-Key": key.decode("ascii")}
-        async with self._client.open_request(
-            "GET",
-            self._client.session_url(session, "/process"),
-            session=session,
-            headers=headers,
-            tunnel=True,
-        ) as response:
-            socket = self._accepted(response, key)
-            self._sockets[session.session_id] = socket
-            try:
-                yield socket
-            finally:
-                if self._sockets.get(session.session_id) is socket:
-                    del self._sockets[session.session_id]
+        return _SocketBlock(self, session)
 
     def _accepted(self, response: HTTP1Response, key: bytes) -> _Socket:
         """The socket the room's ``101`` opened; any other answer is rejected."""
@@ -363,6 +425,13 @@ class WebSocketConnector:
             pong_timeout=self._pong_timeout,
             max_event_bytes=self._max_event_bytes,
         )
+
+    def _open_socket(self, session: AgentSession, connection_id: str | None) -> _Socket | None:
+        """``session``'s socket, when it is open on the connection the exit names."""
+        socket = self._sockets.get(session.session_id)
+        if socket is None or connection_id is None or socket.connection_id != connection_id:
+            return None
+        return socket
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """POST the exit announcement (the fallback; see :meth:`RoomClient.announce_exit`).
@@ -392,18 +461,25 @@ class WebSocketConnector:
         Cancellation:
             Under the manager's shielded exit deadline, which cancels it.
         """
-        socket = self._sockets.get(session.session_id)
-        if (
-            socket is not None
-            and connection_id is not None
-            and socket.connection_id == connection_id
-            and await socket.send_exit(connection_id)
-        ):
+        socket = self._open_socket(session, connection_id)
+        if socket is not None and await socket.send_exit(connection_id):
             if not socket.close():
                 await stop()
             return None
         await stop()
         return await self._client.announce_exit(session, connection_id)
+
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        """Send the exit over the open socket at once, without a checkpoint.
+
+        The exit frame and the close are written; the socket is closed when
+        the manager stops the holder (its block closes it), so the holder
+        wakes once, cancelled. False, having done nothing :meth:`goodbye`
+        could not follow, when there is no open socket on that connection,
+        it is not a plain socket, or it could not take the frames at once.
+        """
+        socket = self._open_socket(session, connection_id)
+        return socket is not None and bool(socket.send_exit_now(connection_id))
 
 
 @final
@@ -463,6 +539,10 @@ class AutoConnector:
     ) -> bool | None:
         """Over the socket when the session holds one, else close and POST."""
         return await self._websocket.goodbye(session, connection_id, stop)
+
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        """Over the socket at once when the session holds one (see :class:`ProcessConnector`)."""
+        return self._websocket.leave_now(session, connection_id)
 
 
 def connector_for(client: RoomClient, policy: HoldPolicy) -> ProcessConnector:

@@ -576,6 +576,9 @@ class _SlowToUnwind:
         await trio.lowlevel.checkpoint()
         return True
 
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        return False
+
 
 async def test_the_collector_is_paused_until_every_holder_has_unwound(
     autojump_clock: MockClock, fake_room: FakeRoom

@@ -29,6 +29,7 @@ from letagents_trio import (
     HolderStatus,
     HoldPolicy,
     ProcessConnector,
+    ProcessHolder,
     RoomClient,
     SSEConnector,
     StreamNews,
@@ -273,6 +274,9 @@ class RecordingConnector:
         self.log.append(f"goodbye {session.session_id}")
         return await self.inner.goodbye(session, connection_id, stop)
 
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        return self.inner.leave_now(session, connection_id)
+
 
 class RecordingState:
     """State hooks that say every session is someone else's."""
@@ -436,6 +440,9 @@ class EndingConnector:
         await stop()
         return await self.announce_exit(session, connection_id)
 
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        return False
+
 
 async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
     autojump_clock: MockClock, fake_room: FakeRoom
@@ -560,3 +567,64 @@ async def test_a_session_without_a_stream_is_stopped_for_the_process_exit_then_a
         (2, EventKind.EXIT, None, "not recorded"),
     ]
     assert [(a.connection_id, a.recorded, a.error) for a in report] == [(None, False, None)]
+
+
+class _LeavesAtOnce:
+    """Every exit goes at once (as over open sockets); notes what the holders were doing."""
+
+    def __init__(self) -> None:
+        self.holders: list[ProcessHolder] = []
+        self.statuses_seen: set[HolderStatus] = set()
+        self.left: list[str | None] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+        async def news() -> AsyncIterator[StreamNews]:
+            yield StreamNews(connection_id=f"conn-{session.session_id}")
+            await trio.sleep_forever()
+
+        await trio.lowlevel.checkpoint()
+        yield news()
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        raise AssertionError("every exit went at once")
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        raise AssertionError("every exit went at once")
+
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        self.statuses_seen.update(holder.status for holder in self.holders)
+        self.left.append(connection_id)
+        return True
+
+
+async def test_every_exit_sent_at_once_goes_before_any_holder_is_stopped(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Unwinding thousands of holders takes longer than writing their exits: the
+    exits go first, although the loop checkpoints between batches of sessions."""
+    sessions = [
+        AgentSession(session_id=f"s{i}", session_token="t", room_id="r", session_kind="worker")
+        for i in range(600)
+    ]
+    connector = _LeavesAtOnce()
+    async with fake_room.client() as client:
+        async with open_connection_manager(client, connector=connector) as manager:
+            with manager.subscribe(math.inf) as events:
+                connector.holders = [manager.hold(session) for session in sessions]
+                await trio.testing.wait_all_tasks_blocked()
+                assert {h.status for h in connector.holders} == {HolderStatus.OPEN}
+                report = await manager.announce_exits()
+                await trio.testing.wait_all_tasks_blocked()
+                assert trio.current_time() == 0
+                stopped = [e.detail for e in drain(events) if e.kind is EventKind.STOPPED]
+    assert connector.statuses_seen == {HolderStatus.OPEN}
+    assert connector.left == [f"conn-{s.session_id}" for s in sessions]
+    assert {(a.recorded, a.error) for a in report} == {(None, None)}
+    assert {h.status for h in connector.holders} == {HolderStatus.STOPPED}
+    assert stopped == ["process exit"] * 600

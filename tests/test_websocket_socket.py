@@ -531,8 +531,30 @@ async def test_the_exit_to_a_closed_socket_is_not_sent() -> None:
             assert not await socket.send_exit("conn-1")
 
 
-async def test_the_exit_to_a_full_socket_goes_out_whole() -> None:
-    """The kernel takes part of the frames at once; the rest waits for room."""
+async def test_the_exit_is_written_at_once_only_where_it_can_be() -> None:
+    """No checkpoint: a plain socket takes it; an in-memory stream is left untouched."""
+    async with socket_over_a_socketpair() as (socket, room):
+        assert socket.send_exit_now("conn-1") is True
+        assert socket.leaving
+        with trio.fail_after(5):
+            assert await room.heard() == EXIT_EVENTS
+        assert socket.send_exit_now("conn-1") is False  # once
+    in_memory, _room = open_socket()
+    assert in_memory.send_exit_now("conn-1") is None
+    assert not in_memory.leaving
+    async with socket_over_a_socketpair() as (socket, room):
+        async with socket._send_lock:  # a pong being sent
+            assert socket.send_exit_now("conn-1") is None
+        assert not socket.leaving
+
+
+@pytest.mark.parametrize("at_once_first", [False, True])
+async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> None:
+    """The kernel takes part of the frames at once; the rest waits for room.
+
+    Also when the part went from the goodbye's loop (``send_exit_now``): then
+    ``send_exit`` sends only the rest.
+    """
     async with socket_over_a_socketpair() as (socket, room):
         client = socket._stream
         assert isinstance(client, trio.SocketStream)
@@ -542,6 +564,8 @@ async def test_the_exit_to_a_full_socket_goes_out_whole() -> None:
                 filler += os.write(client.socket.fileno(), b"f" * 4096)
         sent: list[bool] = []
         received = bytearray()
+        if at_once_first:
+            assert socket.send_exit_now("conn-1") is False
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_send_exit, socket, sent)
