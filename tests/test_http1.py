@@ -7,6 +7,8 @@ proxies) see tests/e2e/test_lean_http.py.
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 import trio
 import trio.testing
@@ -18,6 +20,7 @@ from letagents_trio._http1 import (
     Origin,
     _Prefixed,
     close_now,
+    read_some,
     send_now,
     split_url,
 )
@@ -274,3 +277,97 @@ async def test_send_now_says_0_when_the_buffer_is_full_and_raises_when_broken() 
 def test_send_now_declines_streams_it_cannot_write_synchronously() -> None:
     client_end, _server_end = trio.testing.memory_stream_pair()
     assert send_now(client_end, b"x") is None
+
+
+# --- read_some: the lean read of a plain socket ------------------------------------------------
+
+
+async def test_read_some_reads_a_plain_socket_and_says_when_it_ends() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left, right, trio.fail_after(5):
+        await right.send(b"news")
+        with trio.testing.assert_checkpoints():  # even with bytes waiting
+            assert await read_some(stream, 100) == b"news"
+        await right.send(b"0123456789")
+        assert await read_some(stream, 4) == b"0123"
+        assert await read_some(stream, 100) == b"456789"
+        right.shutdown(trio.socket.SHUT_WR)
+        assert await read_some(stream, 100) == b""
+
+
+async def test_read_some_gives_the_bytes_read_ahead_first() -> None:
+    left, right = trio.socket.socketpair()
+    with left, right, trio.fail_after(5):
+        stream = _Prefixed(trio.SocketStream(left), b"ahead")
+        await right.send(b"after")
+        assert await read_some(stream, 100) == b"ahead"
+        assert await read_some(stream, 100) == b"after"
+
+
+async def test_read_some_of_a_closed_socket_is_closed_resource_error() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with right, trio.fail_after(5):
+        assert close_now(stream)
+        with pytest.raises(trio.ClosedResourceError):
+            await read_some(stream, 100)
+
+
+async def test_a_socket_closed_while_read_some_waits_wakes_it() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with right, trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def close_once_waiting() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                assert close_now(stream)
+
+            nursery.start_soon(close_once_waiting)
+            with pytest.raises(trio.ClosedResourceError):
+                await read_some(stream, 100)
+
+
+async def test_read_some_of_a_reset_connection_is_broken_naming_the_reset() -> None:
+    listener = trio.socket.socket()
+    with listener, trio.fail_after(5):
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = trio.socket.socket()
+        await client.connect(listener.getsockname())
+        accepted, _ = await listener.accept()
+        stream = trio.SocketStream(client)
+        with client:
+            # A close with a zero linger sends a reset instead of an end.
+            accepted.setsockopt(
+                trio.socket.SOL_SOCKET, trio.socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            accepted.close()
+            with pytest.raises(trio.BrokenResourceError) as broken:
+                await read_some(stream, 100)
+    assert isinstance(broken.value.__cause__, ConnectionResetError)
+
+
+async def test_read_some_reads_other_streams_with_their_own_receive_some() -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    with trio.fail_after(5):
+        await server_end.send_all(b"in memory")
+        assert await read_some(client_end, 100) == b"in memory"
+
+
+async def test_read_some_reads_a_plain_socket_without_socketstreams_machinery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One wait and one read: not SocketStream.receive_some, whose per-read cost is the point."""
+
+    async def not_this_way(  # noqa: ASYNC124 (replaces an async method)
+        self: trio.SocketStream, max_bytes: int | None = None
+    ) -> bytes:
+        raise AssertionError("read through SocketStream.receive_some")
+
+    monkeypatch.setattr(trio.SocketStream, "receive_some", not_this_way)
+    left, right = trio.socket.socketpair()
+    with left, right, trio.fail_after(5):
+        await right.send(b"lean")
+        assert await read_some(trio.SocketStream(left), 100) == b"lean"
