@@ -321,14 +321,18 @@ async def test_the_goodbye_closes_the_socket_itself_and_does_not_wait_for_the_ho
             with trio.fail_after(1):
                 recorded = await connector.goodbye(session, connection_id, stop)
             assert (recorded, stop.calls) == (None, [])
-            await trio.sleep(1)
-            # The reader saw its socket close after the exit frame: it waits to be stopped.
-            assert holder.status is HolderStatus.OPEN
-            holder.stop()
-            await holder.wait_status(HolderStatus.STOPPED)
+            with manager.subscribe() as events:
+                await trio.sleep(1)
+                # The reader saw its socket close after the exit frame: a stop,
+                # not a drop, so no CLOSED event and no new attempt.
+                assert holder.status is HolderStatus.STOPPED
+                assert [(e.kind, e.detail) for e in drain(events)] == [
+                    (EventKind.STOPPED, "process exit")
+                ]
             assert [e.body for e in fake_room.exits] == [
                 {"event": "exit", "process_connection_id": connection_id}
             ]
+    assert len(fake_room.process_requests(session.session_id)) == 1
 
 
 async def test_the_exit_log_line_says_the_exits_went_over_the_sockets(

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import json
 import os
+import types
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -36,6 +39,7 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
+from letagents_trio._connector import StreamLeft
 from letagents_trio._websocket import (
     AutoConnector,
     WebSocketConnector,
@@ -247,19 +251,109 @@ async def test_no_pong_follows_the_exit_frame(autojump_clock: MockClock) -> None
         assert await anext(socket) == StreamNews()  # the pong waits for the next read
         assert await socket.send_exit(None)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(anext, socket)
+            nursery.start_soon(stops_at, socket, PING_INTERVAL)
             assert await room.heard() == [
                 TextMessage(data='{"event":"exit","process_connection_id":null}'),
                 CloseConnection(code=1000, reason=""),
             ]
-            # The reader, silent past its ping interval, only waits to be stopped.
+            # The reader, silent past its ping interval, sends no ping: it stops.
             await trio.sleep(PING_INTERVAL + PONG_TIMEOUT + 1)
-            nursery.cancel_scope.cancel()
     # Nothing after the close frame either (wsproto would not show a pong there).
     assert len(room.raw) == client_frames_length(
         TextMessage(data='{"event":"exit","process_connection_id":null}'),
         CloseConnection(code=1000),
     )
+
+
+async def stops_at(socket: _Socket, when: float) -> None:
+    """The reader ends the attempt as a stop (not a drop) at virtual time ``when``."""
+    with pytest.raises(StreamLeft, match=r"^process exit$"):
+        await anext(socket)
+    assert trio.current_time() == when
+
+
+async def test_the_rooms_answer_to_the_exit_leaves_the_reader_waiting_to_be_stopped(
+    autojump_clock: MockClock,
+) -> None:
+    """The room's close answering the exit is not news: the reader waits for its stop.
+
+    So ten thousand answers arriving while the manager still writes exits
+    unwind no holder in between; the manager stops them all afterwards.
+    """
+    socket, room = open_socket()
+    with trio.fail_after(PING_INTERVAL * 10):
+        assert await socket.send_exit("conn-1")
+        await room.send(Ping(payload=b"crossed"))
+        await room.heard()
+        await room.send(CloseConnection(code=1000))
+        with trio.move_on_after(PING_INTERVAL * 5) as waited:
+            await anext(socket)
+        assert waited.cancelled_caught
+    # Not parsed, so not echoed and no pong: nothing after the exit's close.
+    assert len(room.raw) == client_frames_length(
+        TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
+        CloseConnection(code=1000),
+    )
+
+
+async def test_a_socket_broken_after_the_exit_stops_the_reader(
+    autojump_clock: MockClock,
+) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        assert await socket.send_exit("conn-1")
+        await room.stream.aclose()
+        await stops_at(socket, 0)
+
+
+async def test_the_reader_waits_while_the_exit_is_being_written(
+    autojump_clock: MockClock,
+) -> None:
+    """Woken before the exit is written whole, the reader must not close the socket.
+
+    It waits to be stopped: ending the attempt would close the stream under
+    the exit still being written, and the exit would be lost.
+    """
+    client, server = trio.testing.memory_stream_pair()
+    socket = _Socket(
+        client,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=PING_INTERVAL,
+        pong_timeout=PONG_TIMEOUT,
+        max_event_bytes=1024,
+    )
+    room = Room(server)
+    release = trio.Event()
+
+    async def slow_pump() -> None:
+        await release.wait()
+        trio.testing.memory_stream_pump(client.send_stream, server.receive_stream)
+
+    client.send_stream.send_all_hook = slow_pump
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            reader = trio.CancelScope()
+
+            async def read() -> None:
+                with reader:
+                    await anext(socket)
+                    await anext(socket)
+
+            nursery.start_soon(read)
+            nursery.start_soon(socket.send_exit, "conn-1")
+            await trio.testing.wait_all_tasks_blocked()
+            await room.stream.send_all(room.ws.send(Ping()))  # wakes the reader
+            await trio.sleep(1)
+            assert not reader.cancelled_caught
+            release.set()
+            assert await room.heard() == [
+                TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
+                CloseConnection(code=1000, reason=""),
+            ]
+            await trio.sleep(1)
+            # Still waiting, stream open: only a stop ends it now.
+            reader.cancel()
+        assert reader.cancelled_caught
 
 
 async def test_an_exit_on_a_broken_socket_is_not_sent(autojump_clock: MockClock) -> None:
@@ -582,3 +676,82 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
                 events += room.ws.events()
         assert received[:filler] == b"f" * filler
         assert events == EXIT_EVENTS
+
+
+# --- pongs over a real socket (the write that skips send_all) ----------------------------------
+
+
+async def test_a_pong_over_a_socket_is_written_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pong is one small write: no lock, conflict detector or reschedule of send_all."""
+
+    async def not_this_way(self: trio.SocketStream, data: object) -> None:  # noqa: ASYNC124 (replaces an async method)
+        raise AssertionError("written through SocketStream.send_all")
+
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            await room.send(Ping(payload=b"1"), Ping(payload=b"2"))
+            monkeypatch.setattr(trio.SocketStream, "send_all", not_this_way)
+            assert await anext(socket) == StreamNews()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(anext, socket)  # flushes the pongs, then reads
+                assert await room.heard() == [Pong(payload=b"1"), Pong(payload=b"2")]
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_pong_over_a_socket_waits_for_another_sender() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            await room.send(Ping(payload=b"1"))
+            assert await anext(socket) == StreamNews()
+            async with trio.open_nursery() as nursery:
+                async with socket._send_lock:  # another sender
+                    nursery.start_soon(anext, socket)
+                    await trio.testing.wait_all_tasks_blocked()
+                    with trio.move_on_after(0.1):
+                        await room.stream.receive_some()
+                        pytest.fail("the pong was written while another sender held the socket")
+                assert await room.heard() == [Pong(payload=b"1")]
+                nursery.cancel_scope.cancel()
+
+
+async def test_a_pong_to_a_reset_socket_says_how_it_broke() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            await room.send(Ping())
+            assert await anext(socket) == StreamNews()
+            await room.stream.aclose()
+            with pytest.raises(
+                RoomUnreachable,
+                match=r"^process socket broke: (BrokenPipeError|ConnectionResetError)$",
+            ):
+                await anext(socket)
+
+
+# --- wsproto's parser let go at once --------------------------------------------------------------
+
+
+async def test_a_released_socket_needs_no_cyclic_gc_to_be_freed() -> None:  # noqa: ASYNC124 (a socket reads trio's clock)
+    """wsproto's parser is a generator referring back to its owner: release breaks the cycle."""
+    socket, _room = open_socket()
+    parser = weakref.ref(socket._ws._proto)
+    gc.disable()
+    try:
+        socket.release()
+        del socket, _room
+        assert parser() is None
+    finally:
+        gc.enable()
+
+
+async def test_leaving_the_socket_block_releases_the_parser(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
+        async with connector.open(session) as socket:
+            assert isinstance(socket, _Socket)
+            parser = socket._ws._proto._parse_more
+            assert isinstance(parser, types.GeneratorType)
+            assert parser.gi_frame is not None
+        assert parser.gi_frame is None  # closed: the cycle through its frame is gone
