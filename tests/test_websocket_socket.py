@@ -101,6 +101,12 @@ def client_frames_length(*events: Event) -> int:
     return sum(len(Connection(ConnectionType.CLIENT).send(event)) for event in events)
 
 
+EXIT_EVENTS = [
+    TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
+    CloseConnection(code=1000, reason=""),
+]
+
+
 def frame(**fields: object) -> TextMessage:
     return TextMessage(data=json.dumps(fields))
 
@@ -237,10 +243,7 @@ async def test_the_exit_goes_as_one_compact_frame_and_a_normal_close(
     socket, room = open_socket()
     with trio.fail_after(1):
         assert await socket.send_exit("conn-1")
-        assert await room.heard() == [
-            TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
-            CloseConnection(code=1000, reason=""),
-        ]
+        assert await room.heard() == EXIT_EVENTS
         assert not await socket.send_exit("conn-1")
 
 
@@ -290,10 +293,7 @@ async def test_the_rooms_answer_to_the_exit_leaves_the_reader_waiting_to_be_stop
             await anext(socket)
         assert waited.cancelled_caught
     # Not parsed, so not echoed and no pong: nothing after the exit's close.
-    assert len(room.raw) == client_frames_length(
-        TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
-        CloseConnection(code=1000),
-    )
+    assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
 async def test_a_socket_broken_after_the_exit_stops_the_reader(
@@ -314,15 +314,10 @@ async def test_the_reader_waits_while_the_exit_is_being_written(
     It waits to be stopped: ending the attempt would close the stream under
     the exit still being written, and the exit would be lost.
     """
-    client, server = trio.testing.memory_stream_pair()
-    socket = _Socket(
-        client,
-        Connection(ConnectionType.CLIENT),
-        ping_interval=PING_INTERVAL,
-        pong_timeout=PONG_TIMEOUT,
-        max_event_bytes=1024,
-    )
-    room = Room(server)
+    socket, room = open_socket()
+    client, server = socket._stream, room.stream
+    assert isinstance(client, trio.StapledStream)
+    assert isinstance(server, trio.StapledStream)
     release = trio.Event()
 
     async def slow_pump() -> None:
@@ -346,10 +341,7 @@ async def test_the_reader_waits_while_the_exit_is_being_written(
             await trio.sleep(1)
             assert not reader.cancelled_caught
             release.set()
-            assert await room.heard() == [
-                TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
-                CloseConnection(code=1000, reason=""),
-            ]
+            assert await room.heard() == EXIT_EVENTS
             await trio.sleep(1)
             # Still waiting, stream open: only a stop ends it now.
             reader.cancel()
@@ -579,12 +571,6 @@ async def socket_over_a_socketpair() -> AsyncIterator[tuple[_Socket, Room]]:
         with trio.CancelScope(shield=True):
             await client.aclose()
             await server.aclose()
-
-
-EXIT_EVENTS = [
-    TextMessage(data='{"event":"exit","process_connection_id":"conn-1"}'),
-    CloseConnection(code=1000, reason=""),
-]
 
 
 async def test_the_exit_over_a_socket_is_written_at_once() -> None:
