@@ -116,10 +116,18 @@ def _accept_value(key: bytes) -> str:
     return base64.b64encode(hashlib.sha1(key + _WEBSOCKET_GUID).digest()).decode("ascii")
 
 
-def _exit_frame(connection_id: str | None) -> str:
-    return json.dumps(
+def _exit_frames(connection_id: str | None) -> bytes:
+    """The exit frame and a normal close, as a client writes them (each with a fresh mask).
+
+    Serialized by a connection of their own, so that they can be made before
+    they are sent: WebSocket frames stand alone, and the socket's own
+    connection sends nothing after them.
+    """
+    text = json.dumps(
         {"event": "exit", "process_connection_id": connection_id}, separators=(",", ":")
     )
+    frames = Connection(ConnectionType.CLIENT)
+    return frames.send(TextMessage(data=text)) + frames.send(CloseConnection(code=_NORMAL_CLOSURE))
 
 
 @final
@@ -152,6 +160,8 @@ class _Socket:
         self._exit_written = False
         self._send_lock = trio.Lock()
         self.connection_id: str | None = None
+        # The exit naming connection_id, ready to be written (see _exit_bytes).
+        self._exit = b""
         # Set once the exit frame is on its way: the reader's next wake-up ends the attempt.
         self.leaving = False
 
@@ -205,6 +215,9 @@ class _Socket:
             return None
         if connection_id is not None:
             self.connection_id = connection_id
+            # Made now rather than at the goodbye, where ten thousand sockets
+            # would spend 0.16 s on them (wsproto frames at ~8 µs each).
+            self._exit = _exit_frames(connection_id)
         return StreamNews(connection_id=connection_id, ended=ended)
 
     def _message(self, event: TextMessage) -> str | None:
@@ -264,12 +277,15 @@ class _Socket:
 
         None when the socket cannot take them (already leaving, finished, closing).
         From here on the reader sends nothing more: no pong may follow the close.
+        The frames naming the connection the room opened were made when it
+        named it; others (an exit naming none) are made here.
         """
         if self.leaving or self._finished or self._ws.state is not ConnectionState.OPEN:
             return None
         self.leaving = True
-        data = self._ws.send(TextMessage(data=_exit_frame(connection_id)))
-        return data + self._ws.send(CloseConnection(code=_NORMAL_CLOSURE))
+        if connection_id is not None and connection_id == self.connection_id:
+            return self._exit
+        return _exit_frames(connection_id)
 
     def send_exit_now(self, connection_id: str | None) -> bool | None:
         """Write the exit frame and a normal close at once, without a checkpoint.

@@ -39,6 +39,7 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
+from letagents_trio import _websocket as websocket_module
 from letagents_trio._connector import StreamLeft
 from letagents_trio._websocket import (
     AutoConnector,
@@ -245,6 +246,23 @@ async def test_the_exit_goes_as_one_compact_frame_and_a_normal_close(
         assert await socket.send_exit("conn-1")
         assert await room.heard() == EXIT_EVENTS
         assert not await socket.send_exit("conn-1")
+
+
+async def test_the_exit_is_made_when_the_room_names_the_connection(
+    autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the goodbye of ten thousand sockets no frame is left to build."""
+
+    def not_now(connection_id: str | None) -> bytes:
+        raise AssertionError("exit frames built at the goodbye")
+
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(frame(event="open", connection_id="conn-1"))
+        assert await anext(socket) == StreamNews(connection_id="conn-1")
+        monkeypatch.setattr(websocket_module, "_exit_frames", not_now)
+        assert await socket.send_exit("conn-1")
+        assert await room.heard() == EXIT_EVENTS
 
 
 async def test_no_pong_follows_the_exit_frame(autojump_clock: MockClock) -> None:
