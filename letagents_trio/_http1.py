@@ -55,6 +55,7 @@ __all__ = [
     "StreamOpener",
     "can_send_now",
     "close_now",
+    "discard_unread",
     "open_request",
     "read_some",
     "send_now",
@@ -414,6 +415,31 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
             continue
         except OSError as exc:
             raise _stream_error(exc) from exc
+
+
+def discard_unread(stream: trio.abc.Stream, *, limit: int = 1 << 20) -> None:
+    """Read and drop, without a checkpoint, what the peer already sent on a plain socket.
+
+    Closing a TCP socket whose receive buffer still holds bytes sends a reset
+    instead of an orderly end. A peer that writes to the connection meanwhile
+    (a heartbeat) then fails its write, and a server that closes on that
+    failure may never read what was sent just before the close: a WebSocket's
+    exit frame. Drained first, the close is an orderly end, read after the
+    exit. At most ``limit`` bytes; nothing for streams that are not plain
+    sockets, or on any error (the close follows anyway).
+    """
+    plain = _plain_socket(stream)
+    if plain is None:
+        return
+    fd = plain.socket.fileno()
+    while fd != -1 and limit > 0:
+        try:
+            data = os.read(fd, min(limit, READ_SIZE))
+        except OSError:  # BlockingIOError included: nothing more to read
+            return
+        if not data:
+            return
+        limit -= len(data)
 
 
 def can_send_now(stream: trio.abc.Stream) -> bool:

@@ -61,7 +61,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._connector import AttemptRejected, ProcessConnector, SSEConnector, StreamLeft, StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._http1 import can_send_now, close_now, read_some, send_now
+from ._http1 import can_send_now, close_now, discard_unread, read_some, send_now
 from ._policy import HoldPolicy, Outcome
 
 if TYPE_CHECKING:
@@ -369,18 +369,27 @@ class _Socket:
         process's exit). Closing the generator breaks the cycle, so reference
         counting frees it all at once. The attributes are wsproto's own
         (1.2 to 1.3), looked up defensively: without them nothing is done.
-        Only for a socket that is done with: nothing can be read after it.
+        Only for a socket that is done with: nothing can be read after it,
+        and after an exit what the room sent meanwhile is read and dropped.
         """
         parser = getattr(getattr(self._ws, "_proto", None), "_parse_more", None)
         if isinstance(parser, types.GeneratorType):
             parser.close()
+        if self.leaving:
+            # After the exit, the close that follows must be an orderly end,
+            # not a reset that could cost the room the exit (see discard_unread).
+            discard_unread(self._stream)
 
     def close(self) -> bool:
         """Close the socket now, without a checkpoint; False when only the holder can.
 
         The reader waiting on it wakes, sees :attr:`leaving` and ends the
-        attempt with :class:`~letagents_trio._connector.StreamLeft`.
+        attempt with :class:`~letagents_trio._connector.StreamLeft`. After
+        an exit, what the room sent meanwhile is read and dropped first, so
+        that the close is an orderly end (see :meth:`release`).
         """
+        if self.leaving:
+            discard_unread(self._stream)
         return close_now(self._stream)
 
 

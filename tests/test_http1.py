@@ -20,11 +20,14 @@ from letagents_trio._http1 import (
     Origin,
     _Prefixed,
     close_now,
+    discard_unread,
     read_some,
     send_now,
     split_url,
 )
 from letagents_trio._net import NetworkOpener, Proxy, _bypassed, proxies_from_environment
+
+from .sockets import tcp_pair
 
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
 API = "http://room.test"
@@ -371,3 +374,38 @@ async def test_read_some_reads_a_plain_socket_without_socketstreams_machinery(
     with left, right, trio.fail_after(5):
         await right.send(b"lean")
         assert await read_some(trio.SocketStream(left), 100) == b"lean"
+
+
+# --- discard_unread: an orderly end, not a reset ----------------------------------------------
+
+
+@pytest.mark.parametrize("drained", [True, False])
+async def test_a_close_after_discard_unread_is_an_orderly_end(drained: bool) -> None:
+    """Bytes left unread turn a close into a reset; drained, the peer reads an end."""
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            await peer.send(b"heartbeat")
+            await stream.send_all(b"exit")
+            await trio.lowlevel.wait_readable(stream.socket)
+            if drained:
+                discard_unread(stream)
+            assert close_now(stream)
+            assert await peer.recv(100) == b"exit"  # what came first is read either way
+            if drained:
+                assert await peer.recv(100) == b""
+            else:
+                with pytest.raises(ConnectionResetError):
+                    await peer.recv(100)
+
+
+async def test_discard_unread_reads_at_most_its_limit_and_leaves_other_streams() -> None:
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            await peer.send(b"x" * 100)
+            await trio.lowlevel.wait_readable(stream.socket)
+            discard_unread(stream, limit=60)
+            assert await read_some(stream, 1000) == b"x" * 40
+    client_end, server_end = trio.testing.memory_stream_pair()
+    await server_end.send_all(b"in memory")
+    discard_unread(client_end)  # not a socket: left alone
+    assert await read_some(client_end, 100) == b"in memory"

@@ -41,6 +41,7 @@ from letagents_trio import (
 )
 from letagents_trio import _websocket as websocket_module
 from letagents_trio._connector import StreamLeft
+from letagents_trio._http1 import close_now
 from letagents_trio._websocket import (
     AutoConnector,
     WebSocketConnector,
@@ -50,6 +51,8 @@ from letagents_trio._websocket import (
     connector_for,
 )
 from letagents_trio.testing import FakeRoom, open_streaming_transport
+
+from .sockets import tcp_pair
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
@@ -759,3 +762,35 @@ async def test_leaving_the_socket_block_releases_the_parser(
             assert isinstance(parser, types.GeneratorType)
             assert parser.gi_frame is not None
         assert parser.gi_frame is None  # closed: the cycle through its frame is gone
+
+
+@pytest.mark.parametrize("by", ["goodbye", "block"])
+async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by: str) -> None:
+    """What the room sent meanwhile is read and dropped before the close.
+
+    Closed with bytes unread, the socket would reset the connection, and a
+    room whose next heartbeat then fails may never read the exit before it.
+    Either way it is closed: by the goodbye (``close``), or by the socket's
+    block as the holder stops (``release``, then the stream's close).
+    """
+    async with tcp_pair() as (stream, room):
+        socket = _Socket(
+            stream,
+            Connection(ConnectionType.CLIENT),
+            ping_interval=PING_INTERVAL,
+            pong_timeout=PONG_TIMEOUT,
+            max_event_bytes=1024,
+        )
+        with trio.fail_after(5):
+            await room.send(Connection(ConnectionType.SERVER).send(Ping(payload=b"beat")))
+            await trio.lowlevel.wait_readable(stream.socket)
+            assert socket.send_exit_now("conn-1") is True
+            if by == "goodbye":
+                assert socket.close()
+            else:
+                socket.release()
+                assert close_now(stream)
+            heard = bytearray()
+            while chunk := await room.recv(4096):  # an end, not ConnectionResetError
+                heard += chunk
+        assert len(heard) == client_frames_length(*EXIT_EVENTS)
