@@ -179,7 +179,7 @@ class _CountedTCPServer(TCPServer):
         left, then the end, and closes the connection itself, at once, since
         the connection is broken. Measured at 10,000 WebSockets saying goodbye
         at once (``bench/bench_vs_room.py 10000 --clients py-ws``): 9,128
-        exits recorded before, all 10,000 after.
+        exits recorded before, all 10,000 in the next run.
         """
         async with self.send_lock:
             try:
