@@ -383,9 +383,9 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
     it. Here, for a plain socket on a POSIX system, a read is one wait until
     the socket is readable and one ``read``: measured over 2,000 sockets
     (``bench/bench_read.py``), a wake-up and its read cost 17-22 µs of CPU
-    instead of 25-26 µs, and a waiting reader holds 20 objects for the
-    cyclic GC to walk instead of 25. Anything else (TLS, in memory, bytes put back
-    in front by :meth:`HTTP1Response.detach`) is read by its own
+    instead of 25-32 µs, and a waiting reader holds 20 objects for the
+    cyclic GC to walk instead of 25. Anything else (TLS, in memory, bytes
+    put back in front by :meth:`HTTP1Response.detach`) is read by its own
     ``receive_some``.
 
     Raises:

@@ -32,9 +32,11 @@ One socket's life:
    still open, the exit frame ``{"event":"exit","process_connection_id":…}``
    and a normal close go out in one write, and the socket is closed at once:
    the goodbye never waits on a closing handshake (what was written before
-   the close reaches the room even if the close resets the connection). The
-   reader's next wake-up, whatever woke it, ends the attempt as a stop
-   (:class:`~letagents_trio._connector.StreamLeft`), never a drop. A
+   the close reaches the room even if the close resets the connection; what
+   the room sent meanwhile is read and dropped first, so that the close is an
+   orderly end). After the exit, a socket that closes or breaks ends the
+   holder's attempt as a stop (:class:`~letagents_trio._connector.StreamLeft`),
+   never a drop; the room's answering close is not parsed. A
    session with no open socket, or one that cannot take the frame, falls back
    to ``POST …/process/exit`` inside the same shielded deadline.
 
@@ -162,7 +164,7 @@ class _Socket:
         self.connection_id: str | None = None
         # The exit naming connection_id, ready to be written (see _exit_bytes).
         self._exit = b""
-        # Set once the exit frame is on its way: the reader's next wake-up ends the attempt.
+        # Set once the exit frame is on its way: no more news, nothing more sent.
         self.leaving = False
 
     def __aiter__(self) -> _Socket:
@@ -548,11 +550,11 @@ class WebSocketConnector:
     def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
         """Send the exit over the open socket at once, without a checkpoint.
 
-        The exit frame and the close are written, and the socket is left to
-        the holder: its reader wakes once, on the room's answering close (then
-        the attempt ends as a stop, and the block closes the socket after the
-        room's close, not before it) or when the manager stops the holder,
-        whichever comes first. False, having done nothing :meth:`goodbye`
+        The exit frame and the close are written; the manager then stops
+        the holder, whose block closes the socket (what the room sent
+        meanwhile read and dropped, so the close is an orderly end). A reader
+        that the room's answering close wakes first waits for that stop,
+        without parsing it. False, having done nothing :meth:`goodbye`
         could not follow, when there is no open socket on that connection,
         it is not a plain socket, or it could not take the frames at once.
         """
