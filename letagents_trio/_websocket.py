@@ -382,6 +382,16 @@ class _Socket:
             # not a reset that could cost the room the exit (see discard_unread).
             discard_unread(self._stream)
 
+    async def aclose(self) -> None:
+        """Close the socket: at once when it can be (:meth:`close`), else forcefully.
+
+        Cancellation:
+            Closes even when cancelled; a checkpoint only when :meth:`close`
+            could not close the stream synchronously.
+        """
+        if not self.close():
+            await trio.aclose_forcefully(self._stream)
+
     def close(self) -> bool:
         """Close the socket now, without a checkpoint; False when only the holder can.
 
@@ -424,7 +434,6 @@ class _SocketBlock:
     def __init__(self, connector: WebSocketConnector, session: AgentSession) -> None:
         self._connector = connector
         self._session = session
-        self._response: HTTP1Response | None = None
         self._socket: _Socket | None = None
 
     async def __aenter__(self) -> _Socket:
@@ -445,20 +454,21 @@ class _SocketBlock:
             if not response.close():
                 await response.aclose()
             raise
-        self._response, self._socket = response, socket
+        # Only the socket is kept: the upgrade's response and its HTTP state
+        # (a dozen objects for the collector to walk, per held socket) go now.
+        self._socket = socket
         connector._sockets[session.session_id] = socket
         return socket
 
     async def __aexit__(self, *exc_info: object) -> None:
+        socket, self._socket = self._socket, None
+        if socket is None:
+            return
         sockets = self._connector._sockets
-        socket = self._socket
-        if socket is not None:
-            if sockets.get(self._session.session_id) is socket:
-                del sockets[self._session.session_id]
-            socket.release()
-        response, self._response, self._socket = self._response, None, None
-        if response is not None and not response.close():
-            await response.aclose()
+        if sockets.get(self._session.session_id) is socket:
+            del sockets[self._session.session_id]
+        socket.release()
+        await socket.aclose()
 
 
 @final

@@ -794,3 +794,30 @@ async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by:
             while chunk := await room.recv(4096):  # an end, not ConnectionResetError
                 heard += chunk
         assert len(heard) == client_frames_length(*EXIT_EVENTS)
+
+
+async def test_a_held_socket_keeps_nothing_of_its_upgrade(
+    autojump_clock: MockClock, fake_room: FakeRoom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upgrade's response and its HTTP state go once the socket is open.
+
+    A dozen objects per held socket that every full pass of the collector
+    would walk, ten thousand times over.
+    """
+    session = await fake_room.add_worker()
+    responses: list[weakref.ref[HTTP1Response]] = []
+    accepted = WebSocketConnector._accepted
+
+    def keep_a_weak_reference(
+        self: WebSocketConnector, response: HTTP1Response, key: bytes
+    ) -> _Socket:
+        responses.append(weakref.ref(response))
+        return accepted(self, response, key)
+
+    monkeypatch.setattr(WebSocketConnector, "_accepted", keep_a_weak_reference)
+    async with fake_room.client() as client:
+        connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
+        async with connector.open(session) as socket:
+            assert await anext(socket) == StreamNews(connection_id=socket.connection_id)
+            gc.collect()
+            assert [response() for response in responses] == [None]
