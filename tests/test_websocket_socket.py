@@ -41,7 +41,7 @@ from letagents_trio import (
 )
 from letagents_trio import _websocket as websocket_module
 from letagents_trio._connector import StreamLeft
-from letagents_trio._http1 import close_now
+from letagents_trio._http1 import Connected, close_now
 from letagents_trio._websocket import (
     AutoConnector,
     WebSocketConnector,
@@ -327,13 +327,15 @@ async def test_a_socket_broken_after_the_exit_stops_the_reader(
         await stops_at(socket, 0)
 
 
+@pytest.mark.parametrize("wake", ["ping", "end"])
 async def test_the_reader_waits_while_the_exit_is_being_written(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, wake: str
 ) -> None:
     """Woken before the exit is written whole, the reader must not close the socket.
 
     It waits to be stopped: ending the attempt would close the stream under
-    the exit still being written, and the exit would be lost.
+    the exit still being written, and the exit would be lost. Whatever woke
+    it: a ping that crossed the exit, or the room ending its side.
     """
     socket, room = open_socket()
     client, server = socket._stream, room.stream
@@ -358,7 +360,10 @@ async def test_the_reader_waits_while_the_exit_is_being_written(
             nursery.start_soon(read)
             nursery.start_soon(socket.send_exit, "conn-1")
             await trio.testing.wait_all_tasks_blocked()
-            await room.stream.send_all(room.ws.send(Ping()))  # wakes the reader
+            if wake == "ping":
+                await room.stream.send_all(room.ws.send(Ping()))
+            else:
+                await server.send_stream.aclose()
             await trio.sleep(1)
             assert not reader.cancelled_caught
             release.set()
@@ -821,3 +826,140 @@ async def test_a_held_socket_keeps_nothing_of_its_upgrade(
             assert await anext(socket) == StreamNews(connection_id=socket.connection_id)
             gc.collect()
             assert [response() for response in responses] == [None]
+
+
+# --- leave_now, the socket block, and closing what close_now cannot -----------------------------
+
+
+async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it_names() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            await room.send(frame(event="open", connection_id="conn-1"))
+            assert await anext(socket) == StreamNews(connection_id="conn-1")
+        async with RoomClient("http://room.test") as client:
+            connector = WebSocketConnector(client)
+            auto = AutoConnector(client)
+            assert not connector.leave_now(SESSION, "conn-1")  # no socket held for it
+            connector._sockets[SESSION.session_id] = socket
+            auto._websocket._sockets[SESSION.session_id] = socket
+            assert not connector.leave_now(SESSION, "another")
+            assert not connector.leave_now(SESSION, None)
+            assert not socket.leaving
+            assert auto.leave_now(SESSION, "conn-1")
+            assert not connector.leave_now(SESSION, "conn-1")  # once
+        with trio.fail_after(5):
+            assert await room.heard() == EXIT_EVENTS
+        assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
+
+
+async def test_the_socket_block_forgets_its_socket_when_left(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Or the goodbye would find, and write to, a socket already closed."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
+        async with connector.open(session) as socket:
+            assert connector._sockets == {session.session_id: socket}
+        assert connector._sockets == {}
+
+
+async def test_the_upgrade_offers_a_key_of_16_random_bytes(autojump_clock: MockClock) -> None:
+    """RFC 6455, section 4.1: the nonce is 16 bytes, base64-encoded."""
+    keys: list[bytes] = []
+
+    async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        keys.extend(v for k, v in scope["headers"] if k.lower() == b"sec-websocket-key")
+        await receive()  # websocket.connect
+        start = {"type": "websocket.http.response.start", "status": 404, "headers": []}
+        await send(start)
+        await send({"type": "websocket.http.response.body", "body": b""})
+
+    with trio.fail_after(10):
+        async with room_client(app) as client:
+            with pytest.raises(AttemptRejected):
+                await read_all(WebSocketConnector(client), SESSION)
+    assert [len(base64.b64decode(key, validate=True)) for key in keys] == [16]
+
+
+class OnlyAsyncClose(trio.abc.Stream):
+    """A stream that close_now does not know: only ``aclose`` closes it.
+
+    It reads as ``answer``, then waits for ever.
+    """
+
+    def __init__(self, answer: bytes = b"") -> None:
+        self.closed = False
+        self._answer = answer
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        answer, self._answer = self._answer, b""
+        if answer:
+            await trio.lowlevel.checkpoint()
+            return answer
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await trio.lowlevel.checkpoint()
+
+
+async def test_a_socket_close_now_cannot_close_is_closed_by_aclose() -> None:
+    stream = OnlyAsyncClose()
+    socket = _Socket(
+        stream,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=PING_INTERVAL,
+        pong_timeout=PONG_TIMEOUT,
+        max_event_bytes=1024,
+    )
+    assert not socket.close()
+    assert not stream.closed
+    await socket.aclose()
+    assert stream.closed
+
+
+async def test_release_leaves_a_wsproto_without_its_private_parser_alone() -> None:  # noqa: ASYNC124 (a socket reads trio's clock)
+    """The parser's attributes are wsproto's own: without them, nothing is done."""
+    socket, _room = open_socket()
+    socket._ws = cast("Connection", types.SimpleNamespace(state=None))
+    socket.release()
+    socket._ws = cast("Connection", types.SimpleNamespace(_proto=None))
+    socket.release()
+
+
+async def test_an_exit_to_a_socket_the_room_closed_writes_nothing() -> None:
+    """A socket finished by the room's close takes no exit: nothing more is written."""
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.fail_after(5):
+            await room.send(CloseConnection(code=1000))
+            assert await anext(socket) == StreamNews()
+            with pytest.raises(StopAsyncIteration):
+                await anext(socket)
+            assert await room.heard() == [CloseConnection(code=1000, reason="")]  # the echo
+            assert not await socket.send_exit("conn-1")
+            with trio.move_on_after(0.1):
+                await room.stream.receive_some()
+                pytest.fail("something was written after the socket finished")
+
+
+async def test_a_refused_upgrade_closes_a_stream_close_now_cannot_close() -> None:
+    stream = OnlyAsyncClose(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+
+    class Opener:
+        async def open_stream(self, origin: object, *, tunnel: bool = False) -> Connected:
+            await trio.lowlevel.checkpoint()
+            return Connected(stream)
+
+    with trio.fail_after(5):
+        async with RoomClient("http://room.test", opener=Opener()) as client:
+            with pytest.raises(AttemptRejected):
+                await read_all(WebSocketConnector(client), SESSION)
+    assert stream.closed
