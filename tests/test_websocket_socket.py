@@ -686,6 +686,11 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
             while len(events) < 2:
                 room.ws.receive_data(bytes(await room.stream.receive_some()))
                 events += room.ws.events()
+            # Once: the rest that waited is not sent again.
+            assert not await socket.send_exit("conn-1")
+            with trio.move_on_after(0.1):
+                await room.stream.receive_some()
+                pytest.fail("more was written after the exit went out whole")
         assert received[:filler] == b"f" * filler
         assert events == EXIT_EVENTS
 
