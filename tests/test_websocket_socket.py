@@ -88,16 +88,20 @@ class Room:
         return list(self.ws.events())
 
 
-def open_socket(max_event_bytes: int = 1024) -> tuple[_Socket, Room]:
-    client, server = trio.testing.memory_stream_pair()
-    socket = _Socket(
-        client,
+def new_socket(stream: trio.abc.Stream, max_event_bytes: int = 1024) -> _Socket:
+    """A process socket over ``stream``, with this file's ping interval and pong timeout."""
+    return _Socket(
+        stream,
         Connection(ConnectionType.CLIENT),
         ping_interval=PING_INTERVAL,
         pong_timeout=PONG_TIMEOUT,
         max_event_bytes=max_event_bytes,
     )
-    return socket, Room(server)
+
+
+def open_socket(max_event_bytes: int = 1024) -> tuple[_Socket, Room]:
+    client, server = trio.testing.memory_stream_pair()
+    return new_socket(client, max_event_bytes), Room(server)
 
 
 def client_frames_length(*events: Event) -> int:
@@ -584,13 +588,7 @@ async def test_the_default_policy_holds_the_same_streams(autojump_clock: MockClo
 async def socket_over_a_socketpair() -> AsyncIterator[tuple[_Socket, Room]]:
     a, b = trio.socket.socketpair()
     client, server = trio.SocketStream(a), trio.SocketStream(b)
-    socket = _Socket(
-        client,
-        Connection(ConnectionType.CLIENT),
-        ping_interval=PING_INTERVAL,
-        pong_timeout=PONG_TIMEOUT,
-        max_event_bytes=1024,
-    )
+    socket = new_socket(client)
     try:
         yield socket, Room(server)
     finally:
@@ -760,17 +758,20 @@ async def test_a_released_socket_needs_no_cyclic_gc_to_be_freed() -> None:  # no
         gc.enable()
 
 
-async def test_leaving_the_socket_block_releases_the_parser(
+async def test_leaving_the_socket_block_releases_the_parser_and_forgets_the_socket(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
+    """Forgotten, or the goodbye would find, and write to, a socket already closed."""
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
         connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
         async with connector.open(session) as socket:
             assert isinstance(socket, _Socket)
+            assert connector._sockets == {session.session_id: socket}
             parser = socket._ws._proto._parse_more
             assert isinstance(parser, types.GeneratorType)
             assert parser.gi_frame is not None
+        assert connector._sockets == {}
         assert parser.gi_frame is None  # closed: the cycle through its frame is gone
 
 
@@ -784,13 +785,7 @@ async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by:
     block as the holder stops (``release``, then the stream's close).
     """
     async with tcp_pair() as (stream, room):
-        socket = _Socket(
-            stream,
-            Connection(ConnectionType.CLIENT),
-            ping_interval=PING_INTERVAL,
-            pong_timeout=PONG_TIMEOUT,
-            max_event_bytes=1024,
-        )
+        socket = new_socket(stream)
         with trio.fail_after(5):
             await room.send(Connection(ConnectionType.SERVER).send(Ping(payload=b"beat")))
             await trio.lowlevel.wait_readable(stream.socket)
@@ -857,18 +852,6 @@ async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
-async def test_the_socket_block_forgets_its_socket_when_left(
-    autojump_clock: MockClock, fake_room: FakeRoom
-) -> None:
-    """Or the goodbye would find, and write to, a socket already closed."""
-    session = await fake_room.add_worker()
-    async with fake_room.client() as client:
-        connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
-        async with connector.open(session) as socket:
-            assert connector._sockets == {session.session_id: socket}
-        assert connector._sockets == {}
-
-
 async def test_the_upgrade_offers_a_key_of_16_random_bytes(autojump_clock: MockClock) -> None:
     """RFC 6455, section 4.1: the nonce is 16 bytes, base64-encoded."""
     keys: list[bytes] = []
@@ -918,13 +901,7 @@ class OnlyAsyncClose(trio.abc.Stream):
 
 async def test_a_socket_close_now_cannot_close_is_closed_by_aclose() -> None:
     stream = OnlyAsyncClose()
-    socket = _Socket(
-        stream,
-        Connection(ConnectionType.CLIENT),
-        ping_interval=PING_INTERVAL,
-        pong_timeout=PONG_TIMEOUT,
-        max_event_bytes=1024,
-    )
+    socket = new_socket(stream)
     assert not socket.close()
     assert not stream.closed
     await socket.aclose()
