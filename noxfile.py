@@ -123,6 +123,13 @@ def bench(session: nox.Session) -> None:
         session.run("python", str(program), *session.posargs)
 
 
+# The tests that exercise the WebSocket connector and its socket.
+_WEBSOCKET_TESTS = (
+    "tests/test_websocket*.py",
+    "tests/test_connector.py",
+    "tests/test_holder*.py",
+    "tests/test_manager*.py",
+)
 # The core modules under mutation testing, each with the test files (globs)
 # that exercise it; mutmut then runs each mutant against those of their tests
 # that call the mutated function.
@@ -138,12 +145,8 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/test_hostile_streams.py",
     ),
     "_manager": ("tests/test_manager*.py", "tests/test_holder*.py", "tests/test_websocket.py"),
-    "_websocket": (
-        "tests/test_websocket*.py",
-        "tests/test_connector.py",
-        "tests/test_holder*.py",
-        "tests/test_manager*.py",
-    ),
+    "_websocket": _WEBSOCKET_TESTS,
+    "_ws_socket": _WEBSOCKET_TESTS,
 }
 # Scale tests (thousands of sessions, seconds each) would run against every
 # mutant of the goodbye; the unit tests assert the same promises in milliseconds.

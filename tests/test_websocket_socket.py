@@ -1,6 +1,6 @@
 """The process socket frame by frame, and what the WebSocket connectors pass on.
 
-``_Socket`` runs here over one end of an in-memory stream pair, with a
+``ProcessSocket`` runs here over one end of an in-memory stream pair, with a
 wsproto server ``Connection`` on the other end written and read by the test,
 so every frame the room sends and every byte the client answers is exact:
 pongs, the close echo, the exit frame and its close, size limits on text
@@ -38,18 +38,18 @@ from letagents_trio import (
     RoomUnreachable,
     StreamNews,
     StreamProtocolError,
+    _ws_socket,
 )
-from letagents_trio import _websocket as websocket_module
 from letagents_trio._connector import StreamLeft
-from letagents_trio._http1 import Connected, close_now
+from letagents_trio._http1 import Connected
 from letagents_trio._websocket import (
     AutoConnector,
     WebSocketConnector,
     _accept_value,
-    _Socket,
     classify_upgrade,
     connector_for,
 )
+from letagents_trio._ws_socket import ProcessSocket
 from letagents_trio.testing import FakeRoom, open_streaming_transport
 
 from .sockets import tcp_pair
@@ -88,9 +88,9 @@ class Room:
         return list(self.ws.events())
 
 
-def new_socket(stream: trio.abc.Stream, max_event_bytes: int = 1024) -> _Socket:
+def new_socket(stream: trio.abc.Stream, max_event_bytes: int = 1024) -> ProcessSocket:
     """A process socket over ``stream``, with this file's ping interval and pong timeout."""
-    return _Socket(
+    return ProcessSocket(
         stream,
         Connection(ConnectionType.CLIENT),
         ping_interval=PING_INTERVAL,
@@ -99,7 +99,7 @@ def new_socket(stream: trio.abc.Stream, max_event_bytes: int = 1024) -> _Socket:
     )
 
 
-def open_socket(max_event_bytes: int = 1024) -> tuple[_Socket, Room]:
+def open_socket(max_event_bytes: int = 1024) -> tuple[ProcessSocket, Room]:
     client, server = trio.testing.memory_stream_pair()
     return new_socket(client, max_event_bytes), Room(server)
 
@@ -267,7 +267,7 @@ async def test_the_exit_is_made_when_the_room_names_the_connection(
     with trio.fail_after(1):
         await room.send(frame(event="open", connection_id="conn-1"))
         assert await anext(socket) == StreamNews(connection_id="conn-1")
-        monkeypatch.setattr(websocket_module, "_exit_frames", not_now)
+        monkeypatch.setattr(_ws_socket, "_exit_frames", not_now)
         assert await socket.send_exit("conn-1")
         assert await room.heard() == EXIT_EVENTS
 
@@ -293,7 +293,7 @@ async def test_no_pong_follows_the_exit_frame(autojump_clock: MockClock) -> None
     )
 
 
-async def stops_at(socket: _Socket, when: float) -> None:
+async def stops_at(socket: ProcessSocket, when: float) -> None:
     """The reader ends the attempt as a stop (not a drop) at virtual time ``when``."""
     with pytest.raises(StreamLeft, match=r"^process exit$"):
         await anext(socket)
@@ -503,7 +503,7 @@ async def test_a_101_with_the_wrong_accept_value_is_refused(
     async with fake_room.client() as client:
         connector = WebSocketConnector(client)
         answer = cast("HTTP1Response", _Answer(101, _accept_value(key)))
-        assert isinstance(connector._accepted(answer, key), _Socket)
+        assert isinstance(connector._accepted(answer, key), ProcessSocket)
         with pytest.raises(AttemptRejected) as refused:
             connector._accepted(cast("HTTP1Response", _Answer(101, "wrong")), key)
     assert (refused.value.outcome, refused.value.detail) == (Outcome.REFUSED, "bad upgrade answer")
@@ -585,7 +585,7 @@ async def test_the_default_policy_holds_the_same_streams(autojump_clock: MockClo
 
 
 @asynccontextmanager
-async def socket_over_a_socketpair() -> AsyncIterator[tuple[_Socket, Room]]:
+async def socket_over_a_socketpair() -> AsyncIterator[tuple[ProcessSocket, Room]]:
     a, b = trio.socket.socketpair()
     client, server = trio.SocketStream(a), trio.SocketStream(b)
     socket = new_socket(client)
@@ -624,7 +624,7 @@ async def test_the_exit_over_a_socket_waits_for_another_sender() -> None:
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
-async def _send_exit(socket: _Socket, sent: list[bool]) -> None:
+async def _send_exit(socket: ProcessSocket, sent: list[bool]) -> None:
     sent.append(await socket.send_exit("conn-1"))
 
 
@@ -766,7 +766,7 @@ async def test_leaving_the_socket_block_releases_the_parser_and_forgets_the_sock
     async with fake_room.client() as client:
         connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
         async with connector.open(session) as socket:
-            assert isinstance(socket, _Socket)
+            assert isinstance(socket, ProcessSocket)
             assert connector._sockets == {session.session_id: socket}
             parser = socket._ws._proto._parse_more
             assert isinstance(parser, types.GeneratorType)
@@ -792,9 +792,9 @@ async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by:
             assert socket.send_exit_now("conn-1") is True
             if by == "goodbye":
                 assert socket.close()
-            else:
+            else:  # as the socket's block does
                 socket.release()
-                assert close_now(stream)
+                await socket.aclose()
             heard = bytearray()
             while chunk := await room.recv(4096):  # an end, not ConnectionResetError
                 heard += chunk
@@ -815,7 +815,7 @@ async def test_a_held_socket_keeps_nothing_of_its_upgrade(
 
     def keep_a_weak_reference(
         self: WebSocketConnector, response: HTTP1Response, key: bytes
-    ) -> _Socket:
+    ) -> ProcessSocket:
         responses.append(weakref.ref(response))
         return accepted(self, response, key)
 

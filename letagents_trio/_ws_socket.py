@@ -1,0 +1,349 @@
+"""One held process socket (PROTOCOL §3.1, our extension): frames, liveness, the exit.
+
+:class:`ProcessSocket` is what :class:`~letagents_trio._websocket.WebSocketConnector`
+hands the holder once the room has accepted the upgrade: wsproto's frame layer
+over any ``trio.abc.Stream`` (a TCP or TLS stream, or an in-memory one in
+tests), with no task of its own. It iterates as the holder's news:
+
+1. **News**: every chunk read is one :class:`StreamNews` (so the holder's
+   silence deadline re-arms on pings too); the ``open`` text frame names the
+   connection and ``ended`` ends the session. The room's pings are answered,
+   a pong being one write when the socket takes it at once.
+2. **Liveness**: the read waits at most ``ping_interval`` for a byte; then the
+   socket pings, and one silent ``pong_timeout`` longer is dropped
+   (:class:`~letagents_trio.RoomUnreachable`). The deadline lives in the read
+   itself: no timer task per socket.
+3. **The exit**: the exit frame and a normal close, made when the room names
+   the connection, go out in one write (at once without a checkpoint when the
+   kernel takes them, :meth:`ProcessSocket.send_exit_now`). From then on the
+   reader sends nothing; a close or a break ends the holder's attempt as a
+   stop (:class:`~letagents_trio._connector.StreamLeft`), the room's answer
+   waits for the holder's stop unparsed, and the socket is drained before it
+   closes, so that the room sees an orderly end and not a reset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import types
+from typing import Final, NoReturn, final
+
+import trio
+from wsproto.connection import Connection, ConnectionState, ConnectionType
+from wsproto.events import CloseConnection, Ping, TextMessage
+
+from ._connector import StreamLeft, StreamNews
+from ._errors import RoomUnreachable, StreamProtocolError
+from ._http1 import can_send_now, close_now, discard_unread, read_some, send_now
+
+__all__ = ["RECEIVE_BYTES", "ProcessSocket"]
+
+logger = logging.getLogger("letagents_trio.transport")
+
+# Bytes asked for per read: the room's frames are tens of bytes.
+RECEIVE_BYTES: Final = 4096
+# The normal close code (RFC 6455, section 7.4.1).
+_NORMAL_CLOSURE: Final = 1000
+# Connection ids are UUIDs; anything longer is not one and is not kept.
+_MAX_CONNECTION_ID: Final = 128
+
+
+def _exit_frames(connection_id: str | None) -> bytes:
+    """The exit frame and a normal close, as a client writes them (each with a fresh mask).
+
+    Serialized by a connection of their own, so that they can be made before
+    they are sent: WebSocket frames stand alone, and the socket's own
+    connection sends nothing after them.
+    """
+    text = json.dumps(
+        {"event": "exit", "process_connection_id": connection_id}, separators=(",", ":")
+    )
+    frames = Connection(ConnectionType.CLIENT)
+    return frames.send(TextMessage(data=text)) + frames.send(CloseConnection(code=_NORMAL_CLOSURE))
+
+
+@final
+class ProcessSocket:
+    """One open process socket: the stream, its wsproto connection and its clock."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        ws: Connection,
+        *,
+        ping_interval: float,
+        pong_timeout: float,
+        max_event_bytes: int,
+    ) -> None:
+        self._stream = stream
+        self._ws = ws
+        self._ping_interval = ping_interval
+        self._pong_timeout = pong_timeout
+        self._max_event_bytes = max_event_bytes
+        self._deadline = trio.current_time() + ping_interval
+        self._awaiting_pong = False
+        self._text: list[str] = []
+        self._text_size = 0
+        self._finished = False
+        self._reply = b""
+        # The part of the exit the kernel could not take at once (send_exit sends it).
+        self._unsent = b""
+        # Set once the exit and the close are written whole: the socket may close then.
+        self._exit_written = False
+        self._send_lock = trio.Lock()
+        self.connection_id: str | None = None
+        # The exit naming connection_id, ready to be written (see _exit_bytes).
+        self._exit = b""
+        # Set once the exit frame is on its way: no more news, nothing more sent.
+        self.leaving = False
+
+    def __aiter__(self) -> ProcessSocket:
+        return self
+
+    async def __anext__(self) -> StreamNews:
+        news = self._news()
+        while news is None:
+            if self._finished:
+                await self._flush()
+                raise StopAsyncIteration
+            data = b""
+            try:
+                data = await self._receive()
+            except RoomUnreachable:
+                # After the exit frame a broken or closed socket is expected.
+                if not self.leaving:
+                    raise
+            if self.leaving:
+                await self._leave(answered=bool(data))
+            if data:
+                self._ws.receive_data(data)
+                # Every chunk is news, a ping included: it re-arms the holder's silence.
+                news = self._news() or StreamNews()
+            else:
+                self._ws.receive_data(None)
+                self._finished = True
+        return news
+
+    def _news(self) -> StreamNews | None:
+        """The news in the events wsproto has; None when it has none."""
+        connection_id: str | None = None
+        ended = False
+        seen = False
+        for event in self._ws.events():
+            seen = True
+            if isinstance(event, TextMessage):
+                text = self._message(event)
+                if text is not None:
+                    kind, named = _server_frame(text)
+                    connection_id = named or connection_id
+                    ended = ended or kind == "ended"
+            elif isinstance(event, Ping) and self._ws.state is ConnectionState.OPEN:
+                self._reply += self._ws.send(event.response())
+            elif isinstance(event, CloseConnection):
+                self._finished = True
+                if self._ws.state is ConnectionState.REMOTE_CLOSING:
+                    self._reply += self._ws.send(event.response())
+        if not seen:
+            return None
+        if connection_id is not None:
+            self.connection_id = connection_id
+            # Made now rather than at the goodbye, where ten thousand sockets
+            # would spend 0.16 s on them (wsproto frames at ~8 µs each).
+            self._exit = _exit_frames(connection_id)
+        return StreamNews(connection_id=connection_id, ended=ended)
+
+    def _message(self, event: TextMessage) -> str | None:
+        self._text_size += len(event.data)
+        if self._text_size > self._max_event_bytes:
+            raise StreamProtocolError("a frame on the process socket is too large")
+        self._text.append(event.data)
+        if not event.message_finished:
+            return None
+        text = "".join(self._text)
+        self._text.clear()
+        self._text_size = 0
+        return text
+
+    async def _receive(self) -> bytes:
+        """Read one chunk, pinging after ``ping_interval`` of silence."""
+        await self._flush()
+        while True:
+            with trio.move_on_at(self._deadline):
+                try:
+                    data = await read_some(self._stream, RECEIVE_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+                self._deadline = trio.current_time() + self._ping_interval
+                self._awaiting_pong = False
+                return data
+            if self._awaiting_pong or self.leaving:
+                raise RoomUnreachable("process socket: no pong within the pong timeout")
+            if self._ws.state is ConnectionState.OPEN:
+                self._reply += self._ws.send(Ping())
+            await self._flush()
+            self._awaiting_pong = True
+            self._deadline = trio.current_time() + self._pong_timeout
+
+    async def _flush(self) -> None:
+        """Send the pongs and pings (or the close echo) waiting to go.
+
+        Written at once when the socket takes them (:func:`send_now`: a pong
+        is one small write), else in turn with any other sender.
+        """
+        data, self._reply = self._reply, b""
+        if not data or self.leaving:
+            return
+        try:
+            if not self._send_lock.locked():
+                sent = send_now(self._stream, data)
+                data = data[sent:] if sent is not None else data
+                if not data:
+                    return
+            async with self._send_lock:
+                await self._stream.send_all(data)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+
+    def _exit_bytes(self, connection_id: str | None) -> bytes | None:
+        """Mark the socket leaving; the exit frame and a normal close, serialized.
+
+        None when the socket cannot take them (already leaving, finished, closing).
+        From here on the reader sends nothing more: no pong may follow the close.
+        The frames naming the connection the room opened were made when it
+        named it; others (an exit naming none) are made here.
+        """
+        if self.leaving or self._finished or self._ws.state is not ConnectionState.OPEN:
+            return None
+        self.leaving = True
+        if connection_id is not None and connection_id == self.connection_id:
+            return self._exit
+        return _exit_frames(connection_id)
+
+    def send_exit_now(self, connection_id: str | None) -> bool | None:
+        """Write the exit frame and a normal close at once, without a checkpoint.
+
+        Returns:
+            True when both were written whole. None when they cannot be
+            written at once and nothing was done (not a plain socket, or a
+            pong is on its way). False otherwise: the socket cannot take the
+            exit (closed, broken), or the kernel took only part of it, and
+            :meth:`send_exit` must send the rest.
+        """
+        if self._send_lock.locked() or not can_send_now(self._stream):
+            return None
+        data = self._exit_bytes(connection_id)
+        if data is None:
+            return False
+        try:
+            sent = send_now(self._stream, data)
+        except OSError:
+            return False
+        self._unsent = data[sent or 0 :]
+        self._exit_written = not self._unsent
+        return self._exit_written
+
+    async def send_exit(self, connection_id: str | None) -> bool:
+        """Send the exit frame and a normal close; whether the socket took them.
+
+        At once when it can (:meth:`send_exit_now`); what the kernel could not
+        take at once, or all of it on a stream that cannot be written so, goes
+        out in turn with the reader's pongs.
+
+        Cancellation:
+            A checkpoint; under the caller's exit deadline.
+        """
+        sent = self.send_exit_now(connection_id)
+        if sent:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return True
+        data = self._exit_bytes(connection_id) if sent is None else self._unsent
+        self._unsent = b""
+        if not data:
+            await trio.lowlevel.checkpoint()
+            return False
+        async with self._send_lock:
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
+        self._exit_written = True
+        return True
+
+    async def _leave(self, *, answered: bool) -> NoReturn:
+        """The reader woke after the exit began: end the attempt as a stop, or wait to be stopped.
+
+        - The exit is written whole and nothing more can come (the socket was
+          closed, by the goodbye that wrote it or by the room, or broke, or
+          stayed silent past the ping deadline): the attempt ends here, as a
+          stop and not a drop (:class:`~letagents_trio._connector.StreamLeft`,
+          raised outside any except block so that no network error is chained
+          to it). The holder unwinds in this one wake-up.
+        - The room answered (its closing frame, or a ping that crossed the
+          exit): the answer is not even parsed, and the reader waits to be
+          stopped. The manager stops the holders once every exit that could go
+          at once is written, so ten thousand answers arriving meanwhile do
+          not unwind ten thousand holders between two exits.
+        - The exit is still being written: the socket stays open for the
+          writer, and the reader waits to be stopped.
+        """
+        if self._exit_written and not answered:
+            raise StreamLeft("process exit")
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def release(self) -> None:
+        """Let wsproto's parser go now, not at the collector's next full pass.
+
+        wsproto's frame parser is a generator that refers back to the object
+        holding it: a reference cycle per socket, which only the cyclic GC
+        frees. At ten thousand sockets that is 50,000 objects left for a full
+        pass after every goodbye or reconnection wave (measured: 0.09 s at the
+        process's exit). Closing the generator breaks the cycle, so reference
+        counting frees it all at once. The attributes are wsproto's own
+        (1.2 to 1.3), looked up defensively: without them nothing is done.
+        Only for a socket that is done with: nothing can be read after it.
+        """
+        parser = getattr(getattr(self._ws, "_proto", None), "_parse_more", None)
+        if isinstance(parser, types.GeneratorType):
+            parser.close()
+
+    async def aclose(self) -> None:
+        """Close the socket: at once when it can be (:meth:`close`), else forcefully.
+
+        Cancellation:
+            Closes even when cancelled; a checkpoint only when :meth:`close`
+            could not close the stream synchronously.
+        """
+        if not self.close():
+            await trio.aclose_forcefully(self._stream)
+
+    def close(self) -> bool:
+        """Close the socket now, without a checkpoint; False when only the holder can.
+
+        The reader waiting on it wakes, sees :attr:`leaving` and ends the
+        attempt with :class:`~letagents_trio._connector.StreamLeft`. After
+        an exit, what the room sent meanwhile is read and dropped first, so
+        that the close is an orderly end, not a reset that could cost the
+        room the exit (see :func:`~letagents_trio._http1.discard_unread`).
+        """
+        if self.leaving:
+            discard_unread(self._stream)
+        return close_now(self._stream)
+
+
+def _server_frame(text: str) -> tuple[str | None, str | None]:
+    """The ``event`` of a server text frame and the connection id it names, if any."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        logger.debug("ignoring a process-socket frame that is not JSON")
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    event = value.get("event")
+    kind = event if isinstance(event, str) else None
+    named = value.get("connection_id") if kind == "open" else None
+    if isinstance(named, str) and 0 < len(named) <= _MAX_CONNECTION_ID and named.isprintable():
+        return kind, named
+    return kind, None
