@@ -37,12 +37,12 @@ from ._connector import StreamLeft, StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
 from ._http1 import can_send_now, close_now, discard_unread, read_some, send_now
 
-__all__ = ["RECEIVE_BYTES", "ProcessSocket"]
+__all__ = ["ProcessSocket"]
 
 logger = logging.getLogger("letagents_trio.transport")
 
 # Bytes asked for per read: the room's frames are tens of bytes.
-RECEIVE_BYTES: Final = 4096
+_RECEIVE_BYTES: Final = 4096
 # The normal close code (RFC 6455, section 7.4.1).
 _NORMAL_CLOSURE: Final = 1000
 # Connection ids are UUIDs; anything longer is not one and is not kept.
@@ -65,7 +65,15 @@ def _exit_frames(connection_id: str | None) -> bytes:
 
 @final
 class ProcessSocket:
-    """One open process socket: the stream, its wsproto connection and its clock."""
+    """One open process socket: the stream, its wsproto connection and its clock.
+
+    Iterated, it yields :class:`StreamNews` until the socket ends.
+
+    Cancellation:
+        Each step of the iteration is a checkpoint (the wait for the next
+        bytes); cancelled, the socket is no longer usable and its owner
+        closes it (:meth:`aclose`).
+    """
 
     def __init__(
         self,
@@ -171,7 +179,7 @@ class ProcessSocket:
         while True:
             with trio.move_on_at(self._deadline):
                 try:
-                    data = await read_some(self._stream, RECEIVE_BYTES)
+                    data = await read_some(self._stream, _RECEIVE_BYTES)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
                 self._deadline = trio.current_time() + self._ping_interval

@@ -180,6 +180,10 @@ class _CountedTCPServer(TCPServer):
         the connection is broken. Measured at 10,000 WebSockets saying goodbye
         at once (``bench/bench_vs_room.py 10000 --clients py-ws``): 9,128
         exits recorded before, all 10,000 in the next run.
+
+        Cancellation:
+            The write is shielded, as in hypercorn's own send: bytes half
+            written would break the connection's framing.
         """
         async with self.send_lock:
             try:
