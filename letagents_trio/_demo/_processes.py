@@ -349,8 +349,9 @@ class Cast:
             finally:
                 if process.shutdown_started is None:  # cancelled from outside
                     process.shutdown_started = trio.current_time()
+                # Told before "done": whoever waits for it may end the story at once.
+                self._record_exits(process)
                 process.done.set()
-        self._record_exits(process)
 
     async def _watch(self, label: str, events: trio.MemoryReceiveChannel[HolderEvent]) -> None:
         async for event in events:
@@ -360,7 +361,9 @@ class Cast:
         entry = self.entry(label, event.session_id)
         name = entry.name if entry is not None else event.session_id[:8]
         if event.kind is EventKind.STOPPED and entry is not None:
-            entry.how_it_ended = event.detail or "stopped"
+            # The holder's own stop may be told after its exit was: keep the exit.
+            if entry.announcement is None:
+                entry.how_it_ended = event.detail or "stopped"
         elif event.kind is EventKind.ENDED and entry is not None:
             entry.how_it_ended = "ended by the room"
         elif event.kind is EventKind.EXIT:
