@@ -316,6 +316,45 @@ class HTTP1Response:
         return _Prefixed(self._stream, bytes(data)) if data else self._stream
 
 
+def _fields(
+    origin: Origin, headers: Sequence[tuple[str, str]], body: bytes | None
+) -> list[tuple[str, str]]:
+    """A request's header fields: ``Host``, ``User-Agent``, ``headers``, ``Content-Length``."""
+    fields = [("Host", origin.authority), ("User-Agent", USER_AGENT), *headers]
+    if body is not None:
+        fields.append(("Content-Length", str(len(body))))
+    return fields
+
+
+def request_bytes(
+    origin: Origin,
+    target: str,
+    method: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes | None = None,
+) -> bytes:
+    """One request to ``origin`` as it goes on the wire (origin form), head and body.
+
+    Serialized by h11, which checks every field (no line breaks smuggled in a
+    value); for :class:`letagents_trio._pool.KeepAlivePool`, whose requests
+    are made ahead of the moment they are sent.
+
+    Raises:
+        h11.LocalProtocolError: a field h11 refuses.
+    """
+    conn = h11.Connection(h11.CLIENT)
+    fields = _fields(origin, headers, body)
+    data = conn.send(h11.Request(method=method, target=target, headers=fields)) or b""
+    if body:
+        data += conn.send(h11.Data(data=body)) or b""
+    return data + (conn.send(h11.EndOfMessage()) or b"")
+
+
+def network_failure(exc: BaseException) -> str | None:
+    """What failed, when ``exc`` is a network or HTTP-rules error; None for anything else."""
+    return _kind(exc) if isinstance(exc, _NETWORK_ERRORS) else None
+
+
 def _kind(exc: BaseException) -> str:
     """What failed, by type name: a broken TLS stream names the TLS error under it."""
     if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
@@ -547,10 +586,7 @@ async def start_request(
         raise HTTPFailure(_kind(exc)) from exc
     stream = connected.stream
     try:
-        fields = [("Host", origin.authority), ("User-Agent", USER_AGENT), *headers]
-        fields.extend(connected.proxy_headers)
-        if body is not None:
-            fields.append(("Content-Length", str(len(body))))
+        fields = _fields(origin, [*headers, *connected.proxy_headers], body)
         if connected.absolute_form:
             target = f"{origin.scheme}://{origin.authority}{target}"
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)

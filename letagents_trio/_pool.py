@@ -1,0 +1,246 @@
+"""Requests over kept-alive HTTP/1.1 connections to one origin, one at a time each.
+
+The goodbye asks thousands of exits of the room at once. A connection of its
+own for each, opened and closed, costs a socket, a connect and a close, and
+at ten thousand sessions that is a large part of the process's last second
+and a half. A :class:`KeepAlivePool` keeps the connections a request is
+answered on, and the next request takes one of them when it is free:
+
+* a request is written on an idle kept-alive connection (the most recently
+  used: likeliest still open), else on a new one. A connection carries one
+  request at a time and is never written ahead of an answer (no pipelining):
+  a room that takes its time over an answer, or never gives it, must not
+  hold back the requests behind it, and HTTP/1.1 servers answer one request
+  at a time per connection (Node's among them). So requests asked at once
+  are all in flight at once, each on its own connection, which is what a
+  room slow to answer needs; a fast room frees connections as quickly as
+  they are asked for;
+* once answered, the connection goes back to the idle ones, unless the room
+  said it closes it, or ``keep`` are idle already (then it is closed);
+* a kept-alive connection the room closed while it was idle fails the next
+  request written on it before any byte of an answer: that request goes out
+  once more, on a new connection. A request that fails on a new connection
+  fails.
+  Only requests that may be sent twice belong here: a replayed exit changes
+  nothing (PROTOCOL R5).
+
+Requests are bytes serialized ahead in origin form
+(:func:`letagents_trio._http1.request_bytes`); through a forwarding proxy their
+request line names the whole URL and the proxy's fields are added.
+Nothing here has a timeout: the caller bounds each :meth:`KeepAlivePool.exchange`.
+"""
+
+from __future__ import annotations
+
+from typing import Final, final
+
+import attrs
+import h11
+import trio
+
+from ._http1 import (
+    MAX_HEAD_BYTES,
+    READ_SIZE,
+    Connected,
+    HTTPFailure,
+    Origin,
+    StreamOpener,
+    close_now,
+    network_failure,
+    read_some,
+)
+
+__all__ = ["Answer", "KeepAlivePool"]
+
+# Idle connections kept by default: enough for a burst of exits asked a few
+# hundred at a time to find connections free rather than open new ones.
+KEEP_IDLE: Final = 256
+
+
+@final
+@attrs.frozen
+class Answer:
+    """One answer: its status, its headers (names in lower case) and its body."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        """The first header called ``name`` (any case), decoded as Latin-1; None without one."""
+        key = name.lower().encode("ascii")
+        for field, value in self.headers:
+            if field == key:
+                return value.decode("latin-1")
+        return None
+
+
+@final
+@attrs.define(eq=False)
+class _Connection:
+    connected: Connected
+    conn: h11.Connection
+    # Answers read on it: none yet means it is new.
+    answered: int = 0
+
+
+class _TooLarge(Exception):
+    """An answer body over the pool's cap."""
+
+
+@final
+class KeepAlivePool:
+    """Requests to ``origin`` over kept-alive connections, each used by one request at a time.
+
+    Args:
+        opener: where the connections come from.
+        origin: the origin every request goes to.
+        max_body: the largest answer body read; a larger one fails its request
+            (``BodyTooLarge``) and its connection is closed.
+        keep: the most idle connections kept open.
+    """
+
+    def __init__(
+        self, opener: StreamOpener, origin: Origin, *, max_body: int, keep: int = KEEP_IDLE
+    ) -> None:
+        if keep < 0:
+            raise ValueError(f"keep must not be negative, got {keep}")
+        self._opener = opener
+        self._origin = origin
+        self._max_body = max_body
+        self._keep = keep
+        self._idle: list[_Connection] = []
+        self._closed = False
+        # What h11 is told was sent: the bytes went out already, serialized
+        # ahead; h11 only needs to expect one answer for each request.
+        self._stand_in = h11.Request(
+            method="POST", target="/", headers=[("Host", origin.authority), ("Content-Length", "0")]
+        )
+
+    def __repr__(self) -> str:
+        return f"<KeepAlivePool {self._origin.address} idle={len(self._idle)}>"
+
+    async def exchange(self, data: bytes) -> Answer:
+        """Send one serialized request and read its answer.
+
+        Raises:
+            HTTPFailure: the connection failed; or broke before the answer
+                (on a kept-alive one: twice, the second time on a new one);
+                or the answer broke HTTP's rules or the cap (``BodyTooLarge``).
+
+        Cancellation:
+            A checkpoint. Cancelled, the connection is closed; the room may
+            have acted on the request.
+        """
+        if self._idle:
+            try:
+                return await self._exchange_on(self._idle.pop(), data)
+            except _Stale:
+                pass  # the room closed it while idle: once more, on a new one
+        return await self._exchange_on(await self._connect(), data)
+
+    async def aclose(self) -> None:
+        """Close the idle connections; later exchanges fail.
+
+        Cancellation:
+            A checkpoint; the connections are closed even when cancelled.
+        """
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await _close(connection)
+        await trio.lowlevel.checkpoint()
+
+    async def _connect(self) -> _Connection:
+        if self._closed:
+            raise HTTPFailure("the pool is closed")
+        try:
+            connected = await self._opener.open_stream(self._origin)
+        except BaseException as exc:
+            failure = network_failure(exc)
+            if failure is None:
+                raise
+            raise HTTPFailure(failure) from exc
+        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        return _Connection(connected, conn)
+
+    async def _exchange_on(self, connection: _Connection, data: bytes) -> Answer:
+        """Write ``data`` on ``connection``, read the answer, keep or close the connection.
+
+        Raises:
+            _Stale: a kept-alive connection broke before any byte of the answer.
+        """
+        conn = connection.conn
+        stream = connection.connected.stream
+        got_bytes = False
+        try:
+            if connection.connected.absolute_form or connection.connected.proxy_headers:
+                data = self._proxied(connection.connected, data)
+            await stream.send_all(data)
+            conn.send(self._stand_in)
+            conn.send(h11.EndOfMessage())
+            head: h11.Response | None = None
+            body = bytearray()
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    chunk = await read_some(stream, READ_SIZE)
+                    got_bytes = got_bytes or bool(chunk)
+                    conn.receive_data(chunk)
+                elif type(event) is h11.Response:
+                    head = event
+                elif type(event) is h11.Data:
+                    body += event.data
+                    if len(body) > self._max_body:
+                        raise _TooLarge
+                elif type(event) is h11.EndOfMessage:
+                    break
+                elif type(event) is not h11.InformationalResponse:
+                    # ConnectionClosed: the room closed it without an answer.
+                    raise h11.RemoteProtocolError("server disconnected without an answer")
+        except _TooLarge:
+            await _close(connection)
+            raise HTTPFailure("BodyTooLarge") from None
+        except BaseException as exc:
+            await _close(connection)
+            failure = network_failure(exc)
+            if failure is None:
+                raise
+            if connection.answered and not got_bytes:
+                raise _Stale from exc
+            raise HTTPFailure(failure) from exc
+        assert head is not None
+        connection.answered += 1
+        if (
+            conn.our_state is h11.DONE
+            and conn.their_state is h11.DONE
+            and not self._closed
+            and len(self._idle) < self._keep
+        ):
+            conn.start_next_cycle()
+            self._idle.append(connection)
+        else:
+            await _close(connection)
+        return Answer(head.status_code, tuple(head.headers), bytes(body))
+
+    def _proxied(self, connected: Connected, data: bytes) -> bytes:
+        """``data`` as a forwarding proxy takes it: the whole URL, and the proxy's fields."""
+        line, _, rest = data.partition(b"\r\n")
+        method, target, version = line.split(b" ")
+        if connected.absolute_form:
+            target = f"{self._origin.scheme}://{self._origin.authority}".encode("ascii") + target
+        fields = b"".join(
+            f"{name}: {value}\r\n".encode("latin-1") for name, value in connected.proxy_headers
+        )
+        return b"%s %s %s\r\n%s%s" % (method, target, version, fields, rest)
+
+
+class _Stale(Exception):
+    """A kept-alive connection broke before any of its answer: the room closed it idle."""
+
+
+async def _close(connection: _Connection) -> None:
+    """Close ``connection`` at once (a socket close), or forcefully when only aclose can."""
+    stream = connection.connected.stream
+    if not close_now(stream):
+        await trio.aclose_forcefully(stream)

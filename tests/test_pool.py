@@ -1,0 +1,344 @@
+"""The kept-alive connections of exit announcements (``letagents_trio._pool``).
+
+In memory, under the mock clock: a scripted room answers each request on each
+connection as the test says (an answer, a close, or silence).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Literal
+
+import attrs
+import h11
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio import AgentSession, RoomClient, RoomUnreachable, _client
+from letagents_trio._http1 import Connected, HTTPFailure, Origin, request_bytes
+from letagents_trio._pool import Answer, KeepAlivePool
+
+ORIGIN = Origin("http", "room.test", 80)
+OK = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n"
+    b'{"recorded":true}'
+)
+CLOSING = b'HTTP/1.1 200 OK\r\nContent-Length: 17\r\nConnection: close\r\n\r\n{"recorded":true}'
+
+Action = bytes | Literal["close", "silence"]
+
+
+def exit_request(n: int = 1) -> bytes:
+    return request_bytes(ORIGIN, f"/rooms/r/agent-sessions/s{n}/process/exit", "POST", [], b"{}")
+
+
+@attrs.define
+class ScriptedRoom:
+    """An opener whose connections are served by ``script(connection, request)``."""
+
+    script: Callable[[int, int], Action] = lambda connection, request: OK
+    nursery: trio.Nursery | None = None
+    opened: int = 0
+    # (connection, request, target) of every request the room read.
+    seen: list[tuple[int, int, str]] = attrs.field(factory=list)
+    # The fields and body of every request the room read.
+    requests: list[tuple[dict[str, str], bytes]] = attrs.field(factory=list)
+    # Connections the room saw closed by the client.
+    closed: list[int] = attrs.field(factory=list)
+    absolute_form: bool = False
+    proxy_headers: tuple[tuple[str, str], ...] = ()
+
+    async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+        assert origin == ORIGIN
+        assert self.nursery is not None
+        ours, theirs = trio.testing.memory_stream_pair()
+        number = self.opened
+        self.opened += 1
+        self.nursery.start_soon(self._serve, number, theirs)
+        await trio.lowlevel.checkpoint()
+        return Connected(ours, absolute_form=self.absolute_form, proxy_headers=self.proxy_headers)
+
+    async def _serve(self, number: int, stream: trio.abc.Stream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        request = 0
+        fields: dict[str, str] = {}
+        body = b""
+        try:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        self.closed.append(number)
+                        return
+                    conn.receive_data(bytes(data))
+                elif type(event) is h11.Request:
+                    self.seen.append((number, request, event.target.decode()))
+                    fields = {k.decode(): v.decode() for k, v in event.headers}
+                    body = b""
+                elif type(event) is h11.Data:
+                    body += event.data
+                elif type(event) is h11.EndOfMessage:
+                    self.requests.append((fields, body))
+                    action = self.script(number, request)
+                    request += 1
+                    if action == "close":
+                        await stream.aclose()
+                        return
+                    if action == "silence":
+                        # No answer; what the client does next is only noted.
+                        while await stream.receive_some(65536):
+                            pass
+                        self.closed.append(number)
+                        return
+                    assert isinstance(action, bytes)
+                    await stream.send_all(action)
+                    conn = h11.Connection(h11.SERVER)  # the next request starts afresh
+        except trio.BrokenResourceError:
+            self.closed.append(number)
+
+
+@pytest.fixture
+async def room(nursery: trio.Nursery) -> ScriptedRoom:
+    return ScriptedRoom(nursery=nursery)
+
+
+def pool_for(room: ScriptedRoom, *, keep: int = 8, max_body: int = 1024) -> KeepAlivePool:
+    return KeepAlivePool(room, ORIGIN, max_body=max_body, keep=keep)
+
+
+async def test_an_answered_connection_serves_the_next_request(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    pool = pool_for(room)
+    first = await pool.exchange(exit_request(1))
+    second = await pool.exchange(exit_request(2))
+    assert (
+        first
+        == second
+        == Answer(
+            200,
+            ((b"content-type", b"application/json"), (b"content-length", b"17")),
+            b'{"recorded":true}',
+        )
+    )
+    assert first.header("Content-Type") == "application/json"
+    assert first.header("Retry-After") is None
+    assert room.opened == 1
+    assert [(c, r) for c, r, _ in room.seen] == [(0, 0), (0, 1)]
+
+
+async def test_requests_asked_at_once_each_have_a_connection_and_none_waits_behind_another(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """A room that never answers the first must not hold back the second (no pipelining)."""
+    room.script = lambda connection, request: "silence" if connection == 0 else OK
+    pool = pool_for(room)
+    answers: list[Answer] = []
+
+    async def ask(n: int) -> None:
+        answers.append(await pool.exchange(exit_request(n)))
+
+    with trio.move_on_after(5) as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, 1)
+            await trio.testing.wait_all_tasks_blocked()
+            await ask(2)
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+    assert [a.status for a in answers] == [200]
+    assert room.opened == 2
+    assert sorted(c for c, _, _ in room.seen) == [0, 1]
+
+
+async def test_a_connection_the_room_closed_while_idle_is_replaced_once(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "close" if (connection, request) == (0, 1) else OK
+    pool = pool_for(room)
+    await pool.exchange(exit_request(1))
+    answer = await pool.exchange(exit_request(2))
+    assert answer.status == 200
+    assert room.opened == 2
+    assert [(c, r, t.split("/")[4]) for c, r, t in room.seen] == [
+        (0, 0, "s1"),
+        (0, 1, "s2"),
+        (1, 0, "s2"),
+    ]
+
+
+async def test_a_request_that_fails_on_a_new_connection_fails(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "close"
+    pool = pool_for(room)
+    with pytest.raises(HTTPFailure, match="RemoteProtocolError"):
+        await pool.exchange(exit_request())
+    assert room.opened == 1
+
+
+async def test_a_kept_alive_connection_that_fails_again_on_the_new_one_fails(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: OK if connection == 0 and request == 0 else "close"
+    pool = pool_for(room)
+    await pool.exchange(exit_request(1))
+    with pytest.raises(HTTPFailure):
+        await pool.exchange(exit_request(2))
+    assert room.opened == 2
+
+
+async def test_a_connection_the_room_says_it_closes_is_not_kept(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: CLOSING
+    pool = pool_for(room)
+    await pool.exchange(exit_request(1))
+    await pool.exchange(exit_request(2))
+    assert room.opened == 2
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.closed == [0, 1]
+
+
+async def test_no_more_than_keep_connections_stay_idle(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    pool = pool_for(room, keep=2)
+    async with trio.open_nursery() as nursery:
+        for n in range(4):
+            nursery.start_soon(pool.exchange, exit_request(n))
+    assert room.opened == 4
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(room.closed) == 2
+    assert repr(pool) == "<KeepAlivePool room.test:80 idle=2>"
+
+
+async def test_an_answer_over_the_cap_fails_and_closes_its_connection(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    big = b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"x" * 2000
+    room.script = lambda connection, request: big if connection == 0 else OK
+    pool = pool_for(room, max_body=1024)
+    with pytest.raises(HTTPFailure, match="BodyTooLarge"):
+        await pool.exchange(exit_request(1))
+    await pool.exchange(exit_request(2))
+    assert room.opened == 2
+
+
+async def test_a_cancelled_exchange_closes_its_connection(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "silence" if connection == 0 else OK
+    pool = pool_for(room)
+    with trio.move_on_after(1):
+        await pool.exchange(exit_request(1))
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.closed == [0]
+    await pool.exchange(exit_request(2))
+    assert room.opened == 2
+
+
+async def test_a_closed_pool_closes_its_idle_connections_and_takes_no_more(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    pool = pool_for(room)
+    await pool.exchange(exit_request(1))
+    await pool.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.closed == [0]
+    with pytest.raises(HTTPFailure, match="closed"):
+        await pool.exchange(exit_request(2))
+
+
+async def test_through_a_forwarding_proxy_the_request_names_the_whole_url(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.absolute_form = True
+    room.proxy_headers = (("Proxy-Authorization", "Basic dTpw"),)
+    pool = pool_for(room)
+    await pool.exchange(exit_request(1))
+    assert room.seen == [(0, 0, "http://room.test/rooms/r/agent-sessions/s1/process/exit")]
+
+
+async def test_an_informational_answer_is_skipped(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: b"HTTP/1.1 100 Continue\r\n\r\n" + OK
+    pool = pool_for(room)
+    assert (await pool.exchange(exit_request())).status == 200
+
+
+def test_keep_may_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="keep must not be negative"):
+        KeepAlivePool(ScriptedRoom(), ORIGIN, max_body=1, keep=-1)
+
+
+# --- RoomClient's exits over the pool ---------------------------------------------
+
+SESSION = AgentSession(room_id="r", session_id="s-1", session_token="tok-secret-1")
+
+
+def client_for(room: ScriptedRoom, owner: list[str]) -> RoomClient:
+    return RoomClient("http://room.test", opener=room, owner_token=lambda: owner[0])
+
+
+async def test_a_prepared_exit_is_sent_as_it_was_made(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = ["owner-secret-1"]
+    client = client_for(room, owner)
+    prepared = client.prepare_exit(SESSION, "c-1")
+    made: list[object] = []
+
+    def counted(*args: object) -> bytes:
+        made.append(args)
+        return b""
+
+    monkeypatch.setattr(_client, "request_bytes", counted)
+    assert await client.announce_exit(SESSION, "c-1", prepared=prepared) is True
+    assert made == []
+    assert room.seen == [(0, 0, "/rooms/r/agent-sessions/s-1/process/exit")]
+    await client.aclose()
+
+
+@pytest.mark.parametrize("change", ["owner token", "connection", "session"])
+async def test_a_prepared_exit_is_made_again_when_what_it_says_changed(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, change: str
+) -> None:
+    owner = ["owner-secret-1"]
+    client = client_for(room, owner)
+    prepared = client.prepare_exit(SESSION, "c-1")
+    session, connection_id = SESSION, "c-1"
+    if change == "owner token":
+        owner[0] = "owner-secret-2"
+    elif change == "connection":
+        connection_id = "c-2"
+    else:
+        session = attrs.evolve(SESSION, session_id="s-2")
+    assert await client.announce_exit(session, connection_id, prepared=prepared) is True
+    [(fields, body)] = room.requests
+    seen = {"auth": fields["authorization"], "body": body.decode()}
+    assert seen["auth"] == f"Bearer {owner[0]}"
+    assert json.loads(seen["body"]) == {
+        "agent_session_id": session.session_id,
+        "agent_session_token": session.session_token,
+        "process_connection_id": connection_id,
+    }
+    await client.aclose()
+
+
+def test_a_prepared_exit_shows_no_secret() -> None:
+    client = RoomClient("http://room.test", opener=ScriptedRoom(), owner_token="owner-secret-1")
+    text = repr(client.prepare_exit(SESSION, "c-1"))
+    assert text == "PreparedExit(connection_id='c-1')"
+
+
+def test_a_credential_that_cannot_be_sent_is_refused_without_showing_it() -> None:
+    client = RoomClient("http://room.test", opener=ScriptedRoom())
+    bad = attrs.evolve(SESSION, session_token="tok\r\nX-Evil: 1")
+    with pytest.raises(RoomUnreachable, match="a field is not valid in HTTP") as caught:
+        client.prepare_exit(bad, "c-1")
+    assert "tok" not in str(caught.value)
+    assert "Evil" not in str(caught.value)
