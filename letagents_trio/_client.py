@@ -49,12 +49,22 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any, Protocol, cast, final
 from urllib.parse import quote
 
+import attrs
+import h11
 import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
-from ._http1 import HTTP1Response, HTTPFailure, StreamOpener, split_url, start_request
+from ._http1 import (
+    HTTP1Response,
+    HTTPFailure,
+    StreamOpener,
+    request_bytes,
+    split_url,
+    start_request,
+)
 from ._net import NetworkOpener
+from ._pool import KeepAlivePool
 from ._redact import redact
 from ._refusals import WORKER_CREDENTIAL_KEYS, after_refusal, path_of, read_answer
 
@@ -203,6 +213,8 @@ class RoomClient:
         # Made on the first ordinary call: a process that only holds streams
         # never imports httpx2 nor builds its TLS context.
         self._http_client: httpx2.AsyncClient | None = None
+        # The kept-alive connections of exit announcements, made on the first.
+        self._exits: KeepAlivePool | None = None
         self._closed = False
 
     @property
@@ -266,10 +278,14 @@ class RoomClient:
             Connections are closed even when cancelled (httpx2 closes forcefully).
         """
         self._closed = True
-        if self._http_client is None:
-            await trio.lowlevel.checkpoint()
-        else:
-            await self._http_client.aclose()
+        try:
+            if self._exits is not None:
+                await self._exits.aclose()
+            else:
+                await trio.lowlevel.checkpoint()
+        finally:
+            if self._http_client is not None:
+                await self._http_client.aclose()
 
     # --- paths and headers ---------------------------------------------------
 
@@ -280,11 +296,13 @@ class RoomClient:
             f"/agent-sessions/{encode_session_path(session.session_id)}{suffix}"
         )
 
-    def _headers(self, session: AgentSession | None, *, json_body: bool) -> dict[str, str]:
+    def _headers(
+        self, session: AgentSession | None, *, json_body: bool, owner_token: str | None
+    ) -> dict[str, str]:
+        """A request's credentials; ``owner_token`` is asked of its source for each request."""
         headers: dict[str, str] = {}
         if json_body:
             headers["Content-Type"] = "application/json"
-        owner_token = self._owner_token  # asked afresh for every request
         if owner_token:
             headers["Authorization"] = f"Bearer {owner_token}"
         if session is not None:
@@ -328,7 +346,7 @@ class RoomClient:
         Cancellation:
             A checkpoint; cancelled, the connection is closed.
         """
-        fields = self._headers(session, json_body=body is not None)
+        fields = self._headers(session, json_body=body is not None, owner_token=self._owner_token)
         if headers:
             fields.update(headers)
         origin, target = split_url(url)
@@ -402,8 +420,52 @@ class RoomClient:
         finally:
             await response.aclose()
 
-    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+    def prepare_exit(self, session: AgentSession, connection_id: str | None) -> PreparedExit:
+        """The exit announcement of ``session`` naming ``connection_id``, serialized now.
+
+        A process connection prepares its exit when the room names the
+        connection, so the goodbye of thousands of sessions only writes bytes
+        (serializing one, fields checked, is most of the CPU an exit costs).
+
+        Raises:
+            RoomUnreachable: a credential cannot be sent in HTTP (a line break).
+        """
+        body = _dumps(_exit_body(session, connection_id))
+        url = self.session_url(session, "/process/exit")
+        origin, target = split_url(url)
+        owner_token = self._owner_token
+        fields = self._headers(session, json_body=True, owner_token=owner_token)
+        try:
+            data = request_bytes(origin, target, "POST", list(fields.items()), body)
+        except h11.LocalProtocolError:
+            # h11's message would quote the field, and fields hold credentials.
+            raise RoomUnreachable(
+                f"POST {path_of(url)} cannot be sent: a field is not valid in HTTP"
+            ) from None
+        return PreparedExit(
+            session=session, connection_id=connection_id, owner_token=owner_token, data=data
+        )
+
+    async def announce_exit(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        *,
+        prepared: PreparedExit | None = None,
+    ) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
+
+        Each exit goes out on a connection of its own while it waits for its
+        answer: an idle one kept alive from an earlier exit, else a new one
+        (:mod:`letagents_trio._pool`), so exits asked at once are in flight
+        at once, and a fast room's connections serve the next ones.
+
+        Args:
+            session: the session whose process is gone.
+            connection_id: the process connection that was open, if any.
+            prepared: the same announcement from :meth:`prepare_exit`, sent as
+                it is unless the owner token changed since (then it is made
+                again, as it is without one).
 
         Returns:
             Whether the room recorded the exit.
@@ -416,23 +478,25 @@ class RoomClient:
             A checkpoint; cancelled mid-way, the room may or may not have
             recorded the exit. Callers bound it with a deadline.
         """
-        body = {
-            "agent_session_id": session.session_id,
-            "agent_session_token": session.session_token,
-            "process_connection_id": connection_id,
-        }
+        if (
+            prepared is None
+            or prepared.session != session
+            or prepared.connection_id != connection_id
+            or prepared.owner_token != self._owner_token
+        ):
+            prepared = self.prepare_exit(session, connection_id)
         url = self.session_url(session, "/process/exit")
-        response = await self.start_request("POST", url, session=session, body=_dumps(body))
+        if self._exits is None:
+            origin, _ = split_url(url)
+            self._exits = KeepAlivePool(self._opener, origin, max_body=MAX_EXIT_ANSWER_BYTES)
         try:
-            raw = await response.read(MAX_EXIT_ANSWER_BYTES)
+            reply = await self._exits.exchange(prepared.data)
         except HTTPFailure as exc:
             raise RoomUnreachable(f"POST {path_of(url)} failed: {exc}") from exc
-        finally:
-            if not response.close():
-                await response.aclose()
-        text = raw.decode("utf-8", "replace")
-        retry_after = response.header("Retry-After")
-        answer = await self._answer("POST", url, response.status, text, retry_after, session, body)
+        text = reply.body.decode("utf-8", "replace")
+        retry_after = reply.header("Retry-After")
+        body = _exit_body(session, connection_id)
+        answer = await self._answer("POST", url, reply.status, text, retry_after, session, body)
         return isinstance(answer, Mapping) and answer.get("recorded") is True
 
     # --- generic calls -----------------------------------------------------------
@@ -474,7 +538,7 @@ class RoomClient:
 
         url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
         content = None if json is None else _dumps(json)
-        headers = self._headers(session, json_body=True)
+        headers = self._headers(session, json_body=True, owner_token=self._owner_token)
         headers["Accept-Encoding"] = _protocol.IDENTITY_ENCODING
         request = self._http.build_request(method, url, content=content, headers=headers)
         limit = self.call_timeout if bounded else math.inf
@@ -575,6 +639,29 @@ def _is_opener(transport: object) -> bool:
 
 def _loads(text: str) -> Any:
     return json.loads(text)
+
+
+def _exit_body(session: AgentSession, connection_id: str | None) -> dict[str, object]:
+    """The body of R5, the exit announcement."""
+    return {
+        "agent_session_id": session.session_id,
+        "agent_session_token": session.session_token,
+        "process_connection_id": connection_id,
+    }
+
+
+@final
+@attrs.frozen
+class PreparedExit:
+    """An exit announcement serialized ahead (:meth:`RoomClient.prepare_exit`).
+
+    Its bytes hold the session's credentials: they never appear in its repr.
+    """
+
+    session: AgentSession = attrs.field(repr=False)
+    connection_id: str | None
+    owner_token: str | None = attrs.field(repr=False)
+    data: bytes = attrs.field(repr=False)
 
 
 def _dumps(value: object) -> bytes:

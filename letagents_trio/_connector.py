@@ -33,6 +33,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
@@ -45,7 +46,7 @@ from ._policy import Outcome
 from ._sse import SSEDecoder, is_event_stream
 
 if TYPE_CHECKING:
-    from ._client import RoomClient
+    from ._client import PreparedExit, RoomClient
     from ._session import AgentSession
 
 __all__ = ["AttemptRejected", "ProcessConnector", "SSEConnector", "StreamNews", "classify_status"]
@@ -192,12 +193,20 @@ class _SSENews:
     stops, closing the socket is all there is to do.
     """
 
-    def __init__(self, response: HTTP1Response, decoder: SSEDecoder) -> None:
+    def __init__(
+        self,
+        response: HTTP1Response,
+        decoder: SSEDecoder,
+        prepare_exit: Callable[[str], PreparedExit],
+    ) -> None:
         self._response = response
         self._decoder = decoder
+        self._prepare_exit = prepare_exit
         self._done = False
         # Set by the goodbye, which closed the socket: nothing read after is news.
         self._leaving = False
+        # The exit naming the connection, made when the room names it.
+        self.exit: PreparedExit | None = None
 
     def __aiter__(self) -> _SSENews:
         return self
@@ -242,6 +251,11 @@ class _SSENews:
                     connection_id = _connection_id(event.data) or connection_id
                 elif event.event == _ENDED_EVENT:
                     ended = True
+        if connection_id is not None:
+            try:
+                self.exit = self._prepare_exit(connection_id)
+            except RoomUnreachable:
+                self.exit = None  # said again, and reported, if the goodbye comes
         ended = ended or self._decoder.event_type == _ENDED_EVENT
         # Ended is said once: the session is over, nothing after it is news.
         self._done = ended
@@ -308,7 +322,7 @@ class _ProcessStream:
             max_event_bytes=self._max_event_bytes,
             final_events=(_ENDED_EVENT,),
         )
-        self._news = _SSENews(response, decoder)
+        self._news = _SSENews(response, decoder, partial(self._client.prepare_exit, self._session))
         self._streams[self._session.session_id] = self._news
         return self._news
 
@@ -371,9 +385,10 @@ class SSEConnector:
         the holder is stopped and its stream closed first, as ``stop`` does.
         """
         stream = self._streams.get(session.session_id)
+        prepared = None if stream is None else stream.exit
         if connection_id is None or stream is None or not stream.leave():
             await stop()
-        return await self.announce_exit(session, connection_id)
+        return await self._client.announce_exit(session, connection_id, prepared=prepared)
 
     def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
         """Never: the exit needs a request of its own (:meth:`goodbye`)."""

@@ -35,6 +35,7 @@ from letagents_trio.testing._asgi import read_body
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
+    from letagents_trio._client import PreparedExit
     from letagents_trio.testing._asgi import Receive, Send
 
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
@@ -340,7 +341,10 @@ async def test_a_huge_chunk_is_decoded_with_a_checkpoint_per_slice() -> None:
             await trio.lowlevel.checkpoint()
             return chunk
 
-    news = _SSENews(OneHugeRead(), SSEDecoder())  # type: ignore[arg-type]
+    def no_exit(connection_id: str) -> PreparedExit:
+        raise AssertionError("no connection is named here")
+
+    news = _SSENews(OneHugeRead(), SSEDecoder(), no_exit)  # type: ignore[arg-type]
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker)
@@ -529,3 +533,38 @@ async def test_the_goodbye_of_an_open_stream_closes_it_and_posts_at_once() -> No
             },
         )
     ]
+
+
+async def test_the_exit_is_made_when_the_room_names_the_connection_and_sent_as_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Serializing an exit (fields checked by h11) is most of what one costs: it is
+    done when the ``open`` event names the connection, not during the goodbye."""
+    log: list[object] = []
+
+    async def stop() -> None:  # pragma: no cover - must not be called
+        await trio.lowlevel.checkpoint()
+
+    with trio.fail_after(10):
+        async with (
+            connector_for(stream_and_exits(log)) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            made: list[tuple[object, ...]] = []
+            prepare = connector._client.prepare_exit
+
+            def counted(*args: Any) -> PreparedExit:
+                made.append(args)
+                return prepare(*args)
+
+            monkeypatch.setattr(connector._client, "prepare_exit", counted)
+            assert made == []
+            # The stream's block took the method when it opened: the count is of
+            # what the goodbye makes, once the news below has been read.
+            assert await anext(stream) == StreamNews(connection_id="conn-7")
+            assert isinstance(stream, _SSENews)
+            assert stream.exit is not None
+            assert stream.exit.connection_id == "conn-7"
+            assert await connector.goodbye(SESSION, "conn-7", stop) is True
+            assert made == []
+    assert [entry[2]["process_connection_id"] for entry in log] == ["conn-7"]  # type: ignore[index]
