@@ -15,11 +15,13 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
    stream is closed (a socket close: so nothing the room sends back is read
    as news), then it POSTs ``…/process/exit`` with
    ``{agent_session_id, agent_session_token, process_connection_id}`` (the id
-   of the stream that was open, or null) on a connection of its own. All at
-   once is what a slow room needs (every exit waits one round trip, not one
-   per turn); what keeps thousands of them cheap is the lean HTTP/1.1 path
-   (:mod:`letagents_trio._http1`): no pool, no transport, no timeout scope
-   per request. Over a WebSocket the exit goes over the open socket instead,
+   of the stream that was open, or null) on a connection of its own while
+   it waits for its answer. All at once is what a slow room needs (every
+   exit waits one round trip, not one per turn); what keeps thousands of
+   them cheap is the lean HTTP/1.1 path: each exit made when the room named
+   the connection, and written on a connection an earlier exit was
+   answered on when one is free (:mod:`letagents_trio._pool`), with no
+   transport and no timeout scope per request. Over a WebSocket the exit goes over the open socket instead,
    and where the connector can write it at once
    (:meth:`~letagents_trio.ProcessConnector.leave_now`) it does so in one
    loop, with no task per session, before any of those holders is stopped;
