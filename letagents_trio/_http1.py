@@ -245,11 +245,7 @@ class HTTP1Response:
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (any case), or None."""
-        key = name.lower().encode("ascii")
-        for field, value in self.headers:
-            if field == key:
-                return value.decode("latin-1")
-        return None
+        return header_value(self.headers, name)
 
     async def next_chunk(self) -> bytes:
         """The next bytes of the body as they arrive; ``b""`` once it has ended.
@@ -314,6 +310,15 @@ class HTTP1Response:
         data, _closed = self._conn.trailing_data
         self._done = True
         return _Prefixed(self._stream, bytes(data)) if data else self._stream
+
+
+def header_value(headers: Sequence[tuple[bytes, bytes]], name: str) -> str | None:
+    """The first value of header ``name`` (any case) among h11's ``headers``, or None."""
+    key = name.lower().encode("ascii")
+    for field, value in headers:
+        if field == key:
+            return value.decode("latin-1")
+    return None
 
 
 def _fields(

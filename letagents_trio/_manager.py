@@ -21,8 +21,9 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
    them cheap is the lean HTTP/1.1 path: each exit made when the room named
    the connection, and written on a connection an earlier exit was
    answered on when one is free (:mod:`letagents_trio._pool`), with no
-   transport and no timeout scope per request. Over a WebSocket the exit goes over the open socket instead,
-   and where the connector can write it at once
+   transport and no timeout scope per request. Over a WebSocket the exit
+   goes over the open socket instead, and where the connector can write it
+   at once
    (:meth:`~letagents_trio.ProcessConnector.leave_now`) it does so in one
    loop, with no task per session, before any of those holders is stopped;
 3. does all of step 2 under ONE shielded deadline,

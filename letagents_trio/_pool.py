@@ -46,6 +46,7 @@ from ._http1 import (
     Origin,
     StreamOpener,
     close_now,
+    header_value,
     network_failure,
     read_some,
 )
@@ -68,11 +69,7 @@ class Answer:
 
     def header(self, name: str) -> str | None:
         """The first header called ``name`` (any case), decoded as Latin-1; None without one."""
-        key = name.lower().encode("ascii")
-        for field, value in self.headers:
-            if field == key:
-                return value.decode("latin-1")
-        return None
+        return header_value(self.headers, name)
 
 
 @final
