@@ -77,8 +77,8 @@ class Answer:
 class _Connection:
     connected: Connected
     conn: h11.Connection
-    # Answers read on it: none yet means it is new.
-    answered: int = 0
+    # Whether an answer was read on it: if not, it is new.
+    reused: bool = False
 
 
 class _TooLarge(Exception):
@@ -203,11 +203,11 @@ class KeepAlivePool:
             failure = network_failure(exc)
             if failure is None:
                 raise
-            if connection.answered and not got_bytes:
+            if connection.reused and not got_bytes:
                 raise _Stale from exc
             raise HTTPFailure(failure) from exc
         assert head is not None
-        connection.answered += 1
+        connection.reused = True
         if (
             conn.our_state is h11.DONE
             and conn.their_state is h11.DONE

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Literal
 
 import attrs
@@ -27,7 +28,8 @@ OK = (
 )
 CLOSING = b'HTTP/1.1 200 OK\r\nContent-Length: 17\r\nConnection: close\r\n\r\n{"recorded":true}'
 
-Action = bytes | Literal["close", "silence"]
+# An answer to send; or close without one; or never answer; or half an answer, then close.
+Action = bytes | Literal["close", "silence", "half"]
 
 
 def exit_request(n: int = 1) -> bytes:
@@ -77,6 +79,7 @@ class ScriptedRoom:
                 elif type(event) is h11.Request:
                     self.seen.append((number, request, event.target.decode()))
                     fields = {k.decode(): v.decode() for k, v in event.headers}
+                    fields[":method"] = event.method.decode()
                     body = b""
                 elif type(event) is h11.Data:
                     body += event.data
@@ -84,6 +87,9 @@ class ScriptedRoom:
                     self.requests.append((fields, body))
                     action = self.script(number, request)
                     request += 1
+                    if action == "half":
+                        await stream.send_all(OK[:20])
+                        action = "close"
                     if action == "close":
                         await stream.aclose()
                         return
@@ -221,7 +227,7 @@ async def test_an_answer_over_the_cap_fails_and_closes_its_connection(
     big = b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"x" * 2000
     room.script = lambda connection, request: big if connection == 0 else OK
     pool = pool_for(room, max_body=1024)
-    with pytest.raises(HTTPFailure, match="BodyTooLarge"):
+    with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
         await pool.exchange(exit_request(1))
     await pool.exchange(exit_request(2))
     assert room.opened == 2
@@ -248,18 +254,49 @@ async def test_a_closed_pool_closes_its_idle_connections_and_takes_no_more(
     await pool.aclose()
     await trio.testing.wait_all_tasks_blocked()
     assert room.closed == [0]
-    with pytest.raises(HTTPFailure, match="closed"):
+    with pytest.raises(HTTPFailure, match=r"^the pool is closed$"):
         await pool.exchange(exit_request(2))
 
 
+@pytest.mark.parametrize(
+    "proxy_headers",
+    [
+        (),
+        (("Proxy-Authorization", "Basic dTpw"),),
+        (("Proxy-Authorization", "Basic dTpw"), ("Via", "1.1 us")),
+    ],
+)
 async def test_through_a_forwarding_proxy_the_request_names_the_whole_url(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+    autojump_clock: trio.testing.MockClock,
+    room: ScriptedRoom,
+    proxy_headers: tuple[tuple[str, str], ...],
 ) -> None:
     room.absolute_form = True
-    room.proxy_headers = (("Proxy-Authorization", "Basic dTpw"),)
+    room.proxy_headers = proxy_headers
+    pool = pool_for(room)
+    assert (await pool.exchange(exit_request(1))).status == 200
+    assert (await pool.exchange(exit_request(2))).status == 200
+    assert [target for _, _, target in room.seen] == [
+        "http://room.test/rooms/r/agent-sessions/s1/process/exit",
+        "http://room.test/rooms/r/agent-sessions/s2/process/exit",
+    ]
+    for fields, body in room.requests:
+        assert fields[":method"] == "POST"
+        assert body == b"{}"
+        assert [(k, v) for k, v in fields.items() if k in ("proxy-authorization", "via")] == [
+            (name.lower(), value) for name, value in proxy_headers
+        ]
+
+
+async def test_a_tunnel_keeps_the_origin_form(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """A proxy that tunnels (``CONNECT``) hands over a raw path: nothing is added."""
     pool = pool_for(room)
     await pool.exchange(exit_request(1))
-    assert room.seen == [(0, 0, "http://room.test/rooms/r/agent-sessions/s1/process/exit")]
+    [(fields, _)] = room.requests
+    assert room.seen == [(0, 0, "/rooms/r/agent-sessions/s1/process/exit")]
+    assert "proxy-authorization" not in fields
 
 
 async def test_an_informational_answer_is_skipped(
@@ -268,6 +305,90 @@ async def test_an_informational_answer_is_skipped(
     room.script = lambda connection, request: b"HTTP/1.1 100 Continue\r\n\r\n" + OK
     pool = pool_for(room)
     assert (await pool.exchange(exit_request())).status == 200
+
+
+async def test_a_pool_that_keeps_none_closes_every_connection_once_answered(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    pool = pool_for(room, keep=0)
+    await pool.exchange(exit_request(1))
+    await pool.exchange(exit_request(2))
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.opened == 2
+    assert room.closed == [0, 1]
+
+
+async def test_a_kept_alive_connection_broken_mid_answer_fails_the_request(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """Bytes of an answer came: the room had the request. Only an idle close is retried."""
+    room.script = lambda connection, request: OK if request == 0 else "half"
+    pool = pool_for(room)
+    await pool.exchange(exit_request(1))
+    with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
+        await pool.exchange(exit_request(2))
+    assert room.opened == 1
+
+
+async def test_a_head_up_to_the_lean_paths_cap_is_read(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """The same 64 KiB cap on a response head as the lean path's, not h11's 16 KiB."""
+    big_head = b"HTTP/1.1 200 OK\r\nX-Filler: " + b"f" * 30_000 + b"\r\nContent-Length: 2\r\n\r\n{}"
+    room.script = lambda connection, request: big_head
+    pool = pool_for(room)
+    assert (await pool.exchange(exit_request())).body == b"{}"
+
+
+async def test_an_opener_that_fails_is_an_http_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class Refusing:
+        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+            await trio.lowlevel.checkpoint()
+            raise ConnectionRefusedError(111, "refused")
+
+    pool = KeepAlivePool(Refusing(), ORIGIN, max_body=1024)
+    with pytest.raises(HTTPFailure, match=r"^ConnectionRefusedError$"):
+        await pool.exchange(exit_request())
+
+
+async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    closed: list[str] = []
+
+    class Wrapped(trio.abc.Stream):
+        """Not a socket nor a memory stream: close_now cannot close it."""
+
+        def __init__(self, inner: trio.abc.Stream) -> None:
+            self.inner = inner
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await self.inner.send_all(data)
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await self.inner.wait_send_all_might_not_block()
+
+        async def send_eof(self) -> None:  # pragma: no cover - not used
+            raise NotImplementedError
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            return bytes(await self.inner.receive_some(max_bytes))
+
+        async def aclose(self) -> None:
+            closed.append("aclose")
+            await self.inner.aclose()
+
+    class WrappingOpener:
+        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+            connected = await room.open_stream(origin)
+            return Connected(Wrapped(connected.stream))
+
+    room.script = lambda connection, request: CLOSING
+    pool = KeepAlivePool(WrappingOpener(), ORIGIN, max_body=1024)
+    await pool.exchange(exit_request())
+    assert closed == ["aclose"]
 
 
 def test_keep_may_not_be_negative() -> None:
@@ -342,3 +463,28 @@ def test_a_credential_that_cannot_be_sent_is_refused_without_showing_it() -> Non
         client.prepare_exit(bad, "c-1")
     assert "tok" not in str(caught.value)
     assert "Evil" not in str(caught.value)
+
+
+async def test_exits_over_real_sockets_reuse_one_connection(nursery: trio.Nursery) -> None:
+    """On loopback, where answers are read straight from the socket (``read_some``)."""
+    room = ScriptedRoom(nursery=nursery)
+    served: list[int] = []
+
+    async def handler(stream: trio.SocketStream) -> None:
+        served.append(len(served))
+        await room._serve(served[-1], stream)
+
+    [listener] = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+    port = listener.socket.getsockname()[1]
+
+    class Loopback:
+        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+            return Connected(await trio.open_tcp_stream("127.0.0.1", port))
+
+    pool = KeepAlivePool(Loopback(), ORIGIN, max_body=1024)
+    with trio.fail_after(10):
+        answers = [await pool.exchange(exit_request(n)) for n in range(3)]
+        await pool.aclose()
+    assert [a.body for a in answers] == [b'{"recorded":true}'] * 3
+    assert served == [0]
+    assert [(c, r) for c, r, _ in room.seen] == [(0, 0), (0, 1), (0, 2)]
