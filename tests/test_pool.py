@@ -233,6 +233,15 @@ async def test_an_answer_over_the_cap_fails_and_closes_its_connection(
     assert room.opened == 2
 
 
+async def test_an_answer_of_exactly_the_cap_is_read(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    exact = b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + b"x" * 1024
+    room.script = lambda connection, request: exact
+    pool = pool_for(room, max_body=1024)
+    assert (await pool.exchange(exit_request())).body == b"x" * 1024
+
+
 async def test_a_cancelled_exchange_closes_its_connection(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
