@@ -9,6 +9,7 @@ worker handles, the state file, local chat), :mod:`letagents_trio.mcp_server`,
 :mod:`letagents_trio.room_server` and :mod:`letagents_trio.testing`.
 """
 
+from ._client import PreparedExit as PreparedExit
 from ._client import RoomClient as RoomClient
 from ._client import StateHooks as StateHooks
 from ._connector import AttemptRejected as AttemptRejected
@@ -53,6 +54,7 @@ __all__ = [
     "LetAgentsError",
     "ManagerStatistics",
     "Outcome",
+    "PreparedExit",
     "ProcessConnector",
     "ProcessHolder",
     "RoomClient",

@@ -457,7 +457,7 @@ class RoomClient:
 
         Each exit goes out on a connection of its own while it waits for its
         answer: an idle one kept alive from an earlier exit, else a new one
-        (:mod:`letagents_trio._pool`), so exits asked at once are in flight
+        (never behind another request), so exits asked at once are in flight
         at once, and a fast room's connections serve the next ones.
 
         Args:

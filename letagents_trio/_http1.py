@@ -71,7 +71,7 @@ MAX_HEAD_BYTES = 64 * 1024
 USER_AGENT = f"letagents-trio/{__version__}"
 # What a stream's failure looks like from below: the network, TLS, or a peer
 # that broke HTTP's rules. Anything else is a bug and propagates.
-_NETWORK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError)
+NETWORK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -274,8 +274,8 @@ class HTTP1Response:
                     # A close-delimited body that the peer closed before
                     # ending is EndOfMessage; anything else here is misframed.
                     raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
-        except _NETWORK_ERRORS as exc:
-            raise HTTPFailure(_kind(exc)) from exc
+        except NETWORK_ERRORS as exc:
+            raise HTTPFailure(failure_kind(exc)) from exc
 
     async def read(self, limit: int) -> bytes:
         """The whole body, up to ``limit`` bytes.
@@ -355,12 +355,7 @@ def request_bytes(
     return data + (conn.send(h11.EndOfMessage()) or b"")
 
 
-def network_failure(exc: BaseException) -> str | None:
-    """What failed, when ``exc`` is a network or HTTP-rules error; None for anything else."""
-    return _kind(exc) if isinstance(exc, _NETWORK_ERRORS) else None
-
-
-def _kind(exc: BaseException) -> str:
+def failure_kind(exc: BaseException) -> str:
     """What failed, by type name: a broken TLS stream names the TLS error under it."""
     if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
         return type(exc.__cause__).__name__
@@ -548,8 +543,8 @@ async def exchange_head(
             else:
                 # ConnectionClosed before any answer: "server disconnected".
                 raise h11.RemoteProtocolError(f"no response ({type(event).__name__})")
-    except _NETWORK_ERRORS as exc:
-        raise HTTPFailure(_kind(exc)) from exc
+    except NETWORK_ERRORS as exc:
+        raise HTTPFailure(failure_kind(exc)) from exc
 
 
 async def start_request(
@@ -587,8 +582,8 @@ async def start_request(
     """
     try:
         connected = await opener.open_stream(origin, tunnel=tunnel)
-    except _NETWORK_ERRORS as exc:
-        raise HTTPFailure(_kind(exc)) from exc
+    except NETWORK_ERRORS as exc:
+        raise HTTPFailure(failure_kind(exc)) from exc
     stream = connected.stream
     try:
         fields = _fields(origin, [*headers, *connected.proxy_headers], body)

@@ -40,14 +40,15 @@ import trio
 
 from ._http1 import (
     MAX_HEAD_BYTES,
+    NETWORK_ERRORS,
     READ_SIZE,
     Connected,
     HTTPFailure,
     Origin,
     StreamOpener,
     close_now,
+    failure_kind,
     header_value,
-    network_failure,
     read_some,
 )
 
@@ -153,11 +154,8 @@ class KeepAlivePool:
             raise HTTPFailure("the pool is closed")
         try:
             connected = await self._opener.open_stream(self._origin)
-        except BaseException as exc:
-            failure = network_failure(exc)
-            if failure is None:
-                raise
-            raise HTTPFailure(failure) from exc
+        except NETWORK_ERRORS as exc:
+            raise HTTPFailure(failure_kind(exc)) from exc
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         return _Connection(connected, conn)
 
@@ -171,41 +169,42 @@ class KeepAlivePool:
         stream = connection.connected.stream
         got_bytes = False
         try:
-            if connection.connected.absolute_form or connection.connected.proxy_headers:
-                data = self._proxied(connection.connected, data)
-            await stream.send_all(data)
-            conn.send(self._stand_in)
-            conn.send(h11.EndOfMessage())
-            head: h11.Response | None = None
-            body = bytearray()
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    chunk = await read_some(stream, READ_SIZE)
-                    got_bytes = got_bytes or bool(chunk)
-                    conn.receive_data(chunk)
-                elif type(event) is h11.Response:
-                    head = event
-                elif type(event) is h11.Data:
-                    body += event.data
-                    if len(body) > self._max_body:
-                        raise _TooLarge
-                elif type(event) is h11.EndOfMessage:
-                    break
-                elif type(event) is not h11.InformationalResponse:
-                    # ConnectionClosed: the room closed it without an answer.
-                    raise h11.RemoteProtocolError("server disconnected without an answer")
-        except _TooLarge:
-            await _close(connection)
-            raise HTTPFailure("BodyTooLarge") from None
-        except BaseException as exc:
-            await _close(connection)
-            failure = network_failure(exc)
-            if failure is None:
+            try:
+                if connection.connected.absolute_form or connection.connected.proxy_headers:
+                    data = self._proxied(connection.connected, data)
+                await stream.send_all(data)
+                conn.send(self._stand_in)
+                conn.send(h11.EndOfMessage())
+                head: h11.Response | None = None
+                body = bytearray()
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        chunk = await read_some(stream, READ_SIZE)
+                        got_bytes = got_bytes or bool(chunk)
+                        conn.receive_data(chunk)
+                    elif type(event) is h11.Response:
+                        head = event
+                    elif type(event) is h11.Data:
+                        body += event.data
+                        if len(body) > self._max_body:
+                            raise _TooLarge
+                    elif type(event) is h11.EndOfMessage:
+                        break
+                    elif type(event) is not h11.InformationalResponse:
+                        # ConnectionClosed: the room closed it without an answer.
+                        raise h11.RemoteProtocolError("server disconnected without an answer")
+            except BaseException:
+                # Failed, too large or cancelled: the connection's state is unknown.
+                if not close_now(stream):
+                    await trio.aclose_forcefully(stream)
                 raise
+        except _TooLarge:
+            raise HTTPFailure("BodyTooLarge") from None
+        except NETWORK_ERRORS as exc:
             if connection.reused and not got_bytes:
                 raise _Stale from exc
-            raise HTTPFailure(failure) from exc
+            raise HTTPFailure(failure_kind(exc)) from exc
         assert head is not None
         connection.reused = True
         if (
