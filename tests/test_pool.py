@@ -411,10 +411,15 @@ async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
             connected = await room.open_stream(origin)
             return Connected(Wrapped(connected.stream))
 
-    room.script = lambda connection, request: CLOSING
+    room.script = lambda connection, request: CLOSING if request == 0 else "close"
     pool = KeepAlivePool(WrappingOpener(), ORIGIN, max_body=1024)
     await pool.exchange(exit_request())
     assert closed == ["aclose"]
+    # And one that fails: closed all the same.
+    room.script = lambda connection, request: "close"
+    with pytest.raises(HTTPFailure):
+        await pool.exchange(exit_request())
+    assert closed == ["aclose", "aclose"]
 
 
 def test_keep_may_not_be_negative() -> None:
