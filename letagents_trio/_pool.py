@@ -41,16 +41,14 @@ import trio
 from ._http1 import (
     MAX_HEAD_BYTES,
     NETWORK_ERRORS,
-    READ_SIZE,
     Connected,
     HTTPFailure,
     Origin,
     StreamOpener,
-    close_now,
     failure_kind,
     header_value,
-    read_some,
 )
+from ._sockio import READ_SIZE, close_now, read_some
 
 __all__ = ["Answer", "KeepAlivePool"]
 

@@ -35,7 +35,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._connector import StreamLeft, StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._http1 import can_send_now, close_now, discard_unread, read_some, send_now
+from ._sockio import can_send_now, close_now, discard_unread, read_some, send_now
 
 __all__ = ["ProcessSocket"]
 
@@ -333,7 +333,7 @@ class ProcessSocket:
         attempt with :class:`~letagents_trio._connector.StreamLeft`. After
         an exit, what the room sent meanwhile is read and dropped first, so
         that the close is an orderly end, not a reset that could cost the
-        room the exit (see :func:`~letagents_trio._http1.discard_unread`).
+        room the exit (see :func:`~letagents_trio._sockio.discard_unread`).
         """
         if self.leaving:
             discard_unread(self._stream)

@@ -14,18 +14,9 @@ import trio
 import trio.testing
 
 from letagents_trio import AgentSession, RoomClient, RoomUnreachable
-from letagents_trio._http1 import (
-    Connected,
-    HTTPFailure,
-    Origin,
-    _Prefixed,
-    close_now,
-    discard_unread,
-    read_some,
-    send_now,
-    split_url,
-)
+from letagents_trio._http1 import Connected, HTTPFailure, Origin, split_url
 from letagents_trio._net import NetworkOpener, Proxy, _bypassed, proxies_from_environment
+from letagents_trio._sockio import Prefixed, close_now, discard_unread, read_some, send_now
 
 from .sockets import tcp_pair
 
@@ -260,7 +251,7 @@ async def test_send_now_writes_a_plain_socket_at_once_and_says_how_much() -> Non
     stream = trio.SocketStream(left)
     with left, right:
         assert send_now(stream, b"exit frame") == 10
-        assert send_now(_Prefixed(stream, b"read ahead"), b"!") == 1
+        assert send_now(Prefixed(stream, b"read ahead"), b"!") == 1
         assert await right.recv(100) == b"exit frame!"
 
 
@@ -302,7 +293,7 @@ async def test_read_some_reads_a_plain_socket_and_says_when_it_ends() -> None:
 async def test_read_some_gives_the_bytes_read_ahead_first() -> None:
     left, right = trio.socket.socketpair()
     with left, right, trio.fail_after(5):
-        stream = _Prefixed(trio.SocketStream(left), b"ahead")
+        stream = Prefixed(trio.SocketStream(left), b"ahead")
         await right.send(b"after")
         assert await read_some(stream, 100) == b"ahead"
         assert await read_some(stream, 100) == b"after"
