@@ -111,6 +111,10 @@ class Origin:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
+    def absolute(self, target: str) -> str:
+        """``target`` (``/path?query``) as the whole URL a forwarding proxy is given."""
+        return f"{self.scheme}://{self.authority}{target}"
+
 
 def split_url(url: str) -> tuple[Origin, str]:
     """Split an absolute ``http``/``https`` URL into its origin and its request target.
@@ -405,7 +409,7 @@ async def start_request(
     try:
         fields = _fields(origin, [*headers, *connected.proxy_headers], body)
         if connected.absolute_form:
-            target = f"{origin.scheme}://{origin.authority}{target}"
+            target = origin.absolute(target)
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         request = h11.Request(method=method, target=target, headers=fields)
         head = await exchange_head(stream, conn, request, body)

@@ -222,7 +222,7 @@ class KeepAlivePool:
         line, _, rest = data.partition(b"\r\n")
         method, target, version = line.split(b" ")
         if connected.absolute_form:
-            target = f"{self._origin.scheme}://{self._origin.authority}".encode("ascii") + target
+            target = self._origin.absolute(target.decode("ascii")).encode("ascii")
         fields = b"".join(
             f"{name}: {value}\r\n".encode("latin-1") for name, value in connected.proxy_headers
         )
