@@ -272,10 +272,11 @@ class RoomClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP client and every connection it pooled.
+        """Close the HTTP client, every connection it pooled, and the exits' kept-alive ones.
 
         Cancellation:
-            Connections are closed even when cancelled (httpx2 closes forcefully).
+            Connections are closed even when cancelled (a socket close, or
+            forcefully).
         """
         self._closed = True
         try:
@@ -299,7 +300,7 @@ class RoomClient:
     def _headers(
         self, session: AgentSession | None, *, json_body: bool, owner_token: str | None
     ) -> dict[str, str]:
-        """A request's credentials; ``owner_token`` is asked of its source for each request."""
+        """A request's credential fields, with ``owner_token`` as the caller just asked it."""
         headers: dict[str, str] = {}
         if json_body:
             headers["Content-Type"] = "application/json"
@@ -463,9 +464,9 @@ class RoomClient:
         Args:
             session: the session whose process is gone.
             connection_id: the process connection that was open, if any.
-            prepared: the same announcement from :meth:`prepare_exit`, sent as
-                it is unless the owner token changed since (then it is made
-                again, as it is without one).
+            prepared: the announcement from :meth:`prepare_exit`, sent as it
+                is; made again (as without one) when it is for another session
+                or connection, or the owner token changed since.
 
         Returns:
             Whether the room recorded the exit.
