@@ -549,10 +549,13 @@ async def open_connection_manager(
                 yield manager
             finally:
                 pause.pause()
-                with trio.move_on_after(policy.exit_deadline, shield=True):
-                    await manager.announce_exits()
-                holders_scope.cancel(reason="connection manager closed")
-                nursery.cancel_scope.cancel(reason="connection manager closed")
+                try:
+                    with trio.move_on_after(policy.exit_deadline, shield=True):
+                        await manager.announce_exits()
+                finally:
+                    # However the goodbye went: only this ends the shielded holders.
+                    holders_scope.cancel(reason="connection manager closed")
+                    nursery.cancel_scope.cancel(reason="connection manager closed")
     except BaseExceptionGroup as group:
         sole = _sole_exception(group)
         if sole is None:

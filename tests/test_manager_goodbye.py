@@ -377,6 +377,38 @@ async def test_the_one_failure_of_an_embedders_nursery_leaves_as_itself(
             await embedders_nursery_failing(client, ValueError("one"))
 
 
+class LeavesWithABug(RecordingConnector):
+    """A connector with a bug where the goodbye begins."""
+
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        raise RuntimeError("a bug in leave_now")
+
+
+async def hold_one_then_leave(
+    client: RoomClient,
+    connector: ProcessConnector,
+    session: AgentSession,
+    holders: list[ProcessHolder],
+) -> None:
+    """Hold ``session`` until its stream is open, then leave the manager's block."""
+    async with open_connection_manager(client, connector=connector) as manager:
+        holders.append(manager.hold(session))
+        await holders[0].wait_status(HolderStatus.OPEN)
+
+
+async def test_a_goodbye_that_fails_still_stops_every_holder_and_leaves_with_the_error(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The holders' nursery is shielded: only the manager ends it, however the goodbye went."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        connector = LeavesWithABug(SSEConnector(client))
+        holders: list[ProcessHolder] = []
+        with trio.fail_after(60), pytest.raises(RuntimeError, match=r"^a bug in leave_now$"):
+            await hold_one_then_leave(client, connector, session, holders)
+    assert [holder.status for holder in holders] == [HolderStatus.STOPPED]
+
+
 async def test_several_failures_leave_as_a_group_holding_each(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
