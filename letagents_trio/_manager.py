@@ -28,8 +28,11 @@ exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
    loop, with no task per session, before any of those holders is stopped;
 3. does all of step 2 under ONE shielded deadline,
    ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
-   black-holed room never holds the process past it. Failures are logged
-   and reported, never raised.
+   black-holed room never holds the process past it: the exits still waiting
+   for their answers are cancelled ``policy.unwind_allowance`` before it per
+   exit, so that their unwinding (each task cancelled, each socket closed)
+   ends by the deadline too (:mod:`letagents_trio._unwind`). Failures are
+   logged and reported, never raised.
 
 Then the nursery is cancelled and every remaining task unwinds.
 """
@@ -51,6 +54,7 @@ from ._errors import ApiError, IneligibleSession, RoomUnreachable
 from ._events import EventKind, HolderEvent
 from ._holder import HolderStatus, ProcessHolder, ineligibility
 from ._policy import HoldPolicy
+from ._unwind import UnwindBudget
 from ._websocket import connector_for
 
 if TYPE_CHECKING:
@@ -314,23 +318,27 @@ class ConnectionManager:
 
         Cancellation:
             Shielded: it runs to the end of ``policy.exit_deadline`` even when the
-            caller is cancelled, then returns. Announcements still in flight at
-            the deadline are abandoned and reported with ``error="deadline"``.
+            caller is cancelled, then returns. Announcements still in flight are
+            abandoned early enough to unwind by the deadline
+            (``policy.unwind_allowance`` each) and reported with ``error="deadline"``.
         """
         first = self._announced is None
         started = trio.current_time()
         with (
             collector_paused(),
-            trio.move_on_after(self.policy.exit_deadline, shield=True) as scope,
+            trio.move_on_after(self.policy.exit_deadline, shield=True),
         ):
-            await self._announce_all()
-        if scope.cancelled_caught:
-            logger.warning(
-                "exit deadline of %.1f s passed before every exit was announced",
-                self.policy.exit_deadline,
-            )
+            await self._announce_all(started + self.policy.exit_deadline)
         report = self._announced or ()
         if first:
+            late = sum(1 for item in report if item.error == "deadline")
+            if late:
+                logger.warning(
+                    "exit deadline of %.1f s passed before %d of %d exits were announced",
+                    self.policy.exit_deadline,
+                    late,
+                    len(report),
+                )
             logger.info(
                 "announced %d exits in %.0f ms: %s",
                 len(report),
@@ -339,7 +347,8 @@ class ConnectionManager:
             )
         return report
 
-    async def _announce_all(self) -> None:
+    async def _announce_all(self, deadline: float) -> None:
+        """The goodbye; the exits in flight are cancelled early enough to unwind by ``deadline``."""
         if self._announced is not None:
             await trio.lowlevel.checkpoint()
             return
@@ -347,15 +356,17 @@ class ConnectionManager:
         self._holders.clear()
         results: dict[str, ExitAnnouncement] = {}
         self._announced = ()
+        budget = UnwindBudget(deadline, self.policy.unwind_allowance)
         try:
-            async with trio.open_nursery() as nursery:
-                left = await self._leave_now(snapshot, nursery, results)
-                # Only then are the holders stopped: their unwinding (each closes
-                # its stream) never delays an exit still to be written.
-                for count, holder in enumerate(left, 1):
-                    holder.stop("process exit")
-                    if count % _GOODBYES_PER_CHECKPOINT == 0:
-                        await trio.lowlevel.checkpoint()
+            with budget.scope:
+                async with trio.open_nursery() as nursery:
+                    left = await self._leave_now(snapshot, nursery, budget, results)
+                    # Only then are the holders stopped: their unwinding (each closes
+                    # its stream) never delays an exit still to be written.
+                    for count, holder in enumerate(left, 1):
+                        holder.stop("process exit")
+                        if count % _GOODBYES_PER_CHECKPOINT == 0:
+                            await trio.lowlevel.checkpoint()
         finally:
             now = trio.current_time()
             self._announced = tuple(
@@ -374,6 +385,7 @@ class ConnectionManager:
         self,
         snapshot: list[tuple[ProcessHolder, str | None]],
         nursery: trio.Nursery,
+        budget: UnwindBudget,
         results: dict[str, ExitAnnouncement],
     ) -> list[ProcessHolder]:
         """Announce every exit the connector can at once; start a goodbye task for the rest.
@@ -387,7 +399,8 @@ class ConnectionManager:
                 left.append(holder)
                 self._finished(holder.session, connection_id, None, None, results)
             else:
-                nursery.start_soon(self._announce_one, holder, connection_id, results)
+                budget.exit_started()
+                nursery.start_soon(self._announce_one, holder, connection_id, budget, results)
             if count % _GOODBYES_PER_CHECKPOINT == 0:
                 await trio.lowlevel.checkpoint()
         return left
@@ -414,6 +427,7 @@ class ConnectionManager:
         self,
         holder: ProcessHolder,
         connection_id: str | None,
+        budget: UnwindBudget,
         results: dict[str, ExitAnnouncement],
     ) -> None:
         if self._exit_limiter is None:
@@ -424,6 +438,7 @@ class ConnectionManager:
         # A connector may close the stream itself rather than wait for the holder.
         holder.stop("process exit")
         self._finished(holder.session, connection_id, recorded, error, results)
+        budget.exit_ended()
 
     def _finished(
         self,

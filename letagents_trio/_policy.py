@@ -42,6 +42,9 @@ __all__ = ["HoldPolicy", "Outcome", "Transport"]
 Transport = Literal["sse", "websocket", "auto"]
 # The values HoldPolicy.transport accepts.
 TRANSPORTS: Final = ("sse", "websocket", "auto")
+# HoldPolicy.unwind_allowance's default: one exit's cancellation, unwinding and
+# socket close at the deadline, measured at 80-100 µs (docs/performance.md).
+UNWIND_ALLOWANCE: Final = 100e-6
 
 
 class Outcome(enum.Enum):
@@ -79,6 +82,12 @@ def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: An
     assert isinstance(value, float)
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"HoldPolicy.{attribute.name} must be finite and > 0, got {value!r}")
+
+
+def _check_allowance(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    assert isinstance(value, float)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"HoldPolicy.{attribute.name} must be finite and >= 0, got {value!r}")
 
 
 def _check_jitter(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -121,7 +130,18 @@ class HoldPolicy:
         silence_timeout: how long an open stream may stay silent (no bytes at
             all, comments included) before the attempt counts as dropped.
         exit_deadline: one deadline for closing every stream and sending every
-            exit announcement when the manager stops.
+            exit announcement when the manager stops; the exits still waiting
+            for an answer are cancelled early enough to unwind by then (see
+            ``unwind_allowance``).
+        unwind_allowance: the part of ``exit_deadline`` kept for each exit
+            still waiting for the room's answer to unwind (its task cancelled,
+            its socket closed): they are cancelled that much before the
+            deadline, per exit, so that a slow or black-holed room does not
+            keep the process past it. An exit in flight has reached the room;
+            cancelling it early loses its answer, not the exit. The default,
+            0.1 ms, is what one costs on the two-core machine of
+            docs/performance.md; 0 cancels them at the deadline exactly, as a
+            ``MockClock`` timeline may want.
         jitter: 0 (the default) waits exactly; ``j`` > 0 draws each wait from
             ``[delay * (1 - j), delay]``.
         rng: the random source for jitter; inject a seeded one for tests.
@@ -156,6 +176,9 @@ class HoldPolicy:
     )
     exit_deadline: float = attrs.field(
         default=_protocol.EXIT_DEADLINE, converter=float, validator=_check_positive
+    )
+    unwind_allowance: float = attrs.field(
+        default=UNWIND_ALLOWANCE, converter=float, validator=_check_allowance
     )
     jitter: float = attrs.field(default=0.0, converter=float, validator=_check_jitter)
     rng: random.Random = attrs.field(factory=random.Random, eq=False, repr=False)

@@ -31,6 +31,9 @@ from letagents_trio.workers._state import LocalStateStore
 
 from .events import NeverStops, drain
 
+# The time the goodbye keeps, by default, for each task it leaves to unwind.
+UNWIND = HoldPolicy().unwind_allowance
+
 if TYPE_CHECKING:
     from trio.testing import MockClock
 
@@ -108,7 +111,8 @@ async def test_black_holed_exits_end_shutdown_at_exactly_the_deadline(
                 manager.hold(s)
             await trio.sleep(10)
             started = trio.current_time()
-        assert trio.current_time() == started + 1.5
+        # The deadline, less the time kept for the three exits in flight to unwind.
+        assert trio.current_time() == started + 1.5 - 3 * UNWIND
     # Every goodbye goes out at once.
     assert len(fake_room.exits) == 3
     assert {e.time for e in fake_room.exits} == {10}
@@ -120,7 +124,8 @@ async def test_a_custom_exit_deadline_is_the_one_used(
     session = await fake_room.add_worker()
     fake_room.black_hole_exits = True
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=HoldPolicy(exit_deadline=0.25)) as m:
+        policy = HoldPolicy(exit_deadline=0.25, unwind_allowance=0)
+        async with open_connection_manager(client, policy=policy) as m:
             m.hold(session)
             await trio.sleep(1)
         assert trio.current_time() == 1.25
@@ -155,7 +160,9 @@ async def test_black_holed_report_says_deadline(
     async with fake_room.client() as client, open_connection_manager(client) as manager:
         manager.hold(session)
         report = await manager.announce_exits()
-    assert [(a.recorded, a.error, a.finished_at) for a in report] == [(None, "deadline", 1.5)]
+    assert [(a.recorded, a.error, a.finished_at) for a in report] == [
+        (None, "deadline", 1.5 - UNWIND)
+    ]
 
 
 async def test_a_failing_exit_is_reported_not_raised(
@@ -429,7 +436,8 @@ async def test_exit_announcements_are_sent_in_turns_of_exit_concurrency(
             for s in sessions:
                 manager.hold(s)
             await trio.sleep(1)
-        assert trio.current_time() == 2.5
+        # Time was kept for five exits to unwind: two in flight, three waiting their turn.
+        assert trio.current_time() == 1 + 1.5 - 5 * UNWIND
     # Two were in flight (and never answered) when the deadline ended the goodbye.
     assert len(fake_room.exits) == 2
 
@@ -526,7 +534,7 @@ async def test_after_the_deadline_nothing_takes_time_at_thousands_of_sessions(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     # A black-holed room: every exit is in flight at the deadline, and the
-    # goodbye ends exactly then, however many there are.
+    # goodbye ends early enough for all of them to unwind by then.
     sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(2000)]
     fake_room.black_hole_exits = True
     async with fake_room.client() as client:
@@ -535,12 +543,12 @@ async def test_after_the_deadline_nothing_takes_time_at_thousands_of_sessions(
                 manager.hold(s)
             await trio.sleep(5)
             started = trio.current_time()
-        assert trio.current_time() == started + 1.5
+        assert trio.current_time() == started + 1.5 - 2000 * UNWIND
     assert len(fake_room.exits) == 2000
     assert {e.time for e in fake_room.exits} == {started}
     report = await manager.announce_exits()
     assert {a.error for a in report} == {"deadline"}
-    assert {a.finished_at for a in report} == {started + 1.5}
+    assert {a.finished_at for a in report} == {started + 1.5 - 2000 * UNWIND}
 
 
 class _SlowToUnwind:

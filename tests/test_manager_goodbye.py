@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -36,6 +37,7 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
+from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 
 from .events import drain
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
     from trio.testing import MockClock
 
 EXIT_PATH = re.compile(r"/rooms/.+/agent-sessions/[^/]+/process/exit")
+# The time the goodbye keeps, by default, for each task it leaves to unwind.
+UNWIND = HoldPolicy().unwind_allowance
 
 
 def report_of(manager: ConnectionManager) -> tuple[ExitAnnouncement, ...] | None:
@@ -231,18 +235,118 @@ async def test_deadline_entries_name_each_session_and_its_connection(
                 connection_id=connection_id,
                 recorded=None,
                 error="deadline",
-                finished_at=4.5,
+                finished_at=4.5 - 2 * UNWIND,
             ),
             ExitAnnouncement(
                 session_id=unknown.session_id,
                 connection_id=None,
                 recorded=None,
                 error="deadline",
-                finished_at=4.5,
+                finished_at=4.5 - 2 * UNWIND,
             ),
         ],
         key=lambda a: a.session_id,
     )
+
+
+# --- the deadline keeps time for the unwinding ---------------------------------------------
+
+# A sixty-fourth of a second a task: exact in binary, so the times below are exact.
+ALLOWED = HoldPolicy(unwind_allowance=1 / 64)
+
+
+async def goodbye_at_ten(
+    fake_room: FakeRoom, count: int, policy: HoldPolicy
+) -> tuple[float, tuple[ExitAnnouncement, ...]]:
+    """Hold ``count`` sessions, leave the manager at t=10; when the block ended, and the report."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(count)]
+    async with fake_room.client() as client:
+        async with open_connection_manager(client, policy=policy) as manager:
+            await open_holders(manager, sessions)
+            await trio.sleep_until(10)
+        ended = trio.current_time()
+    report = manager.exit_report
+    assert report is not None
+    return ended, report
+
+
+async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    fake_room.black_hole_exits = True
+    ended, report = await goodbye_at_ten(fake_room, 32, ALLOWED)
+    # 32 exits in flight, each allowed 1/64 s: they are cancelled half a
+    # second before the deadline.
+    assert ended == 10 + 1.5 - 0.5
+    assert {(a.error, a.finished_at) for a in report} == {("deadline", 11.0)}
+    assert len(fake_room.exits) == 32
+
+
+async def test_an_allowance_of_zero_ends_the_goodbye_at_the_deadline_exactly(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    fake_room.black_hole_exits = True
+    ended, report = await goodbye_at_ten(fake_room, 32, HoldPolicy(unwind_allowance=0))
+    assert ended == 11.5
+    assert {(a.error, a.finished_at) for a in report} == {("deadline", 11.5)}
+
+
+async def test_each_answered_exit_gives_its_share_back(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    # Half the exits are answered at once, half never.
+    fake_room.on("POST", EXIT_PATH).hold(times=16)
+    ended, report = await goodbye_at_ten(fake_room, 32, ALLOWED)
+    assert ended == 11.5 - 16 / 64
+    assert Counter((a.recorded, a.error, a.finished_at) for a in report) == {
+        (True, None, 10.0): 16,
+        (None, "deadline", 11.25): 16,
+    }
+
+
+async def test_answers_before_the_work_is_cancelled_are_all_recorded(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    # Answered after 0.75 s; the work would be cancelled at 11.0 only.
+    fake_room.exit_delay = 0.75
+    ended, report = await goodbye_at_ten(fake_room, 32, ALLOWED)
+    assert ended == 10.75
+    assert {(a.recorded, a.error) for a in report} == {(True, None)}
+
+
+async def test_exits_waiting_their_turn_keep_time_for_their_unwinding_too(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    # One goodbye at a time against a black hole: the first exit never comes
+    # back, and 31 wait their turn.
+    fake_room.black_hole_exits = True
+    policy = HoldPolicy(unwind_allowance=1 / 64, exit_concurrency=1)
+    ended, report = await goodbye_at_ten(fake_room, 32, policy)
+    assert ended == 11.5 - 32 / 64
+    assert len(fake_room.exits) == 1
+    assert {a.error for a in report} == {"deadline"}
+
+
+async def test_holders_keep_no_time_only_exits_do(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Over a WebSocket every exit goes at once over its socket: nothing is in flight."""
+    fake_room.black_hole_exits = True
+    policy = HoldPolicy(unwind_allowance=1 / 64, transport="websocket")
+    ended, report = await goodbye_at_ten(fake_room, 32, policy)
+    assert ended == 10
+    assert {(a.recorded, a.error) for a in report} == {(None, None)}
+
+
+def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
+    budget = UnwindBudget(10.0, 0.5)
+    assert (budget.running, budget.scope.deadline) == (0, 10.0)
+    budget.exit_started()
+    budget.exit_started()
+    assert (budget.running, budget.scope.deadline) == (2, 9.0)
+    budget.exit_ended()
+    assert (budget.running, budget.scope.deadline) == (1, 9.5)
+    assert repr(budget) == "<UnwindBudget running=1 exits_deadline=9.5>"
 
 
 # --- serve_connection_manager passes each option on ------------------------------------
@@ -325,8 +429,8 @@ async def test_serve_connection_manager_passes_each_option_on(
             await manager.hold(session).wait_status(HolderStatus.OPEN)
             await trio.sleep(1)
             nursery.cancel_scope.cancel()
-        # The black-holed exit ends at this policy's deadline.
-        assert trio.current_time() == 1 + 2.5
+        # The black-holed exit ends at this policy's deadline (less its unwinding).
+        assert trio.current_time() == 1 + 2.5 - UNWIND
     assert connector.log == [f"open {sid}", f"open {sid}", f"goodbye {sid}"]
 
 

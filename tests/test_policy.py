@@ -102,6 +102,19 @@ def test_non_positive_or_non_finite_timeouts_are_refused_naming_the_field(
         HoldPolicy(**kwargs)
 
 
+@pytest.mark.parametrize("value", [-1e-6, math.nan, math.inf, -math.inf])
+def test_an_unwind_allowance_below_zero_or_not_finite_is_refused(value: float) -> None:
+    message = rf"^HoldPolicy\.unwind_allowance must be finite and >= 0, got {value!r}$"
+    with pytest.raises(ValueError, match=message):
+        HoldPolicy(unwind_allowance=value)
+
+
+def test_the_unwind_allowance_is_a_tenth_of_a_millisecond_unless_told() -> None:
+    assert HoldPolicy().unwind_allowance == 0.0001
+    assert HoldPolicy(unwind_allowance=0).unwind_allowance == 0.0
+    assert type(HoldPolicy(unwind_allowance=1).unwind_allowance) is float
+
+
 @pytest.mark.parametrize("value", [-0.01, 1.01, math.nan, math.inf, -math.inf])
 def test_jitter_outside_zero_to_one_is_refused(value: float) -> None:
     with pytest.raises(ValueError, match=r"HoldPolicy\.jitter"):
