@@ -14,8 +14,8 @@ gives its share back (the cancellation moves later); each one started takes
 one (earlier). An exit in flight has reached the room, which records it on
 receipt: cancelling it a little early loses its answer, not the exit. The
 holders are not counted: cutting the goodbye short for them would leave exits
-unsent, which is worse than a late end (docs/performance.md, "The deadline
-keeps time for the exits in flight").
+unsent, which is worse than a late end (measured: docs/performance.md, "the
+exits in flight are cancelled early enough to unwind").
 """
 
 from __future__ import annotations
