@@ -40,11 +40,11 @@ Then the nursery is cancelled and every remaining task unwinds.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, NoReturn, Protocol, final
+from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeVar, final
 
 import attrs
 import trio
@@ -72,6 +72,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("letagents_trio.manager")
+
+_T = TypeVar("_T")
 
 
 class HolderStateHooks(Protocol):
@@ -363,10 +365,7 @@ class ConnectionManager:
                     left = await self._leave_now(snapshot, nursery, budget, results)
                     # Only then are the holders stopped: their unwinding (each closes
                     # its stream) never delays an exit still to be written.
-                    for count, holder in enumerate(left, 1):
-                        holder.stop("process exit")
-                        if count % _GOODBYES_PER_CHECKPOINT == 0:
-                            await trio.lowlevel.checkpoint()
+                    await _for_each(left, partial(ProcessHolder.stop, reason="process exit"))
         finally:
             now = trio.current_time()
             self._announced = tuple(
@@ -394,15 +393,17 @@ class ConnectionManager:
         """
         left: list[ProcessHolder] = []
         leave_now = self._connector.leave_now
-        for count, (holder, connection_id) in enumerate(snapshot, 1):
+
+        def leave(item: tuple[ProcessHolder, str | None]) -> None:
+            holder, connection_id = item
             if leave_now(holder.session, connection_id):
                 left.append(holder)
                 self._finished(holder.session, connection_id, None, None, results)
             else:
                 budget.exit_started()
                 nursery.start_soon(self._announce_one, holder, connection_id, budget, results)
-            if count % _GOODBYES_PER_CHECKPOINT == 0:
-                await trio.lowlevel.checkpoint()
+
+        await _for_each(snapshot, leave)
         return left
 
     async def _goodbye(
@@ -490,6 +491,19 @@ def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException |
 # Sessions taken between two checkpoints by the goodbye's loops: over ten
 # thousand sessions, neither holds the run loop for more than a few milliseconds.
 _GOODBYES_PER_CHECKPOINT: Final = 256
+
+
+async def _for_each(items: Iterable[_T], action: Callable[[_T], object]) -> None:
+    """``action(item)`` for each item, with a checkpoint after every ``_GOODBYES_PER_CHECKPOINT``.
+
+    The goodbye's loops are synchronous work per session (no task, no
+    checkpoint each: that is what keeps ten thousand cheap), so this is where
+    they let the rest of the program run.
+    """
+    for count, item in enumerate(items, 1):
+        action(item)
+        if count % _GOODBYES_PER_CHECKPOINT == 0:
+            await trio.lowlevel.checkpoint()
 
 # How an exit event reads when the goodbye finished without error.
 _EXIT_DETAILS: dict[bool | None, str] = {

@@ -31,7 +31,7 @@ from letagents_trio.workers._state import LocalStateStore
 
 from .events import NeverStops, drain
 
-# The time the goodbye keeps, by default, for each task it leaves to unwind.
+# The time the goodbye keeps, by default, for each exit it leaves to unwind.
 UNWIND = HoldPolicy().unwind_allowance
 
 if TYPE_CHECKING:

@@ -37,6 +37,7 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
+from letagents_trio._manager import _for_each
 from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 
@@ -48,8 +49,9 @@ if TYPE_CHECKING:
     from trio.testing import MockClock
 
 EXIT_PATH = re.compile(r"/rooms/.+/agent-sessions/[^/]+/process/exit")
-# The time the goodbye keeps, by default, for each task it leaves to unwind.
+# The time the goodbye keeps, by default, for each exit it leaves to unwind.
 UNWIND = HoldPolicy().unwind_allowance
+MANAGER_LOG = "letagents_trio.manager"
 
 
 def report_of(manager: ConnectionManager) -> tuple[ExitAnnouncement, ...] | None:
@@ -202,7 +204,7 @@ async def test_an_unreachable_room_at_exit_is_reported_as_unreachable(
 
 
 async def test_a_refused_exit_is_reported_with_its_status(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
 ) -> None:
     session = await fake_room.add_worker()
     fake_room.on("POST", EXIT_PATH).respond(503, {"error": "busy"})
@@ -212,6 +214,7 @@ async def test_a_refused_exit_is_reported_with_its_status(
     assert [(a.connection_id, a.recorded, a.error) for a in report] == [
         (connection_id, None, "HTTP 503")
     ]
+    assert f"exit of {session.session_id} not announced: HTTP 503" in caplog.messages
 
 
 async def test_deadline_entries_name_each_session_and_its_connection(
@@ -256,13 +259,18 @@ ALLOWED = HoldPolicy(unwind_allowance=1 / 64)
 
 
 async def goodbye_at_ten(
-    fake_room: FakeRoom, count: int, policy: HoldPolicy
+    fake_room: FakeRoom, count: int, policy: HoldPolicy, opened: list[str] | None = None
 ) -> tuple[float, tuple[ExitAnnouncement, ...]]:
-    """Hold ``count`` sessions, leave the manager at t=10; when the block ended, and the report."""
+    """Hold ``count`` sessions, leave the manager at t=10; when the block ended, and the report.
+
+    ``opened`` receives the connection ids the room named.
+    """
     sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(count)]
     async with fake_room.client() as client:
         async with open_connection_manager(client, policy=policy) as manager:
-            await open_holders(manager, sessions)
+            connection_ids = await open_holders(manager, sessions)
+            if opened is not None:
+                opened.extend(connection_ids)
             await trio.sleep_until(10)
         ended = trio.current_time()
     report = manager.exit_report
@@ -292,8 +300,9 @@ async def test_an_allowance_of_zero_ends_the_goodbye_at_the_deadline_exactly(
 
 
 async def test_each_answered_exit_gives_its_share_back(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("INFO", logger=MANAGER_LOG)
     # Half the exits are answered at once, half never.
     fake_room.on("POST", EXIT_PATH).hold(times=16)
     ended, report = await goodbye_at_ten(fake_room, 32, ALLOWED)
@@ -302,6 +311,12 @@ async def test_each_answered_exit_gives_its_share_back(
         (True, None, 10.0): 16,
         (None, "deadline", 11.25): 16,
     }
+    # Said once, with how many the deadline cut.
+    warning, summary = [r.getMessage() for r in caplog.records if r.name == MANAGER_LOG]
+    assert warning == "exit deadline of 1.5 s passed before 16 of 32 exits were announced"
+    head, kinds = summary.split(": ")
+    assert head == "announced 32 exits in 1250 ms"
+    assert sorted(kinds.split(", ")) == ["16 deadline", "16 recorded"]
 
 
 async def test_answers_before_the_work_is_cancelled_are_all_recorded(
@@ -333,9 +348,37 @@ async def test_holders_keep_no_time_only_exits_do(
     """Over a WebSocket every exit goes at once over its socket: nothing is in flight."""
     fake_room.black_hole_exits = True
     policy = HoldPolicy(unwind_allowance=1 / 64, transport="websocket")
-    ended, report = await goodbye_at_ten(fake_room, 32, policy)
+    opened: list[str] = []
+    ended, report = await goodbye_at_ten(fake_room, 32, policy, opened)
     assert ended == 10
     assert {(a.recorded, a.error) for a in report} == {(None, None)}
+    # Each names the connection its frame named.
+    assert sorted(a.connection_id or "" for a in report) == sorted(opened)
+
+
+class StepsOf(trio.abc.Instrument):
+    """Calls ``note`` each time ``task`` stops running (at each of its checkpoints)."""
+
+    def __init__(self, task: trio.lowlevel.Task, note: Callable[[], None]) -> None:
+        self.task = task
+        self.note = note
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.note()
+
+
+async def test_the_goodbyes_loops_let_the_program_run_after_every_256_sessions() -> None:
+    done: list[int] = []
+    yielded_after: list[int] = []
+    steps = StepsOf(trio.lowlevel.current_task(), lambda: yielded_after.append(len(done)))
+    trio.lowlevel.add_instrument(steps)
+    try:
+        await _for_each(range(767), done.append)
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert done == list(range(767))
+    assert yielded_after == [256, 512]
 
 
 def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
