@@ -144,7 +144,13 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/test_websocket.py",
         "tests/test_hostile_streams.py",
     ),
-    "_manager": ("tests/test_manager*.py", "tests/test_holder*.py", "tests/test_websocket.py"),
+    "_manager": (
+        "tests/test_manager*.py",
+        "tests/test_holder*.py",
+        "tests/test_websocket.py",
+        # Exits written at once (leave_now) need a plain socket: real loopback.
+        "tests/e2e/test_websocket_loopback.py",
+    ),
     "_websocket": _WEBSOCKET_TESTS,
     "_ws_socket": _WEBSOCKET_TESTS,
     "_pool": ("tests/test_pool.py", "tests/test_client_bounds.py", "tests/test_connector.py"),

@@ -505,6 +505,7 @@ async def _for_each(items: Iterable[_T], action: Callable[[_T], object]) -> None
         if count % _GOODBYES_PER_CHECKPOINT == 0:
             await trio.lowlevel.checkpoint()
 
+
 # How an exit event reads when the goodbye finished without error.
 _EXIT_DETAILS: dict[bool | None, str] = {
     True: "recorded",

@@ -345,7 +345,7 @@ async def test_exits_waiting_their_turn_keep_time_for_their_unwinding_too(
 async def test_holders_keep_no_time_only_exits_do(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    """Over a WebSocket every exit goes at once over its socket: nothing is in flight."""
+    """Over a WebSocket an exit is a frame on its open socket, with no answer to wait for."""
     fake_room.black_hole_exits = True
     policy = HoldPolicy(unwind_allowance=1 / 64, transport="websocket")
     opened: list[str] = []

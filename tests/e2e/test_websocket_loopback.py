@@ -66,12 +66,17 @@ async def test_hold_and_exit_over_a_hypercorn_socket() -> None:
                                 break
                     row = room.session(session.session_id)
                     assert row is not None
-                    assert row.process_connection_id == holder.connection_id
+                    connection_id = holder.connection_id
+                    assert row.process_connection_id == connection_id
                     assert room.statistics().open_process_streams == 1
                     started = trio.current_time()
                     report = await manager.announce_exits()
                     assert trio.current_time() - started < 1.0
-            assert [(a.recorded, a.error) for a in report] == [(None, None)]
+            # Sent at once over the plain socket (the connector's leave_now),
+            # and reported naming the connection its frame named.
+            assert [(a.connection_id, a.recorded, a.error) for a in report] == [
+                (connection_id, None, None)
+            ]
             row = room.session(session.session_id)
             assert row is not None
             assert row.process_connection_id == "exited"
