@@ -290,6 +290,18 @@ async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind
     assert len(fake_room.exits) == 32
 
 
+async def test_a_goodbye_with_nothing_held_says_so(
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger=MANAGER_LOG)
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        pass
+    assert manager.exit_report == ()
+    assert [r.getMessage() for r in caplog.records if r.name == MANAGER_LOG] == [
+        "announced 0 exits in 0 ms: none held"
+    ]
+
+
 async def test_an_allowance_of_zero_ends_the_goodbye_at_the_deadline_exactly(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
