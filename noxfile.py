@@ -144,9 +144,9 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/test_websocket.py",
         "tests/test_hostile_streams.py",
     ),
-    "_manager": (
+    "_manager": ("tests/test_manager*.py", "tests/test_holder*.py", "tests/test_websocket.py"),
+    "_goodbye": (
         "tests/test_manager*.py",
-        "tests/test_holder*.py",
         "tests/test_websocket.py",
         # Exits written at once (leave_now) need a plain socket: real loopback.
         "tests/e2e/test_websocket_loopback.py",

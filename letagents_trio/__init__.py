@@ -23,11 +23,11 @@ from ._errors import RoomUnreachable as RoomUnreachable
 from ._errors import StreamProtocolError as StreamProtocolError
 from ._events import EventKind as EventKind
 from ._events import HolderEvent as HolderEvent
+from ._goodbye import ExitAnnouncement as ExitAnnouncement
 from ._holder import HolderStatistics as HolderStatistics
 from ._holder import HolderStatus as HolderStatus
 from ._holder import ProcessHolder as ProcessHolder
 from ._manager import ConnectionManager as ConnectionManager
-from ._manager import ExitAnnouncement as ExitAnnouncement
 from ._manager import HolderStateHooks as HolderStateHooks
 from ._manager import ManagerStatistics as ManagerStatistics
 from ._manager import open_connection_manager as open_connection_manager

@@ -5,56 +5,30 @@ starts a :class:`~letagents_trio.ProcessHolder` in it, one per worker session;
 holders for thousands of sessions cost one task and a few objects each.
 
 Shutdown is the reason this module exists. However the block is left (normal
-exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager:
-
-1. takes a snapshot of every holder and its current connection id, and forgets
-   them all, so a second announcement sends nothing;
-2. says goodbye for every session at once (or at most
-   ``policy.exit_concurrency`` at a time, when set), in its connector's
-   order (:meth:`~letagents_trio.ProcessConnector.goodbye`): over SSE its
-   stream is closed (a socket close: so nothing the room sends back is read
-   as news), then it POSTs ``…/process/exit`` with
-   ``{agent_session_id, agent_session_token, process_connection_id}`` (the id
-   of the stream that was open, or null) on a connection of its own while
-   it waits for its answer. All at once is what a slow room needs (every
-   exit waits one round trip, not one per turn); what keeps thousands of
-   them cheap is the lean HTTP/1.1 path: each exit made when the room named
-   the connection, and written on a connection an earlier exit was
-   answered on when one is free (:mod:`letagents_trio._pool`), with no
-   transport and no timeout scope per request. Over a WebSocket the exit
-   goes over the open socket instead, and where the connector can write it
-   at once
-   (:meth:`~letagents_trio.ProcessConnector.leave_now`) it does so in one
-   loop, with no task per session, before any of those holders is stopped;
-3. does all of step 2 under ONE shielded deadline,
-   ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
-   black-holed room never holds the process past it: the exits still waiting
-   for their answers are cancelled ``policy.unwind_allowance`` before it per
-   exit, so that their unwinding (each task cancelled, each socket closed)
-   ends by the deadline too (:mod:`letagents_trio._unwind`). Failures are
-   logged and reported, never raised.
-
+exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager
+takes every holder with the connection it holds, forgets them all, and says
+goodbye for each within one shielded deadline, ``policy.exit_deadline``
+(:class:`~letagents_trio._goodbye.Goodbye`, where the order and the bounds are).
 Then the nursery is cancelled and every remaining task unwinds.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, NoReturn, Protocol, TypeVar, final
+from typing import TYPE_CHECKING, NoReturn, Protocol, final
 
 import attrs
 import trio
 
 from ._collector import CollectorPause, collector_paused
-from ._errors import ApiError, IneligibleSession, RoomUnreachable
-from ._events import EventKind, HolderEvent
+from ._errors import IneligibleSession
+from ._events import HolderEvent
+from ._goodbye import ExitAnnouncement, Goodbye
 from ._holder import HolderStatus, ProcessHolder, ineligibility
 from ._policy import HoldPolicy
-from ._unwind import UnwindBudget
 from ._websocket import connector_for
 
 if TYPE_CHECKING:
@@ -64,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConnectionManager",
-    "ExitAnnouncement",
     "HolderStateHooks",
     "ManagerStatistics",
     "open_connection_manager",
@@ -72,8 +45,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("letagents_trio.manager")
-
-_T = TypeVar("_T")
 
 
 class HolderStateHooks(Protocol):
@@ -111,26 +82,6 @@ class _NoState:
     async def is_still_ours(self, session: AgentSession) -> bool:
         await trio.lowlevel.checkpoint()
         return True
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ExitAnnouncement:
-    """How the exit announcement for one session went.
-
-    Attributes:
-        session_id: the session announced.
-        connection_id: the ``process_connection_id`` sent (None when no stream was open).
-        recorded: the room's answer; None when no answer came.
-        error: why no answer came (``"deadline"``, ``"HTTP 503"``, ``"unreachable"``), if so.
-        finished_at: when it finished, in seconds on trio's clock.
-    """
-
-    session_id: str
-    connection_id: str | None
-    recorded: bool | None
-    error: str | None
-    finished_at: float
 
 
 @final
@@ -175,20 +126,15 @@ class ConnectionManager:
         self._holders: dict[str, ProcessHolder] = {}
         self._subscribers: list[trio.MemorySendChannel[HolderEvent]] = []
         self._events_dropped = 0
-        # None until the goodbye begins; the report once it has.
-        self._announced: tuple[ExitAnnouncement, ...] | None = None
-        self._exit_limiter = (
-            None
-            if policy.exit_concurrency is None
-            else trio.CapacityLimiter(policy.exit_concurrency)
-        )
+        # None until the goodbye begins.
+        self._goodbye: Goodbye | None = None
         # Every holder's hooks, bound once: thousands of holders share them
         # rather than each keeping four bound methods for the collector to walk.
         self._hooks = (self._emit, state.mark_ended, state.is_still_ours, self._forget)
 
     @property
     def _closing(self) -> bool:
-        return self._announced is not None
+        return self._goodbye is not None
 
     @property
     def exit_report(self) -> tuple[ExitAnnouncement, ...] | None:
@@ -197,7 +143,7 @@ class ConnectionManager:
         ``None`` until the goodbye has begun; readable after the manager's
         block (or task) has ended, which is when an embedder wants it.
         """
-        return self._announced
+        return None if self._goodbye is None else self._goodbye.report
 
     def __repr__(self) -> str:
         return f"<ConnectionManager holders={len(self._holders)} closing={self._closing}>"
@@ -324,160 +270,22 @@ class ConnectionManager:
             abandoned early enough to unwind by the deadline
             (``policy.unwind_allowance`` each) and reported with ``error="deadline"``.
         """
-        first = self._announced is None
+        if self._goodbye is not None:
+            await trio.lowlevel.checkpoint()
+            return self._goodbye.report
         started = trio.current_time()
+        held = [(holder, holder.held_connection_id) for holder in self._holders.values()]
+        self._holders.clear()
+        self._goodbye = goodbye = Goodbye(
+            held, connector=self._connector, policy=self.policy, emit=self._emit
+        )
         with (
             collector_paused(),
             trio.move_on_after(self.policy.exit_deadline, shield=True),
         ):
-            await self._announce_all(started + self.policy.exit_deadline)
-        report = self._announced or ()
-        if first:
-            late = sum(1 for item in report if item.error == "deadline")
-            if late:
-                logger.warning(
-                    "exit deadline of %.1f s passed before %d of %d exits were announced",
-                    self.policy.exit_deadline,
-                    late,
-                    len(report),
-                )
-            logger.info(
-                "announced %d exits in %.0f ms: %s",
-                len(report),
-                (trio.current_time() - started) * 1000,
-                _summary(report),
-            )
-        return report
-
-    async def _announce_all(self, deadline: float) -> None:
-        """The goodbye; the exits in flight are cancelled early enough to unwind by ``deadline``."""
-        if self._announced is not None:
-            await trio.lowlevel.checkpoint()
-            return
-        snapshot = [(holder, holder.held_connection_id) for holder in self._holders.values()]
-        self._holders.clear()
-        results: dict[str, ExitAnnouncement] = {}
-        self._announced = ()
-        budget = UnwindBudget(deadline, self.policy.unwind_allowance)
-        try:
-            with budget.scope:
-                async with trio.open_nursery() as nursery:
-                    left = await self._leave_now(snapshot, nursery, budget, results)
-                    # Only then are the holders stopped: their unwinding (each closes
-                    # its stream) never delays an exit still to be written.
-                    await _for_each(left, partial(ProcessHolder.stop, reason="process exit"))
-        finally:
-            now = trio.current_time()
-            self._announced = tuple(
-                results.get(holder.session.session_id)
-                or ExitAnnouncement(
-                    session_id=holder.session.session_id,
-                    connection_id=connection_id,
-                    recorded=None,
-                    error="deadline",
-                    finished_at=now,
-                )
-                for holder, connection_id in snapshot
-            )
-
-    async def _leave_now(
-        self,
-        snapshot: list[tuple[ProcessHolder, str | None]],
-        nursery: trio.Nursery,
-        budget: UnwindBudget,
-        results: dict[str, ExitAnnouncement],
-    ) -> list[ProcessHolder]:
-        """Announce every exit the connector can at once; start a goodbye task for the rest.
-
-        Returns the holders whose exit went at once (over their open sockets).
-        """
-        left: list[ProcessHolder] = []
-        leave_now = self._connector.leave_now
-
-        def leave(item: tuple[ProcessHolder, str | None]) -> None:
-            holder, connection_id = item
-            if leave_now(holder.session, connection_id):
-                left.append(holder)
-                self._finished(holder.session, connection_id, None, None, results)
-            else:
-                budget.exit_started()
-                nursery.start_soon(self._announce_one, holder, connection_id, budget, results)
-
-        await _for_each(snapshot, leave)
-        return left
-
-    async def _goodbye(
-        self, holder: ProcessHolder, connection_id: str | None
-    ) -> tuple[bool | None, str | None]:
-        """One session's goodbye, in its transport's order (the connector's ``goodbye``).
-
-        SSE closes the stream, then announces the exit; a WebSocket sends the
-        exit over its open socket, then closes it.
-        """
-        try:
-            recorded = await self._connector.goodbye(
-                holder.session, connection_id, partial(_stop_holder, holder)
-            )
-            return recorded, None
-        except ApiError as exc:
-            return None, f"HTTP {exc.status}"
-        except RoomUnreachable:
-            return None, "unreachable"
-
-    async def _announce_one(
-        self,
-        holder: ProcessHolder,
-        connection_id: str | None,
-        budget: UnwindBudget,
-        results: dict[str, ExitAnnouncement],
-    ) -> None:
-        if self._exit_limiter is None:
-            recorded, error = await self._goodbye(holder, connection_id)
-        else:
-            async with self._exit_limiter:
-                recorded, error = await self._goodbye(holder, connection_id)
-        # A connector may close the stream itself rather than wait for the holder.
-        holder.stop("process exit")
-        self._finished(holder.session, connection_id, recorded, error, results)
-        budget.exit_ended()
-
-    def _finished(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        recorded: bool | None,
-        error: str | None,
-        results: dict[str, ExitAnnouncement],
-    ) -> None:
-        """Report one session's goodbye: its :class:`ExitAnnouncement` and its exit event."""
-        if error is not None:
-            logger.warning("exit of %s not announced: %s", session.session_id, error)
-        result = ExitAnnouncement(
-            session_id=session.session_id,
-            connection_id=connection_id,
-            recorded=recorded,
-            error=error,
-            finished_at=trio.current_time(),
-        )
-        results[session.session_id] = result
-        self._emit(
-            HolderEvent(
-                time=result.finished_at,
-                session_id=session.session_id,
-                kind=EventKind.EXIT,
-                connection_id=connection_id,
-                detail=error or _EXIT_DETAILS[recorded],
-            )
-        )
-
-
-def _summary(report: tuple[ExitAnnouncement, ...]) -> str:
-    """``3 recorded``, ``2 recorded, 1 HTTP 401``: how many answers of each kind."""
-    counts: dict[str, int] = {}
-    for item in report:
-        kind = item.error or _EXIT_DETAILS[item.recorded]
-        counts[kind] = counts.get(kind, 0) + 1
-    return ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "none held"
+            await goodbye.run(started + self.policy.exit_deadline)
+        goodbye.log(trio.current_time() - started)
+        return goodbye.report
 
 
 def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -486,37 +294,6 @@ def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException |
     while len(leaves) == 1 and isinstance(leaves[0], BaseExceptionGroup):
         leaves = leaves[0].exceptions
     return leaves[0] if len(leaves) == 1 else None
-
-
-# Sessions taken between two checkpoints by the goodbye's loops: over ten
-# thousand sessions, neither holds the run loop for more than a few milliseconds.
-_GOODBYES_PER_CHECKPOINT: Final = 256
-
-
-async def _for_each(items: Iterable[_T], action: Callable[[_T], object]) -> None:
-    """``action(item)`` for each item, with a checkpoint after every ``_GOODBYES_PER_CHECKPOINT``.
-
-    The goodbye's loops are synchronous work per session (no task, no
-    checkpoint each: that is what keeps ten thousand cheap), so this is where
-    they let the rest of the program run.
-    """
-    for count, item in enumerate(items, 1):
-        action(item)
-        if count % _GOODBYES_PER_CHECKPOINT == 0:
-            await trio.lowlevel.checkpoint()
-
-
-# How an exit event reads when the goodbye finished without error.
-_EXIT_DETAILS: dict[bool | None, str] = {
-    True: "recorded",
-    False: "not recorded",
-    None: "sent over the socket",
-}
-
-
-async def _stop_holder(holder: ProcessHolder) -> None:
-    holder.stop("process exit")
-    await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
 
 
 @asynccontextmanager

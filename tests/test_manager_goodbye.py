@@ -37,7 +37,7 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
-from letagents_trio._manager import _for_each
+from letagents_trio._goodbye import _for_each
 from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import attrs
 import trio
@@ -42,7 +42,7 @@ import trio
 from .._client import RoomClient, encode_room_path
 from .._events import EventKind, HolderEvent
 from .._holder import HolderStatus, ProcessHolder
-from .._manager import ConnectionManager, ExitAnnouncement, open_connection_manager
+from .._manager import ConnectionManager, open_connection_manager
 from .._session import AgentSession
 from ..room_server import MemoryStore, Room, RoomStore, SQLiteStore, serve_room
 from ..workers._wire import (
@@ -53,6 +53,9 @@ from ..workers._wire import (
 )
 from ._values import DemoOptions, SessionSummary
 from ._view import Row, event_line, exit_line
+
+if TYPE_CHECKING:
+    from .._goodbye import ExitAnnouncement
 
 __all__ = [
     "DEMO_LOGIN",

@@ -34,7 +34,7 @@ from .._events import EventKind, HolderEvent
 from .._holder import HolderStatistics, HolderStatus
 
 if TYPE_CHECKING:
-    from .._manager import ExitAnnouncement
+    from .._goodbye import ExitAnnouncement
     from .._policy import Outcome
     from ._values import DemoReport, StepResult
 
