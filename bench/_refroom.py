@@ -136,7 +136,13 @@ class ReferenceRoom:
 
         async def one(room: str) -> None:
             async with limiter:
-                response = await self._http.get(f"/rooms/{room}/process-statistics")
+                try:
+                    response = await self._http.get(f"/rooms/{room}/process-statistics")
+                except (httpx2.ReadError, httpx2.RemoteProtocolError):
+                    # The room may close an idle kept-alive connection at any time
+                    # (HTTP allows it; its cap on silent connections does, under a
+                    # burst of sockets opening): the read is idempotent, ask again.
+                    response = await self._http.get(f"/rooms/{room}/process-statistics")
             response.raise_for_status()
             body = response.json()
             total.update({key: int(body[key]) for key in COUNTERS})

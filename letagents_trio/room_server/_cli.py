@@ -113,11 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-silent-connections",
         type=_positive,
-        default=MAX_SILENT_CONNECTIONS,
+        default=None,
         metavar="N",
         help=(
             "connections kept at most without a request; one more closes the oldest"
-            f" (default {MAX_SILENT_CONNECTIONS}; held process streams never count)"
+            f" (default: a quarter of the open-file limit, at least {MAX_SILENT_CONNECTIONS};"
+            " held process streams never count)"
         ),
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (INFO)")

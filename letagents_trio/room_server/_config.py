@@ -34,6 +34,7 @@ __all__ = [
     "MAX_PENDING_BODIES",
     "MAX_SILENT_CONNECTIONS",
     "RoomConfig",
+    "default_silent_connections",
 ]
 
 # Liveness notices are due at minute granularity (§7.5): sweeping once a minute
@@ -52,11 +53,18 @@ BODY_TIMEOUT: Final = 10.0
 MAX_PENDING_BODIES: Final = 256
 # Connections that have not sent a request head (new, or idle between two
 # requests), at most: one more closes the oldest, so idle attackers cannot take
-# every file descriptor. A client sends its request right after connecting, so
-# a legitimate one is counted for a moment only; with the bodies' cap, attackers
-# hold at most 512 descriptors, half the common default limit of 1,024. Held
-# process streams, polls and bodies are never counted.
+# every file descriptor. By default a quarter of the room's open-file limit
+# (default_silent_connections), and never fewer than this: at the common
+# default limit of 1,024 attackers hold, with the bodies' cap, at most 512
+# descriptors, half of them. A client sends its request right after
+# connecting, so a legitimate one is counted for a moment only, but a burst of
+# thousands connecting at once (a room's restart under thousands of held
+# sessions) is thousands of such moments: a fixed 256 cut 261 of 3,000 process
+# sockets opened together on a room with 20,000 descriptors. Held process
+# streams, polls and bodies are never counted.
 MAX_SILENT_CONNECTIONS: Final = 256
+# Open-file limits above this (or none) count as this much for the default cap.
+_MOST_OPEN_FILES: Final = 1 << 20
 
 
 @final
@@ -80,7 +88,10 @@ class RoomConfig:
             more evicts the oldest (503).
         max_silent_connections: connections that may be waiting for a request
             head at once (new, or idle between requests); one more closes the
-            oldest. Served by :func:`~letagents_trio.room_server.serve_room` only.
+            oldest. None (the default): a quarter of the process's open-file
+            limit when the room is served, at least 256
+            (:func:`default_silent_connections`). Served by
+            :func:`~letagents_trio.room_server.serve_room` only.
         max_name_offset: the last codename offset a registration scans
             (upstream's 1 024); a test may lower it to reach "exhausted".
     """
@@ -94,10 +105,16 @@ class RoomConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout: float = BODY_TIMEOUT
     max_pending_bodies: int = MAX_PENDING_BODIES
-    max_silent_connections: int = attrs.field(
-        default=MAX_SILENT_CONNECTIONS, validator=attrs.validators.ge(1)
+    max_silent_connections: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
     )
     max_name_offset: int = MAX_DISPLAY_NAME_COLLISION_OFFSET
+
+    def silent_connections_cap(self) -> int:
+        """The cap a served room keeps: ``max_silent_connections``, else this process's default."""
+        if self.max_silent_connections is None:
+            return default_silent_connections()
+        return self.max_silent_connections
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RoomConfig:
@@ -113,3 +130,21 @@ class RoomConfig:
             poll_max_ms=poll_max_from_env(env),
             liveness_notice_after_ms=liveness_notice_after_from_env(env),
         )
+
+
+def default_silent_connections(open_files: int | None = None) -> int:
+    """The default cap on silent connections: a quarter of ``open_files``, at least 256.
+
+    Args:
+        open_files: the room's open-file limit; this process's soft
+            ``RLIMIT_NOFILE`` when None (256 where there is none to read).
+    """
+    if open_files is None:
+        try:
+            import resource
+        except ImportError:  # pragma: no cover - Windows: no open-file limit to read
+            return MAX_SILENT_CONNECTIONS
+        open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if open_files == resource.RLIM_INFINITY:
+            open_files = _MOST_OPEN_FILES
+    return max(MAX_SILENT_CONNECTIONS, min(open_files, _MOST_OPEN_FILES) // 4)

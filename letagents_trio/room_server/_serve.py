@@ -66,7 +66,7 @@ async def _run_hypercorn(
                     serve_hypercorn,
                     create_app(room),
                     config,
-                    max_silent=room.config.max_silent_connections,
+                    max_silent=room.config.silent_connections_cap(),
                     stop=stop,
                 )
             )

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from typing import Final
 
 import attrs
@@ -49,8 +50,8 @@ def descriptors(wanted: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def _limit_room() -> None:  # runs in the child, before exec
-    resource.setrlimit(resource.RLIMIT_NOFILE, (ROOM_FD_LIMIT, ROOM_FD_LIMIT))
+def _limit_room(limit: int) -> None:  # runs in the child, before exec
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 # The room's log kept for a test to read: its end, should it log in a loop.
@@ -98,8 +99,8 @@ def errors_in(log: str) -> list[str]:
 
 
 @asynccontextmanager
-async def running_room(*options: str) -> AsyncIterator[RunningRoom]:
-    """Run the room (1,024 descriptors) on a free port, its stderr read throughout
+async def running_room(*options: str, fd_limit: int = ROOM_FD_LIMIT) -> AsyncIterator[RunningRoom]:
+    """Run the room (``fd_limit`` descriptors) on a free port, its stderr read throughout
     (a room logging in a loop must not block on a full pipe); kill it on exit."""
     command = [
         *ROOM_COMMAND,
@@ -116,7 +117,7 @@ async def running_room(*options: str) -> AsyncIterator[RunningRoom]:
         command,
         stderr=subprocess.PIPE,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        preexec_fn=_limit_room,
+        preexec_fn=partial(_limit_room, fd_limit),
     )
     assert process.stderr is not None
     try:

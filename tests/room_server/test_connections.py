@@ -8,6 +8,7 @@ the served form is tested over loopback in ``tests/e2e/test_room_connections.py`
 from __future__ import annotations
 
 import logging
+import resource
 from typing import Any, cast
 
 import attrs
@@ -22,7 +23,10 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
 from letagents_trio.room_server import RoomConfig
-from letagents_trio.room_server._config import MAX_SILENT_CONNECTIONS
+from letagents_trio.room_server._config import (
+    MAX_SILENT_CONNECTIONS,
+    default_silent_connections,
+)
 from letagents_trio.room_server._connections import (
     EVICTION_LOG_INTERVAL,
     SilentConnections,
@@ -50,11 +54,36 @@ def closed(connections: list[Fake]) -> list[str]:
 
 
 def test_the_default_cap_and_the_config_refuses_a_cap_under_one() -> None:
-    assert RoomConfig().max_silent_connections == MAX_SILENT_CONNECTIONS == 256
+    assert RoomConfig().max_silent_connections is None
+    assert RoomConfig(max_silent_connections=7).silent_connections_cap() == 7
     with pytest.raises(ValueError, match="max_silent_connections"):
         RoomConfig(max_silent_connections=0)
     with pytest.raises(ValueError, match="limit"):
         SilentConnections(0)
+
+
+@pytest.mark.parametrize(
+    ("open_files", "cap"),
+    [(100, 256), (1024, 256), (1028, 257), (20_000, 5000), (1 << 30, 1 << 18)],
+)
+def test_the_default_cap_is_a_quarter_of_the_open_file_limit_and_never_under_256(
+    open_files: int, cap: int
+) -> None:
+    """A fixed 256 cut 261 of 3,000 process sockets opened at once (a room's
+    restart under 3,000 held sessions) on a room with 20,000 descriptors."""
+    assert MAX_SILENT_CONNECTIONS == 256
+    assert default_silent_connections(open_files) == cap
+
+
+def test_a_served_room_takes_the_default_cap_from_its_own_open_file_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limits = {"soft": 8192}
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (limits["soft"], 1 << 20))
+    assert RoomConfig().silent_connections_cap() == 2048
+    assert default_silent_connections() == 2048
+    limits["soft"] = resource.RLIM_INFINITY
+    assert default_silent_connections() == 1 << 18
 
 
 async def test_the_oldest_silent_connection_is_closed_never_the_newcomer() -> None:  # noqa: ASYNC124 (trio's clock times the log)
