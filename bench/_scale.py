@@ -147,12 +147,18 @@ async def wait_holding(child: Child, row: Row) -> bool:
     return True
 
 
+def idle_cpu(child: Child) -> float | None:
+    """CPU seconds so far for an idle window: to the nanosecond where /proc has it, else ticks."""
+    precise = child.thread_cpu_seconds()
+    return child.cpu_seconds() if precise is None else precise
+
+
 async def hold_idle(child: Child, row: Row, room: Child | None = None) -> None:
     """1 s after all opened: CPU over ``row.idle_window_s`` and RSS at its end."""
     await trio.sleep(SETTLE_BEFORE_IDLE)
-    before = child.cpu_seconds(), None if room is None else room.cpu_seconds()
+    before = idle_cpu(child), None if room is None else idle_cpu(room)
     await trio.sleep(row.idle_window_s)
-    after = child.cpu_seconds(), None if room is None else room.cpu_seconds()
+    after = idle_cpu(child), None if room is None else idle_cpu(room)
     if before[0] is not None and after[0] is not None:
         row.idle_cpu_s = after[0] - before[0]
     if before[1] is not None and after[1] is not None:
@@ -199,7 +205,7 @@ def fmt_mb(value: int | None) -> str:
 def fmt_cpu(cpu: float | None, window: float) -> str:
     if cpu is None or not window:
         return "—"
-    return f"{cpu / window * 100:.1f}% ({cpu:.2f} s)"
+    return f"{cpu / window * 100:.2f}% ({cpu:.3f} s)"
 
 
 def _cells(r: Row) -> str:

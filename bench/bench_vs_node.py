@@ -19,7 +19,8 @@ Measured per row:
   polled every 20 ms by this harness), and the same from the client's
   ``holding`` line (every session handed over, so interpreter start-up excluded);
 * RSS held: the client's VmRSS after the idle window;
-* idle CPU: the client's utime+stime (/proc/PID/stat) over ``--idle-window``
+* idle CPU: the CPU time of the client's threads (/proc/PID/task/*/schedstat, to the
+  nanosecond; ticks of /proc/PID/stat where there is none) over ``--idle-window``
   seconds (default 10) while the room sends ``: keep-alive`` every
   ``--keepalive-ms`` (default 5000, so every stream gets two in the window),
   starting 1 s after all opened;

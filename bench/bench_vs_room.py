@@ -18,7 +18,8 @@ Measured per row, as bench_vs_node.py measures them (bench/_scale.py):
   the same from its ``holding`` line; the room's count of held streams is
   checked then (a note when it is not N);
 * RSS held: the client's VmRSS after the idle window, and the room's;
-* idle CPU: the client's and the room's utime+stime over ``--idle-window``
+* idle CPU: the client's and the room's CPU time (their threads', to the nanosecond,
+  as in ``bench_vs_node.py``) over ``--idle-window``
   seconds (default 15), starting 1 s after all opened, while the room sends
   its heartbeats: ``: heartbeat`` on SSE, a WebSocket ping, each every 15 s,
   the room's default (``letagents-trio room`` has no option to change it), so
