@@ -8,6 +8,10 @@ kernel takes; :func:`close_now` closes at once; :func:`discard_unread` drops
 what the peer sent before a close, so that the close is an orderly end).
 Any other stream (TLS, in memory, bytes read ahead and put back in front by
 :class:`Prefixed`) goes through its own methods.
+
+Streams are told apart by their exact type, not ``isinstance``: trio's stream
+classes are final, and an ``isinstance`` against an ABC is a Python-level call
+(``ABCMeta.__instancecheck__``), a dozen of them per holder's goodbye.
 """
 
 from __future__ import annotations
@@ -77,10 +81,10 @@ def close_now(stream: trio.abc.Stream) -> bool:
         Whether it was closed (False: use ``aclose``).
     """
     while True:
-        if isinstance(stream, trio.SocketStream):
+        if type(stream) is trio.SocketStream:
             stream.socket.close()
             return True
-        if isinstance(stream, trio.StapledStream):
+        if type(stream) is trio.StapledStream:
             parts = (stream.send_stream, stream.receive_stream)
             closers: list[Callable[[], object]] = []
             for part in parts:
@@ -91,9 +95,9 @@ def close_now(stream: trio.abc.Stream) -> bool:
             for close in closers:
                 close()
             return True
-        if isinstance(stream, Prefixed):
+        if type(stream) is Prefixed:
             stream = stream._stream
-        elif isinstance(stream, trio.SSLStream):
+        elif type(stream) is trio.SSLStream:
             stream = stream.transport_stream
         else:
             return False
@@ -101,9 +105,9 @@ def close_now(stream: trio.abc.Stream) -> bool:
 
 def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
     """The plain socket under ``stream`` when it can be written without trio (POSIX only)."""
-    while isinstance(stream, Prefixed):
+    while type(stream) is Prefixed:
         stream = stream._stream
-    if os.name != "posix" or not isinstance(stream, trio.SocketStream):
+    if os.name != "posix" or type(stream) is not trio.SocketStream:
         return None
     return stream
 
@@ -137,7 +141,7 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
     Cancellation:
         A checkpoint: the wait comes before the read.
     """
-    plain = None if isinstance(stream, Prefixed) and stream._prefix else _plain_socket(stream)
+    plain = None if type(stream) is Prefixed and stream._prefix else _plain_socket(stream)
     if plain is None:
         return bytes(await stream.receive_some(max_bytes))
     socket = plain.socket
