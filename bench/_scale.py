@@ -6,8 +6,9 @@ from there the steps are the same and live here:
 
 * :func:`run_client`: the client in its own process, always killed and reaped;
   :func:`wait_holding`: its ``holding`` line (every session handed over);
-* :func:`hold_idle`: 1 s after all opened, the client's (and the room's)
-  CPU over the idle window, and their RSS at its end;
+* :func:`hold_idle`: 1 s after all opened, once the client has caught up
+  (:func:`caught_up`), the client's (and the room's) CPU over the idle
+  window, and their RSS at its end;
 * :func:`say_goodbye`: SIGTERM, then the moment the process is reaped and
   the CPU it spent from SIGTERM on, its own ``exited`` line and its GC times;
 * :func:`table`: the markdown table both print;
@@ -55,8 +56,17 @@ OPEN_BOUND_BASE = 30.0
 HOLDING_BOUND = 60.0
 # Rows during which other processes used more than this share of one core get a note.
 FOREIGN_NOTE = 0.1
-# Idle measurement starts this long after all opened (the last open events settle).
+# Idle measurement starts this long after all opened (the last open events settle)...
 SETTLE_BEFORE_IDLE = 1.0
+# ...and once the client has caught up: the room counts a stream held when it
+# wrote the answer, and a client that opened 10,000 at full speed may still be
+# reading a backlog of them (1.8 s of CPU after the room held all 10,000, with
+# not one heartbeat due). Caught up: under this share of a core over
+# QUIET_STEP, which heartbeats every 5 s to 10,000 streams stay well under.
+QUIET_SHARE = 0.3
+QUIET_STEP = 0.5
+# The catching up is waited for this long at most (then measured anyway, with a note).
+QUIET_BOUND = 30.0
 
 
 @dataclass
@@ -71,6 +81,8 @@ class Row:
     rss_open: int | None = None
     rss_held: int | None = None
     idle_window_s: float = 0.0
+    # From all open (the room's count) to the start of the idle window.
+    idle_after_s: float | None = None
     idle_cpu_s: float | None = None
     gone_s: float | None = None
     self_exit_ms: float | None = None
@@ -153,9 +165,27 @@ def idle_cpu(child: Child) -> float | None:
     return child.cpu_seconds() if precise is None else precise
 
 
-async def hold_idle(child: Child, row: Row, room: Child | None = None) -> None:
-    """1 s after all opened: CPU over ``row.idle_window_s`` and RSS at its end."""
+async def caught_up(child: Child) -> bool:
+    """Wait for ``child`` under QUIET_SHARE of a core over QUIET_STEP (QUIET_BOUND at most)."""
+    with trio.move_on_after(QUIET_BOUND):
+        while True:
+            before = idle_cpu(child)
+            await trio.sleep(QUIET_STEP)
+            after = idle_cpu(child)
+            if before is None or after is None or after - before < QUIET_SHARE * QUIET_STEP:
+                return True
+    return False
+
+
+async def hold_idle(
+    child: Child, row: Row, room: Child | None = None, *, opened_at: float | None = None
+) -> None:
+    """Once caught up, 1 s after all opened at least: CPU over ``row.idle_window_s``, RSS after."""
     await trio.sleep(SETTLE_BEFORE_IDLE)
+    if not await caught_up(child):
+        add_note(row, f"still busy {QUIET_BOUND:.0f} s after all opened")
+    if opened_at is not None:
+        row.idle_after_s = time.perf_counter() - opened_at
     before = idle_cpu(child), None if room is None else idle_cpu(room)
     await trio.sleep(row.idle_window_s)
     after = idle_cpu(child), None if room is None else idle_cpu(room)

@@ -23,7 +23,9 @@ Measured per row:
   nanosecond; ticks of /proc/PID/stat where there is none) over ``--idle-window``
   seconds (default 10) while the room sends ``: keep-alive`` every
   ``--keepalive-ms`` (default 5000, so every stream gets two in the window),
-  starting 1 s after all opened;
+  starting 1 s after all opened, and not before the client has caught up
+  with the streams the room already holds (under 30 % of a core over 0.5 s;
+  ``idle_after_s`` in the JSON says when the window began);
 * gone after SIGTERM: SIGTERM until the process is reaped (pidfd, wait4), and
   the CPU it spent from SIGTERM on (wait4's rusage minus /proc before);
 * exits recorded by the room once settled: received / N, with
@@ -114,7 +116,7 @@ async def measure(child: Child, room: Room, row: Row) -> None:
         row.open_s = opened - child.started
     row.open_cpu_s = child.cpu_seconds()
     row.rss_open = child.rss_bytes()
-    await hold_idle(child, row)
+    await hold_idle(child, row, opened_at=opened)
     term_wall = await say_goodbye(child, row)
     status = await room.settled_status()
     row.exits = status["exits"]

@@ -20,7 +20,8 @@ Measured per row, as bench_vs_node.py measures them (bench/_scale.py):
 * RSS held: the client's VmRSS after the idle window, and the room's;
 * idle CPU: the client's and the room's CPU time (their threads', to the nanosecond,
   as in ``bench_vs_node.py``) over ``--idle-window``
-  seconds (default 15), starting 1 s after all opened, while the room sends
+  seconds (default 15), starting 1 s after all opened once the client has caught
+  up (as in ``bench_vs_node.py``), while the room sends
   its heartbeats: ``: heartbeat`` on SSE, a WebSocket ping, each every 15 s,
   the room's default (``letagents-trio room`` has no option to change it), so
   each stream gets one in a 15 s window;
@@ -124,7 +125,8 @@ async def measure(child: Child, room: ReferenceRoom, row: Row) -> None:
     held = (await room.statistics())["held"]
     if held != n:
         add_note(row, f"the room held {held}/{n} streams once all were open")
-    await hold_idle(child, row, room.child)
+    opened_at = None if opened is None else float(opened["_at"])
+    await hold_idle(child, row, room.child, opened_at=opened_at)
     await say_goodbye(child, row)
     exited = next((e for e in child.events if e.get("event") == "exited"), None)
     if exited is not None:
