@@ -42,7 +42,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
@@ -52,6 +52,9 @@ from ._errors import RoomUnreachable, StreamProtocolError
 from ._events import EventKind, HolderEvent
 from ._policy import HoldPolicy, Outcome
 from ._session import AgentSession
+
+if TYPE_CHECKING:
+    from ._collector import OpeningBurst
 
 __all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder", "ineligibility"]
 
@@ -146,6 +149,7 @@ class ProcessHolder:
         on_ended: SessionHook,
         still_ours: StillOurs,
         forget: Callable[[ProcessHolder], None],
+        opening: OpeningBurst,
     ) -> None:
         self._session = session
         self._connector = connector
@@ -154,9 +158,12 @@ class ProcessHolder:
         self._on_ended = on_ended
         self._still_ours = still_ours
         self._forget = forget
+        # Told when an attempt starts waiting for the room's answer, and when it stops.
+        self._opening = opening
         self._scope = trio.CancelScope()
         self._backoff_scope: trio.CancelScope | None = None
         self._status = HolderStatus.CONNECTING
+        opening.started()
         self._status_lot = trio.lowlevel.ParkingLot()
         self._connection_id: str | None = None
         # The connection this process still holds (or held when it was stopped):
@@ -384,6 +391,11 @@ class ProcessHolder:
 
     def _set_status(self, status: HolderStatus) -> None:
         if status is not self._status:
+            # CONNECTING is waiting for the room's answer: the burst counts those.
+            if self._status is HolderStatus.CONNECTING:
+                self._opening.settled()
+            elif status is HolderStatus.CONNECTING:
+                self._opening.started()
             self._status = status
             self._status_lot.unpark_all()
 

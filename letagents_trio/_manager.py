@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol, final
 import attrs
 import trio
 
-from ._collector import CollectorPause, collector_paused
+from ._collector import CollectorPause, OpeningBurst, collector_paused
 from ._errors import IneligibleSession
 from ._events import HolderEvent
 from ._goodbye import ExitAnnouncement, Goodbye
@@ -118,6 +118,7 @@ class ConnectionManager:
         policy: HoldPolicy,
         state: HolderStateHooks,
         owner_mode: bool,
+        opening: OpeningBurst,
     ) -> None:
         self._nursery = nursery
         self._connector = connector
@@ -131,6 +132,8 @@ class ConnectionManager:
         # Every holder's hooks, bound once: thousands of holders share them
         # rather than each keeping four bound methods for the collector to walk.
         self._hooks = (self._emit, state.mark_ended, state.is_still_ours, self._forget)
+        # The holders' attempts waiting for the room: a burst pauses the collector.
+        self._opening = opening
 
     @property
     def _closing(self) -> bool:
@@ -194,6 +197,7 @@ class ConnectionManager:
             on_ended=on_ended,
             still_ours=still_ours,
             forget=forget,
+            opening=self._opening,
         )
         self._holders[session.session_id] = holder
         self._nursery.start_soon(holder.run, name=f"process holder {session.session_id}")
@@ -342,6 +346,7 @@ async def open_connection_manager(
     # From the goodbye until every holder has unwound: thousands of tasks
     # unwinding are garbage too, and the process is usually about to exit.
     pause = CollectorPause()
+    opening = OpeningBurst()
     try:
         async with trio.open_nursery() as nursery:
             holders, holders_scope = await nursery.start(_holders_nursery)
@@ -351,6 +356,7 @@ async def open_connection_manager(
                 policy=policy,
                 state=_NoState() if state is None else state,
                 owner_mode=owner_mode,
+                opening=opening,
             )
             try:
                 yield manager
@@ -369,6 +375,7 @@ async def open_connection_manager(
             raise
         raise sole from None
     finally:
+        opening.close()
         pause.resume()
 
 

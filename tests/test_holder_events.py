@@ -27,6 +27,7 @@ from letagents_trio import (
     ProcessHolder,
     open_connection_manager,
 )
+from letagents_trio._collector import OpeningBurst
 from letagents_trio._websocket import connector_for
 from letagents_trio.testing import FakeRoom, ProcessMode
 
@@ -233,6 +234,7 @@ async def _run_holder(
             on_ended=on_ended,
             still_ours=is_still_ours,
             forget=forget,
+            opening=OpeningBurst(),
         )
         await nursery.start(holder.run)
         await holder.wait_status(until)

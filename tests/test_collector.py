@@ -1,0 +1,216 @@
+"""The collector's pauses: counted across the process, and the opening burst's bounds.
+
+What the pauses are for is measured in ``docs/performance.md``; here, that
+they begin and end exactly when they should (virtual time), that an embedder
+which disabled the collector keeps it disabled, and that holders opening in a
+burst pause it and holders opened let it run.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio import (
+    AgentSession,
+    HolderStatus,
+    ProcessConnector,
+    SSEConnector,
+    StreamNews,
+    open_connection_manager,
+)
+from letagents_trio._collector import (
+    MAX_OPENING_PAUSE,
+    OPENING_BURST,
+    CollectorPause,
+    OpeningBurst,
+    collector_paused,
+)
+from letagents_trio.testing import FakeRoom, ProcessMode
+
+
+@pytest.fixture(autouse=True)
+def collector_enabled() -> Iterator[None]:
+    """Each test starts with the collector on, and leaves it on."""
+    assert gc.isenabled()
+    yield
+    gc.enable()
+
+
+def test_pauses_are_counted_and_the_last_to_end_lets_the_collector_run() -> None:
+    first, second = CollectorPause(), CollectorPause()
+    first.pause()
+    first.pause()  # once per pause, however often asked
+    second.pause()
+    assert not gc.isenabled()
+    first.resume()
+    first.resume()
+    assert not gc.isenabled()
+    second.resume()
+    assert gc.isenabled()
+    second.resume()
+    assert gc.isenabled()
+
+
+def test_an_embedder_that_disabled_the_collector_keeps_it_disabled() -> None:
+    gc.disable()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_a_pause_that_began_while_the_embedder_had_disabled_it_never_enables_it() -> None:
+    gc.disable()
+    pause = CollectorPause()
+    pause.pause()
+    gc.enable()  # the embedder's own choice, meanwhile
+    gc.disable()
+    pause.resume()
+    assert not gc.isenabled()
+
+
+def burst_of(opening: OpeningBurst, count: int) -> None:
+    for _ in range(count):
+        opening.started()
+
+
+async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wait() -> None:
+    opening = OpeningBurst()
+    burst_of(opening, OPENING_BURST - 1)
+    assert gc.isenabled()
+    opening.started()
+    assert not gc.isenabled()
+    assert repr(opening) == f"<OpeningBurst waiting={OPENING_BURST} paused=True>"
+    for _ in range(OPENING_BURST - OPENING_BURST // 2):
+        opening.settled()
+    assert (opening.waiting, gc.isenabled()) == (OPENING_BURST // 2, False)
+    opening.settled()
+    assert gc.isenabled()
+    # A new burst pauses it again at once: only the time bound holds it off.
+    burst_of(opening, OPENING_BURST - opening.waiting)
+    assert not gc.isenabled()
+    opening.close()
+    assert gc.isenabled()
+
+
+async def test_an_opening_pause_lasts_at_most_its_bound_then_the_collector_runs_as_long(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    opening = OpeningBurst()
+    burst_of(opening, OPENING_BURST)
+    assert not gc.isenabled()
+    await trio.sleep(MAX_OPENING_PAUSE - 0.001)
+    opening.started()
+    assert not gc.isenabled()
+    await trio.sleep(0.001)
+    opening.settled()  # the burst goes on, but the pause has lasted long enough
+    assert gc.isenabled()
+    await trio.sleep(MAX_OPENING_PAUSE - 0.001)
+    opening.started()
+    assert gc.isenabled()
+    await trio.sleep(0.001)
+    opening.started()
+    assert not gc.isenabled()
+    opening.close()
+    assert gc.isenabled()
+    opening.started()
+    assert gc.isenabled()  # closed: never again
+
+
+async def test_holders_opening_in_a_burst_pause_the_collector_until_the_room_answers(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom
+) -> None:
+    """A process starting with thousands of sessions (or reconnecting them all
+    after the room restarted) grows the objects alive from nothing; the
+    collector would walk them again and again: 1.6-2.7 s of the 4 s it took
+    the room to hold 10,000 streams."""
+    sessions = [await fake_room.add_worker() for _ in range(OPENING_BURST)]
+    fake_room.slow_headers = 3.0
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            holders = [manager.hold(session) for session in sessions[:-1]]
+            await trio.testing.wait_all_tasks_blocked()
+            assert gc.isenabled()
+            holders.append(manager.hold(sessions[-1]))
+            assert not gc.isenabled()
+            for holder in holders:
+                await holder.wait_status(HolderStatus.OPEN)
+            assert trio.current_time() == pytest.approx(3.0)
+            assert gc.isenabled()
+        assert [a.recorded for a in manager.exit_report or ()] == [True] * OPENING_BURST
+    assert gc.isenabled()
+
+
+async def test_attempts_the_room_never_answers_end_the_pause_with_their_answer_timeout(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom
+) -> None:
+    sessions = [await fake_room.add_worker() for _ in range(OPENING_BURST)]
+    fake_room.slow_headers = 60.0
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            holders = [manager.hold(session) for session in sessions]
+            await trio.sleep(9.999)
+            assert not gc.isenabled()
+            for holder in holders:
+                await holder.wait_status(HolderStatus.WAITING)
+            assert trio.current_time() == pytest.approx(10.0)
+            assert gc.isenabled()
+    assert gc.isenabled()
+
+
+@attrs.define
+class Watching:
+    """A connector that notes whether the collector runs as each goodbye goes on."""
+
+    inner: ProcessConnector
+    seen: list[bool] = attrs.field(factory=list)
+
+    def open(self, session: AgentSession) -> AbstractAsyncContextManager[AsyncIterator[StreamNews]]:
+        return self.inner.open(session)
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        return await self.inner.announce_exit(session, connection_id)
+
+    async def goodbye(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        stop: Callable[[], Awaitable[None]],
+    ) -> bool | None:
+        async def stopped() -> None:
+            await stop()
+            self.seen.append(gc.isenabled())
+
+        return await self.inner.goodbye(session, connection_id, stopped)
+
+    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
+        return self.inner.leave_now(session, connection_id)
+
+
+async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom
+) -> None:
+    """Holders stopped while still waiting end the burst; the goodbye's own pause holds."""
+    sessions = [await fake_room.add_worker() for _ in range(OPENING_BURST)]
+    fake_room.slow_headers = 60.0
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    async with fake_room.client() as client:
+        connector = Watching(SSEConnector(client))
+        async with open_connection_manager(client, connector=connector) as manager:
+            for session in sessions:
+                manager.hold(session)
+            await trio.sleep(1)
+            assert not gc.isenabled()
+    # Every holder stopped (each one fewer waiting) before its exit went out.
+    assert connector.seen == [False] * OPENING_BURST
+    # Answered (nothing open to name, so nothing the room records): the goodbye ran whole.
+    assert [a.error for a in manager.exit_report or ()] == [None] * OPENING_BURST
+    assert gc.isenabled()
