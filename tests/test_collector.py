@@ -80,18 +80,38 @@ def burst_of(opening: OpeningBurst, count: int) -> None:
         opening.started()
 
 
-async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wait() -> None:
+@pytest.fixture
+def full_passes() -> Iterator[list[int]]:
+    """The full collections that run meanwhile, as the collector reports them (2 each)."""
+    passes: list[int] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            passes.append(2)
+
+    gc.callbacks.append(callback)
+    yield passes
+    gc.callbacks.remove(callback)
+
+
+async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wait(
+    full_passes: list[int],
+) -> None:
     opening = OpeningBurst()
     burst_of(opening, OPENING_BURST - 1)
     assert gc.isenabled()
     opening.started()
     assert not gc.isenabled()
+    full_passes.clear()  # the collector's own, before the pause
     assert repr(opening) == f"<OpeningBurst waiting={OPENING_BURST} paused=True>"
     for _ in range(OPENING_BURST - OPENING_BURST // 2):
         opening.settled()
     assert (opening.waiting, gc.isenabled()) == (OPENING_BURST // 2, False)
+    assert full_passes == []
     opening.settled()
     assert gc.isenabled()
+    # What the burst made, collected in one full pass at once.
+    assert full_passes == [2]
     # A new burst pauses it again at once: only the time bound holds it off.
     burst_of(opening, OPENING_BURST - opening.waiting)
     assert not gc.isenabled()
@@ -100,17 +120,19 @@ async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wa
 
 
 async def test_an_opening_pause_lasts_at_most_its_bound_then_the_collector_runs_as_long(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, full_passes: list[int]
 ) -> None:
     opening = OpeningBurst()
     burst_of(opening, OPENING_BURST)
     assert not gc.isenabled()
+    full_passes.clear()
     await trio.sleep(MAX_OPENING_PAUSE - 0.001)
     opening.started()
     assert not gc.isenabled()
     await trio.sleep(0.001)
     opening.settled()  # the burst goes on, but the pause has lasted long enough
     assert gc.isenabled()
+    assert full_passes == []  # the burst is not over: the collector runs as it would
     await trio.sleep(MAX_OPENING_PAUSE - 0.001)
     opening.started()
     assert gc.isenabled()
@@ -196,7 +218,7 @@ class Watching:
 
 
 async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends(
-    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, full_passes: list[int]
 ) -> None:
     """Holders stopped while still waiting end the burst; the goodbye's own pause holds."""
     sessions = [await fake_room.add_worker() for _ in range(OPENING_BURST)]
@@ -207,10 +229,13 @@ async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends
         async with open_connection_manager(client, connector=connector) as manager:
             for session in sessions:
                 manager.hold(session)
-            await trio.sleep(1)
             assert not gc.isenabled()
-    # Every holder stopped (each one fewer waiting) before its exit went out.
+            full_passes.clear()
+            await trio.sleep(1)
+    # Every holder stopped (each one fewer waiting) before its exit went out;
+    # the burst's end ran no collection under the goodbye's pause.
     assert connector.seen == [False] * OPENING_BURST
+    assert full_passes == []
     # Answered (nothing open to name, so nothing the room records): the goodbye ran whole.
     assert [a.error for a in manager.exit_report or ()] == [None] * OPENING_BURST
     assert gc.isenabled()
