@@ -9,10 +9,8 @@ burst pause it and holders opened let it run.
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterator
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -22,7 +20,6 @@ from letagents_trio import (
     HolderStatus,
     ProcessConnector,
     SSEConnector,
-    StreamNews,
     open_connection_manager,
 )
 from letagents_trio._collector import (
@@ -33,6 +30,8 @@ from letagents_trio._collector import (
     collector_paused,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
+
+from .events import Delegating
 
 
 @pytest.fixture(autouse=True)
@@ -188,18 +187,12 @@ async def test_attempts_the_room_never_answers_end_the_pause_with_their_answer_t
     assert gc.isenabled()
 
 
-@attrs.define
-class Watching:
-    """A connector that notes whether the collector runs as each goodbye goes on."""
+class Watching(Delegating):
+    """Notes whether the collector runs as each goodbye goes on."""
 
-    inner: ProcessConnector
-    seen: list[bool] = attrs.field(factory=list)
-
-    def open(self, session: AgentSession) -> AbstractAsyncContextManager[AsyncIterator[StreamNews]]:
-        return self.inner.open(session)
-
-    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
-        return await self.inner.announce_exit(session, connection_id)
+    def __init__(self, inner: ProcessConnector) -> None:
+        super().__init__(inner)
+        self.seen: list[bool] = []
 
     async def goodbye(
         self,
@@ -211,10 +204,7 @@ class Watching:
             await stop()
             self.seen.append(gc.isenabled())
 
-        return await self.inner.goodbye(session, connection_id, stopped)
-
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        return self.inner.leave_now(session, connection_id)
+        return await super().goodbye(session, connection_id, stopped)
 
 
 async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends(

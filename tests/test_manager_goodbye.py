@@ -41,7 +41,7 @@ from letagents_trio._goodbye import _for_each
 from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 
-from .events import drain
+from .events import Delegating, drain
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -407,11 +407,11 @@ def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
 # --- serve_connection_manager passes each option on ------------------------------------
 
 
-class RecordingConnector:
+class RecordingConnector(Delegating):
     """SSE, with a log of what the manager asked of it."""
 
     def __init__(self, inner: ProcessConnector) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.log: list[str] = []
 
     @asynccontextmanager
@@ -422,7 +422,7 @@ class RecordingConnector:
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         self.log.append(f"exit {session.session_id}")
-        return await self.inner.announce_exit(session, connection_id)
+        return await super().announce_exit(session, connection_id)
 
     async def goodbye(
         self,
@@ -431,10 +431,7 @@ class RecordingConnector:
         stop: Callable[[], Awaitable[None]],
     ) -> bool | None:
         self.log.append(f"goodbye {session.session_id}")
-        return await self.inner.goodbye(session, connection_id, stop)
-
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        return self.inner.leave_now(session, connection_id)
+        return await super().goodbye(session, connection_id, stop)
 
 
 class RecordingState:
