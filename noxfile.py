@@ -155,6 +155,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_ws_socket": _WEBSOCKET_TESTS,
     "_pool": ("tests/test_pool.py", "tests/test_client_bounds.py", "tests/test_connector.py"),
     "_unwind": ("tests/test_manager*.py",),
+    "_collector": ("tests/test_collector.py", "tests/test_manager*.py"),
 }
 # Scale tests (thousands of sessions, seconds each) would run against every
 # mutant of the goodbye; the unit tests assert the same promises in milliseconds.
