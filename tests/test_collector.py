@@ -97,6 +97,7 @@ async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wa
     full_passes: list[int],
 ) -> None:
     opening = OpeningBurst()
+    assert repr(opening) == "<OpeningBurst waiting=0 paused=False>"
     burst_of(opening, OPENING_BURST - 1)
     assert gc.isenabled()
     opening.started()
@@ -109,6 +110,7 @@ async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wa
     assert full_passes == []
     opening.settled()
     assert gc.isenabled()
+    assert repr(opening) == f"<OpeningBurst waiting={OPENING_BURST // 2 - 1} paused=False>"
     # What the burst made, collected in one full pass at once.
     assert full_passes == [2]
     # A new burst pauses it again at once: only the time bound holds it off.
@@ -130,12 +132,13 @@ async def test_an_opening_pause_lasts_at_most_its_bound_then_the_collector_runs_
     assert not gc.isenabled()
     await trio.sleep(0.001)
     opening.settled()  # the burst goes on, but the pause has lasted long enough
+    resumed_at = trio.current_time()
     assert gc.isenabled()
     assert full_passes == []  # the burst is not over: the collector runs as it would
     await trio.sleep(MAX_OPENING_PAUSE - 0.001)
     opening.started()
     assert gc.isenabled()
-    await trio.sleep(0.001)
+    await trio.sleep_until(resumed_at + MAX_OPENING_PAUSE)
     opening.started()
     assert not gc.isenabled()
     opening.close()
