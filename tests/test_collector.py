@@ -18,6 +18,7 @@ import trio.testing
 from letagents_trio import (
     AgentSession,
     HolderStatus,
+    HoldPolicy,
     ProcessConnector,
     SSEConnector,
     open_connection_manager,
@@ -93,7 +94,7 @@ def full_passes() -> Iterator[list[int]]:
     gc.callbacks.remove(callback)
 
 
-async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wait(
+async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wait(  # noqa: ASYNC124 (the burst reads trio's clock)
     full_passes: list[int],
 ) -> None:
     opening = OpeningBurst()
@@ -187,6 +188,27 @@ async def test_attempts_the_room_never_answers_end_the_pause_with_their_answer_t
                 await holder.wait_status(HolderStatus.WAITING)
             assert trio.current_time() == pytest.approx(10.0)
             assert gc.isenabled()
+    assert gc.isenabled()
+
+
+async def test_holders_retrying_together_pause_it_again(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom
+) -> None:
+    """A room that never answers: every attempt ends at the answer timeout, and
+    all of them wait for the room again together one backoff (1 s) later."""
+    sessions = [await fake_room.add_worker() for _ in range(OPENING_BURST)]
+    fake_room.slow_headers = 60.0
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    async with fake_room.client() as client:
+        policy = HoldPolicy(answer_timeout=4)
+        async with open_connection_manager(client, policy=policy) as manager:
+            holders = [manager.hold(session) for session in sessions]
+            await trio.sleep(4.5)
+            assert {h.status for h in holders} == {HolderStatus.WAITING}
+            assert gc.isenabled()
+            await trio.sleep(1)
+            assert {h.status for h in holders} == {HolderStatus.CONNECTING}
+            assert not gc.isenabled()
     assert gc.isenabled()
 
 

@@ -89,8 +89,7 @@ class RoomConfig:
         max_silent_connections: connections that may be waiting for a request
             head at once (new, or idle between requests); one more closes the
             oldest. None (the default): a quarter of the process's open-file
-            limit when the room is served, at least 256
-            (:func:`default_silent_connections`). Served by
+            limit when the room is served, at least 256. Served by
             :func:`~letagents_trio.room_server.serve_room` only.
         max_name_offset: the last codename offset a registration scans
             (upstream's 1 024); a test may lower it to reach "exhausted".
