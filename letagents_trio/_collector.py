@@ -14,8 +14,10 @@ would set off dozens of passes, and both are bounded:
   nothing to their full count, so the collector walks them again and again:
   measured, 1.6-2.7 s of the 4 s it took the room to hold 10,000 streams, and
   a third of opening 3,000. Paused while at least :data:`OPENING_BURST`
-  attempts are waiting for the room's answer, and never longer than
-  :data:`MAX_OPENING_PAUSE` at a stretch.
+  attempts are waiting for the room's answer, and ended by the first change of
+  their count after :data:`MAX_OPENING_PAUSE` (every attempt waits at most
+  the answer timeout, 10 s by default, so a stretch lasts at most the longer
+  of the two).
 
 Pauses are counted across the process: the collector is enabled again when
 the last one ends, and only if a pause disabled it. An embedder that disabled
@@ -125,8 +127,8 @@ class OpeningBurst:
     if no other pause holds it, one full collection runs at once), or
     :data:`MAX_OPENING_PAUSE` has passed (then it runs for as long before
     pausing again). No task and no timer: every change of the count looks at
-    trio's clock, and an attempt waits at most the answer timeout, so the
-    count keeps changing while a burst lasts.
+    trio's clock, and an attempt waits at most the answer timeout, so a
+    pause lasts at most the longer of the two.
     """
 
     def __init__(self) -> None:
