@@ -33,6 +33,7 @@ import httpx2
 import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
 from letagents_trio.room_server._config import MAX_PENDING_BODIES, MAX_SILENT_CONNECTIONS
 
@@ -256,6 +257,8 @@ async def test_thousands_of_silent_connections_do_not_deny_service() -> None:
 BURST = 600
 # A room with this many descriptors keeps up to a quarter of them silent: 1,024.
 ROOMY_FD_LIMIT = 4096
+# How long every reader must have been waiting before the count is taken.
+SETTLE = 0.05
 
 
 async def closed_by_the_room(streams: list[trio.SocketStream]) -> int:
@@ -273,7 +276,10 @@ async def closed_by_the_room(streams: list[trio.SocketStream]) -> int:
     async with trio.open_nursery() as nursery:
         for stream in streams:
             nursery.start_soon(check, stream)
-        await trio.sleep(0.5)
+        # The room cut them as it accepted the burst, before it answered the
+        # request behind it: each cut one's end is already here, and every
+        # reader still waiting waits on a connection the room keeps.
+        await trio.testing.wait_all_tasks_blocked(SETTLE)
         nursery.cancel_scope.cancel(reason="counted")
     return closed
 
