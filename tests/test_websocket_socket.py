@@ -831,11 +831,18 @@ async def test_a_held_socket_keeps_nothing_of_its_upgrade(
 # --- leave_now, the socket block, and closing what close_now cannot -----------------------------
 
 
-async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it_names() -> None:
+@asynccontextmanager
+async def opened_over_a_socketpair() -> AsyncIterator[tuple[ProcessSocket, Room]]:
+    """A plain socket the room has opened, on connection ``conn-1``."""
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
             await room.send(frame(event="open", connection_id="conn-1"))
             assert await anext(socket) == StreamNews(connection_id="conn-1")
+        yield socket, room
+
+
+async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it_names() -> None:
+    async with opened_over_a_socketpair() as (socket, room):
         async with RoomClient("http://room.test") as client:
             connector = WebSocketConnector(client)
             auto = AutoConnector(client)
@@ -860,10 +867,8 @@ async def test_leave_now_closes_the_socket_and_its_reader_stops_on_its_own() -> 
     wake-up is what each holder's unwinding costs, instead of a cancellation
     through every scope it is parked in (docs/performance.md).
     """
-    async with socket_over_a_socketpair() as (socket, room):
+    async with opened_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
-            await room.send(frame(event="open", connection_id="conn-1"))
-            assert await anext(socket) == StreamNews(connection_id="conn-1")
             async with RoomClient("http://room.test") as client:
                 connector = WebSocketConnector(client)
                 connector._sockets[SESSION.session_id] = socket
