@@ -134,7 +134,7 @@ class Goodbye:
                 async with trio.open_nursery() as nursery:
                     left = await self._leave_now(nursery, budget)
                     # Most have stopped on their own (their streams were closed);
-                    # this stops any the connector left open, or a room's answer woke.
+                    # this stops any still running (a connector need not close them).
                     await _for_each(left, partial(ProcessHolder.stop, reason="process exit"))
         finally:
             now = trio.current_time()

@@ -242,11 +242,10 @@ class WebSocketConnector:
         woken by the close and ends the attempt as a stop: the holder unwinds
         without being cancelled and without first waking for the room's
         answer (at ten thousand sockets, a fifth less CPU than a socket left
-        open for the manager's stop, docs/performance.md). A reader that the
-        room's answer woke first waits for the manager's stop, without
-        parsing it. False, having done nothing :meth:`goodbye` could not
-        follow, when there is no open socket on that connection, it is not a
-        plain socket, or it could not take the frames at once.
+        open for the manager's stop, docs/performance.md). False, having done
+        nothing :meth:`goodbye` could not follow, when there is no open
+        socket on that connection, it is not a plain socket, or it could not
+        take the frames at once.
         """
         socket = self._open_socket(session, connection_id)
         if socket is None or not socket.send_exit_now(connection_id):
