@@ -154,12 +154,10 @@ class ProcessConnector(Protocol):
         :meth:`goodbye`: at ten thousand sessions, a task each costs a second
         of CPU. A connector that can announce synchronously (a WebSocket
         writing its exit frame and its close on an open plain socket) does it
-        and returns True. It may close the stream too, so that the holder
-        reading it wakes and stops on its own; the manager stops every such
-        holder afterwards either way. Otherwise it does nothing that
-        :meth:`goodbye` could not follow and returns False;
-        :class:`SSEConnector` always does, since its exit needs a request of
-        its own.
+        and returns True; the manager then stops the holder, whose block
+        closes the stream. Otherwise it does nothing that :meth:`goodbye`
+        could not follow and returns False; :class:`SSEConnector` always
+        does, since its exit needs a request of its own.
         """
         ...
 

@@ -21,8 +21,8 @@ forgotten by the manager (so a second announcement sends nothing), it:
    transport and no timeout scope per request. Over a WebSocket the exit
    goes over the open socket instead, and where the connector can write it
    at once (:meth:`~letagents_trio.ProcessConnector.leave_now`) it does so
-   in one loop, with no task per session, and closes the socket: the
-   holder reading it wakes and stops on its own, with no cancellation;
+   in one loop, with no task per session, before any of those holders is
+   stopped;
 2. runs under the manager's ONE shielded deadline,
    ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
    black-holed room never holds the process past it: the exits still waiting
@@ -133,8 +133,8 @@ class Goodbye:
             with budget.scope:
                 async with trio.open_nursery() as nursery:
                     left = await self._leave_now(nursery, budget)
-                    # Most have stopped on their own (their streams were closed);
-                    # this stops any still running (a connector need not close them).
+                    # Only then are the holders stopped: their unwinding (each closes
+                    # its stream) never delays an exit still to be written.
                     await _for_each(left, partial(ProcessHolder.stop, reason="process exit"))
         finally:
             now = trio.current_time()

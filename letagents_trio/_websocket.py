@@ -234,24 +234,18 @@ class WebSocketConnector:
         return await self._client.announce_exit(session, connection_id)
 
     def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        """Send the exit over the open socket and close it, at once, without a checkpoint.
+        """Send the exit over the open socket at once, without a checkpoint.
 
-        The exit frame and the normal close are written, then the socket is
-        closed (what the room sent meanwhile read and dropped first, so the
-        close is an orderly end after the exit). The reader parked on it is
-        woken by the close and ends the attempt as a stop: the holder unwinds
-        without being cancelled and without first waking for the room's
-        answer (at ten thousand sockets, a fifth less CPU than a socket left
-        open for the manager's stop, docs/performance.md). False, having done
-        nothing :meth:`goodbye` could not follow, when there is no open
-        socket on that connection, it is not a plain socket, or it could not
-        take the frames at once.
+        The exit frame and the close are written; the manager then stops
+        the holder, whose block closes the socket (what the room sent
+        meanwhile read and dropped, so the close is an orderly end). A reader
+        that the room's answering close wakes first waits for that stop,
+        without parsing it. False, having done nothing :meth:`goodbye`
+        could not follow, when there is no open socket on that connection,
+        it is not a plain socket, or it could not take the frames at once.
         """
         socket = self._open_socket(session, connection_id)
-        if socket is None or not socket.send_exit_now(connection_id):
-            return False
-        socket.close()
-        return True
+        return socket is not None and bool(socket.send_exit_now(connection_id))
 
 
 @final

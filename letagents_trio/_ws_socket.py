@@ -288,8 +288,10 @@ class ProcessSocket:
           raised outside any except block so that no network error is chained
           to it). The holder unwinds in this one wake-up.
         - The room answered (its closing frame, or a ping that crossed the
-          exit) while the socket is still open: the answer is not even
-          parsed, and the reader waits for the manager to stop it.
+          exit): the answer is not even parsed, and the reader waits to be
+          stopped. The manager stops the holders once every exit that could go
+          at once is written, so ten thousand answers arriving meanwhile do
+          not unwind ten thousand holders between two exits.
         - The exit is still being written: the socket stays open for the
           writer, and the reader waits to be stopped.
         """

@@ -831,18 +831,11 @@ async def test_a_held_socket_keeps_nothing_of_its_upgrade(
 # --- leave_now, the socket block, and closing what close_now cannot -----------------------------
 
 
-@asynccontextmanager
-async def opened_over_a_socketpair() -> AsyncIterator[tuple[ProcessSocket, Room]]:
-    """A plain socket the room has opened, on connection ``conn-1``."""
+async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it_names() -> None:
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
             await room.send(frame(event="open", connection_id="conn-1"))
             assert await anext(socket) == StreamNews(connection_id="conn-1")
-        yield socket, room
-
-
-async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it_names() -> None:
-    async with opened_over_a_socketpair() as (socket, room):
         async with RoomClient("http://room.test") as client:
             connector = WebSocketConnector(client)
             auto = AutoConnector(client)
@@ -857,35 +850,6 @@ async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it
         with trio.fail_after(5):
             assert await room.heard() == EXIT_EVENTS
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
-
-
-async def test_leave_now_closes_the_socket_and_its_reader_stops_on_its_own() -> None:
-    """The exit, the normal close, then the socket's end, all written at once.
-
-    The reader parked on the socket is woken by that close and ends the
-    attempt as a stop: nothing has to cancel it. At ten thousand sockets that
-    wake-up is what each holder's unwinding costs, instead of a cancellation
-    through every scope it is parked in (docs/performance.md).
-    """
-    async with opened_over_a_socketpair() as (socket, room):
-        with trio.fail_after(5):
-            async with RoomClient("http://room.test") as client:
-                connector = WebSocketConnector(client)
-                connector._sockets[SESSION.session_id] = socket
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(stops, socket)
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert connector.leave_now(SESSION, "conn-1")
-            heard = bytearray()
-            while chunk := await room.stream.receive_some():  # then the end
-                heard += chunk
-        assert len(heard) == client_frames_length(*EXIT_EVENTS)
-
-
-async def stops(socket: ProcessSocket) -> None:
-    """The reader ends the attempt as a stop (not a drop)."""
-    with pytest.raises(StreamLeft, match=r"^process exit$"):
-        await anext(socket)
 
 
 async def test_the_upgrade_offers_a_key_of_16_random_bytes(autojump_clock: MockClock) -> None:
