@@ -103,6 +103,7 @@ class Goodbye:
         emit: Callable[[HolderEvent], None],
     ) -> None:
         self._held = held
+        self._sessions = len(held)
         self._connector = connector
         self._policy = policy
         self._emit = emit
@@ -116,13 +117,14 @@ class Goodbye:
         self.report: tuple[ExitAnnouncement, ...] = ()
 
     def __repr__(self) -> str:
-        return f"<Goodbye sessions={len(self._held)} announced={len(self._results)}>"
+        return f"<Goodbye sessions={self._sessions} announced={len(self._results)}>"
 
     async def run(self, deadline: float) -> None:
         """Say every goodbye; exits in flight are cancelled early enough to unwind by ``deadline``.
 
         Once only. :attr:`report` is made however it ends: an exit that did
-        not finish is reported with ``error="deadline"``.
+        not finish is reported with ``error="deadline"``. From then on the
+        report is all the goodbye keeps (not the holders).
 
         Cancellation:
             Runs under its caller's deadline (the manager's shielded
@@ -149,6 +151,10 @@ class Goodbye:
                 )
                 for holder, connection_id in self._held
             )
+            # The report is all that is kept: a holder refers to its manager
+            # (its callbacks), so keeping the holders here would leave the two
+            # in a cycle for the collector's next full pass.
+            self._held = ()
 
     def log(self, took: float) -> None:
         """Log the report: a warning when the deadline cut some exits, then its summary."""
