@@ -153,7 +153,7 @@ class ProcessConnector(Protocol):
         The manager asks this of every session before it starts a task for
         :meth:`goodbye`: at ten thousand sessions, a task each costs a second
         of CPU. A connector that can announce synchronously (a WebSocket
-        writing its exit frame and its close on an open plain socket) does it
+        writing its exit frame on an open plain socket) does it
         and returns True; the manager then stops the holder, whose block
         closes the stream. Otherwise it does nothing that :meth:`goodbye`
         could not follow and returns False; :class:`SSEConnector` always

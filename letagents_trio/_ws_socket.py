@@ -24,6 +24,7 @@ tests), with no task of its own. It iterates as the holder's news:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import types
@@ -49,9 +50,10 @@ _NORMAL_CLOSURE: Final = 1000
 _MAX_CONNECTION_ID: Final = 128
 
 
-def _exit_frames(connection_id: str | None) -> bytes:
+def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
     """The exit frame and a normal close, as a client writes them (each with a fresh mask).
 
+    Two frames, written together or the close later (:meth:`ProcessSocket.send_exit_now`).
     Serialized by a connection of their own, so that they can be made before
     they are sent: WebSocket frames stand alone, and the socket's own
     connection sends nothing after them.
@@ -60,7 +62,7 @@ def _exit_frames(connection_id: str | None) -> bytes:
         {"event": "exit", "process_connection_id": connection_id}, separators=(",", ":")
     )
     frames = Connection(ConnectionType.CLIENT)
-    return frames.send(TextMessage(data=text)) + frames.send(CloseConnection(code=_NORMAL_CLOSURE))
+    return frames.send(TextMessage(data=text)), frames.send(CloseConnection(code=_NORMAL_CLOSURE))
 
 
 @final
@@ -102,7 +104,8 @@ class ProcessSocket:
         self._send_lock = trio.Lock()
         self.connection_id: str | None = None
         # The exit naming connection_id, ready to be written (see _exit_bytes).
-        self._exit = b""
+        self._exit: tuple[bytes, bytes] = (b"", b"")
+        self._close_frame = b""
         # Set once the exit frame is on its way: no more news, nothing more sent.
         self.leaving = False
 
@@ -213,8 +216,8 @@ class ProcessSocket:
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
 
-    def _exit_bytes(self, connection_id: str | None) -> bytes | None:
-        """Mark the socket leaving; the exit frame and a normal close, serialized.
+    def _exit_bytes(self, connection_id: str | None) -> tuple[bytes, bytes] | None:
+        """Mark the socket leaving; the exit frame and a normal close, serialized apart.
 
         None when the socket cannot take them (already leaving, finished, closing).
         From here on the reader sends nothing more: no pong may follow the close.
@@ -228,11 +231,20 @@ class ProcessSocket:
             return self._exit
         return _exit_frames(connection_id)
 
-    def send_exit_now(self, connection_id: str | None) -> bool | None:
+    def send_exit_now(self, connection_id: str | None, *, close: bool = True) -> bool | None:
         """Write the exit frame and a normal close at once, without a checkpoint.
 
+        Args:
+            connection_id: the connection the exit names.
+            close: False writes the exit frame alone and keeps the normal close
+                for :meth:`close`. The room answers a close with its own, and
+                nothing else of the exit: written alone, the exit leaves the
+                room nothing to answer until the socket is closed, so the
+                reader is not woken while the goodbye writes thousands of
+                exits (each reader then wakes once, to be stopped).
+
         Returns:
-            True when both were written whole. None when they cannot be
+            True when what was to be written was written whole. None when they cannot be
             written at once and nothing was done (not a plain socket, or a
             pong is on its way). False otherwise: the socket cannot take the
             exit (closed, broken), or the kernel took only part of it, and
@@ -240,9 +252,14 @@ class ProcessSocket:
         """
         if self._send_lock.locked() or not can_send_now(self._stream):
             return None
-        data = self._exit_bytes(connection_id)
-        if data is None:
+        frames = self._exit_bytes(connection_id)
+        if frames is None:
             return False
+        data, close_frame = frames
+        if close:
+            data += close_frame
+        else:
+            self._close_frame = close_frame
         try:
             sent = send_now(self._stream, data)
         except OSError:
@@ -265,7 +282,8 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        data = self._exit_bytes(connection_id) if sent is None else self._unsent
+        frames = self._exit_bytes(connection_id) if sent is None else (self._unsent, b"")
+        data = b"".join(frames) if frames is not None else b""
         self._unsent = b""
         if not data:
             await trio.lowlevel.checkpoint()
@@ -333,10 +351,15 @@ class ProcessSocket:
         attempt with :class:`~letagents_trio._connector.StreamLeft`. After
         an exit, what the room sent meanwhile is read and dropped first, so
         that the close is an orderly end, not a reset that could cost the
-        room the exit (see :func:`~letagents_trio._sockio.discard_unread`).
+        room the exit (see :func:`~letagents_trio._sockio.discard_unread`);
+        after an exit written alone, its normal close goes first.
         """
         if self.leaving:
             discard_unread(self._stream)
+            close_frame, self._close_frame = self._close_frame, b""
+            if close_frame and self._exit_written:
+                with contextlib.suppress(OSError):
+                    send_now(self._stream, close_frame)
         return close_now(self._stream)
 
 
