@@ -876,6 +876,38 @@ async def test_an_exit_written_at_once_leaves_its_close_for_the_sockets_close() 
             assert list(room.ws.events()) == EXIT_EVENTS[1:]
 
 
+async def test_the_close_of_an_exit_written_alone_is_not_written_after_half_an_exit() -> None:
+    """An exit the socket could not take whole gets no close frame after it.
+
+    The close of an exit written alone waits for the socket's close; if the
+    exit itself never went out whole (a full socket, the deadline before the
+    rest), a close frame then would follow a cut frame.
+    """
+    async with socket_over_a_socketpair() as (socket, room):
+        client = socket._stream
+        assert isinstance(client, trio.SocketStream)
+        filler = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                filler += os.write(client.socket.fileno(), b"f" * 4096)
+        assert socket.send_exit_now("conn-1", close=False) is False
+        with trio.fail_after(5):
+            received = bytearray()
+            while len(received) < filler:  # the room reads: the socket has room again
+                received += await room.stream.receive_some()
+            assert socket.close()
+            while chunk := await room.stream.receive_some():
+                received += chunk
+        assert bytes(received) == b"f" * filler
+
+
+async def test_the_close_of_an_exit_written_alone_to_a_room_gone_raises_nothing() -> None:
+    async with socket_over_a_socketpair() as (socket, room):
+        assert socket.send_exit_now("conn-1", close=False) is True
+        await room.stream.aclose()
+        assert socket.close()  # the close frame's write fails: the socket closes all the same
+
+
 async def test_the_upgrade_offers_a_key_of_16_random_bytes(autojump_clock: MockClock) -> None:
     """RFC 6455, section 4.1: the nonce is 16 bytes, base64-encoded."""
     keys: list[bytes] = []
