@@ -652,6 +652,17 @@ async def test_the_exit_is_written_at_once_only_where_it_can_be() -> None:
         assert not socket.leaving
 
 
+def fill(socket: ProcessSocket) -> int:
+    """Fill the kernel's buffer of the socket under ``socket`` with ``f``s; how many went."""
+    client = socket._stream
+    assert isinstance(client, trio.SocketStream)
+    filler = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            filler += os.write(client.socket.fileno(), b"f" * 4096)
+    return filler
+
+
 @pytest.mark.parametrize("at_once_first", [False, True])
 async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> None:
     """The kernel takes part of the frames at once; the rest waits for room.
@@ -660,12 +671,7 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
     ``send_exit`` sends only the rest.
     """
     async with socket_over_a_socketpair() as (socket, room):
-        client = socket._stream
-        assert isinstance(client, trio.SocketStream)
-        filler = 0
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                filler += os.write(client.socket.fileno(), b"f" * 4096)
+        filler = fill(socket)
         sent: list[bool] = []
         received = bytearray()
         if at_once_first:
@@ -884,12 +890,7 @@ async def test_the_close_of_an_exit_written_alone_is_not_written_after_half_an_e
     rest), a close frame then would follow a cut frame.
     """
     async with socket_over_a_socketpair() as (socket, room):
-        client = socket._stream
-        assert isinstance(client, trio.SocketStream)
-        filler = 0
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                filler += os.write(client.socket.fileno(), b"f" * 4096)
+        filler = fill(socket)
         assert socket.send_exit_now("conn-1", close=False) is False
         with trio.fail_after(5):
             received = bytearray()
