@@ -232,7 +232,7 @@ class ProcessSocket:
         return _exit_frames(connection_id)
 
     def send_exit_now(self, connection_id: str | None, *, close: bool = True) -> bool | None:
-        """Write the exit frame and a normal close at once, without a checkpoint.
+        """Write the exit frame (and, unless told not to, a normal close) without a checkpoint.
 
         Args:
             connection_id: the connection the exit names.
@@ -244,9 +244,9 @@ class ProcessSocket:
                 exits (each reader then wakes once, to be stopped).
 
         Returns:
-            True when what was to be written was written whole. None when they cannot be
-            written at once and nothing was done (not a plain socket, or a
-            pong is on its way). False otherwise: the socket cannot take the
+            True when what was to be written was written whole. None when
+            nothing can be written at once and nothing was done (not a plain
+            socket, or a pong is on its way). False otherwise: the socket cannot take the
             exit (closed, broken), or the kernel took only part of it, and
             :meth:`send_exit` must send the rest.
         """
@@ -282,8 +282,11 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        frames = self._exit_bytes(connection_id) if sent is None else (self._unsent, b"")
-        data = b"".join(frames) if frames is not None else b""
+        if sent is None:
+            frames = self._exit_bytes(connection_id)
+            data = b"".join(frames) if frames is not None else b""
+        else:
+            data = self._unsent
         self._unsent = b""
         if not data:
             await trio.lowlevel.checkpoint()
