@@ -71,7 +71,7 @@ class HolderStatus(enum.Enum):
     """Where a :class:`ProcessHolder` is in its life."""
 
     CONNECTING = "connecting"
-    """An attempt is under way, waiting for the room to answer."""
+    """An attempt is under way: waiting for its turn, or for the room to answer."""
     OPEN = "open"
     """The stream is open, so the room sees this process."""
     WAITING = "waiting"
@@ -150,6 +150,7 @@ class ProcessHolder:
         still_ours: StillOurs,
         forget: Callable[[ProcessHolder], None],
         opening: OpeningBurst,
+        turns: trio.CapacityLimiter,
     ) -> None:
         self._session = session
         self._connector = connector
@@ -160,6 +161,8 @@ class ProcessHolder:
         self._forget = forget
         # Told when an attempt starts waiting for the room's answer, and when it stops.
         self._opening = opening
+        # The manager's turns to wait for the room's answer (policy.open_concurrency).
+        self._turns = turns
         self._scope = trio.CancelScope()
         self._backoff_scope: trio.CancelScope | None = None
         self._status = HolderStatus.CONNECTING
@@ -320,32 +323,40 @@ class ProcessHolder:
             self._counters[outcome] += 1
 
     async def _attempt(self) -> tuple[Outcome, str]:
+        # The answer timeout starts with this attempt's turn; the turn ends as
+        # the stream opens, or with the attempt.
+        await self._turns.acquire_on_behalf_of(self)
         opened = False
-        with trio.CancelScope() as scope:
-            scope.relative_deadline = self._policy.answer_timeout
-            try:
-                async with self._connector.open(self._session) as news_stream:
-                    opened = True
-                    self._opened()
-                    scope.relative_deadline = self._policy.silence_timeout
-                    async for news in news_stream:
+        try:
+            with trio.CancelScope() as scope:
+                scope.relative_deadline = self._policy.answer_timeout
+                try:
+                    async with self._connector.open(self._session) as news_stream:
+                        opened = True
+                        self._turns.release_on_behalf_of(self)
+                        self._opened()
                         scope.relative_deadline = self._policy.silence_timeout
-                        if news.connection_id is not None:
-                            self._connection_id = news.connection_id
-                            self._held_connection_id = news.connection_id
-                            self._event(EventKind.CONNECTION, connection_id=news.connection_id)
-                        if news.ended:
-                            return Outcome.ENDED, "ended event"
-                    return Outcome.DROPPED, "stream end"
-            except AttemptRejected as exc:
-                return exc.outcome, exc.detail
-            except RoomUnreachable:
-                return Outcome.DROPPED, "unreachable"
-            except StreamProtocolError as exc:
-                logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
-                return Outcome.DROPPED, "protocol error"
-        # Only this scope's own deadline gets here: a stop cancels the outer scope.
-        return Outcome.DROPPED, "silence" if opened else "answer timeout"
+                        async for news in news_stream:
+                            scope.relative_deadline = self._policy.silence_timeout
+                            if news.connection_id is not None:
+                                self._connection_id = news.connection_id
+                                self._held_connection_id = news.connection_id
+                                self._event(EventKind.CONNECTION, connection_id=news.connection_id)
+                            if news.ended:
+                                return Outcome.ENDED, "ended event"
+                        return Outcome.DROPPED, "stream end"
+                except AttemptRejected as exc:
+                    return exc.outcome, exc.detail
+                except RoomUnreachable:
+                    return Outcome.DROPPED, "unreachable"
+                except StreamProtocolError as exc:
+                    logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
+                    return Outcome.DROPPED, "protocol error"
+            # Only this scope's own deadline gets here: a stop cancels the outer scope.
+            return Outcome.DROPPED, "silence" if opened else "answer timeout"
+        finally:
+            if not opened:
+                self._turns.release_on_behalf_of(self)
 
     def _opened(self) -> None:
         for outcome in _RETRIED:

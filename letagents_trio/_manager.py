@@ -15,6 +15,7 @@ Then the nursery is cancelled and every remaining task unwinds.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from types import MappingProxyType
@@ -134,6 +135,9 @@ class ConnectionManager:
         self._hooks = (self._emit, state.mark_ended, state.is_still_ours, self._forget)
         # The holders' attempts waiting for the room: a burst pauses the collector.
         self._opening = opening
+        # ... and at most policy.open_concurrency of them at once.
+        cap = policy.open_concurrency
+        self._turns = trio.CapacityLimiter(math.inf if cap is None else cap)
 
     @property
     def _closing(self) -> bool:
@@ -198,6 +202,7 @@ class ConnectionManager:
             still_ours=still_ours,
             forget=forget,
             opening=self._opening,
+            turns=self._turns,
         )
         self._holders[session.session_id] = holder
         self._nursery.start_soon(holder.run, name=f"process holder {session.session_id}")

@@ -45,6 +45,12 @@ TRANSPORTS: Final = ("sse", "websocket", "auto")
 # HoldPolicy.unwind_allowance's default: one exit's cancellation, unwinding and
 # socket close at the deadline, measured at 80-100 µs (docs/performance.md).
 UNWIND_ALLOWANCE: Final = 100e-6
+# HoldPolicy.open_concurrency's default: a process holding up to a thousand
+# sessions asks for every one at once, as the Node client does; more wait their
+# turn, so that a room opening them more slowly than that many per answer
+# timeout never answers an attempt its client has given up on (measured against
+# the reference room at 10,000 sessions in docs/performance.md).
+OPEN_CONCURRENCY: Final = 1024
 
 
 class Outcome(enum.Enum):
@@ -107,11 +113,11 @@ def _check_transport(instance: object, attribute: attrs.Attribute[Any], value: A
         raise ValueError(f"HoldPolicy.transport must be one of {TRANSPORTS}, got {value!r}")
 
 
-def _check_exit_concurrency(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+def _check_concurrency(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"HoldPolicy.exit_concurrency must be None or an int >= 1, got {value!r}")
+        raise ValueError(f"HoldPolicy.{attribute.name} must be None or an int >= 1, got {value!r}")
 
 
 @final
@@ -119,14 +125,17 @@ def _check_exit_concurrency(instance: object, attribute: attrs.Attribute[Any], v
 class HoldPolicy:
     """Timing of process-connection holders, in seconds on trio's clock.
 
-    The defaults are exactly the Node client's (letagents 0.12.31). Every value
-    is checked on construction, with an error that names the field.
+    The defaults are exactly the Node client's (letagents 0.12.31), but for
+    ``open_concurrency``, a cap the Node client does not have, which changes
+    nothing below 1,024 sessions. Every value is checked on construction, with
+    an error that names the field.
 
     Attributes:
         dropped_delays: waits after successive ``dropped`` outcomes; the last repeats.
         refused_delays: waits after successive ``refused`` outcomes.
         unsupported_delays: waits after successive ``unsupported`` outcomes.
-        answer_timeout: how long the room may take to send response headers.
+        answer_timeout: how long the room may take to send response headers,
+            counted from the attempt's turn (see ``open_concurrency``).
         silence_timeout: how long an open stream may stay silent (no bytes at
             all, comments included) before the attempt counts as dropped.
         exit_deadline: one deadline for closing every stream and sending every
@@ -151,6 +160,14 @@ class HoldPolicy:
             room then answers them all within one round trip, and each costs
             little CPU. An int caps how many run at once, for a room that must
             not see more connections than that.
+        open_concurrency: how many of a manager's attempts wait for the room's
+            answer at once (1,024 by default); the others wait their turn,
+            first come first served, as ``CONNECTING``, and their answer
+            timeout starts with it. A turn ends as the stream opens or the
+            attempt fails. A room that opens connections more slowly than this
+            many per answer timeout then answers every attempt while its client
+            still waits, instead of opening some the client gave up on. None
+            asks for every one at once, as the Node client does.
         transport: ``"sse"`` (default), ``"websocket"`` or ``"auto"`` (WebSocket
             first, SSE for a room without the upgrade, remembered per room).
         ping_interval: WebSocket only: the client pings after hearing nothing
@@ -185,7 +202,10 @@ class HoldPolicy:
     max_event_bytes: int = attrs.field(
         default=_protocol.MAX_EVENT_BYTES, validator=_check_max_event_bytes
     )
-    exit_concurrency: int | None = attrs.field(default=None, validator=_check_exit_concurrency)
+    exit_concurrency: int | None = attrs.field(default=None, validator=_check_concurrency)
+    open_concurrency: int | None = attrs.field(
+        default=OPEN_CONCURRENCY, validator=_check_concurrency
+    )
     transport: Transport = attrs.field(default="sse", validator=_check_transport)
     ping_interval: float = attrs.field(
         default=_protocol.WEBSOCKET_PING_INTERVAL, converter=float, validator=_check_positive

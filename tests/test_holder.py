@@ -317,6 +317,103 @@ async def test_slow_headers_within_the_answer_timeout_open(
         assert trio.current_time() == 9.5
 
 
+# --- turns: at most open_concurrency attempts wait for the room at once ---------------
+
+
+async def workers(fake_room: FakeRoom, state: LocalStateStore, count: int) -> list[AgentSession]:
+    return [await stored_worker(fake_room, state, display_name=f"W{i}") for i in range(count)]
+
+
+def asked_at(fake_room: FakeRoom) -> list[float]:
+    return sorted(r.time for r in fake_room.process_requests())
+
+
+async def test_at_most_open_concurrency_attempts_wait_for_the_room_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    """Two turns, five holders, a room answering after 4 s: two by two, and
+    each answer timeout (5 s) starts with its turn, so none runs out."""
+    sessions = await workers(fake_room, state, 5)
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 4
+    policy = HoldPolicy(open_concurrency=2, answer_timeout=5)
+    async with managed(fake_room, state, policy=policy) as manager:
+        holders = [manager.hold(s) for s in sessions]
+        await trio.sleep(1)
+        assert [h.status for h in holders] == [HolderStatus.CONNECTING] * 5
+        opened_at = []
+        for holder in holders:
+            await holder.wait_status(HolderStatus.OPEN)
+            opened_at.append(holder.statistics().opened_at)
+        await trio.sleep(100)
+        assert sorted(opened_at) == [4, 4, 8, 8, 12]
+        # The turn ends as the stream opens, not as it closes: all five stay open.
+        assert asked_at(fake_room) == [0, 0, 4, 4, 8]
+        assert all(h.statistics().opens == 1 for h in holders)
+
+
+async def test_an_attempt_that_fails_gives_its_turn_to_the_next(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    """One turn, a room that never answers in time: each attempt's answer timeout
+    (10 s) passes its turn on; the first holder asks again after its 1 s wait."""
+    sessions = await workers(fake_room, state, 2)
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 30
+    async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=1)) as manager:
+        for session in sessions:
+            manager.hold(session)
+        await trio.sleep(25)
+        assert asked_at(fake_room) == [0, 10, 20]
+
+
+async def test_a_holder_stopped_while_waiting_for_its_turn_never_asks(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    first, second = await workers(fake_room, state, 2)
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 4
+    async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=1)) as manager:
+        opened = manager.hold(first)
+        await wait_attempts(fake_room, first, 1)
+        waiting = manager.hold(second)
+        await trio.sleep(1)
+        assert manager.release(second.session_id)
+        await waiting.wait_status(HolderStatus.STOPPED)
+        assert trio.current_time() == 1
+        await opened.wait_status(HolderStatus.OPEN)
+        await trio.sleep(100)
+        assert [r.session_id for r in fake_room.process_requests()] == [first.session_id]
+
+
+async def test_a_goodbye_does_not_wait_for_the_turns_of_holders_that_never_asked(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    sessions = await workers(fake_room, state, 3)
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 4
+    async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=1)) as manager:
+        holders = [manager.hold(s) for s in sessions]
+        await trio.sleep(2)
+    assert trio.current_time() <= 2 + manager.policy.exit_deadline
+    assert [h.status for h in holders] == [HolderStatus.STOPPED] * 3
+    assert asked_at(fake_room) == [0]
+
+
+async def test_without_a_cap_every_attempt_asks_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    sessions = await workers(fake_room, state, 3)
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 4
+    async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=None)) as manager:
+        holders = [manager.hold(s) for s in sessions]
+        for holder in holders:
+            await holder.wait_status(HolderStatus.OPEN)
+        assert trio.current_time() == 4
+        assert asked_at(fake_room) == [0, 0, 0]
+
+
 # --- ended -----------------------------------------------------------------------------
 
 

@@ -235,6 +235,7 @@ async def _run_holder(
             still_ours=is_still_ours,
             forget=forget,
             opening=OpeningBurst(),
+            turns=trio.CapacityLimiter(1),
         )
         await nursery.start(holder.run)
         await holder.wait_status(until)

@@ -127,17 +127,24 @@ def test_max_event_bytes_below_1024_is_refused(value: int) -> None:
         HoldPolicy(max_event_bytes=value)
 
 
+@pytest.mark.parametrize("field", ["exit_concurrency", "open_concurrency"])
 @pytest.mark.parametrize("value", [0, -1, 1.0, 2.5, True, "4"])
-def test_exit_concurrency_below_one_or_not_an_int_is_refused(value: object) -> None:
-    message = rf"^HoldPolicy\.exit_concurrency must be None or an int >= 1, got {value!r}$"
+def test_a_concurrency_below_one_or_not_an_int_is_refused(field: str, value: object) -> None:
+    message = rf"^HoldPolicy\.{field} must be None or an int >= 1, got {value!r}$"
     with pytest.raises(ValueError, match=message):
-        HoldPolicy(exit_concurrency=value)  # type: ignore[arg-type]
+        HoldPolicy(**{field: value})
 
 
-def test_exit_concurrency_of_one_or_none_is_accepted() -> None:
-    assert HoldPolicy(exit_concurrency=1).exit_concurrency == 1
-    assert HoldPolicy(exit_concurrency=64).exit_concurrency == 64
+@pytest.mark.parametrize("field", ["exit_concurrency", "open_concurrency"])
+def test_a_concurrency_of_one_or_none_is_accepted(field: str) -> None:
+    assert getattr(HoldPolicy(**{field: 1}), field) == 1
+    assert getattr(HoldPolicy(**{field: 64}), field) == 64
+    assert getattr(HoldPolicy(**{field: None}), field) is None
+
+
+def test_every_goodbye_at_once_but_at_most_1024_attempts_waiting_for_the_room() -> None:
     assert HoldPolicy().exit_concurrency is None
+    assert HoldPolicy().open_concurrency == 1024
 
 
 def test_an_unknown_transport_is_refused_naming_the_choices() -> None:
