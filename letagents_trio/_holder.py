@@ -323,42 +323,46 @@ class ProcessHolder:
             self._counters[outcome] += 1
 
     async def _attempt(self) -> tuple[Outcome, str]:
-        # The answer timeout starts with this attempt's turn; the turn ends as
-        # the stream opens, or with the attempt.
+        # At most policy.open_concurrency of the manager's attempts wait for the
+        # room's answer at once: the answer timeout starts with this one's turn,
+        # and the turn ends as the stream opens (_opened) or the attempt ends.
         await self._turns.acquire_on_behalf_of(self)
-        opened = False
         try:
-            with trio.CancelScope() as scope:
-                scope.relative_deadline = self._policy.answer_timeout
-                try:
-                    async with self._connector.open(self._session) as news_stream:
-                        opened = True
-                        self._turns.release_on_behalf_of(self)
-                        self._opened()
-                        scope.relative_deadline = self._policy.silence_timeout
-                        async for news in news_stream:
-                            scope.relative_deadline = self._policy.silence_timeout
-                            if news.connection_id is not None:
-                                self._connection_id = news.connection_id
-                                self._held_connection_id = news.connection_id
-                                self._event(EventKind.CONNECTION, connection_id=news.connection_id)
-                            if news.ended:
-                                return Outcome.ENDED, "ended event"
-                        return Outcome.DROPPED, "stream end"
-                except AttemptRejected as exc:
-                    return exc.outcome, exc.detail
-                except RoomUnreachable:
-                    return Outcome.DROPPED, "unreachable"
-                except StreamProtocolError as exc:
-                    logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
-                    return Outcome.DROPPED, "protocol error"
-            # Only this scope's own deadline gets here: a stop cancels the outer scope.
-            return Outcome.DROPPED, "silence" if opened else "answer timeout"
+            return await self._ask()
         finally:
-            if not opened:
+            if self._status is HolderStatus.CONNECTING:
                 self._turns.release_on_behalf_of(self)
 
+    async def _ask(self) -> tuple[Outcome, str]:
+        opened = False
+        with trio.CancelScope() as scope:
+            scope.relative_deadline = self._policy.answer_timeout
+            try:
+                async with self._connector.open(self._session) as news_stream:
+                    opened = True
+                    self._opened()
+                    scope.relative_deadline = self._policy.silence_timeout
+                    async for news in news_stream:
+                        scope.relative_deadline = self._policy.silence_timeout
+                        if news.connection_id is not None:
+                            self._connection_id = news.connection_id
+                            self._held_connection_id = news.connection_id
+                            self._event(EventKind.CONNECTION, connection_id=news.connection_id)
+                        if news.ended:
+                            return Outcome.ENDED, "ended event"
+                    return Outcome.DROPPED, "stream end"
+            except AttemptRejected as exc:
+                return exc.outcome, exc.detail
+            except RoomUnreachable:
+                return Outcome.DROPPED, "unreachable"
+            except StreamProtocolError as exc:
+                logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
+                return Outcome.DROPPED, "protocol error"
+        # Only this scope's own deadline gets here: a stop cancels the outer scope.
+        return Outcome.DROPPED, "silence" if opened else "answer timeout"
+
     def _opened(self) -> None:
+        self._turns.release_on_behalf_of(self)
         for outcome in _RETRIED:
             self._counters[outcome] = 0
         self._opens += 1
