@@ -318,7 +318,7 @@ async def open_connection_manager(
 
     Args:
         client: the room client the holders use.
-        policy: timing; the Node client's defaults when omitted.
+        policy: timing and limits; ``HoldPolicy()`` (the Node client's timing) when omitted.
         state: the holders' hooks into local state (:class:`HolderStateHooks`):
             ``mark_ended`` is called with a session the room ended, and
             ``is_still_ours`` is asked, after a refusal, whether the session still
