@@ -341,10 +341,12 @@ async def test_at_most_open_concurrency_attempts_wait_for_the_room_at_once(
         holders = [manager.hold(s) for s in sessions]
         await trio.sleep(1)
         assert [h.status for h in holders] == [HolderStatus.CONNECTING] * 5
-        opened_at = []
+        opened_at: list[float] = []
         for holder in holders:
             await holder.wait_status(HolderStatus.OPEN)
-            opened_at.append(holder.statistics().opened_at)
+            opened = holder.statistics().opened_at
+            assert opened is not None
+            opened_at.append(opened)
         await trio.sleep(100)
         assert sorted(opened_at) == [4, 4, 8, 8, 12]
         # The turn ends as the stream opens, not as it closes: all five stay open.

@@ -127,19 +127,24 @@ def test_max_event_bytes_below_1024_is_refused(value: int) -> None:
         HoldPolicy(max_event_bytes=value)
 
 
+def concurrency(field: str, value: Any) -> dict[str, Any]:
+    """Keyword arguments setting one of the two concurrency fields."""
+    return {field: value}
+
+
 @pytest.mark.parametrize("field", ["exit_concurrency", "open_concurrency"])
 @pytest.mark.parametrize("value", [0, -1, 1.0, 2.5, True, "4"])
-def test_a_concurrency_below_one_or_not_an_int_is_refused(field: str, value: object) -> None:
+def test_a_concurrency_below_one_or_not_an_int_is_refused(field: str, value: Any) -> None:
     message = rf"^HoldPolicy\.{field} must be None or an int >= 1, got {value!r}$"
     with pytest.raises(ValueError, match=message):
-        HoldPolicy(**{field: value})
+        HoldPolicy(**concurrency(field, value))
 
 
 @pytest.mark.parametrize("field", ["exit_concurrency", "open_concurrency"])
 def test_a_concurrency_of_one_or_none_is_accepted(field: str) -> None:
-    assert getattr(HoldPolicy(**{field: 1}), field) == 1
-    assert getattr(HoldPolicy(**{field: 64}), field) == 64
-    assert getattr(HoldPolicy(**{field: None}), field) is None
+    assert getattr(HoldPolicy(**concurrency(field, 1)), field) == 1
+    assert getattr(HoldPolicy(**concurrency(field, 64)), field) == 64
+    assert getattr(HoldPolicy(**concurrency(field, None)), field) is None
 
 
 def test_every_goodbye_at_once_but_at_most_1024_attempts_waiting_for_the_room() -> None:
