@@ -320,7 +320,12 @@ async def test_slow_headers_within_the_answer_timeout_open(
 # --- turns: at most open_concurrency attempts wait for the room at once ---------------
 
 
-async def workers(fake_room: FakeRoom, state: LocalStateStore, count: int) -> list[AgentSession]:
+async def slow_workers(
+    fake_room: FakeRoom, state: LocalStateStore, count: int, *, answer_after: float
+) -> list[AgentSession]:
+    """``count`` stored workers, in a room that answers each attempt ``answer_after`` s late."""
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = answer_after
     return [await stored_worker(fake_room, state, display_name=f"W{i}") for i in range(count)]
 
 
@@ -333,9 +338,7 @@ async def test_at_most_open_concurrency_attempts_wait_for_the_room_at_once(
 ) -> None:
     """Two turns, five holders, a room answering after 4 s: two by two, and
     each answer timeout (5 s) starts with its turn, so none runs out."""
-    sessions = await workers(fake_room, state, 5)
-    fake_room.set_process_mode(ProcessMode.SLOW)
-    fake_room.slow_headers = 4
+    sessions = await slow_workers(fake_room, state, 5, answer_after=4)
     policy = HoldPolicy(open_concurrency=2, answer_timeout=5)
     async with managed(fake_room, state, policy=policy) as manager:
         holders = [manager.hold(s) for s in sessions]
@@ -359,9 +362,7 @@ async def test_an_attempt_that_fails_gives_its_turn_to_the_next(
 ) -> None:
     """One turn, a room that never answers in time: each attempt's answer timeout
     (10 s) passes its turn on; the first holder asks again after its 1 s wait."""
-    sessions = await workers(fake_room, state, 2)
-    fake_room.set_process_mode(ProcessMode.SLOW)
-    fake_room.slow_headers = 30
+    sessions = await slow_workers(fake_room, state, 2, answer_after=30)
     async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=1)) as manager:
         for session in sessions:
             manager.hold(session)
@@ -372,9 +373,7 @@ async def test_an_attempt_that_fails_gives_its_turn_to_the_next(
 async def test_a_holder_stopped_while_waiting_for_its_turn_never_asks(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    first, second = await workers(fake_room, state, 2)
-    fake_room.set_process_mode(ProcessMode.SLOW)
-    fake_room.slow_headers = 4
+    first, second = await slow_workers(fake_room, state, 2, answer_after=4)
     async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=1)) as manager:
         opened = manager.hold(first)
         await wait_attempts(fake_room, first, 1)
@@ -391,9 +390,7 @@ async def test_a_holder_stopped_while_waiting_for_its_turn_never_asks(
 async def test_a_goodbye_does_not_wait_for_the_turns_of_holders_that_never_asked(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    sessions = await workers(fake_room, state, 3)
-    fake_room.set_process_mode(ProcessMode.SLOW)
-    fake_room.slow_headers = 4
+    sessions = await slow_workers(fake_room, state, 3, answer_after=4)
     async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=1)) as manager:
         holders = [manager.hold(s) for s in sessions]
         await trio.sleep(2)
@@ -405,9 +402,7 @@ async def test_a_goodbye_does_not_wait_for_the_turns_of_holders_that_never_asked
 async def test_without_a_cap_every_attempt_asks_at_once(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
-    sessions = await workers(fake_room, state, 3)
-    fake_room.set_process_mode(ProcessMode.SLOW)
-    fake_room.slow_headers = 4
+    sessions = await slow_workers(fake_room, state, 3, answer_after=4)
     async with managed(fake_room, state, policy=HoldPolicy(open_concurrency=None)) as manager:
         holders = [manager.hold(s) for s in sessions]
         for holder in holders:
