@@ -93,12 +93,15 @@ class ManagerStatistics:
     Attributes:
         holders: sessions held now.
         by_status: how many holders are in each status.
+        waiting_for_turn: how many of the ``CONNECTING`` holders wait for their
+            turn to ask the room (``HoldPolicy.open_concurrency``).
         events_dropped: events not delivered because a subscriber's buffer was full.
         closing: whether shutdown (the exit announcement) has begun.
     """
 
     holders: int
     by_status: Mapping[HolderStatus, int]
+    waiting_for_turn: int
     events_dropped: int
     closing: bool
 
@@ -251,13 +254,14 @@ class ConnectionManager:
                 self._events_dropped += 1
 
     def statistics(self) -> ManagerStatistics:
-        """A frozen snapshot: holders by status, events dropped, closing or not."""
+        """A frozen snapshot: holders by status, turns waited for, events dropped, closing."""
         by_status = dict.fromkeys(HolderStatus, 0)
         for holder in self._holders.values():
             by_status[holder.status] += 1
         return ManagerStatistics(
             holders=len(self._holders),
             by_status=MappingProxyType(by_status),
+            waiting_for_turn=self._turns.statistics().tasks_waiting,
             events_dropped=self._events_dropped,
             closing=self._closing,
         )

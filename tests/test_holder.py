@@ -344,6 +344,7 @@ async def test_at_most_open_concurrency_attempts_wait_for_the_room_at_once(
         holders = [manager.hold(s) for s in sessions]
         await trio.sleep(1)
         assert [h.status for h in holders] == [HolderStatus.CONNECTING] * 5
+        assert manager.statistics().waiting_for_turn == 3
         opened_at: list[float] = []
         for holder in holders:
             await holder.wait_status(HolderStatus.OPEN)
@@ -355,6 +356,7 @@ async def test_at_most_open_concurrency_attempts_wait_for_the_room_at_once(
         # The turn ends as the stream opens, not as it closes: all five stay open.
         assert asked_at(fake_room) == [0, 0, 4, 4, 8]
         assert all(h.statistics().opens == 1 for h in holders)
+        assert manager.statistics().waiting_for_turn == 0
 
 
 async def test_an_attempt_that_fails_gives_its_turn_to_the_next(
