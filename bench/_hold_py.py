@@ -6,8 +6,8 @@ trio.open_signal_receiver cancelling the scope around the manager (whose block
 then closes every stream and announces every exit within the exit deadline).
 
     python bench/_hold_py.py --api URL (--room R --sessions N | --sessions-file FILE)
-        [--jitter J] [--transport T] [--wait-go] [--tracemalloc FILE] [--census FILE]
-        [--cprofile-dir DIR] [--gc-freeze]
+        [--jitter J] [--transport T] [--pause-collector] [--wait-go] [--tracemalloc FILE]
+        [--census FILE] [--cprofile-dir DIR] [--gc-freeze]
 
 Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them, or
 the sessions a room registered: ``--sessions-file`` names a JSON list of the
@@ -50,10 +50,18 @@ from letagents_trio import (
     AgentSession,
     ConnectionManager,
     HolderStatus,
+    AutoConnector,
     HoldPolicy,
+    ProcessConnector,
     RoomClient,
+    SSEConnector,
+    WebSocketConnector,
     open_connection_manager,
 )
+
+
+# The connector each --transport names.
+CONNECTORS = {"sse": SSEConnector, "websocket": WebSocketConnector, "auto": AutoConnector}
 
 
 def emit(**fields: object) -> None:
@@ -105,7 +113,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--transport",
         choices=("sse", "websocket", "auto"),
         default="sse",
-        help="HoldPolicy.transport (the WebSocket form is our extension)",
+        help="the connector: SSE, WebSocket (our extension) or WebSocket first",
+    )
+    parser.add_argument(
+        "--pause-collector",
+        action="store_true",
+        help="open_connection_manager(pause_collector=True): an operator's opt-in",
     )
     parser.add_argument(
         "--gc-freeze",
@@ -223,14 +236,19 @@ async def main(args: argparse.Namespace) -> None:
         await trio.to_thread.run_sync(sys.stdin.readline)
     signalled: list[float] = []
     profile = cProfile.Profile() if args.cprofile_dir else None
-    policy = HoldPolicy(jitter=args.jitter, transport=args.transport)
+    policy = HoldPolicy(jitter=args.jitter)
     held: ConnectionManager | None = None
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_on_signal, scope, signalled)
             async with RoomClient(args.api) as client:
+                connector: ProcessConnector = CONNECTORS[args.transport](client)
                 async with open_connection_manager(
-                    client, policy=policy, owner_mode=True
+                    client,
+                    policy=policy,
+                    connector=connector,
+                    owner_mode=True,
+                    pause_collector=args.pause_collector,
                 ) as manager:
                     held = manager
                     try:

@@ -153,6 +153,10 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# The Python clients client_argv knows.
+PY_CLIENTS = ("py", "py-ws", "py-plain", "py-ws-plain", "py-freeze")
+
+
 def client_argv(
     client: str,
     url: str,
@@ -163,9 +167,11 @@ def client_argv(
 ) -> list[str]:
     """The command that holds ``sessions`` sessions with ``client``.
 
-    ``node``: hold.mjs; ``py``: _hold_py.py; ``py-ws``: _hold_py.py over the
-    WebSocket form; ``py-freeze``: _hold_py.py calling gc.freeze() once every
-    stream is open (what an embedder could do today). With ``sessions_file``
+    ``node``: hold.mjs; ``py``: _hold_py.py, with the collector's pauses
+    opted in (as an operator of thousands of sessions would); ``py-ws``: the
+    same over the WebSocket form; ``py-plain`` and ``py-ws-plain``: without
+    the collector's pauses (the library's default); ``py-freeze``:
+    _hold_py.py calling gc.freeze() once every stream is open. With ``sessions_file``
     (Python clients only), the sessions a room registered, read from that 0600
     file, instead of session_1..N.
     """
@@ -180,12 +186,14 @@ def client_argv(
         argv += ["--room", ROOM_ID, "--sessions", str(sessions)]
     else:
         argv += ["--sessions-file", str(sessions_file)]
+    if client not in PY_CLIENTS:
+        raise ValueError(f"unknown client {client!r}")
     if client == "py-freeze":
         argv.append("--gc-freeze")
-    elif client == "py-ws":
+    if client.startswith("py-ws"):
         argv += ["--transport", "websocket"]
-    elif client != "py":
-        raise ValueError(f"unknown client {client!r}")
+    if not client.endswith("-plain"):
+        argv.append("--pause-collector")
     return argv
 
 

@@ -4,12 +4,15 @@ For each session count, each case and each client, a fresh fake room
 (peer/fastroom.mjs, Node's C HTTP parser) and the client in its own process:
 
 * ``py``: bench/_hold_py.py, the package's public API (RoomClient,
-  open_connection_manager, HoldPolicy defaults), SIGTERM caught with
+  open_connection_manager, HoldPolicy defaults, the collector's pauses opted
+  in as an operator of thousands of sessions would), SIGTERM caught with
   trio.open_signal_receiver cancelling the scope around the manager;
 * ``node``: peer/node/hold.mjs, the unmodified Node process-connection module;
 * ``py-ws`` (only when asked for with ``--clients``): ``py`` with
-  ``HoldPolicy(transport="websocket")``, the WebSocket form fastroom.mjs also
+  ``WebSocketConnector``, the WebSocket form fastroom.mjs also
   serves (exits go over each socket; the room counts them with the POSTs);
+* ``py-plain``, ``py-ws-plain`` (only when asked for with ``--clients``):
+  ``py`` and ``py-ws`` without the collector's pauses (the library's default);
 * ``py-freeze`` (only when asked for with ``--clients``): ``py`` calling
   gc.freeze() once every stream is open, to show what the cyclic GC costs.
 
@@ -74,7 +77,7 @@ CASES = {
 }
 CLIENTS = ("py", "node")
 # Also accepted by --clients: the Python driver with gc.freeze() after opening.
-VARIANTS = ("py-ws", "py-freeze")
+VARIANTS = ("py-ws", "py-plain", "py-ws-plain", "py-freeze")
 
 
 async def run_row(

@@ -9,8 +9,9 @@ them in a process of its own:
 * ``py``: bench/_hold_py.py, the package's public API (RoomClient,
   open_connection_manager, HoldPolicy defaults: SSE), SIGTERM caught with
   trio.open_signal_receiver cancelling the scope around the manager;
-* ``py-ws``: the same with ``HoldPolicy(transport="websocket")``, exits sent
-  over each socket (``py-freeze`` is also accepted).
+* ``py-ws``: the same with ``WebSocketConnector``, exits sent
+  over each socket (``py-plain``, ``py-ws-plain``: without the collector's
+  pauses, and ``py-freeze`` are also accepted).
 
 Measured per row, as bench_vs_node.py measures them (bench/_scale.py):
 
@@ -69,7 +70,7 @@ from _scale import (
 from letagents_trio.room_server import RoomConfig
 
 CLIENTS = ("py", "py-ws")
-VARIANTS = ("py-freeze",)
+VARIANTS = ("py-plain", "py-ws-plain", "py-freeze")
 CASE = "reference"
 # The room's heartbeat interval, which its command line does not change.
 HEARTBEAT = RoomConfig().heartbeat_interval

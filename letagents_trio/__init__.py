@@ -9,12 +9,10 @@ worker handles, the state file, local chat), :mod:`letagents_trio.mcp_server`,
 :mod:`letagents_trio.room_server` and :mod:`letagents_trio.testing`.
 """
 
-from ._client import PreparedExit as PreparedExit
 from ._client import RoomClient as RoomClient
-from ._client import StateHooks as StateHooks
 from ._connector import AttemptRejected as AttemptRejected
 from ._connector import ProcessConnector as ProcessConnector
-from ._connector import SSEConnector as SSEConnector
+from ._connector import ProcessStream as ProcessStream
 from ._connector import StreamNews as StreamNews
 from ._errors import ApiError as ApiError
 from ._errors import IneligibleSession as IneligibleSession
@@ -34,14 +32,19 @@ from ._manager import open_connection_manager as open_connection_manager
 from ._manager import serve_connection_manager as serve_connection_manager
 from ._policy import HoldPolicy as HoldPolicy
 from ._policy import Outcome as Outcome
+from ._refusals import StateHooks as StateHooks
 from ._session import AgentSession as AgentSession
+from ._sse_connector import SSEConnector as SSEConnector
 from ._util import fixup_module_metadata as _fixup_module_metadata
 from ._version import __version__ as __version__
+from ._websocket import AutoConnector as AutoConnector
+from ._websocket import WebSocketConnector as WebSocketConnector
 
 __all__ = [
     "AgentSession",
     "ApiError",
     "AttemptRejected",
+    "AutoConnector",
     "ConnectionManager",
     "EventKind",
     "ExitAnnouncement",
@@ -54,15 +57,16 @@ __all__ = [
     "LetAgentsError",
     "ManagerStatistics",
     "Outcome",
-    "PreparedExit",
     "ProcessConnector",
     "ProcessHolder",
+    "ProcessStream",
     "RoomClient",
     "RoomUnreachable",
     "SSEConnector",
     "StateHooks",
     "StreamNews",
     "StreamProtocolError",
+    "WebSocketConnector",
     "__version__",
     "open_connection_manager",
     "serve_connection_manager",

@@ -8,16 +8,15 @@ What :class:`RoomClient` adds to plain HTTP (PROTOCOL §2, §5.7, §10):
   session's id and token as ``X-LetAgents-Agent-Session-Id`` / ``-Token``.
   Neither ever reaches a repr, a log line or an exception message: bodies the
   room echoes back are redacted before they are shown.
-* **Two transports.** Ordinary calls share one ``httpx2.AsyncClient``. The
-  process stream (``GET …/process`` with ``Accept: text/event-stream``, no read
-  timeout: silence is the holder's business) and the exit announcement, which
-  come by the thousand, go over the lean HTTP/1.1 client of
-  :mod:`letagents_trio._http1`, one connection each, through a
-  :class:`~letagents_trio._http1.StreamOpener` (the network by default; an
-  injected transport that can open streams, such as the testing kit's, serves
-  both). :meth:`RoomClient.open_request` is that path for any connector (a
-  WebSocket upgrade detaches the raw stream from it). Headers for both are
-  built by one function, ``_headers``.
+* **Two kinds of request.** Ordinary calls share one ``httpx2.AsyncClient``.
+  The process connection's requests, which come by the thousand (its stream
+  or WebSocket upgrade, :meth:`RoomClient.start_request`, and the exit,
+  :meth:`RoomClient.announce_exit`), go through the stack
+  :func:`letagents_trio._http.choose_stack` picks once: the lean HTTP/1.1
+  path over the ``opener``, or over the network when nothing says otherwise,
+  or httpx2 itself when the client was given an httpx2 transport or the
+  environment configures a proxy. Headers for every request are built by
+  one function, ``_headers``.
 * **Ended sessions.** A 401 whose body says ``This agent session has ended.``
   marks the stored session ended (guarded by its token) before the error is
   raised, so the next registration starts afresh instead of reusing it.
@@ -43,30 +42,18 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from datetime import UTC
-from typing import TYPE_CHECKING, Any, Protocol, cast, final
+from typing import TYPE_CHECKING, Any, final
 from urllib.parse import quote
 
-import attrs
-import h11
 import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
-from ._http1 import (
-    HTTP1Response,
-    HTTPFailure,
-    StreamOpener,
-    request_bytes,
-    split_url,
-    start_request,
-)
-from ._net import NetworkOpener
-from ._pool import KeepAlivePool
+from ._http import HTTPFailure, Opener, Response, choose_stack
 from ._redact import redact
-from ._refusals import WORKER_CREDENTIAL_KEYS, after_refusal, path_of, read_answer
+from ._refusals import WORKER_CREDENTIAL_KEYS, StateHooks, after_refusal, path_of, read_answer
 
 if TYPE_CHECKING:
     import httpx2
@@ -76,7 +63,6 @@ if TYPE_CHECKING:
 __all__ = [
     "OwnerTokenSource",
     "RoomClient",
-    "StateHooks",
     "encode_room_path",
     "encode_session_path",
 ]
@@ -92,38 +78,15 @@ _SECRET_KEYS = (*WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_toke
 KEEPALIVE_CONNECTIONS = 32
 # The largest exit answer read: the room's is ``{"recorded":true}``.
 MAX_EXIT_ANSWER_BYTES = 64 * 1024
-# What a process stream asks for: events, never a cached answer.
-_STREAM_HEADERS = {
-    "Accept": _protocol.EVENT_STREAM,
-    "Cache-Control": "no-store",
-    # Nothing to inflate: a compressed stream could decode to far more than it weighs.
-    "Accept-Encoding": _protocol.IDENTITY_ENCODING,
-}
+# Why every request fails when httpx2 cannot use the environment's proxy.
+_UNUSABLE_PROXY = (
+    "the proxy configured in the environment (HTTP_PROXY, HTTPS_PROXY or ALL_PROXY) "
+    "cannot be used: a SOCKS proxy needs the socksio package (pip install socksio), "
+    "and only http, https, socks5 and socks5h proxies are known; no request goes "
+    "around it"
+)
 # A Retry-After above a day is not a busy room; keeps the parsed value finite.
 _RETRY_AFTER_CEILING = 86_400.0
-
-
-class StateHooks(Protocol):
-    """What the client needs from the local state file (PROTOCOL §5.7, §6.5)."""
-
-    async def end_session(
-        self, session_id: str, ended_at: str | None, expected_token: str
-    ) -> object:
-        """Mark a stored session ended, unless a newer token replaced it.
-
-        ``ended_at`` None means now, by the state's own wall clock.
-
-        Cancellation:
-            Awaited inside :meth:`RoomClient.call` before the error is raised;
-            a cancelled call cancels it too.
-        """
-
-    async def clear_auth(self) -> object:
-        """Forget the stored owner auth.
-
-        Cancellation:
-            As for :meth:`end_session`.
-        """
 
 
 def encode_room_path(room_id: str) -> str:
@@ -168,14 +131,16 @@ class RoomClient:
             none now), so a sign-out or a sign-in made elsewhere (the state
             file's ``auth``) takes effect at the next request, as in the Node
             client. It is called often: it must be cheap and never block.
-        transport: an ``httpx2.AsyncBaseTransport`` to use instead of the network
-            (for example :class:`letagents_trio.testing.StreamingASGITransport`).
-            When it can also open streams (an ``open_stream`` method, as the
-            testing kit's has), it serves the lean requests too.
-        opener: where the lean requests (process streams, exits) get their
-            connections; default the transport as above, else a
-            :class:`~letagents_trio._net.NetworkOpener` (TCP, TLS with the
-            system trust store, proxies from the environment).
+        transport: an ``httpx2.AsyncBaseTransport`` to use instead of the
+            network for ordinary calls (for example
+            :class:`letagents_trio.testing.StreamingASGITransport`); without an
+            ``opener``, it serves the process connection's requests too.
+        opener: where the process connection's requests (streams, upgrades,
+            exits) get their connections, over the lean HTTP/1.1 path (the
+            testing kit's transport is one). Default: the network, unless a
+            ``transport`` is given or the environment configures a proxy,
+            whose requests then go through httpx2 (see
+            :mod:`letagents_trio._http`).
         state: where ended sessions and owner logouts are recorded; None records nothing.
         call_timeout: seconds one call may take, request to last body byte,
             unless the call says ``bounded=False``.
@@ -188,7 +153,7 @@ class RoomClient:
         *,
         owner_token: OwnerTokenSource = None,
         transport: httpx2.AsyncBaseTransport | None = None,
-        opener: StreamOpener | None = None,
+        opener: Opener | None = None,
         state: StateHooks | None = None,
         call_timeout: float = _protocol.CALL_TIMEOUT,
         max_answer_bytes: int = _protocol.MAX_ANSWER_BYTES,
@@ -206,39 +171,48 @@ class RoomClient:
             fixed = owner_token or None
             self._owner_source = lambda: fixed
         self._state = state
-        if opener is None:
-            opener = cast("StreamOpener", transport) if _is_opener(transport) else NetworkOpener()
-        self._opener = opener
         self._transport = transport
         # Made on the first ordinary call: a process that only holds streams
         # never imports httpx2 nor builds its TLS context.
         self._http_client: httpx2.AsyncClient | None = None
-        # The kept-alive connections of exit announcements, made on the first.
-        self._exits: KeepAlivePool | None = None
+        # How the process connection's requests are sent (see the module docstring).
+        self._stack = choose_stack(
+            opener=opener, transport=transport, http_client=lambda: self._http
+        )
         self._closed = False
 
     @property
     def _http(self) -> httpx2.AsyncClient:
-        """The shared httpx2 client of ordinary calls, made on first use."""
+        """The shared httpx2 client, made on first use.
+
+        Raises:
+            RoomUnreachable: the environment configures a proxy httpx2 cannot
+                use (a SOCKS proxy without the socksio package, an unknown
+                scheme). Every request fails so, never bypassing the proxy.
+        """
         if self._http_client is None:
             if self._closed:
                 raise RuntimeError("the RoomClient is closed")
             import httpx2
 
-            self._http_client = httpx2.AsyncClient(
-                transport=self._transport,
-                timeout=httpx2.Timeout(
-                    connect=_protocol.CONNECT_TIMEOUT,
-                    read=None,
-                    write=_protocol.CONNECT_TIMEOUT,
-                    pool=_protocol.CONNECT_TIMEOUT,
-                ),
-                # No cap on connections: a burst of calls never waits for the pool.
-                limits=httpx2.Limits(
-                    max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
-                ),
-                follow_redirects=False,
-            )
+            try:
+                self._http_client = httpx2.AsyncClient(
+                    transport=self._transport,
+                    timeout=httpx2.Timeout(
+                        connect=_protocol.CONNECT_TIMEOUT,
+                        read=None,
+                        write=_protocol.CONNECT_TIMEOUT,
+                        pool=_protocol.CONNECT_TIMEOUT,
+                    ),
+                    # No cap on connections: a burst of calls never waits for the pool.
+                    limits=httpx2.Limits(
+                        max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
+                    ),
+                    follow_redirects=False,
+                )
+            except (ImportError, ValueError) as exc:
+                # The message is ours: a proxy URL can hold credentials.
+                raise RoomUnreachable(_UNUSABLE_PROXY) from exc
         return self._http_client
 
     def __repr__(self) -> str:
@@ -280,10 +254,7 @@ class RoomClient:
         """
         self._closed = True
         try:
-            if self._exits is not None:
-                await self._exits.aclose()
-            else:
-                await trio.lowlevel.checkpoint()
+            await self._stack.aclose()
         finally:
             if self._http_client is not None:
                 await self._http_client.aclose()
@@ -329,17 +300,16 @@ class RoomClient:
         session: AgentSession | None = None,
         headers: Mapping[str, str] | None = None,
         body: bytes | None = None,
-        tunnel: bool = False,
-    ) -> HTTP1Response:
-        """Send one request over a lean connection of its own; return the response, unread.
+    ) -> Response:
+        """Send one request of the process connection; return the response, unread.
 
-        The seam for connectors: the process stream and the exit use it, and a
-        WebSocket connector can send its upgrade through it and, on ``101``,
-        take the raw stream with :meth:`HTTP1Response.detach
-        <letagents_trio._http1.HTTP1Response.detach>` (pass ``tunnel=True`` so a
-        forwarding proxy is tunnelled through). The credentials go out as for
-        every call (one header builder for both paths); ``headers`` are added.
-        The caller closes the response (:meth:`open_request` does it for a block).
+        The seam for connectors: a process stream, or a WebSocket upgrade
+        whose raw stream the response then hands over
+        (:meth:`~letagents_trio._http.Response.detach`). It goes over a
+        connection of its own, through the client's stack (see the module
+        docstring), with the credentials every call sends and ``headers``
+        added. No read timeout: the caller owns the answer time and silence.
+        The caller closes the response.
 
         Raises:
             RoomUnreachable: the connection or the exchange failed.
@@ -350,123 +320,23 @@ class RoomClient:
         fields = self._headers(session, json_body=body is not None, owner_token=self._owner_token)
         if headers:
             fields.update(headers)
-        origin, target = split_url(url)
         try:
-            return await start_request(
-                self._opener, origin, target, method, list(fields.items()), body, tunnel=tunnel
-            )
+            return await self._stack.start(method, url, list(fields.items()), body)
         except HTTPFailure as exc:
             raise RoomUnreachable(f"{method} {path_of(url)} failed: {exc}") from exc
 
-    @asynccontextmanager
-    async def open_request(
-        self,
-        method: str,
-        url: str,
-        *,
-        session: AgentSession | None = None,
-        headers: Mapping[str, str] | None = None,
-        body: bytes | None = None,
-        tunnel: bool = False,
-    ) -> AsyncIterator[HTTP1Response]:
-        """:meth:`start_request` as a block; leaving it closes the connection at once.
-
-        Raises:
-            RoomUnreachable: the connection or the exchange failed, also while
-                the body is read inside the block.
-
-        Cancellation:
-            A checkpoint. Leaving the block, by cancellation or otherwise,
-            closes the connection.
-        """
-        response = await self.start_request(
-            method, url, session=session, headers=headers, body=body, tunnel=tunnel
-        )
-        try:
-            yield response
-        except HTTPFailure as exc:
-            raise RoomUnreachable(f"{method} {path_of(url)} failed: {exc}") from exc
-        finally:
-            await response.aclose()
-
-    async def start_process_stream(self, session: AgentSession) -> HTTP1Response:
-        """Send ``GET …/process`` for ``session``; return the response, unread.
-
-        The response is returned whatever its status; the caller classifies it
-        and closes it. Reads have no timeout: the caller owns silence.
-
-        Raises:
-            RoomUnreachable: the request failed at the network level.
-
-        Cancellation:
-            A checkpoint; cancelled, the connection is closed.
-        """
-        url = self.session_url(session, "/process")
-        return await self.start_request("GET", url, session=session, headers=_STREAM_HEADERS)
-
-    @asynccontextmanager
-    async def open_process_stream(self, session: AgentSession) -> AsyncIterator[HTTP1Response]:
-        """:meth:`start_process_stream` as a block; leaving it closes the connection.
-
-        Raises:
-            RoomUnreachable: the request failed at the network level.
-
-        Cancellation:
-            A checkpoint. Leaving the block, by cancellation or otherwise,
-            closes the connection (a socket close, nothing to unwind).
-        """
-        response = await self.start_process_stream(session)
-        try:
-            yield response
-        finally:
-            await response.aclose()
-
-    def prepare_exit(self, session: AgentSession, connection_id: str | None) -> PreparedExit:
-        """The exit announcement of ``session`` naming ``connection_id``, serialized now.
-
-        A process connection prepares its exit when the room names the
-        connection, so the goodbye of thousands of sessions only writes bytes
-        (serializing one, fields checked, is most of the CPU an exit costs).
-
-        Raises:
-            RoomUnreachable: a credential cannot be sent in HTTP (a line break).
-        """
-        body = _dumps(_exit_body(session, connection_id))
-        url = self.session_url(session, "/process/exit")
-        origin, target = split_url(url)
-        owner_token = self._owner_token
-        fields = self._headers(session, json_body=True, owner_token=owner_token)
-        try:
-            data = request_bytes(origin, target, "POST", list(fields.items()), body)
-        except h11.LocalProtocolError:
-            # h11's message would quote the field, and fields hold credentials.
-            raise RoomUnreachable(
-                f"POST {path_of(url)} cannot be sent: a field is not valid in HTTP"
-            ) from None
-        return PreparedExit(
-            session=session, connection_id=connection_id, owner_token=owner_token, data=data
-        )
-
-    async def announce_exit(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        *,
-        prepared: PreparedExit | None = None,
-    ) -> bool:
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
 
         Each exit goes out on a connection of its own while it waits for its
-        answer: an idle one kept alive from an earlier exit, else a new one
-        (never behind another request), so exits asked at once are in flight
-        at once, and a fast room's connections serve the next ones.
+        answer: over the lean path, an idle one kept alive from an earlier
+        exit, else a new one (never behind another request), so exits asked
+        at once are in flight at once, and a fast room's connections serve
+        the next ones.
 
         Args:
             session: the session whose process is gone.
             connection_id: the process connection that was open, if any.
-            prepared: the announcement from :meth:`prepare_exit`, sent as it
-                is; made again (as without one) when it is for another session
-                or connection, or the owner token changed since.
 
         Returns:
             Whether the room recorded the exit.
@@ -479,24 +349,17 @@ class RoomClient:
             A checkpoint; cancelled mid-way, the room may or may not have
             recorded the exit. Callers bound it with a deadline.
         """
-        if (
-            prepared is None
-            or prepared.session != session
-            or prepared.connection_id != connection_id
-            or prepared.owner_token != self._owner_token
-        ):
-            prepared = self.prepare_exit(session, connection_id)
         url = self.session_url(session, "/process/exit")
-        if self._exits is None:
-            origin, _ = split_url(url)
-            self._exits = KeepAlivePool(self._opener, origin, max_body=MAX_EXIT_ANSWER_BYTES)
+        body = _exit_body(session, connection_id)
+        fields = self._headers(session, json_body=True, owner_token=self._owner_token)
         try:
-            reply = await self._exits.exchange(prepared.data)
+            reply = await self._stack.exchange(
+                "POST", url, list(fields.items()), _dumps(body), max_body=MAX_EXIT_ANSWER_BYTES
+            )
         except HTTPFailure as exc:
             raise RoomUnreachable(f"POST {path_of(url)} failed: {exc}") from exc
         text = reply.body.decode("utf-8", "replace")
         retry_after = reply.header("Retry-After")
-        body = _exit_body(session, connection_id)
         answer = await self._answer("POST", url, reply.status, text, retry_after, session, body)
         return isinstance(answer, Mapping) and answer.get("recorded") is True
 
@@ -634,10 +497,6 @@ class RoomClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _is_opener(transport: object) -> bool:
-    return callable(getattr(transport, "open_stream", None))
-
-
 def _loads(text: str) -> Any:
     return json.loads(text)
 
@@ -649,20 +508,6 @@ def _exit_body(session: AgentSession, connection_id: str | None) -> dict[str, ob
         "agent_session_token": session.session_token,
         "process_connection_id": connection_id,
     }
-
-
-@final
-@attrs.frozen
-class PreparedExit:
-    """An exit announcement serialized ahead (:meth:`RoomClient.prepare_exit`).
-
-    Its bytes hold the session's credentials: they never appear in its repr.
-    """
-
-    session: AgentSession = attrs.field(repr=False)
-    connection_id: str | None
-    owner_token: str | None = attrs.field(repr=False)
-    data: bytes = attrs.field(repr=False)
 
 
 def _dumps(value: object) -> bytes:

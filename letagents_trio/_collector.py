@@ -1,4 +1,8 @@
-"""The cyclic garbage collector paused for bounded stretches: the goodbye, and bursts of opening.
+"""The cyclic garbage collector paused for bounded stretches, when an embedder opts in.
+
+The collector is the whole process's, so a library leaves it alone unless
+told: ``open_connection_manager(..., pause_collector=True)`` is that opt-in,
+for a process holding thousands of sessions (``docs/performance.md``).
 
 A full pass walks every object alive (about 76 per held stream, so three
 quarters of a million at 10,000 streams, half a second), and the collector
@@ -29,19 +33,11 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Final, final
 
 import trio
 
-__all__ = [
-    "MAX_OPENING_PAUSE",
-    "OPENING_BURST",
-    "CollectorPause",
-    "OpeningBurst",
-    "collector_paused",
-]
+__all__ = ["MAX_OPENING_PAUSE", "OPENING_BURST", "CollectorPause", "OpeningBurst"]
 
 # Attempts waiting for the room's answer at once from which the collector pauses:
 # below this, what the passes cost is a few milliseconds.
@@ -106,17 +102,6 @@ class CollectorPause:
             _resume()
 
 
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The collector paused for the block (see :class:`CollectorPause`)."""
-    pause = CollectorPause()
-    pause.pause()
-    try:
-        yield
-    finally:
-        pause.resume()
-
-
 @final
 class OpeningBurst:
     """Counts the attempts waiting for the room's answer; pauses the collector in a burst.
@@ -129,9 +114,14 @@ class OpeningBurst:
     pausing again). No task and no timer: every change of the count looks at
     trio's clock, and an attempt waits at most the answer timeout, so a
     pause lasts at most the longer of the two.
+
+    Args:
+        pause: whether a burst pauses the collector at all (the embedder's
+            opt-in); False only counts.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, pause: bool = True) -> None:
+        self._enabled = pause
         self._waiting = 0
         self._pause = CollectorPause()
         self._paused_at = 0.0
@@ -161,6 +151,8 @@ class OpeningBurst:
         self._not_before = float("inf")
 
     def _update(self) -> None:
+        if not self._enabled:
+            return
         now = trio.current_time()
         if self._pause.paused:
             if now - self._paused_at >= MAX_OPENING_PAUSE:

@@ -3,41 +3,34 @@
 :meth:`ConnectionManager.announce_exits <letagents_trio.ConnectionManager.announce_exits>`
 runs one :class:`Goodbye` when the manager's block is left, however it is
 left (normal exit, an exception, the embedder cancelling its own scope,
-Ctrl-C). With every holder and the connection each held, taken at once and
-forgotten by the manager (so a second announcement sends nothing), it:
+Ctrl-C), with every holder, taken at once and forgotten by the manager (so a
+second announcement sends nothing). Each holder knows how to leave
+(:meth:`~letagents_trio.ProcessHolder.leave`); the goodbye only orders them:
 
-1. says goodbye for every session at once (or at most
-   ``policy.exit_concurrency`` at a time, when set), in its connector's
-   order (:meth:`~letagents_trio.ProcessConnector.goodbye`): over SSE its
-   stream is closed (a socket close: so nothing the room sends back is read
-   as news), then it POSTs ``…/process/exit`` with
-   ``{agent_session_id, agent_session_token, process_connection_id}`` (the id
-   of the stream that was open, or null) on a connection of its own while
-   it waits for its answer. All at once is what a slow room needs (every
-   exit waits one round trip, not one per turn); what keeps thousands of
-   them cheap is the lean HTTP/1.1 path: each exit made when the room named
-   the connection, and written on a connection an earlier exit was
-   answered on when one is free (:mod:`letagents_trio._pool`), with no
-   transport and no timeout scope per request. Over a WebSocket the exit
-   goes over the open socket instead, and where the connector can write it
-   at once (:meth:`~letagents_trio.ProcessConnector.leave_now`) it does so
-   in one loop, with no task per session, before any of those holders is
-   stopped;
-2. runs under the manager's ONE shielded deadline,
-   ``trio.move_on_after(policy.exit_deadline, shield=True)``. A slow or
-   black-holed room never holds the process past it: the exits still waiting
-   for their answers are cancelled ``policy.unwind_allowance`` before it per
-   exit, so that their unwinding (each task cancelled, each socket closed)
-   ends by the deadline too (:mod:`letagents_trio._unwind`);
-3. reports one :class:`ExitAnnouncement` per session; failures are logged
-   and reported, never raised.
+1. first, in one loop over the holders (a checkpoint every
+   :data:`_GOODBYES_PER_CHECKPOINT`), each whose transport can write its exit
+   at once does so (:meth:`~letagents_trio.ProcessHolder.leave_now`: a
+   WebSocket on a plain socket), with no task and no checkpoint of its own;
+   every other holder gets a task that runs its
+   :meth:`~letagents_trio.ProcessHolder.leave` (at most
+   ``policy.exit_concurrency`` at a time, when set): over SSE, close the
+   stream, then ``POST …/process/exit`` naming the connection it held;
+2. only once every exit that could go at once is written are those holders
+   stopped, so that their unwinding never runs between two exits;
+3. the whole runs under the manager's ONE shielded deadline,
+   ``policy.exit_deadline``. Inside it, the exits still waiting for an answer
+   are cancelled early enough for their own unwinding to end by that
+   deadline (:mod:`letagents_trio._unwind`: each costs a task woken, frames
+   unwound and a socket closed, and a black-holed room leaves thousands in
+   flight);
+4. one :class:`ExitAnnouncement` per session is reported; failures are
+   logged and reported, never raised.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
 import attrs
@@ -45,11 +38,10 @@ import trio
 
 from ._errors import ApiError, RoomUnreachable
 from ._events import EventKind, HolderEvent
-from ._holder import HolderStatus, ProcessHolder
 from ._unwind import UnwindBudget
 
 if TYPE_CHECKING:
-    from ._connector import ProcessConnector
+    from ._holder import ProcessHolder
     from ._policy import HoldPolicy
     from ._session import AgentSession
 
@@ -87,24 +79,21 @@ class Goodbye:
     """One goodbye of a connection manager: its sessions, its exits, its report.
 
     Args:
-        held: every holder held when the goodbye began, with the connection it
-            held (None when no stream was open).
-        connector: how the holders' connections were made, and so how each says goodbye.
-        policy: the manager's policy (``exit_concurrency``, ``unwind_allowance``).
+        holders: every holder held when the goodbye began.
+        policy: the manager's policy (``exit_deadline``, ``exit_concurrency``).
         emit: where each session's ``EXIT`` event goes.
     """
 
     def __init__(
         self,
-        held: Sequence[tuple[ProcessHolder, str | None]],
+        holders: Sequence[ProcessHolder],
         *,
-        connector: ProcessConnector,
         policy: HoldPolicy,
         emit: Callable[[HolderEvent], None],
     ) -> None:
-        self._held = held
-        self._sessions = len(held)
-        self._connector = connector
+        # Each with the connection it held as the goodbye began, for the report.
+        self._held = [(holder, holder.held_connection_id) for holder in holders]
+        self._sessions = len(holders)
         self._policy = policy
         self._emit = emit
         self._limiter = (
@@ -130,14 +119,14 @@ class Goodbye:
             Runs under its caller's deadline (the manager's shielded
             ``exit_deadline``); cancelled, it still makes its report.
         """
-        budget = UnwindBudget(deadline, self._policy.unwind_allowance)
+        budget = UnwindBudget(deadline)
         try:
             with budget.scope:
                 async with trio.open_nursery() as nursery:
                     left = await self._leave_now(nursery, budget)
                     # Only then are the holders stopped: their unwinding (each closes
                     # its stream) never delays an exit still to be written.
-                    await _for_each(left, partial(ProcessHolder.stop, reason="process exit"))
+                    await _for_each(left, _stop)
         finally:
             now = trio.current_time()
             self.report = tuple(
@@ -154,7 +143,7 @@ class Goodbye:
             # The report is all that is kept: a holder refers to its manager
             # (its callbacks), so keeping the holders here would leave the two
             # in a cycle for the collector's next full pass.
-            self._held = ()
+            self._held = []
 
     def log(self, took: float) -> None:
         """Log the report: a warning when the deadline cut some exits, then its summary."""
@@ -174,52 +163,38 @@ class Goodbye:
         )
 
     async def _leave_now(self, nursery: trio.Nursery, budget: UnwindBudget) -> list[ProcessHolder]:
-        """Announce every exit the connector can at once; start a goodbye task for the rest.
+        """Write every exit that can go at once; start a leaving task for each other holder.
 
         Returns the holders whose exit went at once (over their open sockets).
         """
         left: list[ProcessHolder] = []
-        leave_now = self._connector.leave_now
 
         def leave(item: tuple[ProcessHolder, str | None]) -> None:
             holder, connection_id = item
-            if leave_now(holder.session, connection_id):
+            if holder.leave_now():
                 left.append(holder)
                 self._finished(holder.session, connection_id, None, None)
             else:
                 budget.exit_started()
-                nursery.start_soon(self._announce_one, holder, connection_id, budget)
+                nursery.start_soon(self._leave, holder, connection_id, budget)
 
         await _for_each(self._held, leave)
         return left
 
-    async def _goodbye(
-        self, holder: ProcessHolder, connection_id: str | None
-    ) -> tuple[bool | None, str | None]:
-        """One session's goodbye, in its transport's order (the connector's ``goodbye``).
-
-        SSE closes the stream, then announces the exit; a WebSocket sends the
-        exit over its open socket, then closes it.
-        """
-        try:
-            recorded = await self._connector.goodbye(
-                holder.session, connection_id, partial(_stop_holder, holder)
-            )
-            return recorded, None
-        except ApiError as exc:
-            return None, f"HTTP {exc.status}"
-        except RoomUnreachable:
-            return None, "unreachable"
-
-    async def _announce_one(
+    async def _leave(
         self, holder: ProcessHolder, connection_id: str | None, budget: UnwindBudget
     ) -> None:
-        if self._limiter is None:
-            recorded, error = await self._goodbye(holder, connection_id)
-        else:
-            async with self._limiter:
-                recorded, error = await self._goodbye(holder, connection_id)
-        # A connector may close the stream itself rather than wait for the holder.
+        """One holder's :meth:`~letagents_trio.ProcessHolder.leave`, reported."""
+        try:
+            if self._limiter is None:
+                recorded, error = await holder.leave(), None
+            else:
+                async with self._limiter:
+                    recorded, error = await holder.leave(), None
+        except ApiError as exc:
+            recorded, error = None, f"HTTP {exc.status}"
+        except RoomUnreachable:
+            recorded, error = None, "unreachable"
         holder.stop("process exit")
         self._finished(holder.session, connection_id, recorded, error)
         budget.exit_ended()
@@ -288,6 +263,5 @@ _EXIT_DETAILS: dict[bool | None, str] = {
 }
 
 
-async def _stop_holder(holder: ProcessHolder) -> None:
+def _stop(holder: ProcessHolder) -> None:
     holder.stop("process exit")
-    await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)

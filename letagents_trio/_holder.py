@@ -34,6 +34,15 @@ Stopping (release, replacement, shutdown) cancels the holder's outer scope:
 whatever it is doing, attempt or backoff, ends at the next checkpoint, and the
 stream is closed on the way out. Nothing here polls, and every wait is on
 trio's clock, so ``MockClock`` drives it exactly.
+
+**Leaving** (the manager's goodbye) is the holder's too, since it owns its
+stream and knows the connection it holds. :meth:`ProcessHolder.leave` closes
+the stream, then announces the exit naming that connection (the connector's
+``POST …/process/exit``); a transport with an exit of its own (a WebSocket)
+sends it over the open stream instead, then closes it.
+:meth:`ProcessHolder.leave_now` does the latter without a checkpoint, when
+the transport can. Either way the holder, once leaving, ends its attempt as
+a stop however the stream ends, and never retries.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 import trio
 
-from ._connector import AttemptRejected, ProcessConnector, StreamLeft
+from ._connector import AttemptRejected, ProcessConnector, ProcessStream
 from ._errors import RoomUnreachable, StreamProtocolError
 from ._events import EventKind, HolderEvent
 from ._policy import HoldPolicy, Outcome
@@ -165,6 +174,10 @@ class ProcessHolder:
         self._turns = turns
         self._scope = trio.CancelScope()
         self._backoff_scope: trio.CancelScope | None = None
+        # The open stream, while an attempt holds one.
+        self._stream: ProcessStream | None = None
+        # Set once the goodbye began this holder's leaving: it never retries.
+        self._leaving = False
         self._status = HolderStatus.CONNECTING
         opening.started()
         self._status_lot = trio.lowlevel.ParkingLot()
@@ -267,6 +280,57 @@ class ProcessHolder:
             return True
         return False
 
+    # --- leaving -------------------------------------------------------------------
+
+    def leave_now(self) -> bool:
+        """Send the exit over the open stream at once, without a checkpoint, if the transport can.
+
+        For the goodbye of thousands of sessions: where it returns True the
+        exit is written, with no task and no checkpoint of its own, and the
+        goodbye then only has to :meth:`stop` the holder (whose block closes
+        the stream). False having done nothing :meth:`leave` could not follow:
+        no stream open on a named connection, or a transport (SSE) or a
+        socket that cannot write the exit at once.
+        """
+        stream, connection_id = self._stream, self._held_connection_id
+        if stream is None or connection_id is None or not stream.send_exit_nowait(connection_id):
+            return False
+        self._leaving = True
+        return True
+
+    async def leave(self) -> bool | None:
+        """Close the stream, then announce the exit naming the connection it held.
+
+        A transport with an exit of its own sends it over the open stream and
+        then closes it. Otherwise the stream is closed first (the room records
+        an exit naming no connection only once it has seen the close, PROTOCOL
+        §2.2), or, with no stream open, the holder is stopped and waited for,
+        and the exit is POSTed. The holder stops either way.
+
+        Returns:
+            Whether the room recorded the exit; None when it went over the
+            stream itself (the room does not answer it).
+
+        Raises:
+            ApiError: the room refused the POSTed exit.
+            RoomUnreachable: it could not be sent.
+
+        Cancellation:
+            A checkpoint; the goodbye's deadline cancels it, and the room may
+            or may not have the exit.
+        """
+        self._leaving = True
+        stream, connection_id = self._stream, self._held_connection_id
+        if stream is None:
+            self.stop("process exit")
+            await self.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
+        else:
+            sent = connection_id is not None and await stream.send_exit(connection_id)
+            await stream.aclose()
+            if sent:
+                return None
+        return await self._connector.announce_exit(self._session, connection_id)
+
     # --- the loop ----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -278,16 +342,13 @@ class ProcessHolder:
         Cancellation:
             Cancelling the task (or :meth:`stop`) ends the attempt or backoff
             under way and closes the stream; the status becomes ``STOPPED``.
-            No exit is announced here: that is the manager's job.
+            No exit is announced by stopping: the goodbye asks for it
+            (:meth:`leave`).
         """
         try:
             with self._scope:
                 task_status.started()
                 await self._loop()
-        except StreamLeft as left:
-            # The goodbye closed the stream to announce the exit: stopped, not dropped.
-            if not self._scope.cancel_called:
-                self._stop_reason = str(left)
         finally:
             self._connection_id = None
             self._next_attempt_at = None
@@ -300,6 +361,11 @@ class ProcessHolder:
             self._set_status(HolderStatus.CONNECTING)
             self._event(EventKind.ATTEMPT)
             outcome, detail = await self._attempt()
+            if self._leaving:
+                # The goodbye closed the stream for the exit: a stop, not an outcome.
+                if not self._scope.cancel_called:
+                    self._stop_reason = "process exit"
+                return
             closed_id, self._connection_id = self._connection_id, None
             self._held_connection_id = None
             self._attempts[outcome] += 1
@@ -338,30 +404,35 @@ class ProcessHolder:
         with trio.CancelScope() as scope:
             scope.relative_deadline = self._policy.answer_timeout
             try:
-                async with self._connector.open(self._session) as news_stream:
+                async with self._connector.open(self._session) as stream:
                     opened = True
-                    self._opened()
+                    self._opened(stream)
                     scope.relative_deadline = self._policy.silence_timeout
-                    async for news in news_stream:
-                        scope.relative_deadline = self._policy.silence_timeout
-                        if news.connection_id is not None:
-                            self._connection_id = news.connection_id
-                            self._held_connection_id = news.connection_id
-                            self._event(EventKind.CONNECTION, connection_id=news.connection_id)
-                        if news.ended:
-                            return Outcome.ENDED, "ended event"
+                    try:
+                        async for news in stream:
+                            scope.relative_deadline = self._policy.silence_timeout
+                            if news.connection_id is not None:
+                                self._connection_id = news.connection_id
+                                self._held_connection_id = news.connection_id
+                                self._event(EventKind.CONNECTION, connection_id=news.connection_id)
+                            if news.ended:
+                                return Outcome.ENDED, "ended event"
+                    finally:
+                        self._stream = None
                     return Outcome.DROPPED, "stream end"
             except AttemptRejected as exc:
                 return exc.outcome, exc.detail
             except RoomUnreachable:
                 return Outcome.DROPPED, "unreachable"
             except StreamProtocolError as exc:
-                logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
+                if not self._leaving:
+                    logger.warning("process stream of %s broke: %s", self._session.session_id, exc)
                 return Outcome.DROPPED, "protocol error"
         # Only this scope's own deadline gets here: a stop cancels the outer scope.
         return Outcome.DROPPED, "silence" if opened else "answer timeout"
 
-    def _opened(self) -> None:
+    def _opened(self, stream: ProcessStream) -> None:
+        self._stream = stream
         self._turns.release_on_behalf_of(self)
         for outcome in _RETRIED:
             self._counters[outcome] = 0

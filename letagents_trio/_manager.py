@@ -6,10 +6,17 @@ holders for thousands of sessions cost one task and a few objects each.
 
 Shutdown is the reason this module exists. However the block is left (normal
 exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager
-takes every holder with the connection it holds, forgets them all, and says
-goodbye for each within one shielded deadline, ``policy.exit_deadline``
-(:class:`~letagents_trio._goodbye.Goodbye`, where the order and the bounds are).
-Then the nursery is cancelled and every remaining task unwinds.
+takes every holder, forgets them all, and lets each leave (its stream closed,
+its exit announced naming the connection it held) within ONE shielded
+deadline, ``policy.exit_deadline``, set in one place:
+:meth:`ConnectionManager.announce_exits` (the order is
+:class:`~letagents_trio._goodbye.Goodbye`'s). Then the holders' nursery is
+cancelled and every remaining task unwinds.
+
+The library changes no process-wide state by default. An operator of
+thousands of sessions may opt in to pausing the cyclic garbage collector
+during bursts of opening and during the goodbye (``pause_collector=True``,
+:mod:`letagents_trio._collector`).
 """
 
 from __future__ import annotations
@@ -24,13 +31,13 @@ from typing import TYPE_CHECKING, NoReturn, Protocol, final
 import attrs
 import trio
 
-from ._collector import CollectorPause, OpeningBurst, collector_paused
+from ._collector import CollectorPause, OpeningBurst
 from ._errors import IneligibleSession
 from ._events import HolderEvent
 from ._goodbye import ExitAnnouncement, Goodbye
 from ._holder import HolderStatus, ProcessHolder, ineligibility
 from ._policy import HoldPolicy
-from ._websocket import connector_for
+from ._sse_connector import SSEConnector
 
 if TYPE_CHECKING:
     from ._client import RoomClient
@@ -123,21 +130,22 @@ class ConnectionManager:
         state: HolderStateHooks,
         owner_mode: bool,
         opening: OpeningBurst,
+        goodbye_pause: CollectorPause | None,
     ) -> None:
         self._nursery = nursery
         self._connector = connector
         self.policy = policy
+        self._state = state
         self._owner_mode = owner_mode
         self._holders: dict[str, ProcessHolder] = {}
         self._subscribers: list[trio.MemorySendChannel[HolderEvent]] = []
         self._events_dropped = 0
         # None until the goodbye begins.
         self._goodbye: Goodbye | None = None
-        # Every holder's hooks, bound once: thousands of holders share them
-        # rather than each keeping four bound methods for the collector to walk.
-        self._hooks = (self._emit, state.mark_ended, state.is_still_ours, self._forget)
-        # The holders' attempts waiting for the room: a burst pauses the collector.
+        # The holders' attempts waiting for the room (a burst pauses the
+        # collector, when the embedder opted in), and the goodbye's own pause.
         self._opening = opening
+        self._goodbye_pause = goodbye_pause
         # ... and at most policy.open_concurrency of them at once.
         cap = policy.open_concurrency
         self._turns = trio.CapacityLimiter(math.inf if cap is None else cap)
@@ -195,15 +203,14 @@ class ConnectionManager:
             if current.session.session_token == session.session_token:
                 return current
             current.stop("replaced by a new token")
-        emit, on_ended, still_ours, forget = self._hooks
         holder = ProcessHolder(
             session,
             connector=self._connector,
             policy=self.policy,
-            emit=emit,
-            on_ended=on_ended,
-            still_ours=still_ours,
-            forget=forget,
+            emit=self._emit,
+            on_ended=self._state.mark_ended,
+            still_ours=self._state.is_still_ours,
+            forget=self._forget,
             opening=self._opening,
             turns=self._turns,
         )
@@ -269,7 +276,7 @@ class ConnectionManager:
     # --- the goodbye -----------------------------------------------------------------
 
     async def announce_exits(self) -> tuple[ExitAnnouncement, ...]:
-        """Close every held stream, then announce every exit, within the exit deadline.
+        """Let every holder leave: close every held stream and announce every exit, in one deadline.
 
         The manager stops taking new sessions. A second call sends nothing and
         returns the first call's report.
@@ -280,22 +287,21 @@ class ConnectionManager:
         Cancellation:
             Shielded: it runs to the end of ``policy.exit_deadline`` even when the
             caller is cancelled, then returns. Announcements still in flight are
-            abandoned early enough to unwind by the deadline
-            (``policy.unwind_allowance`` each) and reported with ``error="deadline"``.
+            abandoned early enough to unwind by the deadline and reported with
+            ``error="deadline"``.
         """
         if self._goodbye is not None:
             await trio.lowlevel.checkpoint()
             return self._goodbye.report
         started = trio.current_time()
-        held = [(holder, holder.held_connection_id) for holder in self._holders.values()]
-        self._holders.clear()
         self._goodbye = goodbye = Goodbye(
-            held, connector=self._connector, policy=self.policy, emit=self._emit
+            list(self._holders.values()), policy=self.policy, emit=self._emit
         )
-        with (
-            collector_paused(),
-            trio.move_on_after(self.policy.exit_deadline, shield=True),
-        ):
+        self._holders.clear()
+        if self._goodbye_pause is not None:
+            self._goodbye_pause.pause()
+        # The one deadline of the goodbye.
+        with trio.move_on_after(self.policy.exit_deadline, shield=True):
             await goodbye.run(started + self.policy.exit_deadline)
         goodbye.log(trio.current_time() - started)
         return goodbye.report
@@ -317,6 +323,7 @@ async def open_connection_manager(
     state: HolderStateHooks | None = None,
     connector: ProcessConnector | None = None,
     owner_mode: bool = True,
+    pause_collector: bool = False,
 ) -> AsyncIterator[ConnectionManager]:
     """Open a :class:`ConnectionManager` whose holders live as long as the block.
 
@@ -328,13 +335,20 @@ async def open_connection_manager(
             ``is_still_ours`` is asked, after a refusal, whether the session still
             belongs to this process. A :class:`letagents_trio.workers.LocalStateStore`
             is one. Default: nothing recorded, every session ours.
-        connector: how process connections are made (default: the one
-            ``policy.transport`` names; :class:`SSEConnector` unless told).
+        connector: how process connections are made: :class:`SSEConnector`
+            over ``client`` by default (every letagents room has the route);
+            :class:`WebSocketConnector` or :class:`AutoConnector` for the
+            WebSocket form.
         owner_mode: whether this process acts for the owner. False under a
             supervisor's worker bearer (PROTOCOL §4.1): then nothing is held and
             :meth:`ConnectionManager.hold` refuses every session. The library
             never reads the environment; the MCP server decides this from
             ``LETAGENTS_AGENT_SESSION_BEARER`` at start-up.
+        pause_collector: opt in to pausing the process's cyclic garbage
+            collector while many holders wait for the room at once and during
+            the goodbye, until every holder has unwound (for processes holding
+            thousands of sessions: ``docs/performance.md``). Off by default:
+            the collector is the whole process's, not the library's.
 
     Leaving the block, for any reason, closes every held stream and announces
     every exit within ``policy.exit_deadline`` (see :meth:`ConnectionManager.announce_exits`).
@@ -351,11 +365,11 @@ async def open_connection_manager(
     """
     policy = policy or HoldPolicy()
     if connector is None:
-        connector = connector_for(client, policy)
-    # From the goodbye until every holder has unwound: thousands of tasks
-    # unwinding are garbage too, and the process is usually about to exit.
-    pause = CollectorPause()
-    opening = OpeningBurst()
+        connector = SSEConnector(client)
+    # Opted in: from the goodbye until every holder has unwound (thousands of
+    # tasks unwinding are garbage too, and the process is usually about to exit).
+    goodbye_pause = CollectorPause() if pause_collector else None
+    opening = OpeningBurst(pause=pause_collector)
     try:
         async with trio.open_nursery() as nursery:
             holders, holders_scope = await nursery.start(_holders_nursery)
@@ -366,14 +380,13 @@ async def open_connection_manager(
                 state=_NoState() if state is None else state,
                 owner_mode=owner_mode,
                 opening=opening,
+                goodbye_pause=goodbye_pause,
             )
             try:
                 yield manager
             finally:
-                pause.pause()
                 try:
-                    with trio.move_on_after(policy.exit_deadline, shield=True):
-                        await manager.announce_exits()
+                    await manager.announce_exits()
                 finally:
                     # However the goodbye went: only this ends the shielded holders.
                     holders_scope.cancel(reason="connection manager closed")
@@ -385,7 +398,8 @@ async def open_connection_manager(
         raise sole from None
     finally:
         opening.close()
-        pause.resume()
+        if goodbye_pause is not None:
+            goodbye_pause.resume()
 
 
 async def _holders_nursery(
@@ -411,6 +425,7 @@ async def serve_connection_manager(
     state: HolderStateHooks | None = None,
     connector: ProcessConnector | None = None,
     owner_mode: bool = True,
+    pause_collector: bool = False,
     task_status: trio.TaskStatus[ConnectionManager] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Run a connection manager as a task of the embedder's nursery.
@@ -431,6 +446,7 @@ async def serve_connection_manager(
         state=state,
         connector=connector,
         owner_mode=owner_mode,
+        pause_collector=pause_collector,
     ) as manager:
         task_status.started(manager)
         await trio.sleep_forever()

@@ -17,10 +17,9 @@ from sleeping, so it is tested without a clock. With ``jitter`` > 0 each delay
 is drawn uniformly from ``[delay * (1 - jitter), delay]``: never longer than the
 Node client would wait, so the room's 15 s same-host window still holds.
 
-``transport`` picks how the process connection is held: ``"sse"`` (the default,
-the letagents baseline), ``"websocket"`` (our extension, PROTOCOL §3.1: pings
-both ways, exits over the open socket), or ``"auto"`` (WebSocket first, SSE for
-a room that does not support the upgrade, remembered per room).
+The policy is timing and limits only. How the connection is held (SSE or the
+WebSocket form) and each transport's own knobs are the connector's
+(:class:`~letagents_trio.SSEConnector`, :class:`~letagents_trio.WebSocketConnector`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from __future__ import annotations
 import enum
 import math
 import random
-from typing import TYPE_CHECKING, Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
@@ -37,19 +36,12 @@ from . import _protocol
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["HoldPolicy", "Outcome", "Transport"]
+__all__ = ["HoldPolicy", "Outcome"]
 
-Transport = Literal["sse", "websocket", "auto"]
-# The values HoldPolicy.transport accepts.
-TRANSPORTS: Final = ("sse", "websocket", "auto")
-# HoldPolicy.unwind_allowance's default: one exit's cancellation, unwinding and
-# socket close at the deadline, measured at 80-100 µs (docs/performance.md).
-UNWIND_ALLOWANCE: Final = 100e-6
 # HoldPolicy.open_concurrency's default: a process holding up to a thousand
 # sessions asks for every one at once, as the Node client does; more wait their
 # turn, so that a room opening them more slowly than that many per answer
-# timeout never answers an attempt its client has given up on (measured against
-# the reference room at 10,000 sessions in docs/performance.md).
+# timeout never answers an attempt its client has given up on.
 OPEN_CONCURRENCY: Final = 1024
 
 
@@ -90,27 +82,10 @@ def _check_positive(instance: object, attribute: attrs.Attribute[Any], value: An
         raise ValueError(f"HoldPolicy.{attribute.name} must be finite and > 0, got {value!r}")
 
 
-def _check_allowance(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    assert isinstance(value, float)
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"HoldPolicy.{attribute.name} must be finite and >= 0, got {value!r}")
-
-
 def _check_jitter(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     assert isinstance(value, float)
     if not (0.0 <= value <= 1.0):
         raise ValueError(f"HoldPolicy.jitter must be between 0 and 1, got {value!r}")
-
-
-def _check_max_event_bytes(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    assert isinstance(value, int)
-    if value < 1024:
-        raise ValueError(f"HoldPolicy.max_event_bytes must be at least 1024, got {value!r}")
-
-
-def _check_transport(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value not in TRANSPORTS:
-        raise ValueError(f"HoldPolicy.transport must be one of {TRANSPORTS}, got {value!r}")
 
 
 def _check_concurrency(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -140,21 +115,10 @@ class HoldPolicy:
             all, comments included) before the attempt counts as dropped.
         exit_deadline: one deadline for closing every stream and sending every
             exit announcement when the manager stops; the exits still waiting
-            for an answer are cancelled early enough to unwind by then (see
-            ``unwind_allowance``).
-        unwind_allowance: the part of ``exit_deadline`` kept for each exit
-            still waiting for the room's answer to unwind (its task cancelled,
-            its socket closed): they are cancelled that much before the
-            deadline, per exit, so that a slow or black-holed room does not
-            keep the process past it. An exit in flight has reached the room;
-            cancelling it early loses its answer, not the exit. The default,
-            0.1 ms, is what one costs on the two-core machine of
-            docs/performance.md; 0 cancels them at the deadline exactly, as a
-            ``MockClock`` timeline may want.
+            for an answer are cancelled early enough to unwind by then.
         jitter: 0 (the default) waits exactly; ``j`` > 0 draws each wait from
             ``[delay * (1 - j), delay]``.
         rng: the random source for jitter; inject a seeded one for tests.
-        max_event_bytes: the largest SSE line or event accepted on the stream.
         exit_concurrency: None (the default) says every goodbye (close the
             stream, announce the exit) at once, as the Node client does: a slow
             room then answers them all within one round trip, and each costs
@@ -168,12 +132,6 @@ class HoldPolicy:
             many per answer timeout then answers every attempt while its client
             still waits, instead of opening some the client gave up on. None
             asks for every one at once, as the Node client does.
-        transport: ``"sse"`` (default), ``"websocket"`` or ``"auto"`` (WebSocket
-            first, SSE for a room without the upgrade, remembered per room).
-        ping_interval: WebSocket only: the client pings after hearing nothing
-            for this long.
-        pong_timeout: WebSocket only: a socket that stays silent this long
-            after the client's ping counts as dropped.
     """
 
     dropped_delays: tuple[float, ...] = attrs.field(
@@ -194,24 +152,11 @@ class HoldPolicy:
     exit_deadline: float = attrs.field(
         default=_protocol.EXIT_DEADLINE, converter=float, validator=_check_positive
     )
-    unwind_allowance: float = attrs.field(
-        default=UNWIND_ALLOWANCE, converter=float, validator=_check_allowance
-    )
     jitter: float = attrs.field(default=0.0, converter=float, validator=_check_jitter)
     rng: random.Random = attrs.field(factory=random.Random, eq=False, repr=False)
-    max_event_bytes: int = attrs.field(
-        default=_protocol.MAX_EVENT_BYTES, validator=_check_max_event_bytes
-    )
     exit_concurrency: int | None = attrs.field(default=None, validator=_check_concurrency)
     open_concurrency: int | None = attrs.field(
         default=OPEN_CONCURRENCY, validator=_check_concurrency
-    )
-    transport: Transport = attrs.field(default="sse", validator=_check_transport)
-    ping_interval: float = attrs.field(
-        default=_protocol.WEBSOCKET_PING_INTERVAL, converter=float, validator=_check_positive
-    )
-    pong_timeout: float = attrs.field(
-        default=_protocol.WEBSOCKET_PONG_TIMEOUT, converter=float, validator=_check_positive
     )
 
     def delays_for(self, outcome: Outcome) -> tuple[float, ...]:

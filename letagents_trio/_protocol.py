@@ -50,6 +50,24 @@ WEBSOCKET_PING_INTERVAL: Final = 10.0
 # half-open connection is seen within 15 s instead of SSE's 45.
 WEBSOCKET_PONG_TIMEOUT: Final = 5.0
 
+# A connection id is a UUID; a longer value is not one and is never kept: it
+# goes back to the room in the exit and into logs.
+MAX_CONNECTION_ID_CHARS: Final = 128
+
+
+def connection_id_or_none(value: object) -> str | None:
+    """``value`` when it can name a process connection, else None (PROTOCOL §3).
+
+    A connection id comes from the room (the ``open`` event's or frame's
+    ``connection_id``) and goes back to it in the exit, so only a printable
+    string of 1 to :data:`MAX_CONNECTION_ID_CHARS` characters is kept: a lone
+    surrogate could not even be encoded for the exit request.
+    """
+    if isinstance(value, str) and 0 < len(value) <= MAX_CONNECTION_ID_CHARS:
+        return value if value.isprintable() else None
+    return None
+
+
 # --- room API calls ----------------------------------------------------------
 
 # Waits before retrying a registration the room turned away as busy (503).

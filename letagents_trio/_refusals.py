@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
 
 from . import _protocol
@@ -24,11 +24,11 @@ from ._redact import redact
 if TYPE_CHECKING:
     import httpx2
 
-    from ._client import StateHooks
     from ._session import AgentSession
 
 __all__ = [
     "WORKER_CREDENTIAL_KEYS",
+    "StateHooks",
     "after_refusal",
     "path_of",
     "read_answer",
@@ -40,6 +40,29 @@ logger = logging.getLogger("letagents_trio.api")
 # Body keys that carry a worker credential: a 401 on such a request is about
 # the worker, never about the owner, so it must not log the owner out.
 WORKER_CREDENTIAL_KEYS = ("agent_session_token", "replace_agent_session_token", "connection_token")
+
+
+class StateHooks(Protocol):
+    """What the client needs from the local state file (PROTOCOL §5.7, §6.5)."""
+
+    async def end_session(
+        self, session_id: str, ended_at: str | None, expected_token: str
+    ) -> object:
+        """Mark a stored session ended, unless a newer token replaced it.
+
+        ``ended_at`` None means now, by the state's own wall clock.
+
+        Cancellation:
+            Awaited inside :meth:`letagents_trio.RoomClient.call` before the error is raised;
+            a cancelled call cancels it too.
+        """
+
+    async def clear_auth(self) -> object:
+        """Forget the stored owner auth.
+
+        Cancellation:
+            As for :meth:`end_session`.
+        """
 
 
 def path_of(url: str) -> str:

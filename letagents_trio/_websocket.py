@@ -1,14 +1,11 @@
 """The process connection over a WebSocket (PROTOCOL §3.1, our extension).
 
-:class:`WebSocketConnector` is a :class:`~letagents_trio._connector.ProcessConnector`
+:class:`WebSocketConnector` is a :class:`~letagents_trio.ProcessConnector`
 beside the SSE one: the holder's state machine, outcomes and delays are the
-same code whichever connector it is given. The upgrade goes through the same seam
-as the SSE request, :meth:`RoomClient.open_request
-<letagents_trio.RoomClient.open_request>` (``tunnel=True``): the socket gets
-the client's opener (TCP with cached resolution, TLS with the system trust
-store, proxies from the environment through ``CONNECT``; in tests the
-in-memory server) and, on ``101``, the raw stream from
-:meth:`~letagents_trio._http1.HTTP1Response.detach`.
+same code whichever connector it is given. The upgrade goes through the same
+seam as the SSE request, :meth:`RoomClient.start_request
+<letagents_trio.RoomClient.start_request>`, and on ``101`` the raw stream is
+the response's (:meth:`~letagents_trio._http.Response.detach`).
 
 One socket's life:
 
@@ -19,20 +16,16 @@ One socket's life:
    dropped, other 4xx refused; a 2xx (a room that ignored the upgrade and
    answered as it would an SSE request) is unsupported too.
 2. **Held**: the open socket is a :class:`~letagents_trio._ws_socket.ProcessSocket`
-   (news, pings and pongs, the exit frames), kept by the connector so that
-   the goodbye can speak over it.
-3. **Goodbye** (:meth:`WebSocketConnector.leave_now`, :meth:`WebSocketConnector.goodbye`):
-   while the socket is still open, the exit frame
-   ``{"event":"exit","process_connection_id":…}`` goes out, then a normal
-   close (in the same write, or, for an exit written at once, as the socket
-   is closed), and the socket is closed without waiting on a closing
-   handshake. A session with no open socket, or one that cannot take the
-   frame, falls back to ``POST …/process/exit`` inside the same shielded
-   deadline.
+   (news, pings and pongs, the exit frames), the holder's stream.
+3. **Goodbye**: the holder sends the exit over the socket
+   ``{"event":"exit","process_connection_id":…}``, then a normal close, and
+   the socket is closed without waiting on a closing handshake. A session
+   with no open socket, or one that cannot take the frame, falls back to
+   ``POST …/process/exit`` inside the same shielded deadline.
 
 :class:`AutoConnector` tries the WebSocket first and falls back to SSE for a
 room (origin and room id) whose answer to the upgrade is ``unsupported``,
-remembering it. :func:`connector_for` picks by ``HoldPolicy.transport``.
+remembering it.
 """
 
 from __future__ import annotations
@@ -40,28 +33,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Final, final
 
 from wsproto.connection import Connection, ConnectionType
 
-from ._connector import AttemptRejected, ProcessConnector, SSEConnector, StreamNews
-from ._policy import HoldPolicy, Outcome
+from . import _protocol
+from ._connector import AttemptRejected, ProcessStream
+from ._policy import Outcome
+from ._sse_connector import SSEConnector
 from ._ws_socket import ProcessSocket
 
 if TYPE_CHECKING:
     from ._client import RoomClient
-    from ._http1 import HTTP1Response
+    from ._http import Response
     from ._session import AgentSession
 
-__all__ = [
-    "AutoConnector",
-    "WebSocketConnector",
-    "classify_upgrade",
-    "connector_for",
-]
+__all__ = ["AutoConnector", "WebSocketConnector", "classify_upgrade"]
 
 logger = logging.getLogger("letagents_trio.transport")
 
@@ -97,13 +88,20 @@ def _accept_value(key: bytes) -> str:
     return base64.b64encode(hashlib.sha1(key + _WEBSOCKET_GUID).digest()).decode("ascii")
 
 
+def _positive(name: str, value: float) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return value
+
+
 @final
 class _SocketBlock:
     """The block of one process socket: a plain object, not a generator.
 
-    Leaving it closes the socket and forgets it, nothing else: ten thousand
-    holders stopping at once cost ten thousand socket closes, not as many
-    generator unwindings through the client's layers.
+    Leaving it closes the socket, nothing else: ten thousand holders stopping
+    at once cost ten thousand socket closes, not as many generator unwindings
+    through the client's layers.
     """
 
     def __init__(self, connector: WebSocketConnector, session: AgentSession) -> None:
@@ -115,35 +113,24 @@ class _SocketBlock:
         connector, session = self._connector, self._session
         key = base64.b64encode(os.urandom(16))
         headers = {**_UPGRADE_HEADERS, "Sec-WebSocket-Key": key.decode("ascii")}
-        client = connector._client
+        client = connector.client
         response = await client.start_request(
-            "GET",
-            client.session_url(session, "/process"),
-            session=session,
-            headers=headers,
-            tunnel=True,
+            "GET", client.session_url(session, "/process"), session=session, headers=headers
         )
         try:
-            socket = connector._accepted(response, key)
+            self._socket = connector._accepted(response, key)
         except BaseException:
-            if not response.close():
-                await response.aclose()
+            await response.aclose()
             raise
         # Only the socket is kept: the upgrade's response and its HTTP state
         # (a dozen objects for the collector to walk, per held socket) go now.
-        self._socket = socket
-        connector._sockets[session.session_id] = socket
-        return socket
+        return self._socket
 
     async def __aexit__(self, *exc_info: object) -> None:
         socket, self._socket = self._socket, None
-        if socket is None:
-            return
-        sockets = self._connector._sockets
-        if sockets.get(self._session.session_id) is socket:
-            del sockets[self._session.session_id]
-        socket.release()
-        await socket.aclose()
+        if socket is not None:
+            socket.release()
+            await socket.aclose()
 
 
 @final
@@ -151,22 +138,36 @@ class WebSocketConnector:
     """The process connection over a WebSocket upgrade of the process route.
 
     Args:
-        client: the room client whose URL, credentials and stream opener are
-            used (and whose ``POST …/process/exit`` is the goodbye's fallback).
-        policy: ``ping_interval``, ``pong_timeout`` and ``max_event_bytes``.
+        client: the room client whose URL, credentials and stack are used
+            (and whose ``POST …/process/exit`` is the goodbye's fallback).
+        ping_interval: the client pings after hearing nothing for this long
+            (seconds on trio's clock; 10 by default).
+        pong_timeout: a socket that stays silent this long after the
+            client's ping counts as dropped (5 by default).
+        max_message_bytes: the largest message the room may send (1 MiB by
+            default; at least 1024).
     """
 
-    def __init__(self, client: RoomClient, *, policy: HoldPolicy | None = None) -> None:
-        policy = policy or HoldPolicy()
-        self._client = client
-        self._ping_interval = policy.ping_interval
-        self._pong_timeout = policy.pong_timeout
-        self._max_event_bytes = policy.max_event_bytes
-        # The open socket of each session, so the goodbye can speak over it.
-        self._sockets: dict[str, ProcessSocket] = {}
+    def __init__(
+        self,
+        client: RoomClient,
+        *,
+        ping_interval: float = _protocol.WEBSOCKET_PING_INTERVAL,
+        pong_timeout: float = _protocol.WEBSOCKET_PONG_TIMEOUT,
+        max_message_bytes: int = _protocol.MAX_EVENT_BYTES,
+    ) -> None:
+        if max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be at least 1024, got {max_message_bytes!r}")
+        self.client = client
+        self._ping_interval = _positive("ping_interval", ping_interval)
+        self._pong_timeout = _positive("pong_timeout", pong_timeout)
+        self._max_message_bytes = max_message_bytes
+
+    def __repr__(self) -> str:
+        return f"<WebSocketConnector api_url={self.client.api_url!r}>"
 
     def open(self, session: AgentSession) -> _SocketBlock:
-        """Upgrade ``GET …/process`` for ``session`` (see :class:`ProcessConnector`).
+        """Upgrade ``GET …/process`` for ``session`` (a ``ProcessConnector``).
 
         Cancellation:
             Entering is a checkpoint. Cancelled or left, the socket is closed
@@ -174,7 +175,7 @@ class WebSocketConnector:
         """
         return _SocketBlock(self, session)
 
-    def _accepted(self, response: HTTP1Response, key: bytes) -> ProcessSocket:
+    def _accepted(self, response: Response, key: bytes) -> ProcessSocket:
         """The socket the room's ``101`` opened; any other answer is rejected."""
         outcome = classify_upgrade(response.status)
         if outcome is not None:
@@ -186,73 +187,18 @@ class WebSocketConnector:
             Connection(ConnectionType.CLIENT),
             ping_interval=self._ping_interval,
             pong_timeout=self._pong_timeout,
-            max_event_bytes=self._max_event_bytes,
+            max_event_bytes=self._max_message_bytes,
         )
 
-    def _open_socket(
-        self, session: AgentSession, connection_id: str | None
-    ) -> ProcessSocket | None:
-        """``session``'s socket, when it is open on the connection the exit names."""
-        socket = self._sockets.get(session.session_id)
-        if socket is None or connection_id is None or socket.connection_id != connection_id:
-            return None
-        return socket
-
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
-        """POST the exit announcement (the fallback; see :meth:`RoomClient.announce_exit`).
+        """POST the exit, for a session without an open socket.
+
+        See :meth:`RoomClient.announce_exit <letagents_trio.RoomClient.announce_exit>`.
 
         Cancellation:
             A checkpoint; callers bound it with the exit deadline.
         """
-        return await self._client.announce_exit(session, connection_id)
-
-    async def goodbye(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        stop: Callable[[], Awaitable[None]],
-    ) -> bool | None:
-        """Announce the exit over the open socket, then close it (see :class:`ProcessConnector`).
-
-        Returns None when the exit went over the socket (the room does not
-        answer it); otherwise the fallback POST's answer.
-
-        The socket is closed right after the frames are written, here and
-        without waiting for the closing handshake or for the holder to unwind
-        (the manager stops it): bytes written before a close reach the room
-        even when the close resets the connection, and the goodbye of
-        thousands of sockets stays one write and one close each.
-
-        Cancellation:
-            Under the manager's shielded exit deadline, which cancels it.
-        """
-        socket = self._open_socket(session, connection_id)
-        if socket is not None and await socket.send_exit(connection_id):
-            if not socket.close():
-                await stop()
-            return None
-        await stop()
-        return await self._client.announce_exit(session, connection_id)
-
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        """Send the exit over the open socket at once, without a checkpoint.
-
-        The exit frame is written alone; the manager then stops the holder,
-        whose block writes the normal close and closes the socket (what the
-        room sent meanwhile read and dropped first, so the close is an
-        orderly end). The room answers a close with its own: kept for the
-        block, the close gives it nothing to answer while thousands of exits
-        are written, so no reader wakes between two of them (at 10,000
-        sockets, nine alternated runs: every exit out a median 0.29 s after
-        SIGTERM, against 0.61 s with the close alongside, docs/performance.md). A
-        reader that something the room sent wakes first (a ping crossing
-        the exit) waits for that stop, without parsing it. False, having
-        done nothing :meth:`goodbye` could not follow, when there is no open
-        socket on that connection, it is not a plain socket, or it could not
-        take the exit frame at once.
-        """
-        socket = self._open_socket(session, connection_id)
-        return socket is not None and bool(socket.send_exit_now(connection_id, close=False))
+        return await self.client.announce_exit(session, connection_id)
 
 
 @final
@@ -261,67 +207,64 @@ class AutoConnector:
 
     Args:
         client: the room client.
-        policy: passed to both connectors.
+        ping_interval, pong_timeout, max_message_bytes: the WebSocket's, as
+            :class:`WebSocketConnector` takes them; ``max_message_bytes`` is
+            also the SSE stream's largest event.
     """
 
-    def __init__(self, client: RoomClient, *, policy: HoldPolicy | None = None) -> None:
-        policy = policy or HoldPolicy()
-        self._client = client
-        self._websocket = WebSocketConnector(client, policy=policy)
-        self._sse = SSEConnector(client, max_event_bytes=policy.max_event_bytes)
+    def __init__(
+        self,
+        client: RoomClient,
+        *,
+        ping_interval: float = _protocol.WEBSOCKET_PING_INTERVAL,
+        pong_timeout: float = _protocol.WEBSOCKET_PONG_TIMEOUT,
+        max_message_bytes: int = _protocol.MAX_EVENT_BYTES,
+    ) -> None:
+        self._websocket = WebSocketConnector(
+            client,
+            ping_interval=ping_interval,
+            pong_timeout=pong_timeout,
+            max_message_bytes=max_message_bytes,
+        )
+        self._sse = SSEConnector(client, max_event_bytes=max_message_bytes)
         self._sse_rooms: set[tuple[str, str]] = set()
 
+    def __repr__(self) -> str:
+        return f"<AutoConnector api_url={self._websocket.client.api_url!r}>"
+
     def _room(self, session: AgentSession) -> tuple[str, str]:
-        return self._client.api_url, session.room_id
+        return self._websocket.client.api_url, session.room_id
 
     def uses_sse(self, session: AgentSession) -> bool:
         """Whether ``session``'s room is remembered as one without the upgrade."""
         return self._room(session) in self._sse_rooms
 
     @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
-        """Upgrade, or open SSE for a room without the upgrade (see :class:`ProcessConnector`).
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
+        """Upgrade, or open SSE for a room without the upgrade (a ``ProcessConnector``).
 
         Cancellation:
             A checkpoint; left, whichever stream was opened is closed.
         """
         async with AsyncExitStack() as stack:
-            news: AsyncIterator[StreamNews] | None = None
+            stream: ProcessStream | None = None
             if not self.uses_sse(session):
                 try:
-                    news = await stack.enter_async_context(self._websocket.open(session))
+                    stream = await stack.enter_async_context(self._websocket.open(session))
                 except AttemptRejected as exc:
                     if exc.outcome is not Outcome.UNSUPPORTED:
                         raise
                     if len(self._sse_rooms) < MAX_REMEMBERED_ROOMS:
                         self._sse_rooms.add(self._room(session))
                     logger.info("room %s has no WebSocket form (%s): SSE", session.room_id, exc)
-            if news is None:
-                news = await stack.enter_async_context(self._sse.open(session))
-            yield news
+            if stream is None:
+                stream = await stack.enter_async_context(self._sse.open(session))
+            yield stream
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
-        """POST the exit announcement (see :meth:`RoomClient.announce_exit`)."""
-        return await self._client.announce_exit(session, connection_id)
+        """POST the exit, for a session without an open stream.
 
-    async def goodbye(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        stop: Callable[[], Awaitable[None]],
-    ) -> bool | None:
-        """Over the socket when the session holds one, else close and POST."""
-        return await self._websocket.goodbye(session, connection_id, stop)
-
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        """Over the socket at once when the session holds one (see :class:`ProcessConnector`)."""
-        return self._websocket.leave_now(session, connection_id)
-
-
-def connector_for(client: RoomClient, policy: HoldPolicy) -> ProcessConnector:
-    """The connector ``policy.transport`` names, over ``client``."""
-    if policy.transport == "websocket":
-        return WebSocketConnector(client, policy=policy)
-    if policy.transport == "auto":
-        return AutoConnector(client, policy=policy)
-    return SSEConnector(client, max_event_bytes=policy.max_event_bytes)
+        Cancellation:
+            A checkpoint; callers bound it with the exit deadline.
+        """
+        return await self._websocket.announce_exit(session, connection_id)

@@ -13,13 +13,15 @@ tests), with no task of its own. It iterates as the holder's news:
    socket pings, and one silent ``pong_timeout`` longer is dropped
    (:class:`~letagents_trio.RoomUnreachable`). The deadline lives in the read
    itself: no timer task per socket.
-3. **The exit**: the exit frame and a normal close, made when the room names
-   the connection, go out in one write (at once without a checkpoint when the
-   kernel takes them, :meth:`ProcessSocket.send_exit_now`). From then on the
-   reader sends nothing; a close or a break ends the holder's attempt as a
-   stop (:class:`~letagents_trio._connector.StreamLeft`), the room's answer
-   waits for the holder's stop unparsed, and the socket is drained before it
-   closes, so that the room sees an orderly end and not a reset.
+3. **The exit**: the exit frame, made when the room names the connection,
+   goes out at once without a checkpoint when the kernel takes it
+   (:meth:`ProcessSocket.send_exit_nowait`, its normal close then written as
+   the socket closes), or with its close in turn with the reader's pongs
+   (:meth:`ProcessSocket.send_exit`). From then on the reader sends nothing;
+   a close or a break ends the iteration (the holder, leaving, stops), the
+   room's answer waits for the holder's stop unparsed, and the socket is
+   drained before it closes, so that the room sees an orderly end and not a
+   reset.
 """
 
 from __future__ import annotations
@@ -28,15 +30,16 @@ import contextlib
 import json
 import logging
 import types
-from typing import Final, NoReturn, final
+from typing import Final, final
 
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
 
-from ._connector import StreamLeft, StreamNews
+from . import _protocol
+from ._connector import StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._sockio import can_send_now, close_now, discard_unread, read_some, send_now
+from ._http._sockio import can_send_now, close_now, discard_unread, read_some, send_now
 
 __all__ = ["ProcessSocket"]
 
@@ -46,14 +49,12 @@ logger = logging.getLogger("letagents_trio.transport")
 _RECEIVE_BYTES: Final = 4096
 # The normal close code (RFC 6455, section 7.4.1).
 _NORMAL_CLOSURE: Final = 1000
-# Connection ids are UUIDs; anything longer is not one and is not kept.
-_MAX_CONNECTION_ID: Final = 128
 
 
 def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
     """The exit frame and a normal close, as a client writes them (each with a fresh mask).
 
-    Two frames, written together or the close later (:meth:`ProcessSocket.send_exit_now`).
+    Two frames, written together or the close later (:meth:`ProcessSocket.send_exit_nowait`).
     Serialized by a connection of their own, so that they can be made before
     they are sent: WebSocket frames stand alone, and the socket's own
     connection sends nothing after them.
@@ -69,7 +70,8 @@ def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
 class ProcessSocket:
     """One open process socket: the stream, its wsproto connection and its clock.
 
-    Iterated, it yields :class:`StreamNews` until the socket ends.
+    A :class:`~letagents_trio.ProcessStream`: iterated, it yields
+    :class:`StreamNews` until the socket ends; the exit goes over it.
 
     Cancellation:
         Each step of the iteration is a checkpoint (the wait for the next
@@ -231,24 +233,15 @@ class ProcessSocket:
             return self._exit
         return _exit_frames(connection_id)
 
-    def send_exit_now(self, connection_id: str | None, *, close: bool = True) -> bool | None:
-        """Write the exit frame (and, unless told not to, a normal close) without a checkpoint.
-
-        Args:
-            connection_id: the connection the exit names.
-            close: False writes the exit frame alone and keeps the normal close
-                for :meth:`close`. The room answers a close with its own, and
-                nothing else of the exit: written alone, the exit leaves the
-                room nothing to answer until the socket is closed, so the
-                reader is not woken while the goodbye writes thousands of
-                exits (each reader then wakes once, to be stopped).
+    def _write_now(self, connection_id: str | None, *, close: bool) -> bool | None:
+        """Write the exit frame (and, when ``close``, a normal close) without a checkpoint.
 
         Returns:
             True when what was to be written was written whole. None when
             nothing can be written at once and nothing was done (not a plain
-            socket, or a pong is on its way). False otherwise: the socket cannot take the
-            exit (closed, broken), or the kernel took only part of it, and
-            :meth:`send_exit` must send the rest.
+            socket, or a pong is on its way). False otherwise: the socket
+            cannot take the exit (closed, broken), or the kernel took only
+            part of it, and :meth:`send_exit` must send the rest.
         """
         if self._send_lock.locked() or not can_send_now(self._stream):
             return None
@@ -268,17 +261,31 @@ class ProcessSocket:
         self._exit_written = not self._unsent
         return self._exit_written
 
-    async def send_exit(self, connection_id: str | None) -> bool:
+    def send_exit_nowait(self, connection_id: str) -> bool:
+        """Write the exit frame alone at once, without a checkpoint; whether it went whole.
+
+        Its normal close is written as the socket closes (:meth:`aclose`).
+        The room answers a close with its own, and nothing else of the exit:
+        written alone, the exit leaves the room nothing to answer until the
+        socket is closed, so the reader is not woken while the goodbye writes
+        thousands of exits (each reader then wakes once, to be stopped).
+        False when the socket is not a plain one, a pong is on its way, or
+        the kernel took only part of it (:meth:`send_exit` sends the rest).
+        """
+        return bool(self._write_now(connection_id, close=False))
+
+    async def send_exit(self, connection_id: str) -> bool:
         """Send the exit frame and a normal close; whether the socket took them.
 
-        At once when it can (:meth:`send_exit_now`); what the kernel could not
-        take at once, or all of it on a stream that cannot be written so, goes
-        out in turn with the reader's pongs.
+        At once when it can; what the kernel could not take at once (or all
+        of it on a stream that cannot be written so, or the rest of a
+        :meth:`send_exit_nowait` cut short) goes out in turn with the reader's
+        pongs.
 
         Cancellation:
             A checkpoint; under the caller's exit deadline.
         """
-        sent = self.send_exit_now(connection_id)
+        sent = self._write_now(connection_id, close=True)
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
@@ -299,27 +306,24 @@ class ProcessSocket:
         self._exit_written = True
         return True
 
-    async def _leave(self, *, answered: bool) -> NoReturn:
-        """The reader woke after the exit began: end the attempt as a stop, or wait to be stopped.
+    async def _leave(self, *, answered: bool) -> None:
+        """The reader woke after the exit began: end the iteration, or wait to be stopped.
 
         - The exit is written whole and nothing more can come (the socket was
           closed, by the goodbye that wrote it or by the room, or broke, or
-          stayed silent past the ping deadline): the attempt ends here, as a
-          stop and not a drop (:class:`~letagents_trio._connector.StreamLeft`,
-          raised outside any except block so that no network error is chained
-          to it). The holder unwinds in this one wake-up.
+          stayed silent past the ping deadline): the iteration ends here, and
+          the holder, which is leaving, stops in this one wake-up.
         - The room answered (its closing frame, or a ping that crossed the
           exit): the answer is not even parsed, and the reader waits to be
-          stopped. The manager stops the holders once every exit that could go
-          at once is written, so ten thousand answers arriving meanwhile do
-          not unwind ten thousand holders between two exits.
+          stopped. The goodbye stops the holders once every exit that could go
+          at once is written, so thousands of answers arriving meanwhile do
+          not unwind thousands of holders between two exits.
         - The exit is still being written: the socket stays open for the
           writer, and the reader waits to be stopped.
         """
         if self._exit_written and not answered:
-            raise StreamLeft("process exit")
+            raise StopAsyncIteration
         await trio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def release(self) -> None:
         """Let wsproto's parser go now, not at the collector's next full pass.
@@ -340,6 +344,8 @@ class ProcessSocket:
     async def aclose(self) -> None:
         """Close the socket: at once when it can be (:meth:`close`), else forcefully.
 
+        Idempotent, and safe from another task than the reader's.
+
         Cancellation:
             Closes even when cancelled; a checkpoint only when :meth:`close`
             could not close the stream synchronously.
@@ -351,10 +357,10 @@ class ProcessSocket:
         """Close the socket now, without a checkpoint; False when only the holder can.
 
         The reader waiting on it wakes, sees :attr:`leaving` and ends the
-        attempt with :class:`~letagents_trio._connector.StreamLeft`. After
+        iteration (the holder, leaving, stops). After
         an exit, what the room sent meanwhile is read and dropped first, so
         that the close is an orderly end, not a reset that could cost the
-        room the exit (see :func:`~letagents_trio._sockio.discard_unread`);
+        room the exit (see :func:`~letagents_trio._http._sockio.discard_unread`);
         after an exit written alone, its normal close goes first.
         """
         if self.leaving:
@@ -377,7 +383,5 @@ def _server_frame(text: str) -> tuple[str | None, str | None]:
         return None, None
     event = value.get("event")
     kind = event if isinstance(event, str) else None
-    named = value.get("connection_id") if kind == "open" else None
-    if isinstance(named, str) and 0 < len(named) <= _MAX_CONNECTION_ID and named.isprintable():
-        return kind, named
-    return kind, None
+    named = _protocol.connection_id_or_none(value.get("connection_id")) if kind == "open" else None
+    return kind, named

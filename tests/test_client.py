@@ -45,6 +45,7 @@ from letagents_trio._protocol import (
     SESSION_TOKEN_HEADER,
 )
 from letagents_trio._session import AgentSession
+from letagents_trio._sse_connector import STREAM_HEADERS
 from letagents_trio.testing._transport import open_streaming_transport
 from letagents_trio.workers._state import LocalStateStore
 
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, MutableMapping
     from pathlib import Path
 
-    from letagents_trio._http1 import HTTP1Response
+    from letagents_trio._http import Response
 
 API = "http://room.test"
 OWNER_TOKEN = "owner-token-5b0c9e1f"
@@ -353,7 +354,7 @@ async def test_server_receives_encoded_paths() -> None:
             await client.call("GET", client.session_url(session, "/x"), session=session)
             await client.call("GET", f"/rooms/{encode_room_path('owner/repo name')}/messages")
             await client.announce_exit(session, None)
-            async with client.open_process_stream(session):
+            async with open_process_stream(client, session):
                 pass
     assert [seen.raw_path for seen in room.seen] == [
         b"/rooms/owner/repo%20name/agent-sessions/a%2Fb/x",
@@ -764,7 +765,18 @@ class TrackedStream(httpx2.AsyncByteStream):
         self.closed = True
 
 
-async def read_all(response: HTTP1Response) -> bytes:
+@asynccontextmanager
+async def open_process_stream(client: RoomClient, session: AgentSession) -> AsyncIterator[Response]:
+    """``GET …/process`` as the SSE connector sends it, through the client's seam."""
+    url = client.session_url(session, "/process")
+    response = await client.start_request("GET", url, session=session, headers=STREAM_HEADERS)
+    try:
+        yield response
+    finally:
+        await response.aclose()
+
+
+async def read_all(response: Response) -> bytes:
     chunks = []
     while chunk := await response.next_chunk():
         chunks.append(chunk)
@@ -782,7 +794,7 @@ async def test_process_stream_yields_the_unread_response_whatever_the_status(
     room = Room([httpx2.Response(status, headers={"Content-Type": content_type}, stream=body)])
     with trio.fail_after(1):
         async with client_for(room) as client:
-            async with client.open_process_stream(SESSION) as response:
+            async with open_process_stream(client, SESSION) as response:
                 assert response.status == status
                 assert response.header("Content-Type") == content_type
                 assert await read_all(response) == b": connected\n\ndata: x\n\n"
@@ -817,9 +829,9 @@ async def test_process_stream_closes_an_endless_stream_on_exit(
     with trio.fail_after(60):
         async with (
             open_streaming_transport(app) as transport,
-            RoomClient(API, owner_token=OWNER_TOKEN, transport=transport) as client,
+            RoomClient(API, owner_token=OWNER_TOKEN, transport=transport, opener=transport) as client,
         ):
-            async with client.open_process_stream(SESSION) as response:
+            async with open_process_stream(client, SESSION) as response:
                 # Unread: reading to the end would close it before we leave.
                 assert response.status == 200
                 await trio.testing.wait_all_tasks_blocked()
@@ -837,7 +849,7 @@ async def test_process_stream_network_errors_are_room_unreachable() -> None:
         async with client_for(room) as client:
             # The room's side cuts the connection before answering.
             with pytest.raises(RoomUnreachable, match="failed: RemoteProtocolError") as caught:
-                async with client.open_process_stream(SESSION):
+                async with open_process_stream(client, SESSION):
                     pytest.fail("the stream opened")  # pragma: no cover
     assert_no_secret(str(caught.value))
 
@@ -855,7 +867,7 @@ async def test_process_stream_read_errors_are_room_unreachable() -> None:
         async with client_for(room) as client:
             # A reset cuts the chunked body short.
             with pytest.raises(RoomUnreachable, match="failed: RemoteProtocolError"):
-                async with client.open_process_stream(SESSION) as response:
+                async with open_process_stream(client, SESSION) as response:
                     await read_all(response)
 
 

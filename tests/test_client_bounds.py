@@ -40,7 +40,7 @@ App = Any
 async def client_for(app: App, **options: Any) -> AsyncIterator[RoomClient]:
     async with (
         open_streaming_transport(app) as transport,
-        RoomClient(API, transport=transport, **options) as client,
+        RoomClient(API, transport=transport, opener=transport, **options) as client,
     ):
         yield client
 

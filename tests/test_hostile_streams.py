@@ -28,8 +28,10 @@ from letagents_trio import (
     Outcome,
     ProcessHolder,
     RoomClient,
+    SSEConnector,
     open_connection_manager,
 )
+from letagents_trio._protocol import MAX_EVENT_BYTES
 from letagents_trio.testing import open_streaming_transport
 from letagents_trio.testing._transport import BODY_BUFFER_CHUNKS
 
@@ -137,13 +139,19 @@ async def held(
     *,
     policy: HoldPolicy | None = None,
     ended: list[AgentSession] | None = None,
+    max_event_bytes: int = MAX_EVENT_BYTES,
 ) -> AsyncIterator[tuple[ProcessHolder, trio.MemoryReceiveChannel[HolderEvent]]]:
     """Hold SESSION against ``room``; yield its holder and the manager's timeline."""
 
     async with (
         open_streaming_transport(room.app) as transport,
-        RoomClient(API_URL, transport=transport) as client,
-        open_connection_manager(client, policy=policy, state=_Ended(ended)) as manager,
+        RoomClient(API_URL, transport=transport, opener=transport) as client,
+        open_connection_manager(
+            client,
+            policy=policy,
+            state=_Ended(ended),
+            connector=SSEConnector(client, max_event_bytes=max_event_bytes),
+        ) as manager,
     ):
         with manager.subscribe(math.inf) as events:
             holder = manager.hold(SESSION)
@@ -216,7 +224,7 @@ async def test_an_oversized_event_is_a_protocol_error_at_the_policys_limit(
     line = b"data: " + b"y" * 1000 + b"\n"
     room = HostileRoom(chunks_then([b": connected\n\n", *[line] * 5]), hold_open)
     with trio.fail_after(60):
-        async with held(room, policy=HoldPolicy(max_event_bytes=4096)) as (holder, events):
+        async with held(room, max_event_bytes=4096) as (holder, events):
             closed = await next_event(events, EventKind.CLOSED)
             assert (closed.time, closed.outcome, closed.detail) == (
                 0,
@@ -232,7 +240,7 @@ async def test_an_event_of_many_empty_data_lines_is_bounded_too(
 ) -> None:
     room = HostileRoom(chunks_then([b"data:\n" * 2048]), hold_open)
     with trio.fail_after(60):
-        async with held(room, policy=HoldPolicy(max_event_bytes=1024)) as (_, events):
+        async with held(room, max_event_bytes=1024) as (_, events):
             closed = await next_event(events, EventKind.CLOSED)
             assert (closed.time, closed.detail) == (0, "protocol error")
 
@@ -242,7 +250,7 @@ async def test_an_event_within_the_limit_keeps_the_stream_open(
 ) -> None:
     room = HostileRoom(chunks_then([b"data: " + b"z" * 4000 + b"\n\n", open_event("c-ok")]))
     with trio.fail_after(60):
-        async with held(room, policy=HoldPolicy(max_event_bytes=4096)) as (holder, events):
+        async with held(room, max_event_bytes=4096) as (holder, events):
             connection = await next_event(events, EventKind.CONNECTION)
             assert connection.connection_id == "c-ok"
             assert holder.status is HolderStatus.OPEN

@@ -168,11 +168,16 @@ class FakeRoom:
     # --- clients and sessions ------------------------------------------------------
 
     def client(self, *, owner_token: str | None = None, **options: Any) -> RoomClient:
-        """A :class:`~letagents_trio.RoomClient` for this room (the caller closes it)."""
+        """A :class:`~letagents_trio.RoomClient` for this room (the caller closes it).
+
+        Its ordinary calls and its process connection's requests (over the
+        lean HTTP/1.1 path) both reach this room in memory.
+        """
         return RoomClient(
             self.api_url,
             owner_token=self.owner_token if owner_token is None else owner_token,
             transport=self.transport,
+            opener=self.transport,
             **options,
         )
 

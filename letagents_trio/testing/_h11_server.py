@@ -1,6 +1,6 @@
 """A tiny HTTP/1.1 server over one in-memory stream: serve an ASGI app with h11.
 
-The lean client (:mod:`letagents_trio._http1`) writes real HTTP/1.1 bytes; in
+The lean HTTP/1.1 path (:mod:`letagents_trio._http`) writes real HTTP/1.1 bytes; in
 tests they go over a ``trio.testing.lockstep_stream_pair`` to this server,
 which parses them with h11 and calls the app, so every holder and manager test
 exercises the client's own framing. Nothing touches a socket or a thread:

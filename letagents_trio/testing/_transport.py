@@ -25,9 +25,10 @@ Life of one request:
 5. When the client closes the response (or cancels the request), the app's
    ``receive`` answers ``http.disconnect`` and later sends are dropped.
 
-The same object is also a :class:`~letagents_trio._http1.StreamOpener`, so a
-:class:`~letagents_trio.RoomClient` given it sends its lean requests (process
-streams, exits) to the same app: :meth:`StreamingASGITransport.open_stream`
+The same object is also an opener of the lean HTTP/1.1 path
+(:class:`~letagents_trio._http.Opener`), so a :class:`~letagents_trio.RoomClient`
+given it as ``opener=`` too sends the process connection's requests
+(streams, upgrades, exits) to the same app: :meth:`StreamingASGITransport.open_stream`
 hands the client one end of an in-memory stream pair and serves the other end
 with :func:`~letagents_trio.testing._h11_server.serve_http1` (real HTTP/1.1
 bytes, parsed by h11 on both sides) in the transport's nursery. A WebSocket
@@ -42,16 +43,18 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import httpx2
 import trio
 import trio.testing
 
-from .._http1 import Connected, Origin
 from ._asgi import ASGIApp, Message
 from ._h11_server import serve_http1
+
+if TYPE_CHECKING:
+    from .._http import Origin
 
 __all__ = ["ASGIApp", "StreamingASGITransport", "open_streaming_transport"]
 
@@ -248,12 +251,11 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
             exchange.finish_body()
             exchange.app_done.set()
 
-    async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
-        """A fresh in-memory connection to the app (the lean client's seam).
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+        """A fresh in-memory connection to the app (the lean path's seam).
 
         The app sees ``origin``'s host and port as the server and the
-        transport's ``client`` as the peer. ``tunnel`` changes nothing here:
-        there is no proxy in memory.
+        transport's ``client`` as the peer.
 
         Raises:
             ConnectionRefusedError: the transport is closed.
@@ -276,7 +278,7 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
             )
         )
         await trio.lowlevel.checkpoint()
-        return Connected(client_end)
+        return client_end
 
     async def aclose(self) -> None:
         """Nothing to close: the transport lives as long as its nursery.

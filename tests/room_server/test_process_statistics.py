@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio.testing
 
-from letagents_trio import HolderStatus, HoldPolicy, open_connection_manager
+from letagents_trio import HolderStatus, WebSocketConnector, open_connection_manager
 from letagents_trio.room_server._room import STATISTICS_ADMIN_TEXT
 
 from .helpers import (
@@ -120,7 +120,7 @@ async def test_an_exit_over_the_socket_is_counted_as_such(
     room, owner = fake_room.room, fake_room.owner_token
     async with fake_room.client() as client:
         async with open_connection_manager(
-            client, policy=HoldPolicy(transport="websocket")
+            client, connector=WebSocketConnector(client)
         ) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)

@@ -1,41 +1,32 @@
-"""A lean HTTP/1.1 client for the process stream and the exit: h11 over trio streams.
+"""The lean HTTP/1.1 path: one request on a connection of its own, h11 over a trio stream.
 
 The two requests a connection manager sends by the thousand, the long-lived
-``GET …/process`` and the ``POST …/process/exit`` of the goodbye, go through
-this module instead of httpx2. Each needs one connection and one exchange, so
-the machinery of a general client (a pool and a transport per request, a
-timeout scope per read and write, a cookie jar, address resolution per
-connection) is pure cost. Here a request is:
+``GET …/process`` and the ``POST …/process/exit`` of the goodbye, need one
+connection and one exchange each, so the machinery of a general client (a
+pool and a transport per request, a timeout scope per read and write, a
+cookie jar) is cost they do not need. Here a request is:
 
-1. a :class:`Connected` stream from a :class:`StreamOpener` for the URL's
-   :class:`Origin` (the seam: :class:`~letagents_trio._net.NetworkOpener` dials
-   TCP, TLS and proxies; the testing kit serves an app in memory);
+1. a stream from an :class:`Opener` for the URL's :class:`Origin`
+   (:class:`~letagents_trio._http.NetworkOpener` dials TCP and TLS; the
+   testing kit serves an app in memory);
 2. the request written with one ``h11.Connection``, then the response head read;
 3. :class:`HTTP1Response` handed to the caller, who reads the body chunk by
-   chunk (:meth:`~HTTP1Response.next_chunk`) or whole (:meth:`~HTTP1Response.read`);
-4. the stream closed forcefully when :func:`open_request`'s block is left, by
-   cancellation or otherwise: one socket close, no generator to unwind.
+   chunk (:meth:`~HTTP1Response.next_chunk`) and closes it: one socket close,
+   no generator to unwind.
 
 There is no timeout here at all: the holder's scope owns the answer time and
 silence, the manager's shielded deadline owns the goodbye.
 
-**Upgrades** (the seam for a WebSocket connector). A request carrying
-``Upgrade`` that the server answers with ``101`` leaves the connection in
-h11's ``SWITCHED_PROTOCOL`` state; :meth:`HTTP1Response.detach` then returns
-the raw stream, with any bytes h11 read past the response head put back in
-front. The stream still belongs to the :func:`open_request` block, which
-closes it when left. Pass ``tunnel=True`` so that an ``http`` origin behind a
-forwarding proxy is reached through ``CONNECT`` (an upgrade cannot go through
-a proxy that forwards requests one by one).
-
-Failures of the network or of the peer's HTTP surface as :class:`HTTPFailure`,
-whose message is only the exception's type name (never a URL or a header).
+**Upgrades.** A request carrying ``Upgrade`` that the server answers with
+``101`` leaves the connection in h11's ``SWITCHED_PROTOCOL`` state;
+:meth:`HTTP1Response.detach` then returns the raw stream, with any bytes h11
+read past the response head put back in front (:class:`Prefixed`). The stream
+still belongs to the response, which closes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Protocol, final
 from urllib.parse import urlsplit
 
@@ -43,21 +34,18 @@ import attrs
 import h11
 import trio
 
+from .._version import __version__
 from ._sockio import READ_SIZE, Prefixed, close_now, read_some
-from ._version import __version__
 
 __all__ = [
     "MAX_HEAD_BYTES",
     "NETWORK_ERRORS",
-    "Connected",
     "HTTP1Response",
     "HTTPFailure",
+    "Opener",
     "Origin",
-    "StreamOpener",
-    "exchange_head",
     "failure_kind",
     "header_value",
-    "open_request",
     "request_bytes",
     "split_url",
     "start_request",
@@ -105,16 +93,6 @@ class Origin:
             return host
         return f"{host}:{self.port}"
 
-    @property
-    def address(self) -> str:
-        """``host:port``, the port always written (the form ``CONNECT`` needs)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-    def absolute(self, target: str) -> str:
-        """``target`` (``/path?query``) as the whole URL a forwarding proxy is given."""
-        return f"{self.scheme}://{self.authority}{target}"
-
 
 def split_url(url: str) -> tuple[Origin, str]:
     """Split an absolute ``http``/``https`` URL into its origin and its request target.
@@ -133,37 +111,19 @@ def split_url(url: str) -> tuple[Origin, str]:
     return Origin(scheme, parts.hostname, port), target
 
 
-@final
-@attrs.frozen
-class Connected:
-    """A stream to an origin (or to a proxy that forwards to it), ready for a request.
-
-    Attributes:
-        stream: the byte stream, TLS already wrapped when the origin is https.
-        absolute_form: the stream goes to a forwarding proxy, so the request
-            target is the whole URL (``GET http://host/path``).
-        proxy_headers: headers such a proxy needs on every request
-            (``Proxy-Authorization``).
-    """
-
-    stream: trio.abc.Stream
-    absolute_form: bool = False
-    proxy_headers: tuple[tuple[str, str], ...] = ()
-
-
-class StreamOpener(Protocol):
+class Opener(Protocol):
     """Opens the byte stream a lean request is written on.
 
-    :class:`~letagents_trio._net.NetworkOpener` is the real one;
+    :class:`~letagents_trio._http.NetworkOpener` is the real one;
     :class:`letagents_trio.testing.StreamingASGITransport` is one in memory.
     """
 
-    async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
-        """Connect to ``origin``; ``tunnel`` asks for a raw path even through a proxy.
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+        """Connect to ``origin`` (TLS already wrapped when it is https).
 
         Raises:
             OSError: (or another of the network errors) the connection failed;
-                :func:`open_request` reports it as :class:`HTTPFailure`.
+                :func:`start_request` reports it as :class:`HTTPFailure`.
 
         Cancellation:
             A checkpoint; cancelled, nothing is left open.
@@ -173,7 +133,7 @@ class StreamOpener(Protocol):
 
 @final
 class HTTP1Response:
-    """The head of a response, and its body to read. Made by :func:`open_request`.
+    """The head of a response, and its body to read. Made by :func:`start_request`.
 
     Attributes:
         status: the status code.
@@ -235,9 +195,9 @@ class HTTP1Response:
                 event = self._conn.next_event()
                 if event is h11.NEED_DATA:
                     self._conn.receive_data(await read_some(self._stream, READ_SIZE))
-                elif type(event) is h11.Data:
+                elif isinstance(event, h11.Data):
                     return bytes(event.data)
-                elif type(event) is h11.EndOfMessage:
+                elif isinstance(event, h11.EndOfMessage):
                     self._done = True
                     return b""
                 else:
@@ -269,8 +229,7 @@ class HTTP1Response:
     def detach(self) -> trio.abc.Stream:
         """The raw stream after a ``101 Switching Protocols`` (see the module docstring).
 
-        The stream stays owned by the :func:`open_request` block: it is closed
-        when the block is left.
+        The stream stays owned by the response: closing the response closes it.
 
         Raises:
             RuntimeError: the server did not switch protocols.
@@ -311,7 +270,7 @@ def request_bytes(
     """One request to ``origin`` as it goes on the wire (origin form), head and body.
 
     Serialized by h11, which checks every field (no line breaks smuggled in a
-    value); for :class:`letagents_trio._pool.KeepAlivePool`, whose requests
+    value); for :class:`~letagents_trio._http._pool.KeepAlivePool`, whose requests
     are made ahead of the moment they are sent.
 
     Raises:
@@ -332,7 +291,7 @@ def failure_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-async def exchange_head(
+async def _exchange_head(
     stream: trio.abc.Stream, conn: h11.Connection, request: h11.Request, body: bytes | None
 ) -> h11.Response | h11.InformationalResponse:
     """Write ``request`` (and its ``body``) with ``conn``; read the response head.
@@ -355,10 +314,10 @@ async def exchange_head(
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                conn.receive_data(bytes(await stream.receive_some(READ_SIZE)))
-            elif type(event) is h11.Response:
+                conn.receive_data(await read_some(stream, READ_SIZE))
+            elif isinstance(event, h11.Response):
                 return event
-            elif type(event) is h11.InformationalResponse:
+            elif isinstance(event, h11.InformationalResponse):
                 if event.status_code == 101:
                     return event
             else:
@@ -369,20 +328,16 @@ async def exchange_head(
 
 
 async def start_request(
-    opener: StreamOpener,
+    opener: Opener,
     origin: Origin,
     target: str,
     method: str,
     headers: Sequence[tuple[str, str]],
     body: bytes | None = None,
-    *,
-    tunnel: bool = False,
 ) -> HTTP1Response:
     """Send one request on a connection of its own; return the response, body unread.
 
-    The caller closes the response (:meth:`HTTP1Response.close`, or
-    :meth:`~HTTP1Response.aclose` when that returns False); :func:`open_request`
-    is the same as a block that does so.
+    The caller closes the response (:meth:`HTTP1Response.aclose`).
 
     Args:
         opener: where the connection comes from.
@@ -392,7 +347,6 @@ async def start_request(
         headers: the request headers (``Host``, ``User-Agent`` and
             ``Content-Length`` are added here).
         body: the request body, if any.
-        tunnel: see :meth:`StreamOpener.open_stream` (for upgrades).
 
     Raises:
         HTTPFailure: the connection or the exchange failed (the connection
@@ -402,46 +356,15 @@ async def start_request(
         A checkpoint; cancelled, the connection is closed.
     """
     try:
-        connected = await opener.open_stream(origin, tunnel=tunnel)
+        stream = await opener.open_stream(origin)
     except NETWORK_ERRORS as exc:
         raise HTTPFailure(failure_kind(exc)) from exc
-    stream = connected.stream
     try:
-        fields = _fields(origin, [*headers, *connected.proxy_headers], body)
-        if connected.absolute_form:
-            target = origin.absolute(target)
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        request = h11.Request(method=method, target=target, headers=fields)
-        head = await exchange_head(stream, conn, request, body)
+        request = h11.Request(method=method, target=target, headers=_fields(origin, headers, body))
+        head = await _exchange_head(stream, conn, request, body)
     except BaseException:
         if not close_now(stream):
             await trio.aclose_forcefully(stream)
         raise
     return HTTP1Response(stream, conn, head)
-
-
-@asynccontextmanager
-async def open_request(
-    opener: StreamOpener,
-    origin: Origin,
-    target: str,
-    method: str,
-    headers: Sequence[tuple[str, str]],
-    body: bytes | None = None,
-    *,
-    tunnel: bool = False,
-) -> AsyncIterator[HTTP1Response]:
-    """:func:`start_request` as a block: leaving it closes the connection at once.
-
-    Raises:
-        HTTPFailure: the connection or the exchange failed.
-
-    Cancellation:
-        A checkpoint. Leaving the block, by cancellation or otherwise, closes
-        the connection (no TLS close_notify, nothing to drain).
-    """
-    response = await start_request(opener, origin, target, method, headers, body, tunnel=tunnel)
-    try:
-        yield response
-    finally:
-        await response.aclose()

@@ -24,10 +24,9 @@ answered on, and the next request takes one of them when it is free:
   Only requests that may be sent twice belong here: a replayed exit changes
   nothing (PROTOCOL R5).
 
-Requests are bytes serialized ahead in origin form
-(:func:`letagents_trio._http1.request_bytes`); through a forwarding proxy their
-request line names the whole URL and the proxy's fields are added.
-Nothing here has a timeout: the caller bounds each :meth:`KeepAlivePool.exchange`.
+Requests are bytes serialized by the caller
+(:func:`~letagents_trio._http._request.request_bytes`). Nothing here has a
+timeout: the caller bounds each :meth:`KeepAlivePool.exchange`.
 """
 
 from __future__ import annotations
@@ -38,13 +37,12 @@ import attrs
 import h11
 import trio
 
-from ._http1 import (
+from ._request import (
     MAX_HEAD_BYTES,
     NETWORK_ERRORS,
-    Connected,
     HTTPFailure,
+    Opener,
     Origin,
-    StreamOpener,
     failure_kind,
     header_value,
 )
@@ -74,7 +72,7 @@ class Answer:
 @final
 @attrs.define(eq=False)
 class _Connection:
-    connected: Connected
+    stream: trio.abc.Stream
     conn: h11.Connection
     # Whether an answer was read on it: if not, it is new.
     reused: bool = False
@@ -91,19 +89,14 @@ class KeepAlivePool:
     Args:
         opener: where the connections come from.
         origin: the origin every request goes to.
-        max_body: the largest answer body read; a larger one fails its request
-            (``BodyTooLarge``) and its connection is closed.
         keep: the most idle connections kept open.
     """
 
-    def __init__(
-        self, opener: StreamOpener, origin: Origin, *, max_body: int, keep: int = KEEP_IDLE
-    ) -> None:
+    def __init__(self, opener: Opener, origin: Origin, *, keep: int = KEEP_IDLE) -> None:
         if keep < 0:
             raise ValueError(f"keep must not be negative, got {keep}")
         self._opener = opener
         self._origin = origin
-        self._max_body = max_body
         self._keep = keep
         self._idle: list[_Connection] = []
         self._closed = False
@@ -114,10 +107,10 @@ class KeepAlivePool:
         )
 
     def __repr__(self) -> str:
-        return f"<KeepAlivePool {self._origin.address} idle={len(self._idle)}>"
+        return f"<KeepAlivePool {self._origin.authority} idle={len(self._idle)}>"
 
-    async def exchange(self, data: bytes) -> Answer:
-        """Send one serialized request and read its answer.
+    async def exchange(self, data: bytes, *, max_body: int) -> Answer:
+        """Send one serialized request and read its answer (a body over ``max_body`` fails it).
 
         Raises:
             HTTPFailure: the connection failed; or broke before the answer
@@ -130,10 +123,10 @@ class KeepAlivePool:
         """
         if self._idle:
             try:
-                return await self._exchange_on(self._idle.pop(), data)
+                return await self._exchange_on(self._idle.pop(), data, max_body)
             except _Stale:
                 pass  # the room closed it while idle: once more, on a new one
-        return await self._exchange_on(await self._connect(), data)
+        return await self._exchange_on(await self._connect(), data, max_body)
 
     async def aclose(self) -> None:
         """Close the idle connections; later exchanges fail.
@@ -151,25 +144,23 @@ class KeepAlivePool:
         if self._closed:
             raise HTTPFailure("the pool is closed")
         try:
-            connected = await self._opener.open_stream(self._origin)
+            stream = await self._opener.open_stream(self._origin)
         except NETWORK_ERRORS as exc:
             raise HTTPFailure(failure_kind(exc)) from exc
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        return _Connection(connected, conn)
+        return _Connection(stream, conn)
 
-    async def _exchange_on(self, connection: _Connection, data: bytes) -> Answer:
+    async def _exchange_on(self, connection: _Connection, data: bytes, max_body: int) -> Answer:
         """Write ``data`` on ``connection``, read the answer, keep or close the connection.
 
         Raises:
             _Stale: a kept-alive connection broke before any byte of the answer.
         """
         conn = connection.conn
-        stream = connection.connected.stream
+        stream = connection.stream
         got_bytes = False
         try:
             try:
-                if connection.connected.absolute_form or connection.connected.proxy_headers:
-                    data = self._proxied(connection.connected, data)
                 await stream.send_all(data)
                 conn.send(self._stand_in)
                 conn.send(h11.EndOfMessage())
@@ -181,15 +172,15 @@ class KeepAlivePool:
                         chunk = await read_some(stream, READ_SIZE)
                         got_bytes = got_bytes or bool(chunk)
                         conn.receive_data(chunk)
-                    elif type(event) is h11.Response:
+                    elif isinstance(event, h11.Response):
                         head = event
-                    elif type(event) is h11.Data:
+                    elif isinstance(event, h11.Data):
                         body += event.data
-                        if len(body) > self._max_body:
+                        if len(body) > max_body:
                             raise _TooLarge
-                    elif type(event) is h11.EndOfMessage:
+                    elif isinstance(event, h11.EndOfMessage):
                         break
-                    elif type(event) is not h11.InformationalResponse:
+                    elif not isinstance(event, h11.InformationalResponse):
                         # ConnectionClosed: the room closed it without an answer.
                         raise h11.RemoteProtocolError("server disconnected without an answer")
             except BaseException:
@@ -217,17 +208,6 @@ class KeepAlivePool:
             await _close(connection)
         return Answer(head.status_code, tuple(head.headers), bytes(body))
 
-    def _proxied(self, connected: Connected, data: bytes) -> bytes:
-        """``data`` as a forwarding proxy takes it: the whole URL, and the proxy's fields."""
-        line, _, rest = data.partition(b"\r\n")
-        method, target, version = line.split(b" ")
-        if connected.absolute_form:
-            target = self._origin.absolute(target.decode("ascii")).encode("ascii")
-        fields = b"".join(
-            f"{name}: {value}\r\n".encode("latin-1") for name, value in connected.proxy_headers
-        )
-        return b"%s %s %s\r\n%s%s" % (method, target, version, fields, rest)
-
 
 class _Stale(Exception):
     """A kept-alive connection broke before any of its answer: the room closed it idle."""
@@ -235,6 +215,6 @@ class _Stale(Exception):
 
 async def _close(connection: _Connection) -> None:
     """Close ``connection`` at once (a socket close), or forcefully when only aclose can."""
-    stream = connection.connected.stream
+    stream = connection.stream
     if not close_now(stream):
         await trio.aclose_forcefully(stream)

@@ -1,0 +1,187 @@
+"""HTTP for the process connection, and the one seam that decides which stack sends it.
+
+A room client sends two kinds of request. Ordinary API calls (registration,
+messages, …) always go through httpx2. The requests a connection manager
+makes by the thousand — the process stream (``GET …/process``, as SSE or as
+a WebSocket upgrade) and the exit (``POST …/process/exit``) — go through a
+:class:`Stack`, picked once, when the client is made, by :func:`choose_stack`:
+
+=====================================  ==========================================
+the client was given                   the process connection's requests go
+=====================================  ==========================================
+an ``opener``                          the lean path over that opener
+an httpx2 ``transport``, no opener     httpx2, through that transport
+neither, and a proxy is configured     httpx2, whose proxy rules (``NO_PROXY``
+in the environment                     included) decide for every request
+neither, and no proxy                  the lean path over the network
+=====================================  ==========================================
+
+So every request of one client follows one set of proxy rules, httpx2's (the
+standard library's ``getproxies`` read the environment for both: a proxy
+configured for no scheme is no proxy); a proxy httpx2 cannot use fails the
+request loudly and is never bypassed.
+
+**The lean path** (:class:`LeanStack`) is HTTP/1.1 with h11 over trio
+streams: one connection per stream, the exits over kept-alive connections
+one request at a time (:mod:`._pool`), no timeout anywhere (the holder's
+scope owns the answer time and silence, the manager's shielded deadline the
+goodbye). An :class:`Opener` gives it its connections:
+:class:`NetworkOpener` dials TCP (Happy Eyeballs over cached addresses) and
+TLS; the testing kit serves an app in memory.
+
+**The httpx2 path** (:class:`HTTPXStack`) sends the same requests through
+the client's ``httpx2.AsyncClient``; a WebSocket upgrade's raw stream is the
+``network_stream`` httpx2 hands over after ``101``.
+
+Both report a failure of the network or of the peer's HTTP as
+:class:`HTTPFailure`, whose message is only a type name (never a URL or a
+header).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+from urllib.request import getproxies
+
+from ._httpx import HTTPXStack
+from ._lean import LeanStack
+from ._net import NetworkOpener
+from ._pool import Answer
+from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
+from ._sockio import Prefixed
+
+if TYPE_CHECKING:
+    import httpx2
+    import trio
+
+__all__ = [
+    "Answer",
+    "HTTP1Response",
+    "HTTPFailure",
+    "HTTPXStack",
+    "LeanStack",
+    "NetworkOpener",
+    "Opener",
+    "Origin",
+    "Prefixed",
+    "Response",
+    "Stack",
+    "choose_stack",
+    "proxy_configured",
+    "split_url",
+]
+
+# The environment's proxy schemes httpx2 mounts (the others, such as ftp, it ignores).
+_PROXIED_SCHEMES = ("http", "https", "all")
+
+
+class Response(Protocol):
+    """The head of a process-connection response, and its body or raw stream to come."""
+
+    @property
+    def status(self) -> int:
+        """The status code."""
+        ...
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or None."""
+        ...
+
+    async def next_chunk(self) -> bytes:
+        """The next bytes of the body as they arrive; ``b""`` once it has ended.
+
+        Raises:
+            HTTPFailure: the connection broke or the body was misframed.
+
+        Cancellation:
+            A checkpoint; cancelled, the response is no longer usable.
+        """
+        ...
+
+    def detach(self) -> trio.abc.Stream:
+        """The raw stream after ``101 Switching Protocols``, owned by this response.
+
+        Raises:
+            RuntimeError: the server did not switch protocols.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close the connection at once (no TLS close_notify, nothing drained).
+
+        Cancellation:
+            Closes even when cancelled.
+        """
+        ...
+
+
+class Stack(Protocol):
+    """Sends the process connection's requests (see the module docstring)."""
+
+    async def start(
+        self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes | None
+    ) -> Response:
+        """Send one request on a connection of its own; return the response, body unread.
+
+        Raises:
+            HTTPFailure: the connection or the exchange failed (nothing is left open).
+
+        Cancellation:
+            A checkpoint; cancelled, the connection is closed.
+        """
+        ...
+
+    async def exchange(
+        self,
+        method: str,
+        url: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        *,
+        max_body: int,
+    ) -> Answer:
+        """Send one request that may be sent twice (an exit) and read its whole answer.
+
+        Raises:
+            HTTPFailure: it failed, or the answer's body is over ``max_body``
+                (``BodyTooLarge``).
+
+        Cancellation:
+            A checkpoint; cancelled, its connection is closed.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close what the stack keeps open between requests.
+
+        Cancellation:
+            Closes even when cancelled.
+        """
+        ...
+
+
+def proxy_configured() -> bool:
+    """Whether the environment configures a proxy httpx2 would use for some URL."""
+    configured = getproxies()
+    return any(configured.get(scheme) for scheme in _PROXIED_SCHEMES)
+
+
+def choose_stack(
+    *,
+    opener: Opener | None,
+    transport: httpx2.AsyncBaseTransport | None,
+    http_client: Callable[[], httpx2.AsyncClient],
+) -> Stack:
+    """The stack a client's process-connection requests go through (see the module docstring).
+
+    Args:
+        opener: the connections of the lean path, if the client was given some.
+        transport: the httpx2 transport the client was given, if any.
+        http_client: the client's httpx2 client, made on first use.
+    """
+    if opener is not None:
+        return LeanStack(opener)
+    if transport is not None or proxy_configured():
+        return HTTPXStack(http_client)
+    return LeanStack(NetworkOpener())
