@@ -283,29 +283,33 @@ class ProcessHolder:
     # --- leaving -------------------------------------------------------------------
 
     def leave_now(self) -> bool:
-        """Send the exit over the open stream at once, without a checkpoint, if the transport can.
+        """Begin leaving; send the exit over the open stream at once if the transport can.
 
-        For the goodbye of thousands of sessions: where it returns True the
-        exit is written, with no task and no checkpoint of its own, and the
-        goodbye then only has to :meth:`stop` the holder (whose block closes
-        the stream). False having done nothing :meth:`leave` could not follow:
-        no stream open on a named connection, or a transport (SSE) or a
-        socket that cannot write the exit at once.
+        From here on the holder never retries, and its exit names the
+        connection it holds now. For the goodbye of thousands of sessions:
+        where it returns True the exit is written, with no task and no
+        checkpoint of its own, and the goodbye then only has to :meth:`stop`
+        the holder (whose block closes the stream). False having done nothing
+        :meth:`leave` could not follow: no stream open on a named connection,
+        or a transport (SSE) or a socket that cannot write the exit at once.
         """
-        stream, connection_id = self._stream, self._held_connection_id
-        if stream is None or connection_id is None or not stream.send_exit_nowait(connection_id):
-            return False
         self._leaving = True
-        return True
+        stream, connection_id = self._stream, self._held_connection_id
+        return (
+            stream is not None
+            and connection_id is not None
+            and stream.send_exit_nowait(connection_id)
+        )
 
     async def leave(self) -> bool | None:
         """Close the stream, then announce the exit naming the connection it held.
 
         A transport with an exit of its own sends it over the open stream and
-        then closes it. Otherwise the stream is closed first (the room records
-        an exit naming no connection only once it has seen the close, PROTOCOL
-        §2.2), or, with no stream open, the holder is stopped and waited for,
-        and the exit is POSTed. The holder stops either way.
+        then closes it. Otherwise the stream is closed, and the exit POSTed.
+        With no connection named (no stream open, or the room has not named
+        it yet), the holder is stopped and waited for first: the room records
+        such an exit only once it has seen the close (PROTOCOL §2.2). The
+        holder stops either way.
 
         Returns:
             Whether the room recorded the exit; None when it went over the
@@ -321,11 +325,14 @@ class ProcessHolder:
         """
         self._leaving = True
         stream, connection_id = self._stream, self._held_connection_id
-        if stream is None:
+        if stream is None or connection_id is None:
+            # No connection to name: the room records such an exit only once it
+            # has seen the stream close (§2.2), so the holder stops, and its
+            # stream closes, first.
             self.stop("process exit")
             await self.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
         else:
-            sent = connection_id is not None and await stream.send_exit(connection_id)
+            sent = await stream.send_exit(connection_id)
             await stream.aclose()
             if sent:
                 return None
@@ -361,13 +368,16 @@ class ProcessHolder:
             self._set_status(HolderStatus.CONNECTING)
             self._event(EventKind.ATTEMPT)
             outcome, detail = await self._attempt()
-            if self._leaving:
+            if self._leaving and outcome is not Outcome.ENDED:
                 # The goodbye closed the stream for the exit: a stop, not an outcome.
                 if not self._scope.cancel_called:
                     self._stop_reason = "process exit"
                 return
             closed_id, self._connection_id = self._connection_id, None
-            self._held_connection_id = None
+            if not self._leaving:
+                # Leaving, the exit still names the connection (the room ended
+                # the session as the goodbye began).
+                self._held_connection_id = None
             self._attempts[outcome] += 1
             self._last_outcome = outcome
             self._event(EventKind.CLOSED, outcome=outcome, connection_id=closed_id, detail=detail)

@@ -37,13 +37,14 @@ class UnwindBudget:
 
     Args:
         deadline: when the exits, their unwinding included, must be done (trio's clock).
-        allowance: seconds kept for each exit still running; 0 cancels them at
+        allowance: seconds kept for each exit still running
+            (:data:`UNWIND_ALLOWANCE` unless told); 0 cancels them at
             ``deadline`` exactly.
     """
 
-    def __init__(self, deadline: float, allowance: float = UNWIND_ALLOWANCE) -> None:
+    def __init__(self, deadline: float, allowance: float | None = None) -> None:
         self._deadline = deadline
-        self._allowance = allowance
+        self._allowance = UNWIND_ALLOWANCE if allowance is None else allowance
         self._running = 0
         self.scope = trio.CancelScope(deadline=deadline)
 

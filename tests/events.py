@@ -36,3 +36,37 @@ class Delegating:
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         return await self.inner.announce_exit(session, connection_id)
+
+
+class ScriptedStream:
+    """A :class:`~letagents_trio.ProcessStream` for the core's tests.
+
+    Gives ``news`` in turn (one per read, each read a checkpoint), then waits
+    until it is closed, and ends. It has no exit of its own, as SSE: the
+    holder POSTs. Tests subclass it to change the one method they are about.
+    """
+
+    def __init__(self, *news: StreamNews) -> None:
+        self._news = list(news)
+        self.closed = trio.Event()
+
+    def __aiter__(self) -> ScriptedStream:
+        return self
+
+    async def __anext__(self) -> StreamNews:
+        if self._news:
+            await trio.lowlevel.checkpoint()
+            return self._news.pop(0)
+        await self.closed.wait()
+        raise StopAsyncIteration
+
+    def send_exit_nowait(self, connection_id: str) -> bool:
+        return False
+
+    async def send_exit(self, connection_id: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return False
+
+    async def aclose(self) -> None:
+        self.closed.set()
+        await trio.lowlevel.checkpoint()

@@ -1,15 +1,17 @@
-"""The collector's pauses: counted across the process, and the opening burst's bounds.
+"""The collector's pauses: off unless opted in, counted across the process, bounded.
 
-What the pauses are for is measured in ``docs/performance.md``; here, that
-they begin and end exactly when they should (virtual time), that an embedder
-which disabled the collector keeps it disabled, and that holders opening in a
-burst pause it and holders opened let it run.
+What the pauses are for is measured in ``docs/performance.md``; here, that a
+manager opened with the defaults never touches the collector, and, opted in
+(``pause_collector=True``), that they begin and end exactly when they should
+(virtual time), that an embedder which disabled the collector keeps it
+disabled, and that holders opening in a burst pause it and holders opened let
+it run.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -28,7 +30,6 @@ from letagents_trio._collector import (
     OPENING_BURST,
     CollectorPause,
     OpeningBurst,
-    collector_paused,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
 
@@ -60,8 +61,10 @@ def test_pauses_are_counted_and_the_last_to_end_lets_the_collector_run() -> None
 
 def test_an_embedder_that_disabled_the_collector_keeps_it_disabled() -> None:
     gc.disable()
-    with collector_paused():
-        assert not gc.isenabled()
+    pause = CollectorPause()
+    pause.pause()
+    assert not gc.isenabled()
+    pause.resume()
     assert not gc.isenabled()
 
 
@@ -97,7 +100,7 @@ def full_passes() -> Iterator[list[int]]:
 async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wait(  # noqa: ASYNC124 (the burst reads trio's clock)
     full_passes: list[int],
 ) -> None:
-    opening = OpeningBurst()
+    opening = OpeningBurst(pause=True)
     assert repr(opening) == "<OpeningBurst waiting=0 paused=False>"
     burst_of(opening, OPENING_BURST - 1)
     assert gc.isenabled()
@@ -124,7 +127,7 @@ async def test_a_burst_of_attempts_pauses_the_collector_until_fewer_than_half_wa
 async def test_an_opening_pause_lasts_at_most_its_bound_then_the_collector_runs_as_long(
     autojump_clock: trio.testing.MockClock, full_passes: list[int]
 ) -> None:
-    opening = OpeningBurst()
+    opening = OpeningBurst(pause=True)
     burst_of(opening, OPENING_BURST)
     assert not gc.isenabled()
     full_passes.clear()
@@ -159,7 +162,7 @@ async def test_holders_opening_in_a_burst_pause_the_collector_until_the_room_ans
     fake_room.slow_headers = 3.0
     fake_room.set_process_mode(ProcessMode.SLOW)
     async with fake_room.client() as client:
-        async with open_connection_manager(client) as manager:
+        async with open_connection_manager(client, pause_collector=True) as manager:
             holders = [manager.hold(session) for session in sessions[:-1]]
             await trio.testing.wait_all_tasks_blocked()
             assert gc.isenabled()
@@ -180,7 +183,7 @@ async def test_attempts_the_room_never_answers_end_the_pause_with_their_answer_t
     fake_room.slow_headers = 60.0
     fake_room.set_process_mode(ProcessMode.SLOW)
     async with fake_room.client() as client:
-        async with open_connection_manager(client) as manager:
+        async with open_connection_manager(client, pause_collector=True) as manager:
             holders = [manager.hold(session) for session in sessions]
             await trio.sleep(9.999)
             assert not gc.isenabled()
@@ -201,7 +204,9 @@ async def test_holders_retrying_together_pause_it_again(
     fake_room.set_process_mode(ProcessMode.SLOW)
     async with fake_room.client() as client:
         policy = HoldPolicy(answer_timeout=4)
-        async with open_connection_manager(client, policy=policy) as manager:
+        async with open_connection_manager(
+            client, policy=policy, pause_collector=True
+        ) as manager:
             holders = [manager.hold(session) for session in sessions]
             await trio.sleep(4.5)
             assert {h.status for h in holders} == {HolderStatus.WAITING}
@@ -213,23 +218,15 @@ async def test_holders_retrying_together_pause_it_again(
 
 
 class Watching(Delegating):
-    """Notes whether the collector runs as each goodbye goes on."""
+    """Notes whether the collector runs as each exit is sent (after its holder stopped)."""
 
     def __init__(self, inner: ProcessConnector) -> None:
         super().__init__(inner)
         self.seen: list[bool] = []
 
-    async def goodbye(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        stop: Callable[[], Awaitable[None]],
-    ) -> bool | None:
-        async def stopped() -> None:
-            await stop()
-            self.seen.append(gc.isenabled())
-
-        return await super().goodbye(session, connection_id, stopped)
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        self.seen.append(gc.isenabled())
+        return await super().announce_exit(session, connection_id)
 
 
 async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends(
@@ -241,7 +238,9 @@ async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends
     fake_room.set_process_mode(ProcessMode.SLOW)
     async with fake_room.client() as client:
         connector = Watching(SSEConnector(client))
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with open_connection_manager(
+            client, connector=connector, pause_collector=True
+        ) as manager:
             for session in sessions:
                 manager.hold(session)
             assert not gc.isenabled()
@@ -254,3 +253,31 @@ async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends
     # Answered (nothing open to name, so nothing the room records): the goodbye ran whole.
     assert [a.error for a in manager.exit_report or ()] == [None] * OPENING_BURST
     assert gc.isenabled()
+
+
+async def test_by_default_an_embedders_burst_and_goodbye_leave_the_collector_alone(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom
+) -> None:
+    """The collector is the whole process's: a library leaves it enabled unless told.
+
+    An embedder holding a burst of sessions (more than ``OPENING_BURST`` waiting
+    for the room at once) and leaving the block sees ``gc.isenabled()`` stay True
+    at every step: while the attempts wait, as each exit goes, after the block.
+    """
+    sessions = [await fake_room.add_worker() for _ in range(OPENING_BURST + 4)]
+    fake_room.slow_headers = 3.0
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    seen: list[bool] = []
+    async with fake_room.client() as client:
+        connector = Watching(SSEConnector(client))
+        async with open_connection_manager(client, connector=connector) as manager:
+            holders = [manager.hold(session) for session in sessions]
+            await trio.testing.wait_all_tasks_blocked()
+            seen.append(gc.isenabled())
+            for holder in holders:
+                await holder.wait_status(HolderStatus.OPEN)
+            seen.append(gc.isenabled())
+        seen.append(gc.isenabled())
+    assert seen == [True, True, True]
+    assert connector.seen == [True] * len(sessions)
+    assert [a.recorded for a in manager.exit_report or ()] == [True] * len(sessions)

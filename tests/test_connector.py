@@ -1,5 +1,8 @@
 """classify_status and SSEConnector, over small ASGI apps on the streaming transport.
 
+The holder's side of leaving (close, then POST) is ``test_manager_goodbye.py``'s;
+here, what the SSE stream and connector offer it.
+
 Each app below sends the chunks a test scripts, exactly as given, so every test
 controls where the chunk boundaries fall. No sockets; the clock is trio's.
 """
@@ -26,16 +29,16 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
-from letagents_trio._connector import StreamLeft, _SSENews, classify_status
-from letagents_trio._http1 import HTTPFailure
-from letagents_trio._sse import FEED_SLICE_BYTES, SSEDecoder
+from letagents_trio._http import HTTPFailure
+from letagents_trio._protocol import MAX_EVENT_BYTES
+from letagents_trio._sse import FEED_SLICE_BYTES
+from letagents_trio._sse_connector import _SSEStream, classify_status
 from letagents_trio.testing import open_streaming_transport
 from letagents_trio.testing._asgi import read_body
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from letagents_trio._client import PreparedExit
     from letagents_trio.testing._asgi import Receive, Send
 
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
@@ -118,7 +121,7 @@ def scripted_app(
 async def connector_for(app: Any, **options: Any) -> AsyncIterator[SSEConnector]:
     async with (
         open_streaming_transport(app) as transport,
-        RoomClient(API_URL, transport=transport) as client,
+        RoomClient(API_URL, transport=transport, opener=transport) as client,
     ):
         yield SSEConnector(client, **options)
 
@@ -341,10 +344,8 @@ async def test_a_huge_chunk_is_decoded_with_a_checkpoint_per_slice() -> None:
             await trio.lowlevel.checkpoint()
             return chunk
 
-    def no_exit(connection_id: str) -> PreparedExit:
-        raise AssertionError("no connection is named here")
-
-    news = _SSENews(OneHugeRead(), SSEDecoder(), no_exit)  # type: ignore[arg-type]
+    news = _SSEStream(None, SESSION, MAX_EVENT_BYTES)  # type: ignore[arg-type]
+    news._response = OneHugeRead()  # type: ignore[assignment]
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker)
@@ -438,7 +439,7 @@ def test_identity_is_not_a_content_coding() -> None:
     assert classify_status(200, "text/event-stream", "gzip") is Outcome.REFUSED
 
 
-# --- the goodbye -------------------------------------------------------------------------
+# --- leaving -------------------------------------------------------------------------------
 
 
 def exit_recorder(log: list[object]) -> Any:
@@ -455,21 +456,8 @@ def exit_recorder(log: list[object]) -> Any:
     return app
 
 
-@pytest.mark.parametrize("connection_id", ["conn-7", None])
-async def test_the_goodbye_closes_the_stream_then_names_its_connection(
-    connection_id: str | None,
-) -> None:
-    log: list[object] = []
-
-    async def stop() -> None:
-        await trio.lowlevel.checkpoint()
-        log.append("stopped")
-
-    with trio.fail_after(10):
-        async with connector_for(exit_recorder(log)) as connector:
-            assert await connector.goodbye(SESSION, connection_id, stop) is True
-            assert await connector.announce_exit(SESSION, connection_id) is True
-    exit_post = (
+def exit_post(connection_id: str | None) -> tuple[str, str, dict[str, object]]:
+    return (
         "POST",
         "/rooms/room_a/agent-sessions/wsess_1/process/exit",
         {
@@ -478,7 +466,15 @@ async def test_the_goodbye_closes_the_stream_then_names_its_connection(
             "process_connection_id": connection_id,
         },
     )
-    assert log == ["stopped", exit_post, exit_post]
+
+
+@pytest.mark.parametrize("connection_id", ["conn-7", None])
+async def test_the_exit_is_posted_naming_the_connection(connection_id: str | None) -> None:
+    log: list[object] = []
+    with trio.fail_after(10):
+        async with connector_for(exit_recorder(log)) as connector:
+            assert await connector.announce_exit(SESSION, connection_id) is True
+    assert log == [exit_post(connection_id)]
 
 
 def stream_and_exits(log: list[object]) -> Any:
@@ -495,15 +491,26 @@ def stream_and_exits(log: list[object]) -> Any:
     return app
 
 
-async def test_the_goodbye_of_an_open_stream_closes_it_and_posts_at_once() -> None:
-    """The exit names the connection: the connector closes the stream itself, the reader
-    stops with StreamLeft (not a drop), and the holder's stop is never awaited."""
+async def test_an_sse_stream_carries_no_exit_of_its_own() -> None:
+    """The holder then closes it and POSTs: nothing is written on the stream."""
     log: list[object] = []
+    with trio.fail_after(10):
+        async with (
+            connector_for(stream_and_exits(log)) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            assert await anext(stream) == StreamNews(connection_id="conn-7")
+            assert stream.send_exit_nowait("conn-7") is False
+            assert await stream.send_exit("conn-7") is False
+    assert log == []
 
-    async def stop() -> None:  # pragma: no cover - must not be called
-        await trio.lowlevel.checkpoint()
-        log.append("stopped")
 
+async def test_a_stream_closed_by_another_task_ends_its_waiting_reader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The goodbye's task closes the stream while the holder's reader waits for bytes:
+    the reader wakes at once, and closing again (the block's own close) is harmless."""
+    log: list[object] = []
     with trio.fail_after(10):
         async with (
             connector_for(stream_and_exits(log)) as connector,
@@ -513,58 +520,24 @@ async def test_the_goodbye_of_an_open_stream_closes_it_and_posts_at_once() -> No
             async with trio.open_nursery() as nursery:
 
                 async def read_on() -> None:
-                    with pytest.raises(StreamLeft, match=r"^process exit$"):
+                    with pytest.raises(RoomUnreachable):
                         await anext(stream)
-                    log.append("left")
+                    log.append("reader ended")
 
                 nursery.start_soon(read_on)
                 await trio.testing.wait_all_tasks_blocked()
-                assert await connector.goodbye(SESSION, "conn-7", stop) is True
-    assert log.count("left") == 1
-    assert "stopped" not in log
-    assert [entry for entry in log if entry != "left"] == [
-        (
-            "POST",
-            "/rooms/room_a/agent-sessions/wsess_1/process/exit",
-            {
-                "agent_session_id": "wsess_1",
-                "agent_session_token": "secret-token-1",
-                "process_connection_id": "conn-7",
-            },
-        )
-    ]
+                started = trio.current_time()
+                await stream.aclose()
+            assert trio.current_time() == started
+            await stream.aclose()
+    assert log == ["reader ended"]
 
 
-async def test_the_exit_is_made_when_the_room_names_the_connection_and_sent_as_made(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Serializing an exit (fields checked by h11) is most of what one costs: it is
-    done when the ``open`` event names the connection, not during the goodbye."""
-    log: list[object] = []
-
-    async def stop() -> None:  # pragma: no cover - must not be called
-        await trio.lowlevel.checkpoint()
-
-    with trio.fail_after(10):
-        async with (
-            connector_for(stream_and_exits(log)) as connector,
-            connector.open(SESSION) as stream,
-        ):
-            made: list[tuple[object, ...]] = []
-            prepare = connector._client.prepare_exit
-
-            def counted(*args: Any) -> PreparedExit:
-                made.append(args)
-                return prepare(*args)
-
-            monkeypatch.setattr(connector._client, "prepare_exit", counted)
-            assert made == []
-            # The stream's block took the method when it opened: the count is of
-            # what the goodbye makes, once the news below has been read.
-            assert await anext(stream) == StreamNews(connection_id="conn-7")
-            assert isinstance(stream, _SSENews)
-            assert stream.exit is not None
-            assert stream.exit.connection_id == "conn-7"
-            assert await connector.goodbye(SESSION, "conn-7", stop) is True
-            assert made == []
-    assert [entry[2]["process_connection_id"] for entry in log] == ["conn-7"]  # type: ignore[index]
+def test_max_event_bytes_below_1024_is_refused_naming_it() -> None:
+    client = RoomClient(API_URL)
+    for value in (0, 1, 1023, -1):
+        with pytest.raises(ValueError, match=r"^max_event_bytes must be at least 1024, got "):
+            SSEConnector(client, max_event_bytes=value)
+    assert repr(SSEConnector(client, max_event_bytes=1024)) == (
+        "<SSEConnector api_url='http://room.test'>"
+    )

@@ -25,10 +25,10 @@ from letagents_trio import (
     HoldPolicy,
     Outcome,
     ProcessHolder,
+    SSEConnector,
     open_connection_manager,
 )
 from letagents_trio._collector import OpeningBurst
-from letagents_trio._websocket import connector_for
 from letagents_trio.testing import FakeRoom, ProcessMode
 
 from .events import drain
@@ -228,13 +228,13 @@ async def _run_holder(
     async with fake_room.client() as client, trio.open_nursery() as nursery:
         holder = ProcessHolder(
             session,
-            connector=connector_for(client, policy),
+            connector=SSEConnector(client),
             policy=policy,
             emit=events.append,
             on_ended=on_ended,
             still_ours=is_still_ours,
             forget=forget,
-            opening=OpeningBurst(),
+            opening=OpeningBurst(pause=False),
             turns=trio.CapacityLimiter(1),
         )
         await nursery.start(holder.run)

@@ -6,7 +6,7 @@ import datetime
 import gc
 import json
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,13 +26,11 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
+from letagents_trio._unwind import UNWIND_ALLOWANCE as UNWIND
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers._state import LocalStateStore
 
-from .events import NeverStops, drain
-
-# The time the goodbye keeps, by default, for each exit it leaves to unwind.
-UNWIND = HoldPolicy().unwind_allowance
+from .events import ScriptedStream, drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -124,11 +122,12 @@ async def test_a_custom_exit_deadline_is_the_one_used(
     session = await fake_room.add_worker()
     fake_room.black_hole_exits = True
     async with fake_room.client() as client:
-        policy = HoldPolicy(exit_deadline=0.25, unwind_allowance=0)
+        policy = HoldPolicy(exit_deadline=0.25)
         async with open_connection_manager(client, policy=policy) as m:
             m.hold(session)
             await trio.sleep(1)
-        assert trio.current_time() == 1.25
+        # Less the time kept for the one exit in flight to unwind.
+        assert trio.current_time() == 1.25 - UNWIND
 
 
 async def test_announce_exits_reports_each_session(
@@ -558,13 +557,9 @@ class _SlowToUnwind:
         self.collector_enabled_while_closing: list[bool] = []
 
     @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
-        async def news() -> AsyncIterator[StreamNews]:
-            yield StreamNews(connection_id=f"conn-{session.session_id}")
-            await trio.sleep_forever()
-
+    async def open(self, session: AgentSession) -> AsyncIterator[ScriptedStream]:
         try:
-            yield news()
+            yield ScriptedStream(StreamNews(connection_id=f"conn-{session.session_id}"))
         finally:
             with trio.CancelScope(shield=True):
                 await trio.sleep(0.1)
@@ -574,29 +569,18 @@ class _SlowToUnwind:
         await trio.lowlevel.checkpoint()
         return True
 
-    async def goodbye(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        stop: Callable[[], Awaitable[None]],
-    ) -> bool | None:
-        # Like the WebSocket: done without waiting for the holder to unwind.
-        await trio.lowlevel.checkpoint()
-        return True
-
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        return False
-
 
 async def test_the_collector_is_paused_until_every_holder_has_unwound(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    """Holders unwinding after the goodbye are garbage too: no full passes while they do."""
+    """Opted in: holders unwinding after the goodbye are garbage too, no full passes then."""
     sessions = [await fake_room.add_worker(display_name=name) for name in ("A", "B")]
     connector = _SlowToUnwind()
     assert gc.isenabled()
     async with fake_room.client() as client:
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with open_connection_manager(
+            client, connector=connector, pause_collector=True
+        ) as manager:
             for session in sessions:
                 await manager.hold(session).wait_status(HolderStatus.OPEN)
         assert trio.current_time() == pytest.approx(0.1)
@@ -612,7 +596,7 @@ async def test_an_embedder_that_disabled_the_collector_keeps_it_disabled(
     gc.disable()
     try:
         async with fake_room.client() as client:
-            async with open_connection_manager(client) as manager:
+            async with open_connection_manager(client, pause_collector=True) as manager:
                 await manager.hold(session).wait_status(HolderStatus.OPEN)
             await manager.announce_exits()
         assert not gc.isenabled()
@@ -620,12 +604,12 @@ async def test_an_embedder_that_disabled_the_collector_keeps_it_disabled(
         gc.enable()
 
 
-async def test_the_sse_goodbye_closes_the_stream_itself_then_posts_and_the_holder_stops(
+async def test_an_sse_holder_leaving_closes_its_stream_then_posts_and_stops(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    """Stream closed, exit POSTed: no wait for the holder to unwind, and no reconnect."""
+    """Stream closed, exit POSTed naming its connection: no wait for the holder to
+    unwind, no stop from outside, and no reconnect."""
     session = await fake_room.add_worker()
-    stop = NeverStops()
     async with fake_room.client() as client:
         connector = SSEConnector(client)
         async with open_connection_manager(client, connector=connector) as manager:
@@ -634,9 +618,10 @@ async def test_the_sse_goodbye_closes_the_stream_itself_then_posts_and_the_holde
                 await holder.wait_status(HolderStatus.OPEN)
                 await trio.sleep(1)
                 connection_id = holder.connection_id
+                assert holder.leave_now() is False  # SSE: the exit needs a request
                 with trio.fail_after(1):
-                    recorded = await connector.goodbye(session, connection_id, stop)
-                assert (recorded, stop.calls) == (True, [])
+                    recorded = await holder.leave()
+                assert recorded is True
                 await holder.wait_status(HolderStatus.STOPPED)
                 await trio.sleep(60)
                 kinds = [(e.kind.value, e.detail) for e in drain(events)]

@@ -33,17 +33,21 @@ from letagents_trio import (
     HoldPolicy,
     ProcessConnector,
     ProcessHolder,
+    ProcessStream,
     RoomClient,
     SSEConnector,
     StreamNews,
+    WebSocketConnector,
     open_connection_manager,
     serve_connection_manager,
 )
+from letagents_trio import _unwind
 from letagents_trio._goodbye import _for_each
+from letagents_trio._unwind import UNWIND_ALLOWANCE as UNWIND
 from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 
-from .events import Delegating, drain
+from .events import Delegating, ScriptedStream, drain
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -51,8 +55,6 @@ if TYPE_CHECKING:
     from trio.testing import MockClock
 
 EXIT_PATH = re.compile(r"/rooms/.+/agent-sessions/[^/]+/process/exit")
-# The time the goodbye keeps, by default, for each exit it leaves to unwind.
-UNWIND = HoldPolicy().unwind_allowance
 MANAGER_LOG = "letagents_trio.manager"
 
 
@@ -284,12 +286,25 @@ async def test_deadline_entries_name_each_session_and_its_connection(
 
 # --- the deadline keeps time for the unwinding ---------------------------------------------
 
-# A sixty-fourth of a second a task: exact in binary, so the times below are exact.
-ALLOWED = HoldPolicy(unwind_allowance=1 / 64)
+@pytest.fixture
+def allowed(monkeypatch: pytest.MonkeyPatch) -> HoldPolicy:
+    """The default policy, with a sixty-fourth of a second kept per exit in flight.
+
+    Exact in binary, so the times below are exact; in a real run unwinding an
+    exit costs about :data:`~letagents_trio._unwind.UNWIND_ALLOWANCE`, which the
+    virtual clock does not see.
+    """
+    monkeypatch.setattr(_unwind, "UNWIND_ALLOWANCE", 1 / 64)
+    return HoldPolicy()
 
 
 async def goodbye_at_ten(
-    fake_room: FakeRoom, count: int, policy: HoldPolicy, opened: list[str] | None = None
+    fake_room: FakeRoom,
+    count: int,
+    policy: HoldPolicy,
+    opened: list[str] | None = None,
+    *,
+    websocket: bool = False,
 ) -> tuple[float, tuple[ExitAnnouncement, ...]]:
     """Hold ``count`` sessions, leave the manager at t=10; when the block ended, and the report.
 
@@ -297,7 +312,8 @@ async def goodbye_at_ten(
     """
     sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(count)]
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=policy) as manager:
+        connector = WebSocketConnector(client) if websocket else SSEConnector(client)
+        async with open_connection_manager(client, policy=policy, connector=connector) as manager:
             connection_ids = await open_holders(manager, sessions)
             if opened is not None:
                 opened.extend(connection_ids)
@@ -309,10 +325,10 @@ async def goodbye_at_ten(
 
 
 async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
 ) -> None:
     fake_room.black_hole_exits = True
-    ended, report = await goodbye_at_ten(fake_room, 32, ALLOWED)
+    ended, report = await goodbye_at_ten(fake_room, 32, allowed)
     # 32 exits in flight, each allowed 1/64 s: they are cancelled half a
     # second before the deadline.
     assert ended == 10 + 1.5 - 0.5
@@ -333,21 +349,25 @@ async def test_a_goodbye_with_nothing_held_says_so(
 
 
 async def test_an_allowance_of_zero_ends_the_goodbye_at_the_deadline_exactly(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(_unwind, "UNWIND_ALLOWANCE", 0)
     fake_room.black_hole_exits = True
-    ended, report = await goodbye_at_ten(fake_room, 32, HoldPolicy(unwind_allowance=0))
+    ended, report = await goodbye_at_ten(fake_room, 32, HoldPolicy())
     assert ended == 11.5
     assert {(a.error, a.finished_at) for a in report} == {("deadline", 11.5)}
 
 
 async def test_each_answered_exit_gives_its_share_back(
-    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    caplog: pytest.LogCaptureFixture,
+    allowed: HoldPolicy,
 ) -> None:
     caplog.set_level("INFO", logger=MANAGER_LOG)
     # Half the exits are answered at once, half never.
     fake_room.on("POST", EXIT_PATH).hold(times=16)
-    ended, report = await goodbye_at_ten(fake_room, 32, ALLOWED)
+    ended, report = await goodbye_at_ten(fake_room, 32, allowed)
     assert ended == 11.5 - 16 / 64
     assert Counter((a.recorded, a.error, a.finished_at) for a in report) == {
         (True, None, 10.0): 16,
@@ -362,22 +382,22 @@ async def test_each_answered_exit_gives_its_share_back(
 
 
 async def test_answers_before_the_work_is_cancelled_are_all_recorded(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
 ) -> None:
     # Answered after 0.75 s; the work would be cancelled at 11.0 only.
     fake_room.exit_delay = 0.75
-    ended, report = await goodbye_at_ten(fake_room, 32, ALLOWED)
+    ended, report = await goodbye_at_ten(fake_room, 32, allowed)
     assert ended == 10.75
     assert {(a.recorded, a.error) for a in report} == {(True, None)}
 
 
 async def test_exits_waiting_their_turn_keep_time_for_their_unwinding_too(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
 ) -> None:
     # One goodbye at a time against a black hole: the first exit never comes
     # back, and 31 wait their turn.
     fake_room.black_hole_exits = True
-    policy = HoldPolicy(unwind_allowance=1 / 64, exit_concurrency=1)
+    policy = HoldPolicy(exit_concurrency=1)
     ended, report = await goodbye_at_ten(fake_room, 32, policy)
     assert ended == 11.5 - 32 / 64
     assert len(fake_room.exits) == 1
@@ -385,13 +405,12 @@ async def test_exits_waiting_their_turn_keep_time_for_their_unwinding_too(
 
 
 async def test_holders_keep_no_time_only_exits_do(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
 ) -> None:
     """Over a WebSocket an exit is a frame on its open socket, with no answer to wait for."""
     fake_room.black_hole_exits = True
-    policy = HoldPolicy(unwind_allowance=1 / 64, transport="websocket")
     opened: list[str] = []
-    ended, report = await goodbye_at_ten(fake_room, 32, policy, opened)
+    ended, report = await goodbye_at_ten(fake_room, 32, allowed, opened, websocket=True)
     assert ended == 10
     assert {(a.recorded, a.error) for a in report} == {(None, None)}
     # Each names the connection its frame named.
@@ -445,23 +464,14 @@ class RecordingConnector(Delegating):
         self.log: list[str] = []
 
     @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
         self.log.append(f"open {session.session_id}")
-        async with self.inner.open(session) as news:
-            yield news
+        async with self.inner.open(session) as stream:
+            yield stream
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         self.log.append(f"exit {session.session_id}")
         return await super().announce_exit(session, connection_id)
-
-    async def goodbye(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        stop: Callable[[], Awaitable[None]],
-    ) -> bool | None:
-        self.log.append(f"goodbye {session.session_id}")
-        return await super().goodbye(session, connection_id, stop)
 
 
 class RecordingState:
@@ -513,7 +523,7 @@ async def test_serve_connection_manager_passes_each_option_on(
             nursery.cancel_scope.cancel()
         # The black-holed exit ends at this policy's deadline (less its unwinding).
         assert trio.current_time() == 1 + 2.5 - UNWIND
-    assert connector.log == [f"open {sid}", f"open {sid}", f"goodbye {sid}"]
+    assert connector.log == [f"open {sid}", f"open {sid}", f"exit {sid}"]
 
 
 async def test_serve_connection_manager_passes_owner_mode_on(
@@ -563,11 +573,21 @@ async def test_the_one_failure_of_an_embedders_nursery_leaves_as_itself(
             await embedders_nursery_failing(client, ValueError("one"))
 
 
-class LeavesWithABug(RecordingConnector):
-    """A connector with a bug where the goodbye begins."""
+class _BuggyStream(ScriptedStream):
+    def send_exit_nowait(self, connection_id: str) -> bool:
+        raise RuntimeError("a bug in send_exit_nowait")
 
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        raise RuntimeError("a bug in leave_now")
+
+class LeavesWithABug:
+    """A connector whose streams have a bug where the goodbye begins."""
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
+        await trio.lowlevel.checkpoint()
+        yield _BuggyStream(StreamNews(connection_id="conn-1"))
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        raise AssertionError("the goodbye failed before any exit")
 
 
 async def hold_one_then_leave(
@@ -588,10 +608,12 @@ async def test_a_goodbye_that_fails_still_stops_every_holder_and_leaves_with_the
     """The holders' nursery is shielded: only the manager ends it, however the goodbye went."""
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        connector = LeavesWithABug(SSEConnector(client))
         holders: list[ProcessHolder] = []
-        with trio.fail_after(60), pytest.raises(RuntimeError, match=r"^a bug in leave_now$"):
-            await hold_one_then_leave(client, connector, session, holders)
+        with (
+            trio.fail_after(60),
+            pytest.raises(RuntimeError, match=r"^a bug in send_exit_nowait$"),
+        ):
+            await hold_one_then_leave(client, LeavesWithABug(), session, holders)
     assert [holder.status for holder in holders] == [HolderStatus.STOPPED]
 
 
@@ -611,25 +633,18 @@ async def test_several_failures_leave_as_a_group_holding_each(
 # --- a session the room ends just as the goodbye begins ----------------------------------
 
 
-class EndingNews:
-    """News that names the connection, then says ``ended`` once ``end`` is set."""
+class EndingNews(ScriptedStream):
+    """A stream that names the connection, then says ``ended`` once ``end`` is set."""
 
     def __init__(self, end: trio.Event) -> None:
+        super().__init__(StreamNews(connection_id="conn-1"))
         self._end = end
-        self._step = 0
-
-    def __aiter__(self) -> EndingNews:
-        return self
 
     async def __anext__(self) -> StreamNews:
-        self._step += 1
-        if self._step == 1:
-            await trio.lowlevel.checkpoint()
-            return StreamNews(connection_id="conn-1")
-        if self._step == 2:
-            await self._end.wait()
-            return StreamNews(ended=True)
-        await trio.sleep_forever()
+        if self._news:
+            return await super().__anext__()
+        await self._end.wait()
+        return StreamNews(ended=True)
 
 
 class EndingConnector:
@@ -640,7 +655,7 @@ class EndingConnector:
         self.goodbyes: list[str | None] = []
 
     @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
         await trio.lowlevel.checkpoint()
         yield EndingNews(self.end)
 
@@ -649,24 +664,13 @@ class EndingConnector:
         self.goodbyes.append(connection_id)
         return True
 
-    async def goodbye(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        stop: Callable[[], Awaitable[None]],
-    ) -> bool | None:
-        await stop()
-        return await self.announce_exit(session, connection_id)
-
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        return False
-
 
 async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    """The holder already holds the ``ended`` news when it is stopped: it ends ENDED,
-    not STOPPED, and the goodbye waits for either, not for the deadline."""
+    """The room ends the session just as the goodbye begins: whichever the holder
+    sees first, the exit goes out at once (not at the deadline), naming the
+    connection held when the goodbye began."""
     session = await fake_room.add_worker()
     connector = EndingConnector()
     async with (
@@ -676,10 +680,10 @@ async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
         holder = manager.hold(session)
         await holder.wait_status(HolderStatus.OPEN)
         await trio.testing.wait_all_tasks_blocked()
-        connector.end.set()  # the holder has its news, and runs after the goodbye's stop
+        connector.end.set()  # the holder has its news, and runs after the goodbye began
         report = await manager.announce_exits()
         assert trio.current_time() == 0
-        assert holder.status is HolderStatus.ENDED
+        await holder.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
     assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
         ("conn-1", True, None, 0)
     ]
@@ -716,10 +720,9 @@ async def test_a_websocket_goodbye_stops_its_holder_for_the_process_exit(
     """The socket is closed by the connector, not by the holder: the manager still
     stops the holder, and says why."""
     session = await fake_room.add_worker()
-    policy = HoldPolicy(transport="websocket")
     async with (
         fake_room.client() as client,
-        open_connection_manager(client, policy=policy) as manager,
+        open_connection_manager(client, connector=WebSocketConnector(client)) as manager,
     ):
         with manager.subscribe(math.inf) as events:
             [connection_id] = await open_holders(manager, [session])
@@ -796,29 +799,26 @@ class _LeavesAtOnce:
         self.left: list[str | None] = []
 
     @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[AsyncIterator[StreamNews]]:
-        async def news() -> AsyncIterator[StreamNews]:
-            yield StreamNews(connection_id=f"conn-{session.session_id}")
-            await trio.sleep_forever()
-
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
         await trio.lowlevel.checkpoint()
-        yield news()
+        yield _AtOnce(self, f"conn-{session.session_id}")
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         raise AssertionError("every exit went at once")
 
-    async def goodbye(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        stop: Callable[[], Awaitable[None]],
-    ) -> bool | None:
-        raise AssertionError("every exit went at once")
 
-    def leave_now(self, session: AgentSession, connection_id: str | None) -> bool:
-        self.statuses_seen.update(holder.status for holder in self.holders)
-        self.left.append(connection_id)
+class _AtOnce(ScriptedStream):
+    def __init__(self, connector: _LeavesAtOnce, connection_id: str) -> None:
+        super().__init__(StreamNews(connection_id=connection_id))
+        self._connector = connector
+
+    def send_exit_nowait(self, connection_id: str) -> bool:
+        self._connector.statuses_seen.update(holder.status for holder in self._connector.holders)
+        self._connector.left.append(connection_id)
         return True
+
+    async def send_exit(self, connection_id: str) -> bool:
+        raise AssertionError("every exit went at once")
 
 
 async def test_every_exit_sent_at_once_goes_before_any_holder_is_stopped(
