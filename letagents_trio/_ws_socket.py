@@ -279,8 +279,8 @@ class ProcessSocket:
 
         At once when it can; what the kernel could not take at once (or all
         of it on a stream that cannot be written so, or the rest of a
-        :meth:`send_exit_nowait` cut short) goes out in turn with the reader's
-        pongs.
+        :meth:`send_exit_nowait` cut short, with the close it kept) goes out
+        in turn with the reader's pongs.
 
         Cancellation:
             A checkpoint; under the caller's exit deadline.
@@ -289,11 +289,15 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        if sent is None:
+        if self._unsent:
+            # The rest of an exit the kernel took only part of, here or in
+            # send_exit_nowait (which kept the close for the socket's close): both go now.
+            data, self._close_frame = self._unsent + self._close_frame, b""
+        elif sent is None:
             frames = self._exit_bytes(connection_id)
             data = b"".join(frames) if frames is not None else b""
         else:
-            data = self._unsent
+            data = b""
         self._unsent = b""
         if not data:
             await trio.lowlevel.checkpoint()
