@@ -313,9 +313,11 @@ async def test_a_socket_that_cannot_take_the_exit_is_closed_then_the_exit_posted
             with manager.subscribe(math.inf) as events:
                 report = await manager.announce_exits()
                 await holder.wait_status(HolderStatus.STOPPED)
+                # As over SSE: the socket closed, the holder stops (its reader
+                # ends), and only then is the exit POSTed.
                 assert [(e.kind, e.detail) for e in drain(events)] == [
-                    (EventKind.EXIT, "recorded"),
                     (EventKind.STOPPED, "process exit"),
+                    (EventKind.EXIT, "recorded"),
                 ]
     assert [(a.connection_id, a.recorded, a.error) for a in report] == [(connection_id, True, None)]
     # The POST came once the room had seen the close (PROTOCOL §2.2).

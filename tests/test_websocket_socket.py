@@ -315,6 +315,36 @@ async def test_the_rooms_answer_to_the_exit_leaves_the_reader_waiting_to_be_stop
     assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
+@pytest.mark.parametrize("how", ["answered", "not-taken"])
+async def test_a_reader_waiting_after_the_exit_ends_as_the_socket_is_closed(
+    autojump_clock: MockClock, how: str
+) -> None:
+    """Once the socket is closed (by the holder leaving) nothing more can come or go.
+
+    The reader that waits to be stopped (the room answered the exit; or the
+    socket could not take it, and the exit is POSTed) then ends the
+    iteration, as a reader of any process stream does when it is closed:
+    a holder that leaves by itself stops, and does not wait for its silence
+    deadline.
+    """
+    socket, room = open_socket()
+    client = socket._stream
+    assert isinstance(client, trio.StapledStream)
+    with trio.fail_after(PING_INTERVAL * 10):
+        if how == "answered":
+            assert await socket.send_exit("conn-1")
+            await room.heard()
+            await room.send(CloseConnection(code=1000))
+        else:
+            await client.send_stream.aclose()
+            assert not await socket.send_exit("conn-1")
+            assert socket.leaving
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stops_at, socket, 1)
+            await trio.sleep(1)
+            await socket.aclose()
+
+
 async def test_a_socket_broken_after_the_exit_stops_the_reader(
     autojump_clock: MockClock,
 ) -> None:
