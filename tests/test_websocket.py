@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,6 +20,7 @@ import trio.testing
 
 from letagents_trio import (
     AutoConnector,
+    ConnectionManager,
     EventKind,
     HolderStatus,
     Outcome,
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
     from letagents_trio import AgentSession
 
 EXIT_PATH = "/rooms/{room}/agent-sessions/{sid}/process/exit"
+
+
+def websocket_manager(client: RoomClient) -> AbstractAsyncContextManager[ConnectionManager]:
+    """A connection manager whose holders hold WebSockets."""
+    return open_connection_manager(client, connector=WebSocketConnector(client))
+
 
 # --- the connectors' options ---------------------------------------------------------------------
 
@@ -119,8 +126,7 @@ async def test_refused_upgrades_count_as_on_sse(
     session = await fake_room.add_worker()
     fake_room.set_process_mode(mode)
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             with manager.subscribe(math.inf) as events:
                 manager.hold(session)
                 await fake_room.wait_until(lambda: len(fake_room.process_requests()) >= 1)
@@ -164,8 +170,7 @@ async def test_the_open_frame_names_the_connection_the_room_recorded(
 ) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
             await trio.testing.wait_all_tasks_blocked()
@@ -205,8 +210,7 @@ async def test_the_room_ending_the_session_ends_the_holder(
 ) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(7)
@@ -223,8 +227,7 @@ async def test_exit_goes_over_the_socket_naming_its_connection(
 ) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(2)
@@ -252,8 +255,7 @@ async def test_a_session_without_an_open_socket_posts_its_exit(
     session = await fake_room.add_worker()
     fake_room.set_process_mode(ProcessMode.ERROR)
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             manager.hold(session)
             await trio.sleep(0.5)
             report = await manager.announce_exits()
@@ -338,8 +340,7 @@ async def test_a_holder_leaves_over_an_in_memory_socket_with_a_task(
     """
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(1)
@@ -373,8 +374,7 @@ async def test_leave_now_before_the_room_named_the_connection_does_nothing(
     fake_room.set_process_mode(ProcessMode.SLOW)
     fake_room.slow_headers = 1
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             holder = manager.hold(session)
             await trio.sleep(0.5)
             assert holder.status is HolderStatus.CONNECTING
@@ -485,8 +485,7 @@ async def test_the_exit_log_line_says_the_exits_went_over_the_sockets(
     caplog.set_level("INFO", logger="letagents_trio.manager")
     sessions = [await fake_room.add_worker(display_name=name) for name in ("A", "B")]
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client)
-        async with open_connection_manager(client, connector=connector) as manager:
+        async with websocket_manager(client) as manager:
             for session in sessions:
                 await manager.hold(session).wait_status(HolderStatus.OPEN)
             await trio.sleep(1)

@@ -461,6 +461,16 @@ async def test_a_process_socket_is_a_process_stream() -> None:  # noqa: ASYNC124
     assert aiter(stream) is socket
 
 
+@asynccontextmanager
+async def socket_over(over: str) -> AsyncIterator[tuple[ProcessSocket, Room]]:
+    """A process socket over an in-memory stream (``memory``) or a socketpair."""
+    if over == "memory":
+        yield open_socket()
+    else:
+        async with socket_over_a_socketpair() as pair:
+            yield pair
+
+
 async def closed_twice_under_the_reader(socket: ProcessSocket) -> None:
     """``aclose`` from another task while the reader waits, and again."""
     await trio.testing.wait_all_tasks_blocked()
@@ -471,11 +481,7 @@ async def closed_twice_under_the_reader(socket: ProcessSocket) -> None:
 @pytest.mark.parametrize("over", ["memory", "socket"])
 async def test_aclose_under_a_waiting_reader_ends_it_as_a_break(over: str) -> None:
     """Not leaving, a socket closed under its reader broke: the holder counts a drop."""
-    async with contextlib.AsyncExitStack() as stack:
-        if over == "memory":
-            socket, _room = open_socket()
-        else:
-            socket, _room = await stack.enter_async_context(socket_over_a_socketpair())
+    async with socket_over(over) as (socket, _room):
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(closed_twice_under_the_reader, socket)
@@ -489,11 +495,7 @@ async def test_aclose_under_a_waiting_reader_ends_it_as_a_break(over: str) -> No
 @pytest.mark.parametrize("over", ["memory", "socket"])
 async def test_aclose_after_the_exit_ends_the_waiting_reader(over: str) -> None:
     """Leaving, the reader woken by the close ends the iteration: the holder stops."""
-    async with contextlib.AsyncExitStack() as stack:
-        if over == "memory":
-            socket, room = open_socket()
-        else:
-            socket, room = await stack.enter_async_context(socket_over_a_socketpair())
+    async with socket_over(over) as (socket, room):
         with trio.fail_after(5):
             assert await socket.send_exit("conn-1")
             async with trio.open_nursery() as nursery:
