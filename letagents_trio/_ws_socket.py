@@ -19,9 +19,9 @@ tests), with no task of its own. It iterates as the holder's news:
    the socket closes), or with its close in turn with the reader's pongs
    (:meth:`ProcessSocket.send_exit`). From then on the reader sends nothing;
    a close or a break ends the iteration (the holder, leaving, stops), the
-   room's answer waits for the holder's stop unparsed, and the socket is
-   drained before it closes, so that the room sees an orderly end and not a
-   reset.
+   room's answer waits unparsed for the holder's stop or the socket's close,
+   and the socket is drained before it closes, so that the room sees an
+   orderly end and not a reset.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import contextlib
 import json
 import logging
 import types
-from typing import Final, final
+from typing import Final, NoReturn, final
 
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
@@ -110,6 +110,10 @@ class ProcessSocket:
         self._close_frame = b""
         # Set once the exit frame is on its way: no more news, nothing more sent.
         self.leaving = False
+        # Set by close(): nothing more can come or go. A reader waiting to be
+        # stopped after the exit (see _leave) waits on _close_waiter meanwhile.
+        self._closed = False
+        self._close_waiter: trio.Event | None = None
 
     def __aiter__(self) -> ProcessSocket:
         return self
@@ -279,8 +283,8 @@ class ProcessSocket:
 
         At once when it can; what the kernel could not take at once (or all
         of it on a stream that cannot be written so, or the rest of a
-        :meth:`send_exit_nowait` cut short) goes out in turn with the reader's
-        pongs.
+        :meth:`send_exit_nowait` cut short, with the close it kept) goes out
+        in turn with the reader's pongs.
 
         Cancellation:
             A checkpoint; under the caller's exit deadline.
@@ -289,11 +293,15 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        if sent is None:
+        if self._unsent:
+            # The rest of an exit the kernel took only part of, here or in
+            # send_exit_nowait (which kept the close for the socket's close): both go now.
+            data, self._close_frame = self._unsent + self._close_frame, b""
+        elif sent is None:
             frames = self._exit_bytes(connection_id)
             data = b"".join(frames) if frames is not None else b""
         else:
-            data = self._unsent
+            data = b""
         self._unsent = b""
         if not data:
             await trio.lowlevel.checkpoint()
@@ -306,24 +314,27 @@ class ProcessSocket:
         self._exit_written = True
         return True
 
-    async def _leave(self, *, answered: bool) -> None:
-        """The reader woke after the exit began: end the iteration, or wait to be stopped.
+    async def _leave(self, *, answered: bool) -> NoReturn:
+        """The reader woke after the exit began: end the iteration, now or once the socket closes.
 
-        - The exit is written whole and nothing more can come (the socket was
-          closed, by the goodbye that wrote it or by the room, or broke, or
-          stayed silent past the ping deadline): the iteration ends here, and
-          the holder, which is leaving, stops in this one wake-up.
+        - The socket was closed (:meth:`close`, by the holder leaving), or the
+          exit is written whole and nothing more can come (the room closed
+          the socket, or it broke, or stayed silent past the ping deadline):
+          the iteration ends here, and the holder, which is leaving, stops in
+          this one wake-up.
         - The room answered (its closing frame, or a ping that crossed the
           exit): the answer is not even parsed, and the reader waits to be
-          stopped. The goodbye stops the holders once every exit that could go
-          at once is written, so thousands of answers arriving meanwhile do
-          not unwind thousands of holders between two exits.
+          stopped, or for the socket's close. The goodbye stops the holders
+          once every exit that could go at once is written, so thousands of
+          answers arriving meanwhile do not unwind thousands of holders
+          between two exits.
         - The exit is still being written: the socket stays open for the
-          writer, and the reader waits to be stopped.
+          writer, and the reader waits likewise.
         """
-        if self._exit_written and not answered:
-            raise StopAsyncIteration
-        await trio.sleep_forever()
+        if not self._closed and not (self._exit_written and not answered):
+            self._close_waiter = waiter = trio.Event()
+            await waiter.wait()
+        raise StopAsyncIteration
 
     def release(self) -> None:
         """Let wsproto's parser go now, not at the collector's next full pass.
@@ -357,12 +368,16 @@ class ProcessSocket:
         """Close the socket now, without a checkpoint; False when only the holder can.
 
         The reader waiting on it wakes, sees :attr:`leaving` and ends the
-        iteration (the holder, leaving, stops). After
+        iteration (the holder, leaving, stops), also when it was waiting to be
+        stopped after the exit. After
         an exit, what the room sent meanwhile is read and dropped first, so
         that the close is an orderly end, not a reset that could cost the
         room the exit (see :func:`~letagents_trio._http._sockio.discard_unread`);
         after an exit written alone, its normal close goes first.
         """
+        self._closed = True
+        if self._close_waiter is not None:
+            self._close_waiter.set()
         if self.leaving:
             discard_unread(self._stream)
             close_frame, self._close_frame = self._close_frame, b""

@@ -1,13 +1,17 @@
 """The WebSocket form of the process connection (PROTOCOL §3.1), in memory under MockClock.
 
 The holder's timeline tests run over both transports (``tests/test_holder.py``);
-these are the WebSocket's own: outcomes of the upgrade, half-open detection,
-exits over the socket, the ``auto`` fallback, and a mixed goodbye.
+these are the WebSocket's own: the connectors' options, outcomes of the
+upgrade, half-open detection, each holder's exit over its socket (and the
+POST when the socket cannot take it or none is open), the ``auto`` fallback,
+and a mixed goodbye.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,28 +19,73 @@ import trio
 import trio.testing
 
 from letagents_trio import (
+    AutoConnector,
+    ConnectionManager,
     EventKind,
     HolderStatus,
-    HoldPolicy,
     Outcome,
+    ProcessStream,
+    RoomClient,
+    WebSocketConnector,
     open_connection_manager,
 )
-from letagents_trio._http1 import Connected, Origin
-from letagents_trio._websocket import (
-    AutoConnector,
-    WebSocketConnector,
-    classify_upgrade,
-    connector_for,
-)
+from letagents_trio._http import Origin
+from letagents_trio._unwind import UNWIND_ALLOWANCE
+from letagents_trio._websocket import classify_upgrade
+from letagents_trio._ws_socket import ProcessSocket
 from letagents_trio.testing import FakeRoom, ProcessMode
 
-from .events import NeverStops, drain
+from .events import Delegating, drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
 
-WEBSOCKET = HoldPolicy(transport="websocket")
-AUTO = HoldPolicy(transport="auto")
+    from letagents_trio import AgentSession
+
+EXIT_PATH = "/rooms/{room}/agent-sessions/{sid}/process/exit"
+
+
+def websocket_manager(client: RoomClient) -> AbstractAsyncContextManager[ConnectionManager]:
+    """A connection manager whose holders hold WebSockets."""
+    return open_connection_manager(client, connector=WebSocketConnector(client))
+
+
+# --- the connectors' options ---------------------------------------------------------------------
+
+CONNECTORS = [WebSocketConnector, AutoConnector]
+
+
+@pytest.mark.parametrize("connector_type", CONNECTORS)
+@pytest.mark.parametrize("name", ["ping_interval", "pong_timeout"])
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, -math.inf, math.nan])
+def test_ping_and_pong_must_be_finite_and_positive(
+    connector_type: type[WebSocketConnector], name: str, value: float
+) -> None:
+    client = RoomClient("http://room.test")
+    with pytest.raises(ValueError, match=rf"^{name} must be finite and > 0, got "):
+        connector_type(client, **{name: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("connector_type", CONNECTORS)
+@pytest.mark.parametrize("size", [1023, 0, -1])
+def test_a_message_limit_under_1024_bytes_is_refused(
+    connector_type: type[WebSocketConnector], size: int
+) -> None:
+    client = RoomClient("http://room.test")
+    with pytest.raises(ValueError, match=rf"^max_message_bytes must be at least 1024, got {size}$"):
+        connector_type(client, max_message_bytes=size)
+
+
+@pytest.mark.parametrize("connector_type", CONNECTORS)
+def test_the_smallest_options_allowed_are_taken(connector_type: type[WebSocketConnector]) -> None:
+    client = RoomClient("http://room.test")
+    connector = connector_type(
+        client, ping_interval=0.001, pong_timeout=0.001, max_message_bytes=1024
+    )
+    assert repr(connector) == f"<{connector_type.__name__} api_url='http://room.test'>"
+
+
+# --- the room's answers to the upgrade ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -58,22 +107,6 @@ def test_upgrade_answers_map_to_the_sse_outcomes(status: int, outcome: Outcome |
     assert classify_upgrade(status) is outcome
 
 
-def test_policy_transport_and_ping_fields() -> None:
-    policy = HoldPolicy()
-    assert (policy.transport, policy.ping_interval, policy.pong_timeout) == ("sse", 10.0, 5.0)
-    with pytest.raises(ValueError, match="transport"):
-        HoldPolicy(transport="carrier-pigeon")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="pong_timeout"):
-        HoldPolicy(pong_timeout=0)
-
-
-async def test_connector_for_names_the_policys_transport(fake_room: FakeRoom) -> None:
-    async with fake_room.client() as client:
-        assert type(connector_for(client, HoldPolicy())).__name__ == "SSEConnector"
-        assert isinstance(connector_for(client, WEBSOCKET), WebSocketConnector)
-        assert isinstance(connector_for(client, AUTO), AutoConnector)
-
-
 @pytest.mark.parametrize(
     ("mode", "outcome", "detail"),
     [
@@ -92,92 +125,101 @@ async def test_refused_upgrades_count_as_on_sse(
 ) -> None:
     session = await fake_room.add_worker()
     fake_room.set_process_mode(mode)
-    async with (
-        fake_room.client() as client,
-        open_connection_manager(client, policy=WEBSOCKET) as manager,
-    ):
-        with manager.subscribe(math.inf) as events:
-            manager.hold(session)
-            await fake_room.wait_until(lambda: len(fake_room.process_requests()) >= 1)
-            await trio.testing.wait_all_tasks_blocked()
-            closed = [e for e in drain(events) if e.kind is EventKind.CLOSED]
+    async with fake_room.client() as client:
+        async with websocket_manager(client) as manager:
+            with manager.subscribe(math.inf) as events:
+                manager.hold(session)
+                await fake_room.wait_until(lambda: len(fake_room.process_requests()) >= 1)
+                await trio.testing.wait_all_tasks_blocked()
+                closed = [e for e in drain(events) if e.kind is EventKind.CLOSED]
     assert [(e.time, e.outcome, e.detail) for e in closed] == [(0, outcome, detail)]
 
 
-async def test_the_upgrade_goes_through_the_clients_opener_as_a_tunnel(
+async def test_the_upgrade_goes_through_the_clients_opener(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    # One seam for both transports: the socket gets the client's TCP, TLS and
-    # proxies, and asks for a CONNECT tunnel past a forwarding proxy.
-    asked: list[tuple[Origin, bool]] = []
+    # One seam for both transports: the socket gets the client's connections
+    # (TCP and TLS over the network; here the in-memory room).
+    asked: list[Origin] = []
 
     class Recording:
-        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
-            asked.append((origin, tunnel))
-            return await fake_room.transport.open_stream(origin, tunnel=tunnel)
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            asked.append(origin)
+            return await fake_room.transport.open_stream(origin)
 
     session = await fake_room.add_worker()
-    async with fake_room.client(opener=Recording()) as client:
-        async with WebSocketConnector(client).open(session) as news:
-            first = await anext(news)
+    client = RoomClient(
+        fake_room.api_url,
+        owner_token=fake_room.owner_token,
+        transport=fake_room.transport,
+        opener=Recording(),
+    )
+    async with client, WebSocketConnector(client).open(session) as stream:
+        first = await anext(stream)
     row = fake_room.room.session(session.session_id)
     assert row is not None
     assert first.connection_id == row.process_connection_id
-    assert asked == [(Origin("http", "room.test", 80), True)]
+    assert asked == [Origin("http", "room.test", 80)]
+
+
+# --- held ---------------------------------------------------------------------------------------
 
 
 async def test_the_open_frame_names_the_connection_the_room_recorded(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     session = await fake_room.add_worker()
-    async with (
-        fake_room.client() as client,
-        open_connection_manager(client, policy=WEBSOCKET) as manager,
-    ):
-        holder = manager.hold(session)
-        await holder.wait_status(HolderStatus.OPEN)
-        await trio.testing.wait_all_tasks_blocked()
-        row = fake_room.room.session(session.session_id)
-        assert row is not None
-        assert holder.connection_id == row.process_connection_id
-        # Pings both ways keep it open for an hour, with no reconnect.
-        await trio.sleep(3600)
-        assert holder.status is HolderStatus.OPEN
-        assert len(fake_room.process_requests(session.session_id)) == 1
+    async with fake_room.client() as client:
+        async with websocket_manager(client) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.testing.wait_all_tasks_blocked()
+            row = fake_room.room.session(session.session_id)
+            assert row is not None
+            assert holder.connection_id == row.process_connection_id
+            # Pings both ways keep it open for an hour, with no reconnect.
+            await trio.sleep(3600)
+            assert holder.status is HolderStatus.OPEN
+            assert len(fake_room.process_requests(session.session_id)) == 1
 
 
+@pytest.mark.parametrize("connector_type", CONNECTORS)
 @pytest.mark.parametrize(("ping", "pong", "dead_at"), [(10, 5, 15), (2, 1, 3), (1, 0.5, 1.5)])
 async def test_a_half_open_socket_is_seen_after_ping_interval_plus_pong_timeout(
-    autojump_clock: MockClock, fake_room: FakeRoom, ping: float, pong: float, dead_at: float
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    connector_type: type[WebSocketConnector],
+    ping: float,
+    pong: float,
+    dead_at: float,
 ) -> None:
     session = await fake_room.add_worker()
     fake_room.set_process_mode(ProcessMode.SILENT)
-    policy = HoldPolicy(transport="websocket", ping_interval=ping, pong_timeout=pong)
-    async with (
-        fake_room.client() as client,
-        open_connection_manager(client, policy=policy) as manager,
-    ):
-        holder = manager.hold(session)
-        await holder.wait_status(HolderStatus.OPEN)
-        await holder.wait_status(HolderStatus.WAITING)
-        assert trio.current_time() == dead_at
-        assert holder.statistics().last_outcome is Outcome.DROPPED
+    async with fake_room.client() as client:
+        connector = connector_type(client, ping_interval=ping, pong_timeout=pong)
+        async with open_connection_manager(client, connector=connector) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await holder.wait_status(HolderStatus.WAITING)
+            assert trio.current_time() == dead_at
+            assert holder.statistics().last_outcome is Outcome.DROPPED
 
 
 async def test_the_room_ending_the_session_ends_the_holder(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     session = await fake_room.add_worker()
-    async with (
-        fake_room.client() as client,
-        open_connection_manager(client, policy=WEBSOCKET) as manager,
-    ):
-        holder = manager.hold(session)
-        await holder.wait_status(HolderStatus.OPEN)
-        await trio.sleep(7)
-        fake_room.end(session.session_id)
-        assert await holder.wait_status(HolderStatus.ENDED) is HolderStatus.ENDED
-        assert trio.current_time() == 7
+    async with fake_room.client() as client:
+        async with websocket_manager(client) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(7)
+            fake_room.end(session.session_id)
+            assert await holder.wait_status(HolderStatus.ENDED) is HolderStatus.ENDED
+            assert trio.current_time() == 7
+
+
+# --- the exits ------------------------------------------------------------------------------------
 
 
 async def test_exit_goes_over_the_socket_naming_its_connection(
@@ -185,7 +227,7 @@ async def test_exit_goes_over_the_socket_naming_its_connection(
 ) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+        async with websocket_manager(client) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(2)
@@ -200,7 +242,7 @@ async def test_exit_goes_over_the_socket_naming_its_connection(
         (session.session_id, {"event": "exit", "process_connection_id": connection_id}, 2)
     ]
     # No POST: the exit went over the socket, and §2.2's rule recorded it.
-    assert fake_room.requests_to("POST", "/rooms/{room}/agent-sessions/{sid}/process/exit") == []
+    assert fake_room.requests_to("POST", EXIT_PATH) == []
     row = fake_room.room.session(session.session_id)
     assert row is not None
     assert row.process_connection_id == "exited"
@@ -213,7 +255,7 @@ async def test_a_session_without_an_open_socket_posts_its_exit(
     session = await fake_room.add_worker()
     fake_room.set_process_mode(ProcessMode.ERROR)
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+        async with websocket_manager(client) as manager:
             manager.hold(session)
             await trio.sleep(0.5)
             report = await manager.announce_exits()
@@ -222,13 +264,135 @@ async def test_a_session_without_an_open_socket_posts_its_exit(
     assert "agent_session_token" in fake_room.exits[0].body
 
 
+class _NoWrites(trio.abc.Stream):
+    """A stream read as ``inner`` is, whose writes fail: a socket that cannot take the exit."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.lowlevel.checkpoint()
+        raise trio.BrokenResourceError("no room for the exit")
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return bytes(await self.inner.receive_some(max_bytes))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Sockets(Delegating):
+    """Notes every stream it opens."""
+
+    def __init__(self, inner: WebSocketConnector) -> None:
+        super().__init__(inner)
+        self.opened: list[ProcessStream] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
+        async with self.inner.open(session) as stream:
+            self.opened.append(stream)
+            yield stream
+
+
+async def test_a_socket_that_cannot_take_the_exit_is_closed_then_the_exit_posted(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        connector = _Sockets(WebSocketConnector(client))
+        async with open_connection_manager(client, connector=connector) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+            connection_id = holder.connection_id
+            [socket] = connector.opened
+            assert isinstance(socket, ProcessSocket)
+            socket._stream = _NoWrites(socket._stream)
+            with manager.subscribe(math.inf) as events:
+                report = await manager.announce_exits()
+                await holder.wait_status(HolderStatus.STOPPED)
+                # As over SSE: the socket closed, the holder stops (its reader
+                # ends), and only then is the exit POSTed.
+                assert [(e.kind, e.detail) for e in drain(events)] == [
+                    (EventKind.STOPPED, "process exit"),
+                    (EventKind.EXIT, "recorded"),
+                ]
+    assert [(a.connection_id, a.recorded, a.error) for a in report] == [(connection_id, True, None)]
+    # The POST came once the room had seen the close (PROTOCOL §2.2).
+    assert [(e.body["process_connection_id"], e.recorded) for e in fake_room.exits] == [
+        (connection_id, True)
+    ]
+    assert len(fake_room.requests_to("POST", EXIT_PATH)) == 1
+
+
+async def test_a_holder_leaves_over_an_in_memory_socket_with_a_task(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """``leave_now`` cannot write to a stream that is not a plain socket, and touches nothing.
+
+    So the exit then goes by ``leave``: over the socket all the same, with a
+    checkpoint, and the socket is closed right after the frames are written,
+    without waiting on the room's answer or the holder's unwinding.
+    """
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        async with websocket_manager(client) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+            connection_id = holder.connection_id
+            assert connection_id is not None
+            assert not holder.leave_now()
+            await trio.sleep(1)
+            assert (holder.status, fake_room.exits) == (HolderStatus.OPEN, [])
+            with manager.subscribe() as events:
+                with trio.fail_after(1):
+                    assert await holder.leave() is None
+                await trio.sleep(1)
+                # The reader saw its socket close after the exit frame: a stop,
+                # not a drop, so no CLOSED event and no new attempt.
+                assert holder.status is HolderStatus.STOPPED
+                assert [(e.kind, e.detail) for e in drain(events)] == [
+                    (EventKind.STOPPED, "process exit")
+                ]
+            assert [(e.time, e.body) for e in fake_room.exits] == [
+                (2, {"event": "exit", "process_connection_id": connection_id})
+            ]
+            assert fake_room.requests_to("POST", EXIT_PATH) == []
+            manager.release(session.session_id)
+    assert len(fake_room.process_requests(session.session_id)) == 1
+
+
+async def test_leave_now_before_the_room_named_the_connection_does_nothing(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    session = await fake_room.add_worker()
+    fake_room.set_process_mode(ProcessMode.SLOW)
+    fake_room.slow_headers = 1
+    async with fake_room.client() as client:
+        async with websocket_manager(client) as manager:
+            holder = manager.hold(session)
+            await trio.sleep(0.5)
+            assert holder.status is HolderStatus.CONNECTING
+            assert not holder.leave_now()
+            await holder.wait_status(HolderStatus.OPEN)
+    assert len(fake_room.process_requests(session.session_id)) == 1
+
+
+# --- auto -----------------------------------------------------------------------------------------
+
+
 async def test_auto_falls_back_to_sse_for_a_room_without_the_upgrade_and_remembers(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     session = await fake_room.add_worker()
     fake_room.websocket = False
     async with fake_room.client() as client:
-        connector = AutoConnector(client, policy=AUTO)
+        connector = AutoConnector(client)
         async with open_connection_manager(client, connector=connector) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
@@ -248,10 +412,12 @@ async def test_auto_uses_the_socket_where_the_room_has_it(
 ) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=AUTO) as manager:
+        connector = AutoConnector(client)
+        async with open_connection_manager(client, connector=connector) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
             await trio.testing.wait_all_tasks_blocked()
+            assert not connector.uses_sse(session)
             report = await manager.announce_exits()
     assert len(fake_room.process_requests(session.session_id)) == 1
     assert [(a.recorded, a.error) for a in report] == [(None, None)]
@@ -265,7 +431,8 @@ async def test_a_mixed_process_says_every_goodbye_within_one_deadline(
     sockets = [await fake_room.add_worker("room_ws", f"Ws{i}") for i in range(20)]
     streams = [await fake_room.add_worker("room_sse", f"Sse{i}") for i in range(20)]
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=AUTO) as manager:
+        connector = AutoConnector(client)
+        async with open_connection_manager(client, connector=connector) as manager:
             holders = [manager.hold(s) for s in sockets + streams]
             for holder in holders:
                 await holder.wait_status(HolderStatus.OPEN)
@@ -292,48 +459,24 @@ async def test_a_black_holed_post_does_not_hold_up_the_sockets(
     on_socket = await fake_room.add_worker("room_ws", "Ws")
     on_stream = await fake_room.add_worker("room_sse", "Sse")
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=AUTO) as manager:
+        connector = AutoConnector(client)
+        async with open_connection_manager(client, connector=connector) as manager:
             for s in (on_socket, on_stream):
                 await manager.hold(s).wait_status(HolderStatus.OPEN)
             await trio.sleep(1)
             started = trio.current_time()
         # The POST is never answered: the goodbye ends at the deadline, less
         # the time kept for that one exit to unwind.
-        assert trio.current_time() == started + 1.5 - AUTO.unwind_allowance
+        assert trio.current_time() == started + 1.5 - UNWIND_ALLOWANCE
+    report = manager.exit_report
+    assert report is not None
+    assert [(a.session_id, a.recorded, a.error) for a in report] == [
+        (on_socket.session_id, None, None),
+        (on_stream.session_id, None, "deadline"),
+    ]
     row = fake_room.room.session(on_socket.session_id)
     assert row is not None
     assert row.process_connection_id == "exited"
-
-
-async def test_the_goodbye_closes_the_socket_itself_and_does_not_wait_for_the_holder(
-    autojump_clock: MockClock, fake_room: FakeRoom
-) -> None:
-    """Frames written, socket closed, done: thousands of goodbyes never wait on unwinding."""
-    session = await fake_room.add_worker()
-    stop = NeverStops()
-    async with fake_room.client() as client:
-        connector = WebSocketConnector(client, policy=WEBSOCKET)
-        async with open_connection_manager(client, connector=connector) as manager:
-            holder = manager.hold(session)
-            await holder.wait_status(HolderStatus.OPEN)
-            await trio.sleep(1)
-            connection_id = holder.connection_id
-            assert connection_id is not None
-            with trio.fail_after(1):
-                recorded = await connector.goodbye(session, connection_id, stop)
-            assert (recorded, stop.calls) == (None, [])
-            with manager.subscribe() as events:
-                await trio.sleep(1)
-                # The reader saw its socket close after the exit frame: a stop,
-                # not a drop, so no CLOSED event and no new attempt.
-                assert holder.status is HolderStatus.STOPPED
-                assert [(e.kind, e.detail) for e in drain(events)] == [
-                    (EventKind.STOPPED, "process exit")
-                ]
-            assert [e.body for e in fake_room.exits] == [
-                {"event": "exit", "process_connection_id": connection_id}
-            ]
-    assert len(fake_room.process_requests(session.session_id)) == 1
 
 
 async def test_the_exit_log_line_says_the_exits_went_over_the_sockets(
@@ -342,7 +485,7 @@ async def test_the_exit_log_line_says_the_exits_went_over_the_sockets(
     caplog.set_level("INFO", logger="letagents_trio.manager")
     sessions = [await fake_room.add_worker(display_name=name) for name in ("A", "B")]
     async with fake_room.client() as client:
-        async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+        async with websocket_manager(client) as manager:
             for session in sessions:
                 await manager.hold(session).wait_status(HolderStatus.OPEN)
             await trio.sleep(1)

@@ -5,8 +5,10 @@ wsproto server ``Connection`` on the other end written and read by the test,
 so every frame the room sends and every byte the client answers is exact:
 pongs, the close echo, the exit frame and its close, size limits on text
 frames, the ids an ``open`` frame may name, and the errors that end a socket.
-Then the connectors: their exit POST, the goodbye's fallback, a bad upgrade
-answer, and the policy each passes on to the streams it opens.
+Then the socket as a :class:`~letagents_trio.ProcessStream` (``send_exit_nowait``,
+``send_exit``, ``aclose``), over in-memory streams and real sockets; and the
+connectors: their exit POST, a bad upgrade answer, and the message limit each
+passes on to the streams it opens.
 """
 
 from __future__ import annotations
@@ -31,24 +33,19 @@ from wsproto.events import CloseConnection, Event, Message, Ping, Pong, TextMess
 from letagents_trio import (
     AgentSession,
     AttemptRejected,
-    HoldPolicy,
+    AutoConnector,
     Outcome,
     ProcessConnector,
+    ProcessStream,
     RoomClient,
     RoomUnreachable,
+    SSEConnector,
     StreamNews,
     StreamProtocolError,
+    WebSocketConnector,
     _ws_socket,
 )
-from letagents_trio._connector import StreamLeft
-from letagents_trio._http1 import Connected
-from letagents_trio._websocket import (
-    AutoConnector,
-    WebSocketConnector,
-    _accept_value,
-    classify_upgrade,
-    connector_for,
-)
+from letagents_trio._websocket import _accept_value, classify_upgrade
 from letagents_trio._ws_socket import ProcessSocket
 from letagents_trio.testing import FakeRoom, open_streaming_transport
 
@@ -59,7 +56,7 @@ if TYPE_CHECKING:
 
     from trio.testing import MockClock
 
-    from letagents_trio._http1 import HTTP1Response
+    from letagents_trio._http import Origin, Response
     from letagents_trio.testing._asgi import Receive, Send
 
 PING_INTERVAL = 10.0
@@ -277,25 +274,22 @@ async def test_no_pong_follows_the_exit_frame(autojump_clock: MockClock) -> None
     with trio.fail_after(60):
         await room.send(Ping(payload=b"late"))
         assert await anext(socket) == StreamNews()  # the pong waits for the next read
-        assert await socket.send_exit(None)
+        assert await socket.send_exit("conn-1")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stops_at, socket, PING_INTERVAL)
-            assert await room.heard() == [
-                TextMessage(data='{"event":"exit","process_connection_id":null}'),
-                CloseConnection(code=1000, reason=""),
-            ]
+            assert await room.heard() == EXIT_EVENTS
             # The reader, silent past its ping interval, sends no ping: it stops.
             await trio.sleep(PING_INTERVAL + PONG_TIMEOUT + 1)
     # Nothing after the close frame either (wsproto would not show a pong there).
-    assert len(room.raw) == client_frames_length(
-        TextMessage(data='{"event":"exit","process_connection_id":null}'),
-        CloseConnection(code=1000),
-    )
+    assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
 async def stops_at(socket: ProcessSocket, when: float) -> None:
-    """The reader ends the attempt as a stop (not a drop) at virtual time ``when``."""
-    with pytest.raises(StreamLeft, match=r"^process exit$"):
+    """After the exit, the reader ends the iteration (not a drop) at virtual time ``when``.
+
+    The holder, which is leaving, takes that end as its stop.
+    """
+    with pytest.raises(StopAsyncIteration):
         await anext(socket)
     assert trio.current_time() == when
 
@@ -319,6 +313,36 @@ async def test_the_rooms_answer_to_the_exit_leaves_the_reader_waiting_to_be_stop
         assert waited.cancelled_caught
     # Not parsed, so not echoed and no pong: nothing after the exit's close.
     assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
+
+
+@pytest.mark.parametrize("how", ["answered", "not-taken"])
+async def test_a_reader_waiting_after_the_exit_ends_as_the_socket_is_closed(
+    autojump_clock: MockClock, how: str
+) -> None:
+    """Once the socket is closed (by the holder leaving) nothing more can come or go.
+
+    The reader that waits to be stopped (the room answered the exit; or the
+    socket could not take it, and the exit is POSTed) then ends the
+    iteration, as a reader of any process stream does when it is closed:
+    a holder that leaves by itself stops, and does not wait for its silence
+    deadline.
+    """
+    socket, room = open_socket()
+    client = socket._stream
+    assert isinstance(client, trio.StapledStream)
+    with trio.fail_after(PING_INTERVAL * 10):
+        if how == "answered":
+            assert await socket.send_exit("conn-1")
+            await room.heard()
+            await room.send(CloseConnection(code=1000))
+        else:
+            await client.send_stream.aclose()
+            assert not await socket.send_exit("conn-1")
+            assert socket.leaving
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stops_at, socket, 1)
+            await trio.sleep(1)
+            await socket.aclose()
 
 
 async def test_a_socket_broken_after_the_exit_stops_the_reader(
@@ -427,6 +451,70 @@ async def test_a_pong_to_a_broken_socket_says_how_it_broke(autojump_clock: MockC
             await anext(socket)
 
 
+# --- the socket as a ProcessStream: closed from another task --------------------------------------
+
+
+async def test_a_process_socket_is_a_process_stream() -> None:  # noqa: ASYNC124 (a socket reads trio's clock)
+    """What the holder is given; mypy checks the methods' signatures against the protocol."""
+    socket, _room = open_socket()
+    stream: ProcessStream = socket
+    assert aiter(stream) is socket
+
+
+@asynccontextmanager
+async def socket_over(over: str) -> AsyncIterator[tuple[ProcessSocket, Room]]:
+    """A process socket over an in-memory stream (``memory``) or a socketpair."""
+    if over == "memory":
+        yield open_socket()
+    else:
+        async with socket_over_a_socketpair() as pair:
+            yield pair
+
+
+async def closed_twice_under_the_reader(socket: ProcessSocket) -> None:
+    """``aclose`` from another task while the reader waits, and again."""
+    await trio.testing.wait_all_tasks_blocked()
+    await socket.aclose()
+    await socket.aclose()
+
+
+@pytest.mark.parametrize("over", ["memory", "socket"])
+async def test_aclose_under_a_waiting_reader_ends_it_as_a_break(over: str) -> None:
+    """Not leaving, a socket closed under its reader broke: the holder counts a drop."""
+    async with socket_over(over) as (socket, _room):
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(closed_twice_under_the_reader, socket)
+                with pytest.raises(
+                    RoomUnreachable, match=r"^process socket broke: ClosedResourceError$"
+                ):
+                    await anext(socket)
+            assert not await socket.send_exit("conn-1")
+
+
+@pytest.mark.parametrize("over", ["memory", "socket"])
+async def test_aclose_after_the_exit_ends_the_waiting_reader(over: str) -> None:
+    """Leaving, the reader woken by the close ends the iteration: the holder stops."""
+    async with socket_over(over) as (socket, room):
+        with trio.fail_after(5):
+            assert await socket.send_exit("conn-1")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(closed_twice_under_the_reader, socket)
+                with pytest.raises(StopAsyncIteration):
+                    await anext(socket)
+            assert await room.heard() == EXIT_EVENTS
+        assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
+
+
+async def test_aclose_of_a_socket_close_now_cannot_close_is_idempotent() -> None:
+    stream = OnlyAsyncClose()
+    socket = new_socket(stream)
+    with trio.fail_after(5):
+        await socket.aclose()
+        await socket.aclose()
+    assert stream.closed
+
+
 # --- the connectors --------------------------------------------------------------------------
 
 
@@ -465,22 +553,6 @@ async def test_the_connectors_post_the_exit_naming_the_connection(
     ]
 
 
-async def test_the_goodbye_without_a_socket_stops_then_posts_the_exit(
-    autojump_clock: MockClock, fake_room: FakeRoom
-) -> None:
-    session = await fake_room.add_worker()
-    stopped: list[float] = []
-
-    async def stop() -> None:
-        await trio.sleep(1)
-        stopped.append(trio.current_time())
-
-    async with fake_room.client() as client:
-        assert await WebSocketConnector(client).goodbye(session, "conn-y", stop) is False
-    assert stopped == [1]
-    assert [(e.time, e.body["process_connection_id"]) for e in fake_room.exits] == [(1, "conn-y")]
-
-
 class _Answer:
     """An answer to the upgrade, as :meth:`WebSocketConnector._accepted` reads one."""
 
@@ -502,14 +574,14 @@ async def test_a_101_with_the_wrong_accept_value_is_refused(
     key = base64.b64encode(b"0123456789abcdef")
     async with fake_room.client() as client:
         connector = WebSocketConnector(client)
-        answer = cast("HTTP1Response", _Answer(101, _accept_value(key)))
+        answer = cast("Response", _Answer(101, _accept_value(key)))
         assert isinstance(connector._accepted(answer, key), ProcessSocket)
         with pytest.raises(AttemptRejected) as refused:
-            connector._accepted(cast("HTTP1Response", _Answer(101, "wrong")), key)
+            connector._accepted(cast("Response", _Answer(101, "wrong")), key)
     assert (refused.value.outcome, refused.value.detail) == (Outcome.REFUSED, "bad upgrade answer")
 
 
-# --- each connector gets the policy ------------------------------------------------------------
+# --- each connector gets its message limit ------------------------------------------------------
 
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
 LONG = "x" * 1500
@@ -547,11 +619,21 @@ async def read_all(connector: ProcessConnector, session: AgentSession) -> None:
 
 @asynccontextmanager
 async def room_client(app: Any) -> AsyncIterator[RoomClient]:
+    """A client of ``app`` in memory; its process connection over the lean HTTP/1.1 path."""
     async with (
         open_streaming_transport(app) as transport,
-        RoomClient("http://room.test", transport=transport) as client,
+        RoomClient("http://room.test", transport=transport, opener=transport) as client,
     ):
         yield client
+
+
+def limited(transport: str, client: RoomClient) -> ProcessConnector:
+    """The connector for ``transport`` over ``client``, holding messages to 1,024 bytes."""
+    if transport == "sse":
+        return SSEConnector(client, max_event_bytes=1024)
+    if transport == "websocket":
+        return WebSocketConnector(client, max_message_bytes=1024)
+    return AutoConnector(client, max_message_bytes=1024)
 
 
 @pytest.mark.parametrize(
@@ -559,26 +641,28 @@ async def room_client(app: Any) -> AsyncIterator[RoomClient]:
     [("sse", False), ("websocket", True), ("auto", True), ("auto", False)],
     ids=["sse", "websocket", "auto-websocket", "auto-sse"],
 )
-async def test_each_connector_holds_the_stream_to_the_policys_limit(
+async def test_each_connector_holds_the_stream_to_its_message_limit(
     autojump_clock: MockClock, transport: str, upgrade: bool
 ) -> None:
-    policy = HoldPolicy(transport=transport, max_event_bytes=1024)  # type: ignore[arg-type]
     with trio.fail_after(10):
         async with room_client(long_news_app(upgrade=upgrade)) as client:
-            connector = connector_for(client, policy)
+            connector = limited(transport, client)
             with pytest.raises(StreamProtocolError):
                 await read_all(connector, SESSION)
             if isinstance(connector, AutoConnector):
                 assert connector.uses_sse(SESSION) is not upgrade
 
 
-async def test_the_default_policy_holds_the_same_streams(autojump_clock: MockClock) -> None:
+@pytest.mark.parametrize("upgrade", [True, False], ids=["websocket", "sse"])
+async def test_the_default_limit_holds_the_same_streams(
+    autojump_clock: MockClock, upgrade: bool
+) -> None:
     with trio.fail_after(10):
-        async with room_client(long_news_app(upgrade=False)) as client:
+        async with room_client(long_news_app(upgrade=upgrade)) as client:
             connector = AutoConnector(client)
             async with connector.open(SESSION) as news:
                 assert await anext(news) == StreamNews()
-            assert connector.uses_sse(SESSION)
+            assert connector.uses_sse(SESSION) is not upgrade
 
 
 # --- the exit over a real socket (the write that skips send_all) -------------------------------
@@ -635,21 +719,48 @@ async def test_the_exit_to_a_closed_socket_is_not_sent() -> None:
             assert not await socket.send_exit("conn-1")
 
 
-async def test_the_exit_is_written_at_once_only_where_it_can_be() -> None:
-    """No checkpoint: a plain socket takes it; an in-memory stream is left untouched."""
+async def test_the_exit_frame_is_written_at_once_alone_where_it_can_be() -> None:
+    """No checkpoint: a plain socket takes it (its close waits for the socket's close)."""
     async with socket_over_a_socketpair() as (socket, room):
-        assert socket.send_exit_now("conn-1") is True
+        assert socket.send_exit_nowait("conn-1") is True
         assert socket.leaving
         with trio.fail_after(5):
-            assert await room.heard() == EXIT_EVENTS
-        assert socket.send_exit_now("conn-1") is False  # once
-    in_memory, _room = open_socket()
-    assert in_memory.send_exit_now("conn-1") is None
-    assert not in_memory.leaving
+            assert await room.heard() == EXIT_EVENTS[:1]
+        assert socket.send_exit_nowait("conn-1") is False  # once
+        assert await socket.send_exit("conn-1") is False
+        assert len(room.raw) == client_frames_length(*EXIT_EVENTS[:1])
+
+
+async def test_an_exit_that_cannot_be_written_at_once_is_left_whole_for_send_exit(
+    autojump_clock: MockClock,
+) -> None:
+    """Not a plain socket: ``send_exit_nowait`` is False having done nothing at all.
+
+    The socket is not leaving: its reader still answers pings, and
+    ``send_exit`` then sends the whole exit and its close.
+    """
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(frame(event="open", connection_id="conn-1"), Ping(payload=b"1"))
+        assert await anext(socket) == StreamNews(connection_id="conn-1")
+        assert socket.send_exit_nowait("conn-1") is False
+        assert not socket.leaving
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(anext, socket)  # flushes the pong, then reads
+            assert await room.heard() == [Pong(payload=b"1")]
+            nursery.cancel_scope.cancel()
+        assert await socket.send_exit("conn-1")
+        assert await room.heard() == EXIT_EVENTS
+
+
+async def test_an_exit_is_not_written_at_once_while_a_pong_is_on_its_way() -> None:
     async with socket_over_a_socketpair() as (socket, room):
         async with socket._send_lock:  # a pong being sent
-            assert socket.send_exit_now("conn-1") is None
+            assert socket.send_exit_nowait("conn-1") is False
         assert not socket.leaving
+        with trio.fail_after(5):
+            assert await socket.send_exit("conn-1")
+            assert await room.heard() == EXIT_EVENTS
 
 
 def fill(socket: ProcessSocket) -> int:
@@ -667,15 +778,16 @@ def fill(socket: ProcessSocket) -> int:
 async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> None:
     """The kernel takes part of the frames at once; the rest waits for room.
 
-    Also when the part went from the goodbye's loop (``send_exit_now``): then
-    ``send_exit`` sends only the rest.
+    Also when the part went from the goodbye's loop (``send_exit_nowait``,
+    the exit frame alone): then ``send_exit`` sends the rest, and its close.
     """
     async with socket_over_a_socketpair() as (socket, room):
         filler = fill(socket)
         sent: list[bool] = []
         received = bytearray()
         if at_once_first:
-            assert socket.send_exit_now("conn-1") is False
+            assert socket.send_exit_nowait("conn-1") is False
+            assert socket.leaving
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_send_exit, socket, sent)
@@ -690,13 +802,40 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
             while len(events) < 2:
                 room.ws.receive_data(bytes(await room.stream.receive_some()))
                 events += room.ws.events()
-            # Once: the rest that waited is not sent again.
+            # Once: the rest that waited is not sent again, nor its close as
+            # the socket closes; the room then reads the end.
             assert not await socket.send_exit("conn-1")
             with trio.move_on_after(0.1):
                 await room.stream.receive_some()
                 pytest.fail("more was written after the exit went out whole")
+            await socket.aclose()
+            assert await room.stream.receive_some() == b""
         assert received[:filler] == b"f" * filler
         assert events == EXIT_EVENTS
+
+
+async def test_the_rest_of_an_exit_cut_short_waits_for_another_sender() -> None:
+    """The rest of a partial ``send_exit_nowait`` is sent, with its close, once the lock is free."""
+    async with socket_over_a_socketpair() as (socket, room):
+        filler = fill(socket)
+        assert socket.send_exit_nowait("conn-1") is False
+        sent: list[bool] = []
+        received = bytearray()
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                async with socket._send_lock:  # another sender
+                    nursery.start_soon(_send_exit, socket, sent)
+                    while len(received) < filler:  # room again in the socket
+                        received += await room.stream.receive_some()
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert sent == []
+            assert sent == [True]
+            await socket.aclose()
+            while chunk := await room.stream.receive_some():
+                received += chunk
+        room.ws.receive_data(bytes(received[filler:]))
+        assert list(room.ws.events()) == EXIT_EVENTS
+        assert len(received) - filler == client_frames_length(*EXIT_EVENTS)
 
 
 # --- pongs over a real socket (the write that skips send_all) ----------------------------------
@@ -764,42 +903,45 @@ async def test_a_released_socket_needs_no_cyclic_gc_to_be_freed() -> None:  # no
         gc.enable()
 
 
-async def test_leaving_the_socket_block_releases_the_parser_and_forgets_the_socket(
+async def test_leaving_the_socket_block_releases_the_parser_and_closes_the_socket(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    """Forgotten, or the goodbye would find, and write to, a socket already closed."""
     session = await fake_room.add_worker()
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
+        connector = WebSocketConnector(client)
         async with connector.open(session) as socket:
             assert isinstance(socket, ProcessSocket)
-            assert connector._sockets == {session.session_id: socket}
             parser = socket._ws._proto._parse_more
             assert isinstance(parser, types.GeneratorType)
             assert parser.gi_frame is not None
-        assert connector._sockets == {}
+        with pytest.raises(RoomUnreachable, match=r"^process socket broke: ClosedResourceError$"):
+            await anext(socket)
         assert parser.gi_frame is None  # closed: the cycle through its frame is gone
 
 
-@pytest.mark.parametrize("by", ["goodbye", "block"])
+@pytest.mark.parametrize("by", ["nowait", "send_exit", "block"])
 async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by: str) -> None:
     """What the room sent meanwhile is read and dropped before the close.
 
     Closed with bytes unread, the socket would reset the connection, and a
     room whose next heartbeat then fails may never read the exit before it.
-    Either way it is closed: by the goodbye (``close``), or by the socket's
-    block as the holder stops (``release``, then the stream's close).
+    Whichever way the holder left: its exit frame written at once, the
+    socket then closed as the holder stops (``release``, then ``aclose``, as
+    the socket's block does, the normal close written then); or the exit
+    and its close sent (``send_exit``), then the socket closed (``aclose``).
     """
     async with tcp_pair() as (stream, room):
         socket = new_socket(stream)
         with trio.fail_after(5):
             await room.send(Connection(ConnectionType.SERVER).send(Ping(payload=b"beat")))
             await trio.lowlevel.wait_readable(stream.socket)
-            assert socket.send_exit_now("conn-1") is True
-            if by == "goodbye":
-                assert socket.close()
-            else:  # as the socket's block does
-                socket.release()
+            if by == "send_exit":
+                assert await socket.send_exit("conn-1") is True
+                await socket.aclose()
+            else:
+                assert socket.send_exit_nowait("conn-1") is True
+                if by == "block":
+                    socket.release()
                 await socket.aclose()
             heard = bytearray()
             while chunk := await room.recv(4096):  # an end, not ConnectionResetError
@@ -816,46 +958,25 @@ async def test_a_held_socket_keeps_nothing_of_its_upgrade(
     would walk, ten thousand times over.
     """
     session = await fake_room.add_worker()
-    responses: list[weakref.ref[HTTP1Response]] = []
+    responses: list[weakref.ref[Response]] = []
     accepted = WebSocketConnector._accepted
 
     def keep_a_weak_reference(
-        self: WebSocketConnector, response: HTTP1Response, key: bytes
+        self: WebSocketConnector, response: Response, key: bytes
     ) -> ProcessSocket:
         responses.append(weakref.ref(response))
         return accepted(self, response, key)
 
     monkeypatch.setattr(WebSocketConnector, "_accepted", keep_a_weak_reference)
     async with fake_room.client() as client:
-        connector = WebSocketConnector(client, policy=HoldPolicy(transport="websocket"))
+        connector = WebSocketConnector(client)
         async with connector.open(session) as socket:
             assert await anext(socket) == StreamNews(connection_id=socket.connection_id)
             gc.collect()
             assert [response() for response in responses] == [None]
 
 
-# --- leave_now, the socket block, and closing what close_now cannot -----------------------------
-
-
-async def test_leave_now_writes_the_exit_only_on_the_socket_of_the_connection_it_names() -> None:
-    async with socket_over_a_socketpair() as (socket, room):
-        with trio.fail_after(5):
-            await room.send(frame(event="open", connection_id="conn-1"))
-            assert await anext(socket) == StreamNews(connection_id="conn-1")
-        async with RoomClient("http://room.test") as client:
-            connector = WebSocketConnector(client)
-            auto = AutoConnector(client)
-            assert not connector.leave_now(SESSION, "conn-1")  # no socket held for it
-            connector._sockets[SESSION.session_id] = socket
-            auto._websocket._sockets[SESSION.session_id] = socket
-            assert not connector.leave_now(SESSION, "another")
-            assert not connector.leave_now(SESSION, None)
-            assert not socket.leaving
-            assert auto.leave_now(SESSION, "conn-1")
-            assert not connector.leave_now(SESSION, "conn-1")  # once
-        with trio.fail_after(5):
-            assert await room.heard() == EXIT_EVENTS[:1]
-        assert len(room.raw) == client_frames_length(*EXIT_EVENTS[:1])
+# --- the exit written alone, and closing what close_now cannot -----------------------------------
 
 
 async def test_an_exit_written_at_once_leaves_its_close_for_the_sockets_close() -> None:
@@ -869,12 +990,12 @@ async def test_an_exit_written_at_once_leaves_its_close_for_the_sockets_close() 
         with trio.fail_after(5):
             await room.send(frame(event="open", connection_id="conn-1"))
             assert await anext(socket) == StreamNews(connection_id="conn-1")
-            assert socket.send_exit_now("conn-1", close=False) is True
+            assert socket.send_exit_nowait("conn-1") is True
             assert await room.heard() == EXIT_EVENTS[:1]
             with trio.move_on_after(0.1):
                 await room.stream.receive_some()
                 pytest.fail("the close was written with the exit")
-            assert socket.close()
+            await socket.aclose()
             heard = bytearray()
             while chunk := await room.stream.receive_some():  # then the end
                 heard += chunk
@@ -891,12 +1012,12 @@ async def test_the_close_of_an_exit_written_alone_is_not_written_after_half_an_e
     """
     async with socket_over_a_socketpair() as (socket, room):
         filler = fill(socket)
-        assert socket.send_exit_now("conn-1", close=False) is False
+        assert socket.send_exit_nowait("conn-1") is False
         with trio.fail_after(5):
             received = bytearray()
             while len(received) < filler:  # the room reads: the socket has room again
                 received += await room.stream.receive_some()
-            assert socket.close()
+            await socket.aclose()
             while chunk := await room.stream.receive_some():
                 received += chunk
         assert bytes(received) == b"f" * filler
@@ -904,9 +1025,12 @@ async def test_the_close_of_an_exit_written_alone_is_not_written_after_half_an_e
 
 async def test_the_close_of_an_exit_written_alone_to_a_room_gone_raises_nothing() -> None:
     async with socket_over_a_socketpair() as (socket, room):
-        assert socket.send_exit_now("conn-1", close=False) is True
+        assert socket.send_exit_nowait("conn-1") is True
         await room.stream.aclose()
-        assert socket.close()  # the close frame's write fails: the socket closes all the same
+        await socket.aclose()  # the close frame's write fails: the socket closes all the same
+        stream = socket._stream
+        assert isinstance(stream, trio.SocketStream)
+        assert stream.socket.fileno() == -1
 
 
 async def test_the_upgrade_offers_a_key_of_16_random_bytes(autojump_clock: MockClock) -> None:
@@ -993,9 +1117,9 @@ async def test_a_refused_upgrade_closes_a_stream_close_now_cannot_close() -> Non
     stream = OnlyAsyncClose(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
 
     class Opener:
-        async def open_stream(self, origin: object, *, tunnel: bool = False) -> Connected:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
             await trio.lowlevel.checkpoint()
-            return Connected(stream)
+            return stream
 
     with trio.fail_after(5):
         async with RoomClient("http://room.test", opener=Opener()) as client:

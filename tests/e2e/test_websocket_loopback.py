@@ -1,7 +1,8 @@
 """The WebSocket form over real loopback: hypercorn serving the room, the client's own sockets.
 
 Real clock (sockets do not run on trio's mock clock); each test is bounded by
-``trio.fail_after``.
+``trio.fail_after``. Over a plain socket each holder's exit frame is written
+at once (``ProcessHolder.leave_now``), with no task and no checkpoint.
 """
 
 from __future__ import annotations
@@ -11,27 +12,29 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import trio
 import trio.lowlevel
 
 from letagents_trio import (
+    ConnectionManager,
     EventKind,
     HolderStatus,
-    HoldPolicy,
     RoomClient,
     RoomUnreachable,
+    WebSocketConnector,
     open_connection_manager,
 )
-from letagents_trio._net import NetworkOpener, Proxy
+from letagents_trio._protocol import WEBSOCKET_PING_INTERVAL, WEBSOCKET_PONG_TIMEOUT
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
 from letagents_trio.testing import register_worker
 
 from ..room_server.helpers import OWNER_TOKEN
 from .tiny_proxy import TinyProxy
 
-WEBSOCKET = HoldPolicy(transport="websocket")
+if TYPE_CHECKING:
+    import pytest
 
 
 @asynccontextmanager
@@ -52,13 +55,26 @@ def new_room(heartbeat: float = 15.0) -> Room:
     )
 
 
+@asynccontextmanager
+async def websocket_manager(
+    client: RoomClient,
+    *,
+    ping_interval: float = WEBSOCKET_PING_INTERVAL,
+    pong_timeout: float = WEBSOCKET_PONG_TIMEOUT,
+) -> AsyncIterator[ConnectionManager]:
+    """A connection manager whose holders hold WebSockets."""
+    connector = WebSocketConnector(client, ping_interval=ping_interval, pong_timeout=pong_timeout)
+    async with open_connection_manager(client, connector=connector) as manager:
+        yield manager
+
+
 async def test_hold_and_exit_over_a_hypercorn_socket() -> None:
     room = new_room()
     with trio.fail_after(20):
         async with served(room) as url:
             session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
             async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
-                async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                async with websocket_manager(client) as manager:
                     with manager.subscribe() as events:
                         holder = manager.hold(session)
                         async for event in events:
@@ -72,7 +88,7 @@ async def test_hold_and_exit_over_a_hypercorn_socket() -> None:
                     started = trio.current_time()
                     report = await manager.announce_exits()
                     assert trio.current_time() - started < 1.0
-            # Sent at once over the plain socket (the connector's leave_now),
+            # Sent at once over the plain socket (the holder's leave_now),
             # and reported naming the connection its frame named.
             assert [(a.connection_id, a.recorded, a.error) for a in report] == [
                 (connection_id, None, None)
@@ -89,7 +105,7 @@ async def test_hypercorn_refusals_reach_the_client_as_their_status() -> None:
             session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
             room.end_session(session.session_id)
             async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
-                async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                async with websocket_manager(client) as manager:
                     holder = manager.hold(session)
                     assert await holder.wait_status(HolderStatus.ENDED) is HolderStatus.ENDED
                     assert holder.statistics().attempts  # 410 → ended
@@ -97,12 +113,13 @@ async def test_hypercorn_refusals_reach_the_client_as_their_status() -> None:
 
 async def test_the_room_pings_and_a_quiet_socket_stays_open() -> None:
     room = new_room(heartbeat=0.2)
-    policy = HoldPolicy(transport="websocket", ping_interval=0.3, pong_timeout=0.5)
     with trio.fail_after(20):
         async with served(room) as url:
             session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
             async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
-                async with open_connection_manager(client, policy=policy) as manager:
+                async with websocket_manager(
+                    client, ping_interval=0.3, pong_timeout=0.5
+                ) as manager:
                     holder = manager.hold(session)
                     await holder.wait_status(HolderStatus.OPEN)
                     await trio.sleep(2)
@@ -124,7 +141,7 @@ async def test_a_goodbye_over_sockets_leaves_no_reference_cycles() -> None:
                     for _ in range(20)
                 ]
                 async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
-                    async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                    async with websocket_manager(client) as manager:
                         with manager.subscribe() as events:
                             for session in sessions:
                                 manager.hold(session)
@@ -177,7 +194,7 @@ async def test_a_goodbye_over_sockets_spawns_no_task_and_wakes_each_holder_once(
                 for _ in range(20)
             ]
             async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
-                async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+                async with websocket_manager(client) as manager:
                     with manager.subscribe() as events:
                         for session in sessions:
                             manager.hold(session)
@@ -200,16 +217,25 @@ async def test_a_goodbye_over_sockets_spawns_no_task_and_wakes_each_holder_once(
     assert set(steps.holder_steps.values()) == {1}
 
 
-async def test_a_websocket_through_a_connect_proxy_holds_and_exits() -> None:
-    """The upgrade goes through the proxy's CONNECT tunnel, and the exit over the socket."""
+async def test_a_websocket_through_a_proxy_holds_and_exits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a proxy in the environment the upgrade goes through httpx2 and the proxy.
+
+    The raw stream is the one httpx2 hands over after ``101``: not a plain
+    socket, so the exit goes over it with a checkpoint (``leave``).
+    """
     room, proxy = new_room(), TinyProxy()
+    for scheme in ("http", "https", "all", "no"):
+        monkeypatch.delenv(f"{scheme}_proxy", raising=False)
+        monkeypatch.delenv(f"{scheme.upper()}_PROXY", raising=False)
     with trio.fail_after(20):
         async with served(room) as url, trio.open_nursery() as nursery:
             proxy_port = await nursery.start(proxy.serve)
+            monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy_port}")
             session = await register_worker(room, owner_token=OWNER_TOKEN, owner_login="owner")
-            opener = NetworkOpener(proxies={"http": Proxy.from_url(f"127.0.0.1:{proxy_port}")})
-            async with RoomClient(url, owner_token=OWNER_TOKEN, opener=opener) as client:
-                async with open_connection_manager(client, policy=WEBSOCKET) as manager:
+            async with RoomClient(url, owner_token=OWNER_TOKEN) as client:
+                async with websocket_manager(client) as manager:
                     with manager.subscribe() as events:
                         holder = manager.hold(session)
                         async for event in events:
@@ -224,5 +250,6 @@ async def test_a_websocket_through_a_connect_proxy_holds_and_exits() -> None:
     row = room.session(session.session_id)
     assert row is not None
     assert row.process_connection_id == "exited"
-    origin = url.removeprefix("http://")
-    assert proxy.lines == [f"CONNECT {origin}"]
+    assert proxy.lines == [
+        f"GET {url}/rooms/{session.room_id}/agent-sessions/{session.session_id}/process"
+    ]
