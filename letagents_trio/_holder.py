@@ -178,6 +178,8 @@ class ProcessHolder:
         self._stream: ProcessStream | None = None
         # Set once the goodbye began this holder's leaving: it never retries.
         self._leaving = False
+        # Set once leave() has begun: one exit per holder.
+        self._left = False
         self._status = HolderStatus.CONNECTING
         opening.started()
         self._status_lot = trio.lowlevel.ParkingLot()
@@ -293,7 +295,7 @@ class ProcessHolder:
         :meth:`leave` could not follow: no stream open on a named connection,
         or a transport (SSE) or a socket that cannot write the exit at once.
         """
-        self._leaving = True
+        self._begin_leaving()
         stream, connection_id = self._stream, self._held_connection_id
         return (
             stream is not None
@@ -318,12 +320,16 @@ class ProcessHolder:
         Raises:
             ApiError: the room refused the POSTed exit.
             RoomUnreachable: it could not be sent.
+            RuntimeError: this holder has left already (one exit per holder).
 
         Cancellation:
             A checkpoint; the goodbye's deadline cancels it, and the room may
             or may not have the exit.
         """
-        self._leaving = True
+        if self._left:
+            raise RuntimeError(f"the holder of {self._session.session_id} has left already")
+        self._left = True
+        self._begin_leaving()
         stream, connection_id = self._stream, self._held_connection_id
         if stream is None or connection_id is None:
             # No connection to name: the room records such an exit only once it
@@ -337,6 +343,11 @@ class ProcessHolder:
             if sent:
                 return None
         return await self._connector.announce_exit(self._session, connection_id)
+
+    def _begin_leaving(self) -> None:
+        """From now on the holder never retries, and its manager no longer holds it."""
+        self._leaving = True
+        self._forget(self)
 
     # --- the loop ----------------------------------------------------------------------
 

@@ -622,6 +622,9 @@ async def test_an_sse_holder_leaving_closes_its_stream_then_posts_and_stops(
                 with trio.fail_after(1):
                     recorded = await holder.leave()
                 assert recorded is True
+                assert session.session_id not in manager.holders  # left: the goodbye skips it
+                with pytest.raises(RuntimeError, match=r"has left already$"):
+                    await holder.leave()
                 await holder.wait_status(HolderStatus.STOPPED)
                 await trio.sleep(60)
                 kinds = [(e.kind.value, e.detail) for e in drain(events)]
