@@ -54,6 +54,7 @@ from ..workers._chat_storage import ChatStorage
 from ..workers._handles import WorkerHandles
 from ..workers._local_chat import LocalChat
 from ..workers._state import LocalStateStore
+from ..workers._wire import MCP_SERVER_WORDING
 from ._config import ServerConfig
 from ._facade import ServerState
 from ._stdio import claim_stdin
@@ -168,6 +169,7 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                     runtime_label=config.runtime_label,
                     ide_label=config.ide_label,
                     token_origin=config.token_origin,
+                    wording=MCP_SERVER_WORDING,
                 )
                 logger.info("serving %s (profile %s)", config.api_url, config.profile)
                 try:
