@@ -455,7 +455,9 @@ def test_a_url_that_is_not_http_is_refused_when_the_client_is_made(url: str) -> 
     )
 
 
-@pytest.mark.parametrize("url", ["http://localhost:3001", "https://room.test/api/", "http://[::1]:1"])
+@pytest.mark.parametrize(
+    "url", ["http://localhost:3001", "https://room.test/api/", "http://[::1]:1"]
+)
 def test_http_and_https_urls_are_accepted(url: str) -> None:
     assert RoomClient(url).api_url == url.rstrip("/")
 
