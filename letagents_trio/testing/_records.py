@@ -21,23 +21,62 @@ __all__ = ["CANNED_ANSWERS", "ExitRecord", "ProcessMode", "RequestRecord"]
 
 
 class ProcessMode(enum.Enum):
-    """How the fake room answers ``GET …/process``."""
+    """How the fake room answers ``GET …/process``: one mode for all, or per session.
 
-    SERVED = "served"
-    """The reference room serves the stream."""
-    UNKNOWN = "unknown"
-    """Answer 404, as a room without the route does."""
-    REFUSED = "refused"
-    """401 ``Invalid agent session credentials.``"""
-    ENDED = "ended"
-    """410 ``agent_session_ended``."""
-    ERROR = "error"
-    """Answer 503, as a failing room does."""
-    SILENT = "silent"
-    """200 with event-stream headers, then not one byte (a WebSocket: 101, then
-    a dead peer: no frames, pings or pongs)."""
-    SLOW = "slow"
-    """Headers only after ``slow_headers`` seconds, then served."""
+    Each member's ``__doc__`` says what the room answers and what a holder
+    then does; the times are the attempts of one holder under the default
+    :class:`~letagents_trio.HoldPolicy` (10 s answer timeout, 45 s silence),
+    on trio's clock from its first attempt.
+    """
+
+    _value_: str
+
+    def __new__(cls, value: str, doc: str) -> ProcessMode:
+        member = object.__new__(cls)
+        member._value_ = value
+        member.__doc__ = doc
+        return member
+
+    SERVED = (
+        "served",
+        "The reference room serves the stream (``open``, heartbeats): the holder is ``OPEN``"
+        " and stays so.",
+    )
+    UNKNOWN = (
+        "unknown",
+        "404 ``Not found``, as a room without the route: ``unsupported``, attempts at 0, 10,"
+        " 70, 370, 670 s (waits of 10, 60, 300, 300 s).",
+    )
+    REFUSED = (
+        "refused",
+        "401 ``Invalid agent session credentials.``: ``refused``; the holder asks its"
+        " ``is_still_ours`` hook, then attempts at 0, 5, 20, 80, 140 s (waits of 5, 15, 60,"
+        " 60 s).",
+    )
+    ENDED = (
+        "ended",
+        "410 ``agent_session_ended``: ``ended``; the holder marks the session ended and stops"
+        " for good (one attempt, status ``ENDED``).",
+    )
+    ERROR = (
+        "error",
+        "503, as a failing room: ``dropped``, attempts at 0, 1, 3, 8, 13 s (waits of 1, 2, 5,"
+        " 5 s).",
+    )
+    SILENT = (
+        "silent",
+        "200 with event-stream headers, then not one byte (a WebSocket: 101, then no frame,"
+        " ping or pong). The stream *opens*, which resets every backoff counter, and the 45 s"
+        " silence ends it as ``dropped``: every wait is the first, 1 s, so the attempts are at"
+        " 0, 46, 92, 138 s, never a growing backoff.",
+    )
+    SLOW = (
+        "slow",
+        "The headers come only after ``FakeRoom.slow_headers`` seconds (30 by default), then"
+        " the stream is served. Above the 10 s answer timeout every attempt is ``dropped`` at"
+        " 10 s without opening, so the drop waits grow: attempts at 0, 11, 23, 38, 53 s."
+        " Set ``slow_headers`` below it to see a slow answer that opens.",
+    )
 
 
 # What the room-like modes answer, status and JSON body: the room's own texts.
