@@ -336,6 +336,25 @@ async def test_your_own_cancel_scope_around_the_nursery_stops_the_manager(
     ]
 
 
+async def test_a_scope_inside_the_nursery_does_not_reach_the_manager(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """What docs/embedding.md warns of: only a scope around the nursery stops it."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, trio.open_nursery() as nursery:
+        with trio.CancelScope() as inner:
+            manager = await nursery.start(serve_connection_manager, client)
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            inner.cancel()
+            await trio.sleep(1)
+        await trio.sleep(5)
+        assert holder.status is HolderStatus.OPEN
+        assert fake_room.exits == []
+        nursery.cancel_scope.cancel()
+    assert [e.time for e in fake_room.exits] == [5]
+
+
 async def test_the_timeline_reads_as_events(autojump_clock: MockClock, fake_room: FakeRoom) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client, open_connection_manager(client) as manager:

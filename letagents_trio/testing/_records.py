@@ -79,6 +79,12 @@ class ProcessMode(enum.Enum):
     )
 
 
+# The reference (Sphinx reads an enum member's docs from the source only) and
+# help(ProcessMode) list every member with its docstring, from the members.
+ProcessMode.__doc__ = f"{ProcessMode.__doc__}\n    Members:\n" + "".join(
+    f"\n    ``{mode.name}``\n        {mode.__doc__}\n" for mode in ProcessMode
+)
+
 # What the room-like modes answer, status and JSON body: the room's own texts.
 CANNED_ANSWERS: dict[ProcessMode, tuple[int, dict[str, str]]] = {
     ProcessMode.UNKNOWN: (404, {"error": "Not found"}),

@@ -8,6 +8,7 @@ what each mode does and when a holder attempts; this runs each claim.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     from letagents_trio.testing import FakeRoom
 
+PAGE = Path(__file__).parents[2] / "docs" / "testing.md"
 TIMES = re.compile(r"attempts (?:are )?at ((?:\d+, )+\d+) s")
 # The status a holder is in once each mode has had its say.
 SETTLED = {
@@ -61,3 +63,10 @@ async def test_each_mode_attempts_when_its_docstring_says(
 def test_the_retried_modes_name_their_times() -> None:
     named = {mode for mode in ProcessMode if claimed_times(mode)}
     assert named == set(ProcessMode) - set(SETTLED)
+
+
+def test_the_testing_page_gives_each_mode_the_same_times() -> None:
+    """One fact in two places (the reference and the guide): they agree."""
+    rows = re.findall(r"^\| `([A-Z]+)` \|.*\| ([\d, ]+) \|$", PAGE.read_text(), re.MULTILINE)
+    table = {ProcessMode[name]: [float(t) for t in times.split(", ")] for name, times in rows}
+    assert table == {mode: claimed_times(mode) or [0] for mode in ProcessMode}
