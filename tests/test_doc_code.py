@@ -23,9 +23,11 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import tomllib
 from typing import Final
 
 import pytest
+from packaging.requirements import Requirement
 
 from .doc_blocks import PAGES, ROOT, Block, blocks
 
@@ -86,3 +88,29 @@ def test_the_markers_are_read() -> None:
     # A guard on the parser itself: the pages use each kind.
     kinds = {b.kind for b in ALL_BLOCKS}
     assert {"file", "excerpt", "as"} <= kinds
+
+
+# --- facts the pages state -----------------------------------------------------------
+
+NUMBERS: Final = {"four": 4, "five": 5, "six": 6}
+
+
+def core_dependencies() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(r).name for r in project["dependencies"]]
+
+
+def test_the_install_page_names_the_cores_dependencies() -> None:
+    """Issue 29: it said four (trio, httpx2, attrs, trio-websocket)."""
+    text = " ".join((ROOT / "docs" / "install.md").read_text().split())
+    found = re.search(r"The core installs with (\w+) dependencies \(([^)]*)\)", text)
+    assert found is not None
+    assert [name.strip() for name in found[2].split(",")] == core_dependencies()
+    assert NUMBERS[found[1]] == len(core_dependencies())
+
+
+def test_the_readme_names_the_cores_dependencies() -> None:
+    text = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"The core needs only ([\w, ]+) and (\w+);", text)
+    assert found is not None
+    assert [*found[1].split(", "), found[2]] == core_dependencies()
