@@ -16,6 +16,7 @@ and finds every place a server is told where to listen:
 from __future__ import annotations
 
 import ast
+import itertools
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,11 +70,9 @@ def fixed_ports(tree: ast.AST) -> Iterator[int]:
             if callee == "serve_tcp" and not _is_zero(args[1] if len(args) > 1 else None):
                 yield node.lineno
         elif isinstance(node, (ast.List, ast.Tuple)):
-            items = node.elts
-            for here, after in zip(items, items[1:], strict=False):
-                if isinstance(here, ast.Constant) and here.value == "--port":
-                    if not _is_zero(after):
-                        yield node.lineno
+            for here, after in itertools.pairwise(node.elts):
+                if isinstance(here, ast.Constant) and here.value == "--port" and not _is_zero(after):
+                    yield node.lineno
         elif isinstance(node, ast.Assign) and any(_name(t) == "bind" for t in node.targets):
             binds = node.value.elts if isinstance(node.value, ast.List) else [node.value]
             for bind in binds:
