@@ -71,7 +71,8 @@ def fixed_ports(tree: ast.AST) -> Iterator[int]:
                 yield node.lineno
         elif isinstance(node, (ast.List, ast.Tuple)):
             for here, after in itertools.pairwise(node.elts):
-                if isinstance(here, ast.Constant) and here.value == "--port" and not _is_zero(after):
+                port_option = isinstance(here, ast.Constant) and here.value == "--port"
+                if port_option and not _is_zero(after):
                     yield node.lineno
         elif isinstance(node, ast.Assign) and any(_name(t) == "bind" for t in node.targets):
             binds = node.value.elts if isinstance(node.value, ast.List) else [node.value]
