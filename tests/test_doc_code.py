@@ -93,6 +93,7 @@ def test_the_markers_are_read() -> None:
 # --- facts the pages state -----------------------------------------------------------
 
 NUMBERS: Final = {"four": 4, "five": 5, "six": 6}
+DOCS: Final = ROOT / "docs"
 
 
 def core_dependencies() -> list[str]:
@@ -114,3 +115,18 @@ def test_the_readme_names_the_cores_dependencies() -> None:
     found = re.search(r"The core needs only ([\w, ]+) and (\w+);", text)
     assert found is not None
     assert [*found[1].split(", "), found[2]] == core_dependencies()
+
+
+def test_the_mcp_hosts_page_starts_the_room_as_the_room_page_does_with_its_token() -> None:
+    """Issue 29: it started the room with ``--owner-token`` on the command line (which
+    the room's page and ``--help`` call unsafe), under another example token."""
+    hosts = (DOCS / "mcp-hosts.md").read_text()
+    room = (DOCS / "room-server.md").read_text()
+    assert "--owner-token " not in hosts
+    assert "letagents-trio room --owner-tokens-file ~/.letagents/owner-tokens" in hosts
+    made = re.search(
+        r"printf '(?P<token>[^=']+)=(?P<login>\w+)\\n' > ~/\.letagents/owner-tokens", room
+    )
+    assert made is not None
+    tokens = set(re.findall(r"LETAGENTS_TOKEN(?:\": \"|=)([\w-]+)", hosts))
+    assert tokens == {made["token"]}
