@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, Protocol, cast, final
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import attrs
 import h11
@@ -67,6 +67,7 @@ from ._net import NetworkOpener
 from ._pool import KeepAlivePool
 from ._redact import redact
 from ._refusals import WORKER_CREDENTIAL_KEYS, after_refusal, path_of, read_answer
+from ._util import is_http_url
 
 if TYPE_CHECKING:
     import httpx2
@@ -154,17 +155,6 @@ def _retry_after(value: str | None) -> float | None:
     return min(max(0.0, when.timestamp() - time.time()), _RETRY_AFTER_CEILING)
 
 
-def _checked_api_url(api_url: str) -> str:
-    """``api_url`` if it is an ``http(s)://host…`` URL: refused here, not at the first call."""
-    parts = urlsplit(api_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"api_url {api_url!r} is not an http(s) URL: give the room API's address with its"
-            f" scheme and host, for example {_protocol.DEFAULT_API_URL}"
-        )
-    return api_url
-
-
 @final
 class RoomClient:
     """A client for one letagents room API.
@@ -212,7 +202,12 @@ class RoomClient:
             raise ValueError(f"call_timeout must be positive, got {call_timeout}")
         if max_answer_bytes < 1:
             raise ValueError(f"max_answer_bytes must be at least 1, got {max_answer_bytes}")
-        self.api_url = _checked_api_url(api_url).rstrip("/")
+        if not is_http_url(api_url):  # refused here, not at the first call
+            raise ValueError(
+                f"api_url {api_url!r} is not an http(s) URL: give the room API's address with"
+                f" its scheme and host, for example {_protocol.DEFAULT_API_URL}"
+            )
+        self.api_url = api_url.rstrip("/")
         self.call_timeout = call_timeout
         self.max_answer_bytes = max_answer_bytes
         if callable(owner_token):
