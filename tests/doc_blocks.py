@@ -7,10 +7,12 @@ the tests that run a page's examples read them from here.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Final
 
 import attrs
+import trio
 
 ROOT: Final = Path(__file__).parent.parent
 PAGES: Final = (*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md")
@@ -56,3 +58,24 @@ def runnable(page: Path) -> dict[str, str]:
         if block.kind == "as" and block.target is not None:
             joined.setdefault(block.target, []).append(block.code)
     return {name: "\n\n".join(parts) for name, parts in joined.items()}
+
+
+async def pytest_in(directory: Path, names: dict[str, str], budget: float) -> str:
+    """Write ``names`` (file name -> code) into ``directory``, run pytest there; its output.
+
+    A fresh interpreter in that directory, as a reader would run it. Fails the
+    test when pytest fails.
+    """
+    for name, code in names.items():
+        (directory / name).write_text(code)
+    with trio.fail_after(budget):
+        result = await trio.run_process(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            cwd=directory,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    return out

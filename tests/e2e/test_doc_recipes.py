@@ -8,13 +8,11 @@ pytest in a fresh interpreter, as a reader of the page would run them.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
-import trio
 
-from ..doc_blocks import ROOT, runnable
+from ..doc_blocks import ROOT, pytest_in, runnable
 
 PAGE = ROOT / "docs" / "testing.md"
 # One interpreter start and a handful of mock-clock tests, on a busy machine.
@@ -30,16 +28,5 @@ def test_the_page_has_its_configuration_and_its_recipes() -> None:
 
 
 async def test_the_recipes_pass_as_pasted(tmp_path: Path) -> None:
-    for name, code in runnable(PAGE).items():
-        (tmp_path / name).write_text(code)
-    with trio.fail_after(BUDGET):
-        result = await trio.run_process(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-            cwd=tmp_path,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    out = result.stdout.decode()
-    assert result.returncode == 0, out + result.stderr.decode()
+    out = await pytest_in(tmp_path, runnable(PAGE), BUDGET)
     assert re.search(r"^7 passed in [\d.]+s$", out, re.MULTILINE), out

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ..doc_blocks import runnable
+from ..doc_blocks import pytest_in, runnable
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
 # Generous: each program starts a room (and the MCP one an MCP server) on a busy machine.
@@ -127,16 +127,6 @@ async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
 
 
 async def test_the_tester_quickstart(tmp_path: Path) -> None:
-    write(tmp_path, "pyproject.toml")
-    write(tmp_path, "test_quickstart.py")
-    with trio.fail_after(BUDGET):
-        result = await trio.run_process(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-            cwd=tmp_path,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    out = result.stdout.decode()
-    assert result.returncode == 0, out
+    names = ("pyproject.toml", "test_quickstart.py")
+    out = await pytest_in(tmp_path, {name: quickstarts()[name] for name in names}, BUDGET)
     assert re.search(r"^2 passed in [\d.]+s$", out, re.MULTILINE), out
