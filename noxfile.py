@@ -20,7 +20,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import nox
@@ -102,10 +106,39 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def nurseries(session: nox.Session) -> None:
-    """Run every example program in nurseries/."""
+    """Run every example program in nurseries/, beside a room of their own.
+
+    The embedder's program holds workers in a running room, as a user's does:
+    the session starts ``letagents-trio room --memory`` on a free port (never
+    3001, which a user may be serving) and names it in ``LETAGENTS_API_URL``
+    and ``LETAGENTS_TOKEN``.
+    """
     install(session, extras=("mcp", "room", "testing"))
-    for program in sorted(Path("nurseries").glob("*.py")):
-        session.run("python", str(program))
+    token = secrets.token_urlsafe(24)
+    python = str(Path(session.bin) / "python")
+    command = ["-m", "letagents_trio", "room", "--memory", "--port", "0", "--log-level", "WARNING"]
+    room = subprocess.Popen(
+        [python, *command],
+        env={**os.environ, "LETAGENTS_ROOM_OWNER_TOKENS": f"{token}=nurseries"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert room.stderr is not None
+        started = None
+        for line in room.stderr:
+            if started := re.match(r"letagents room on (\S+)$", line.strip()):
+                break
+        if started is None:
+            session.error(f"the room did not start (status {room.wait()})")
+        # The room's later lines go on to this session's stderr.
+        threading.Thread(target=shutil.copyfileobj, args=(room.stderr, sys.stderr)).start()
+        env = {"LETAGENTS_API_URL": started[1], "LETAGENTS_TOKEN": token}
+        for program in sorted(Path("nurseries").glob("*.py")):
+            session.run("python", str(program), env=env)
+    finally:
+        room.terminate()
+        room.wait(timeout=10)
 
 
 @nox.session

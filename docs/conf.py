@@ -49,7 +49,8 @@ nitpick_ignore_regex = [
     (
         r"py:class",
         r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode|Notifier"
-        r"|OwnerTokenSource|Transport|StreamOpener|HTTP1Response|_ProcessStream|OpeningBurst)",
+        r"|OwnerTokenSource|Transport|StreamOpener|HTTP1Response|_ProcessStream|OpeningBurst"
+        r"|HostWording|Context|CallToolResult|InputRequiredResult)",
     ),
     # Module constants and row types named in docstrings but not documented on their own.
     (r"py:.*", r"(GRACEFUL_TIMEOUT|SHUTDOWN_TIMEOUT|RoomRow)"),

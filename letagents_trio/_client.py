@@ -54,6 +54,7 @@ from ._errors import ApiError, RoomUnreachable
 from ._http import HTTPFailure, Opener, Response, choose_stack
 from ._redact import redact
 from ._refusals import WORKER_CREDENTIAL_KEYS, StateHooks, after_refusal, path_of, read_answer
+from ._util import is_http_url
 
 if TYPE_CHECKING:
     import httpx2
@@ -145,6 +146,10 @@ class RoomClient:
         call_timeout: seconds one call may take, request to last body byte,
             unless the call says ``bounded=False``.
         max_answer_bytes: the largest answer body a call reads.
+
+    Raises:
+        ValueError: ``api_url`` is not an ``http://`` or ``https://`` URL with a
+            host (``localhost:3001`` lacks its scheme), or a limit is not positive.
     """
 
     def __init__(
@@ -162,6 +167,11 @@ class RoomClient:
             raise ValueError(f"call_timeout must be positive, got {call_timeout}")
         if max_answer_bytes < 1:
             raise ValueError(f"max_answer_bytes must be at least 1, got {max_answer_bytes}")
+        if not is_http_url(api_url):  # refused here, not at the first call
+            raise ValueError(
+                f"api_url {api_url!r} is not an http(s) URL: give the room API's address with"
+                f" its scheme and host, for example {_protocol.DEFAULT_API_URL}"
+            )
         self.api_url = api_url.rstrip("/")
         self.call_timeout = call_timeout
         self.max_answer_bytes = max_answer_bytes

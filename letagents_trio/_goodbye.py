@@ -155,7 +155,10 @@ class Goodbye:
                 late,
                 len(self.report),
             )
-        logger.info(
+        # One line for the whole goodbye: a warning when some exit failed (an
+        # unconfigured logging shows warnings), never one line per session.
+        logger.log(
+            logging.WARNING if any(item.error for item in self.report) else logging.INFO,
             "announced %d exits in %.0f ms: %s",
             len(self.report),
             took * 1000,
@@ -208,7 +211,7 @@ class Goodbye:
     ) -> None:
         """Report one session's goodbye: its :class:`ExitAnnouncement` and its exit event."""
         if error is not None:
-            logger.warning("exit of %s not announced: %s", session.session_id, error)
+            logger.debug("exit of %s not announced: %s", session.session_id, error)
         result = ExitAnnouncement(
             session_id=session.session_id,
             connection_id=connection_id,

@@ -75,6 +75,23 @@ Emit = Callable[[HolderEvent], None]
 
 _RETRIED = (Outcome.DROPPED, Outcome.REFUSED, Outcome.UNSUPPORTED)
 
+# Said once per run of ``unsupported`` outcomes (the counter resets when a stream
+# opens): the protocol retries a 404 slowly and for ever, so without a word the
+# holder would just wait. Where this room served the session before, the route
+# exists, so the room no longer knows the session; otherwise the address, or the
+# room's version, is the likelier cause.
+FORGOTTEN_TEXT = (
+    "process connection of %s: %s from a room that served it before: the room no longer"
+    " knows this session. A room restarted without its store (letagents-trio room --memory)"
+    " forgets every session and cannot take one back: register a new worker there."
+    " Retrying after %s s"
+)
+NO_ROUTE_TEXT = (
+    "process connection of %s: %s: no process route for this session at this address"
+    " (a wrong API URL, a room without the route, or one that does not know the session)."
+    " Retrying after %s s"
+)
+
 
 class HolderStatus(enum.Enum):
     """Where a :class:`ProcessHolder` is in its life."""
@@ -398,6 +415,10 @@ class ProcessHolder:
                 outcome.value,
                 detail,
             )
+            if outcome is Outcome.UNSUPPORTED and not self._counters[outcome]:
+                schedule = ", ".join(f"{d:g}" for d in self._policy.unsupported_delays)
+                text = FORGOTTEN_TEXT if self._opens else NO_ROUTE_TEXT
+                logger.warning(text, self._session.session_id, detail, schedule)
             if outcome is Outcome.ENDED:
                 await self._end()
                 return

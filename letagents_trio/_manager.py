@@ -420,9 +420,9 @@ async def _holders_nursery(
 
 async def serve_connection_manager(
     client: RoomClient,
+    state: HolderStateHooks | None = None,
     *,
     policy: HoldPolicy | None = None,
-    state: HolderStateHooks | None = None,
     connector: ProcessConnector | None = None,
     owner_mode: bool = True,
     pause_collector: bool = False,
@@ -430,15 +430,21 @@ async def serve_connection_manager(
 ) -> NoReturn:
     """Run a connection manager as a task of the embedder's nursery.
 
-    ``manager = await nursery.start(serve_connection_manager, client)``. Takes
-    the keyword options of :func:`open_connection_manager`. Reports the
-    manager through ``task_status.started`` at once (no network wait), then runs
-    until cancelled.
+    ``manager = await nursery.start(serve_connection_manager, client, store)``:
+    ``nursery.start`` passes positional arguments only, so ``state`` (a
+    :class:`letagents_trio.workers.LocalStateStore`, or None) may be given
+    second; the other options of :func:`open_connection_manager` need
+    ``functools.partial(serve_connection_manager, client, policy=...)``.
+    Reports the manager through ``task_status.started`` at once (no network
+    wait), then runs until cancelled.
 
     Cancellation:
-        Cancelling the task (for example the embedder's nursery) closes every
-        stream and announces every exit within ``policy.exit_deadline``, then
-        the task ends.
+        Cancelling the task closes every stream and announces every exit
+        within ``policy.exit_deadline``, then the task ends. The task is
+        cancelled by a scope that encloses the nursery it runs in (the
+        nursery's own ``cancel_scope``, or a ``trio.CancelScope`` of yours
+        around the nursery); a scope opened *inside* that nursery's block
+        does not reach it.
     """
     async with open_connection_manager(
         client,

@@ -187,7 +187,7 @@ SESSION_ID_REQUIRED_TEXT: Final = "agent_session_id is required"
 # Refusals of a message send or read, shared by the room and local chat (ours:
 # upstream's were not read, PROTOCOL.md §9.7).
 TEXT_REQUIRED_TEXT: Final = "text is required"
-TEXT_TOO_LONG_TEXT: Final = "text is too long"
+TEXT_TOO_LONG_TEXT: Final = f"text is too long: at most {MAX_MESSAGE_CHARS} characters"
 BAD_CURSOR_TEXT: Final = "after must be a message id"
 
 # The machine-readable ``code`` beside some of those texts.

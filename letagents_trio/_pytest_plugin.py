@@ -14,38 +14,48 @@ imports the room.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import AsyncIterator
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
 
+from ._extras import EXTRA_MODULES, missing_extra_text
+
 if TYPE_CHECKING:
     from .testing import FakeRoom
 
-# The top-level modules the [testing] extra brings that letagents_trio.testing
-# imports; any other missing module is a bug and keeps its traceback.
-TESTING_EXTRA_MODULES = frozenset({"hypercorn"})
 
-MISSING_EXTRA_TEXT = (
-    "the fake_room fixture needs letagents-trio's [testing] extra (module {module!r} is"
-    " not installed): pip install 'letagents-trio[testing]'"
-)
+@pytest.fixture
+def _letagents_testing_kit() -> ModuleType:
+    """:mod:`letagents_trio.testing`, or the test fails with one line naming the extra.
+
+    A plain fixture that ``fake_room`` asks for: it runs before pytest-trio's
+    nursery, so the line is the test's whole error, not a leaf of an
+    exception group.
+    """
+    for module in sorted(EXTRA_MODULES["testing"]):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] != module:
+                raise  # installed, but broken: its own traceback says how
+            missing = module
+            break
+    else:
+        return importlib.import_module("letagents_trio.testing")
+    # Outside the handler, so pytest shows the line alone, without the import's chain.
+    pytest.fail(missing_extra_text("the fake_room fixture", "testing", missing), pytrace=False)
 
 
 @pytest.fixture
-async def fake_room() -> AsyncIterator[FakeRoom]:
+async def fake_room(_letagents_testing_kit: ModuleType) -> AsyncIterator[FakeRoom]:
     """A fresh :class:`~letagents_trio.testing.FakeRoom` for one test.
 
     A trio fixture: it needs pytest-trio (``trio_mode = true``, or
     ``@pytest.mark.trio`` on the test). Pair it with pytest-trio's
     ``autojump_clock`` fixture for exact virtual time.
     """
-    try:
-        from .testing import open_fake_room
-    except ModuleNotFoundError as exc:
-        module = (exc.name or "").partition(".")[0]
-        if module not in TESTING_EXTRA_MODULES:
-            raise
-        pytest.fail(MISSING_EXTRA_TEXT.format(module=module), pytrace=False)
-    async with open_fake_room() as room:
+    async with _letagents_testing_kit.open_fake_room() as room:
         yield room

@@ -1,12 +1,19 @@
-"""Small helpers with no better home: module metadata, and waiting for a condition."""
+"""Small helpers with no better home: module metadata, waiting for a condition, URLs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import final
+from urllib.parse import urlsplit
 
 import attrs
 import trio
+
+
+def is_http_url(url: str) -> bool:
+    """Whether ``url`` is an ``http(s)://`` URL with a host (``localhost:3001`` is not one)."""
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def fixup_module_metadata(module_name: str, namespace: Mapping[str, object]) -> None:

@@ -6,10 +6,11 @@ PATH does not reach the installed command.
 Each subcommand lives with its concern; this module only dispatches, and
 imports each one lazily so ``letagents-trio room`` never loads the MCP SDK.
 
-The core installs with trio, httpx2, attrs and wsproto only; each
+The core installs with trio, httpx2, h11, attrs and wsproto only; each
 command's third-party needs come with an extra of the same name
 (``pip install 'letagents-trio[mcp]'``). A command whose extra is missing says
-so in one line and exits with status 2, instead of a traceback.
+so in one line, with a pip command that works for this installation (from a
+checkout too), and exits with status 2, instead of a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from ._extras import EXTRA_MODULES, missing_extra_text
 from ._version import __version__
 
 USAGE = """\
@@ -37,21 +39,13 @@ COMMANDS: dict[str, str] = {
     "mcp": "letagents_trio.mcp_server._main",
 }
 
-# The top-level modules the extras bring (see pyproject.toml). A command that
-# fails to import one of these lacks its extra; any other missing module is a
-# broken install or a bug, and keeps its traceback.
-EXTRA_MODULES: frozenset[str] = frozenset({"hypercorn", "mcp", "mcp_types", "rich"})
-
 # Exit status for a usage problem, as argparse uses.
 USAGE_ERROR = 2
 
 
 def missing_extra_message(command: str, module: str) -> str:
-    """What to tell a user who ran ``command`` without its extra."""
-    return (
-        f"letagents-trio {command} needs the [{command}] extra (module {module!r} is not"
-        f" installed):\n  pip install 'letagents-trio[{command}]'\n"
-    )
+    """What to tell a user who ran ``command`` without its extra (its extra has its name)."""
+    return missing_extra_text(f"letagents-trio {command}", command, module) + "\n"
 
 
 def _load(command: str) -> Callable[[list[str]], int]:
@@ -80,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = _load(args[0])
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").partition(".")[0]
-        if missing not in EXTRA_MODULES:
+        if missing not in EXTRA_MODULES[args[0]]:
             raise
         print(missing_extra_message(args[0], missing), end="", file=sys.stderr)
         return USAGE_ERROR

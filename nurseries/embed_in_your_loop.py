@@ -1,61 +1,69 @@
-"""Embedding letagents-trio in a program that owns its own trio loop and nursery.
+"""Embedding letagents-trio in a program that owns its trio loop, against a running room.
 
-For embedders: you call ``trio.run`` and you own the nursery. The connection
-manager is started in it with ``await nursery.start(serve_connection_manager, client)``,
-which hands back the manager at once (it never waits on the network); you hold
-sessions on it, and when your nursery is cancelled, for whatever reason, the
-manager closes every stream and announces every exit within its 1.5 s deadline
-before the cancellation completes.
+For embedders: you call ``trio.run`` and own the nursery and the cancel scope.
+The connection manager is one task of your nursery; worker handles register a
+worker and hold its process connection on that manager; cancelling your scope
+closes every stream and announces every exit before the cancellation completes.
+It imports the core and the host layer only: no extra is needed.
 
-To stay self-contained, this program also runs the reference room on a free
-loopback port in the same nursery and registers one worker through the room's
-own registration rules (the testing kit's ``register_worker``; a real host
-gets its sessions from worker handles). Run it:
-``python nurseries/embed_in_your_loop.py``.
+Start a room, then run this with its address and an owner token::
+
+    letagents-trio room --memory --port 0    # prints its URL and a dev owner token
+    LETAGENTS_API_URL=<its URL> LETAGENTS_TOKEN=<the token> python embed_in_your_loop.py
 """
 
 from __future__ import annotations
 
-import secrets
+import os
+import tempfile
+from pathlib import Path
 
 import trio
 
 from letagents_trio import HolderStatus, RoomClient, serve_connection_manager
-from letagents_trio.room_server import MemoryStore, Room, serve_room
-from letagents_trio.testing import register_worker
+from letagents_trio.workers import LocalStateStore, WorkerHandles
 
-OWNER_TOKEN = secrets.token_urlsafe(24)
-OWNER_LOGIN = "embedder"
+ROOM = "room_embedded"
 
 
-async def main() -> None:
-    room = Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: OWNER_LOGIN})
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            api_url = await nursery.start(serve_room, room)
-            async with RoomClient(api_url, owner_token=OWNER_TOKEN) as client:
-                session = await register_worker(
-                    room, owner_token=OWNER_TOKEN, owner_login=OWNER_LOGIN, display_name="Juniper"
+async def main(api_url: str, owner_token: str | None, state_path: Path) -> None:
+    store = LocalStateStore(state_path)
+    async with RoomClient(api_url, owner_token=owner_token, state=store) as client:
+        # Your own scope, around the nursery: cancelling it reaches the manager's task.
+        with trio.CancelScope() as yours:
+            async with trio.open_nursery() as nursery:
+                # nursery.start passes positional arguments only: the state store is the second.
+                manager = await nursery.start(serve_connection_manager, client, store)
+                handles = WorkerHandles(client=client, state=store, manager=manager)
+                registered = await handles.register(
+                    room_id=ROOM, registration_key="embedded-chat-1", display_name="Juniper"
                 )
-                print(f"registered {session.display_name} in {session.room_id}")
-
-                # The part an embedder writes: a manager in *your* nursery.
-                async with trio.open_nursery() as your_nursery:
-                    manager = await your_nursery.start(serve_connection_manager, client)
-                    holder = manager.hold(session)
+                session = registered.session
+                # Given a manager, register already holds the session: hold() returns that holder.
+                holder = manager.hold(session)
+                assert holder is manager.holders[session.session_id]
+                with trio.fail_after(10):
                     await holder.wait_status(HolderStatus.OPEN)
-                    print(f"holding: status {holder.status.value}")
-                    row = room.session(session.session_id)
-                    assert row is not None
-                    is_open = row.process_connection_id is not None
-                    print(f"the room sees the process: connection open = {is_open}")
-                    your_nursery.cancel_scope.cancel()  # your program decides to stop
+                print(f"{session.display_name} is held in {ROOM}: {holder.status.value}")
 
-                row = room.session(session.session_id)
-                assert row is not None
-                print(f"after the nursery closed, the room recorded: {row.process_connection_id!r}")
-            nursery.cancel_scope.cancel()
+                async with handles.acting_as(worker_id=registered.worker_id) as worker:
+                    sent = await client.call(
+                        "POST", f"/rooms/{ROOM}/messages", json={"text": "hello"}, session=worker
+                    )
+                print(f"{session.display_name} said: {sent['text']}")
+
+                yours.cancel()  # your program decides to stop
+        for exit in manager.exit_report or ():
+            outcome = "recorded" if exit.recorded else f"not recorded ({exit.error})"
+            print(f"stopped: the exit of {session.display_name} was {outcome}")
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    # A state file of its own, so a run never touches your ~/.letagents/mcp-state.json.
+    with tempfile.TemporaryDirectory() as home:
+        trio.run(
+            main,
+            os.environ.get("LETAGENTS_API_URL", "http://localhost:3001"),
+            os.environ.get("LETAGENTS_TOKEN"),
+            Path(home) / "state.json",
+        )

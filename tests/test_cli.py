@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name
 
 import letagents_trio
 from letagents_trio import cli
+from letagents_trio._extras import EXTRA_MODULES, install_command, install_command_for
 
 PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
 
@@ -77,8 +78,8 @@ def test_a_missing_extra_says_which_extra_to_install(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        f"letagents-trio {command} needs the [{command}] extra (module {missing!r} is not"
-        f" installed):\n  pip install 'letagents-trio[{command}]'\n"
+        f"letagents-trio {command} needs letagents-trio's [{command}] extra (module {missing!r}"
+        f" is not installed); install it with: {install_command(command)}\n"
     )
 
 
@@ -111,12 +112,51 @@ def test_the_modules_advised_on_are_the_ones_the_extras_bring() -> None:
     named.discard("letagents-trio")
     brought = named | {_name(r) for d in named for r in requires(d) or ()}
     providers = packages_distributions()
-    for module in cli.EXTRA_MODULES:
+    modules = {module for extra in EXTRA_MODULES.values() for module in extra}
+    for module in modules:
         assert {canonicalize_name(d) for d in providers[module]} & brought, module
-    # And every distribution an extra names directly is advised on, except the
-    # test plugin, which no command imports.
-    advised = {canonicalize_name(d) for m in cli.EXTRA_MODULES for d in providers[m]}
-    assert named - advised == {"pytest-trio"}
+    # And every distribution an extra names directly is advised on.
+    advised = {canonicalize_name(d) for m in modules for d in providers[m]}
+    assert named <= advised
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "command"),
+    [
+        # Installed from the index (no direct_url.json), or not installed at all.
+        (None, "/venv/bin/python -m pip install 'letagents-trio[mcp]'"),
+        # pip install -e . in a checkout: the index form fails ("No matching distribution").
+        (
+            '{"url": "file:///home/you/letagents-trio", "dir_info": {"editable": true}}',
+            "/venv/bin/python -m pip install -e '/home/you/letagents-trio[mcp]'",
+        ),
+        # pip install . in a checkout: the same folder, not editable.
+        (
+            '{"url": "file:///home/you/my%20clone", "dir_info": {}}',
+            "/venv/bin/python -m pip install '/home/you/my clone[mcp]'",
+        ),
+        # An archive or a VCS URL: the index form.
+        (
+            '{"url": "https://example.test/x.tar.gz", "archive_info": {}}',
+            "/venv/bin/python -m pip install 'letagents-trio[mcp]'",
+        ),
+        ("not json", "/venv/bin/python -m pip install 'letagents-trio[mcp]'"),
+    ],
+)
+def test_the_install_command_works_from_where_this_copy_came(
+    direct_url: str | None, command: str
+) -> None:
+    """Issue 29: ``pip install 'letagents-trio[mcp]'`` fails for a checkout's install."""
+    assert install_command_for("mcp", "/venv/bin/python", direct_url) == command
+
+
+def test_this_checkouts_install_command_names_its_folder() -> None:
+    # The test environment installs this checkout (nox: pip install -e '.[...]').
+    command = install_command("room")
+    root = str(PYPROJECT.parent)
+    assert command.endswith(f" -m pip install -e '{root}[room]'") or command.endswith(
+        f" -m pip install -e {root}[room]"
+    )
 
 
 def _name(requirement: str) -> str:

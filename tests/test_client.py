@@ -443,6 +443,26 @@ def test_repr_shows_no_token() -> None:
     assert repr(RoomClient(API)) == "<RoomClient api_url='http://room.test' owner_token=none>"
 
 
+@pytest.mark.parametrize(
+    "url", ["localhost:3001", "127.0.0.1:3001", "ftp://room.test", "http://", "/api", ""]
+)
+def test_a_url_that_is_not_http_is_refused_when_the_client_is_made(url: str) -> None:
+    # Issue 29: RoomClient("localhost:3001") was accepted and failed at the first call.
+    with pytest.raises(ValueError, match="is not an http") as caught:
+        RoomClient(url)
+    assert str(caught.value) == (
+        f"api_url {url!r} is not an http(s) URL: give the room API's address with its"
+        " scheme and host, for example http://localhost:3001"
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["http://localhost:3001", "https://room.test/api/", "http://[::1]:1"]
+)
+def test_http_and_https_urls_are_accepted(url: str) -> None:
+    assert RoomClient(url).api_url == url.rstrip("/")
+
+
 # --- a 401 for an ended session (PROTOCOL §5.7) ------------------------------------
 
 

@@ -562,6 +562,56 @@ async def test_unknown_route_then_served_opens_at_ten_seconds(
         assert trio.current_time() == 10
 
 
+def holder_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "letagents_trio.holder" and r.levelname == "WARNING"
+    ]
+
+
+async def test_a_room_that_forgot_the_session_is_named_once_per_run_of_404s(
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    state: LocalStateStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 29: after an in-memory room restarted, every holder met 404 and
+    waited 10, 60, 300 s for ever with nothing saying why."""
+    session = await stored_worker(fake_room, state)
+    sid = session.session_id
+    async with managed(fake_room, state) as manager:
+        holder = manager.hold(session)
+        await holder.wait_status(HolderStatus.OPEN)
+        fake_room.set_process_mode(ProcessMode.UNKNOWN)
+        fake_room.drop(sid)
+        await wait_attempts(fake_room, session, 4)  # the open, then 404s at 1, 11, 71
+        assert holder_warnings(caplog) == [
+            f"process connection of {sid}: HTTP 404 from a room that served it before: the"
+            " room no longer knows this session. A room restarted without its store"
+            " (letagents-trio room --memory) forgets every session and cannot take one back:"
+            " register a new worker there. Retrying after 10, 60, 300 s"
+        ]
+
+
+async def test_a_404_before_any_open_names_the_address_or_the_route_once(
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    state: LocalStateStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    session = await stored_worker(fake_room, state)
+    fake_room.set_process_mode(ProcessMode.UNKNOWN)
+    async with managed(fake_room, state) as manager:
+        manager.hold(session)
+        await wait_attempts(fake_room, session, 3)
+    assert holder_warnings(caplog) == [
+        f"process connection of {session.session_id}: HTTP 404: no process route for this"
+        " session at this address (a wrong API URL, a room without the route, or one that"
+        " does not know the session). Retrying after 10, 60, 300 s"
+    ]
+
+
 async def test_refused_then_served_opens_fifteen_seconds_later(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:

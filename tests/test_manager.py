@@ -297,6 +297,63 @@ async def test_serve_connection_manager_in_the_embedders_nursery(
     assert [e.time for e in fake_room.exits] == [4]
 
 
+async def test_nursery_start_takes_the_state_positionally(
+    autojump_clock: MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Issue 29: ``nursery.start`` passes no keywords, so ``state=store`` was a
+    TypeError (in an exception group); the state is the second argument."""
+    session = await fake_room.add_worker()
+    store = LocalStateStore(tmp_path / "state.json")
+    await store.update(
+        lambda s: s.setdefault("agent_sessions", {}).update({session.session_id: session.to_json()})
+    )
+    fake_room.set_process_mode(ProcessMode.ENDED)
+    async with fake_room.client() as client, trio.open_nursery() as nursery:
+        manager = await nursery.start(serve_connection_manager, client, store)
+        await manager.hold(session).wait_status(HolderStatus.ENDED)
+        nursery.cancel_scope.cancel()
+    # The store was the manager's: the holder marked the ended session in it.
+    assert store.stored_session(session.session_id) is not None
+    assert store.read().data["agent_sessions"][session.session_id]["ended_at"] is not None
+
+
+async def test_your_own_cancel_scope_around_the_nursery_stops_the_manager(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The pattern the docs show: a scope of yours enclosing the nursery."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        with trio.CancelScope() as yours:
+            async with trio.open_nursery() as nursery:
+                manager = await nursery.start(serve_connection_manager, client)
+                await manager.hold(session).wait_status(HolderStatus.OPEN)
+                await trio.sleep(3)
+                yours.cancel()
+        assert yours.cancelled_caught
+    assert [(e.session_id, e.time, e.recorded) for e in fake_room.exits] == [
+        (session.session_id, 3, True)
+    ]
+
+
+async def test_a_scope_inside_the_nursery_does_not_reach_the_manager(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """What docs/embedding.md warns of: only a scope around the nursery stops it."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client, trio.open_nursery() as nursery:
+        with trio.CancelScope() as inner:
+            manager = await nursery.start(serve_connection_manager, client)
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            inner.cancel()
+            await trio.sleep(1)
+        await trio.sleep(5)
+        assert holder.status is HolderStatus.OPEN
+        assert fake_room.exits == []
+        nursery.cancel_scope.cancel()
+    assert [e.time for e in fake_room.exits] == [5]
+
+
 async def test_the_timeline_reads_as_events(autojump_clock: MockClock, fake_room: FakeRoom) -> None:
     session = await fake_room.add_worker()
     async with fake_room.client() as client, open_connection_manager(client) as manager:

@@ -238,6 +238,7 @@ async def test_an_unreachable_room_at_exit_is_reported_as_unreachable(
 async def test_a_refused_exit_is_reported_with_its_status(
     autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("DEBUG", logger="letagents_trio.manager")
     session = await fake_room.add_worker()
     fake_room.on("POST", EXIT_PATH).respond(503, {"error": "busy"})
     async with fake_room.client() as client, open_connection_manager(client) as manager:
@@ -246,7 +247,22 @@ async def test_a_refused_exit_is_reported_with_its_status(
     assert [(a.connection_id, a.recorded, a.error) for a in report] == [
         (connection_id, None, "HTTP 503")
     ]
-    assert f"exit of {session.session_id} not announced: HTTP 503" in caplog.messages
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("DEBUG", f"exit of {session.session_id} not announced: HTTP 503") in logged
+    assert ("WARNING", "announced 1 exits in 0 ms: 1 HTTP 503") in logged
+
+
+async def test_failed_exits_make_one_warning_not_one_a_session(
+    autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 29: a room that forgot 50 sessions gave 50 warnings at shutdown
+    (printed even with logging unconfigured); now one line says it all."""
+    sessions = [await fake_room.add_worker(display_name=f"W{n}") for n in range(50)]
+    fake_room.on("POST", EXIT_PATH).respond(404, {"error": "Room not found"}, times=50)
+    async with fake_room.client() as client, open_connection_manager(client) as manager:
+        await open_holders(manager, sessions)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["announced 50 exits in 0 ms: 50 HTTP 404"]
 
 
 async def test_deadline_entries_name_each_session_and_its_connection(

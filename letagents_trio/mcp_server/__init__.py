@@ -11,11 +11,17 @@ Public: what an MCP host or an embedder builds and reads. :class:`ServerConfig`
 the resource a host reads to learn which tools are served.
 """
 
-from ._config import ServerConfig as ServerConfig
-from ._facade import ServerState as ServerState
-from ._server import READINESS_URI as READINESS_URI
-from ._server import LetAgentsMCPServer as LetAgentsMCPServer
-from ._server import create_server as create_server
+from .._extras import missing_extra as _missing_extra
+
+try:
+    from ._config import ServerConfig as ServerConfig
+    from ._facade import ServerState as ServerState
+    from ._server import READINESS_URI as READINESS_URI
+    from ._server import LetAgentsMCPServer as LetAgentsMCPServer
+    from ._server import create_server as create_server
+except ModuleNotFoundError as _error:
+    # Without its extra: one plain line naming it and how to install it.
+    raise _missing_extra(_error, what="letagents_trio.mcp_server", extra="mcp") from None
 
 __all__ = [
     "READINESS_URI",

@@ -48,11 +48,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
-from urllib.parse import urlsplit
 
 import attrs
 
 from .._protocol import DEFAULT_API_URL, poll_max_from_env
+from .._util import is_http_url
 from ..workers._identity import DEFAULT_RUNTIME_LABEL, detect_ide_label, detect_runtime_label
 from ..workers._names import DEFAULT_IDE_LABEL
 from ..workers._paths import (
@@ -109,8 +109,7 @@ def check_api_url(url: str) -> str:
     Raises:
         ConfigError: naming ``LETAGENTS_API_URL``, the value and an example.
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if not is_http_url(url):
         raise ConfigError(
             f"LETAGENTS_API_URL={url!r} is not an http(s) URL. Set it to the room API's"
             f" address, for example {DEFAULT_API_URL} (the default when unset)."

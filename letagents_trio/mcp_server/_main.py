@@ -5,7 +5,7 @@ reads the configuration from the environment, runs
 ``trio.run(server.run_stdio_async)``, and then ends the process at once.
 ``--letagents-runtime-contract`` prints the runtime contract instead
 (upstream's flag) and exits. A configuration that cannot work (an API URL that
-is not one, an unknown profile) is refused before anything starts.
+is not one, an unknown profile or log level) is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -128,13 +128,20 @@ def runtime_contract(api_url: str | None = None) -> dict[str, Any]:
 
 
 def configure_logging(level_name: str) -> None:
-    """Log on stderr at ``level_name`` (INFO when unknown); HTTP requests only at DEBUG.
+    """Log on stderr at ``level_name`` (empty: INFO); HTTP requests only at DEBUG.
 
     The HTTP client logs every request at INFO; a long poll every 30 s would
     bury what a host needs to read, so those lines appear only when asked for.
+
+    Raises:
+        ConfigError: ``level_name`` is no log level (it used to mean INFO, silently).
     """
-    level = level_name.upper()
-    level = level if level in logging.getLevelNamesMapping() else "INFO"
+    level = level_name.strip().upper() or "INFO"
+    if level not in logging.getLevelNamesMapping():
+        raise ConfigError(
+            f"{LOG_LEVEL_ENV}={level_name!r} is not a log level."
+            " Use one of: DEBUG, INFO, WARNING, ERROR, CRITICAL (unset means INFO)."
+        )
     logging.basicConfig(
         level=level,
         stream=sys.stderr,
@@ -163,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(runtime_contract(os.environ.get("LETAGENTS_API_URL") or None)) + "\n"
         )
         return 0
-    configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"))
     try:
+        configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"))
         config = ServerConfig.from_env()
     except ConfigError as exc:
         sys.stderr.write(f"letagents-trio mcp: {exc}\n")

@@ -43,9 +43,11 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, NoReturn, cast, final
 
 import trio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
+from pydantic import ValidationError
 
 from .._client import RoomClient
 from .._manager import open_connection_manager
@@ -54,6 +56,7 @@ from ..workers._chat_storage import ChatStorage
 from ..workers._handles import WorkerHandles
 from ..workers._local_chat import LocalChat
 from ..workers._state import LocalStateStore
+from ..workers._wire import MCP_SERVER_WORDING
 from ._config import ServerConfig
 from ._facade import ServerState
 from ._stdio import claim_stdin
@@ -61,12 +64,14 @@ from ._tools import register_tools, registered_tool_names
 
 if TYPE_CHECKING:
     import httpx2
+    from mcp_types import CallToolResult, InputRequiredResult
 
 __all__ = [
     "READINESS_RESOURCE_NAME",
     "READINESS_URI",
     "SERVER_NAME",
     "LetAgentsMCPServer",
+    "arguments_refused_text",
     "create_server",
     "readiness_text",
 ]
@@ -85,6 +90,15 @@ SHUTDOWN_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 FORCE_EXIT_SIGNAL_COUNT: Final = 3
 # Exit status of a forced exit: the shell's 128 + signal number.
 SIGNAL_EXIT_BASE: Final = 128
+
+
+def arguments_refused_text(tool: str, error: ValidationError) -> str:
+    """``send_message: text: String should have at least 1 character. …``: each argument's fault."""
+    faults = "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: {item['msg']}"
+        for item in error.errors(include_url=False)
+    )
+    return f"{tool}: {faults}. Correct the arguments and call {tool} again."
 
 
 def readiness_text(config: ServerConfig) -> str:
@@ -142,6 +156,22 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
             f"<LetAgentsMCPServer api_url={self.config.api_url!r} profile={self.config.profile!r}>"
         )
 
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[ServerState, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """The SDK's, but arguments the tool's schema refuses are answered in plain words.
+
+        The SDK answers pydantic's report (types, a link to its docs) as the
+        tool's error; a chat reads which argument and what is wrong instead.
+        """
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            raise ToolError(arguments_refused_text(name, cause)) from cause
+
     @asynccontextmanager
     async def _lifespan(self, server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
         config = self.config
@@ -168,6 +198,7 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                     runtime_label=config.runtime_label,
                     ide_label=config.ide_label,
                     token_origin=config.token_origin,
+                    wording=MCP_SERVER_WORDING,
                 )
                 logger.info("serving %s (profile %s)", config.api_url, config.profile)
                 try:

@@ -56,6 +56,7 @@ from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
 from .._errors import LocalChatError, WorkerError
+from .._protocol import MAX_MESSAGE_CHARS
 from ..workers._local_chat import message_cursor
 from ..workers._wire import public_session
 from ._facade import (
@@ -138,6 +139,14 @@ MESSAGE_LIMIT: Final = 100
 # wait may last the poll maximum (180 s): a wait whose call carries
 # _meta.progressToken reports progress this often, well inside 60 s.
 PROGRESS_INTERVAL: Final = 15.0
+WAIT_PROGRESS: Final = "waiting for messages"
+# A registration the room holds while a name passes on (up to 15.5 s, PROTOCOL
+# §7.3) would otherwise be seconds of silence: progress says why, early.
+REGISTRATION_PROGRESS_INTERVAL: Final = 2.0
+REGISTRATION_PROGRESS: Final = (
+    "waiting for the room's answer: a name passing on from a session whose process just"
+    " stopped takes up to 15.5 s"
+)
 
 
 def clamp_poll_timeout(timeout_ms: float | None, poll_max_ms: int) -> int:
@@ -152,19 +161,25 @@ def poll_abort_after(server_timeout_ms: int) -> int:
     return server_timeout_ms + margin
 
 
-async def _report_progress(ctx: ToolContext) -> NoReturn:
-    """Send ``notifications/progress`` (1, 2, 3, …) every :data:`PROGRESS_INTERVAL` seconds.
+async def _report_progress(ctx: ToolContext, message: str, interval: float) -> NoReturn:
+    """Send ``notifications/progress`` (1, 2, 3, …) with ``message`` every ``interval`` seconds.
 
     The SDK sends nothing when the call carried no ``_meta.progressToken``.
     """
     beat = 0
     while True:
-        await trio.sleep(PROGRESS_INTERVAL)
+        await trio.sleep(interval)
         beat += 1
-        await ctx.report_progress(beat, message="waiting for messages")
+        await ctx.report_progress(beat, message=message)
 
 
-async def _with_progress(ctx: ToolContext, wait: Callable[[], Awaitable[T]]) -> T:
+async def _with_progress(
+    ctx: ToolContext,
+    wait: Callable[[], Awaitable[T]],
+    *,
+    message: str = WAIT_PROGRESS,
+    interval: float = PROGRESS_INTERVAL,
+) -> T:
     """``await wait()`` while reporting progress, so hosts that reset their timeout keep waiting.
 
     An exception of ``wait`` leaves as itself (not in a group), so the tool's
@@ -172,7 +187,7 @@ async def _with_progress(ctx: ToolContext, wait: Callable[[], Awaitable[T]]) -> 
     """
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_report_progress, ctx)
+            nursery.start_soon(_report_progress, ctx, message, interval)
             result = await wait()
             nursery.cancel_scope.cancel(reason="the wait is over")
     except BaseExceptionGroup as group:
@@ -243,15 +258,21 @@ async def register_agent_session(
     state = server_state(ctx)
     if not recover_lost_worker and worker_id is None and registration_key is None:
         return await _register_legacy(state, room_id, session_kind, display_name, runtime, cwd)
-    registration = await state.handles.register(
-        room_id=room_id,
-        worker_id=worker_id,
-        registration_key=registration_key,
-        display_name=display_name,
-        runtime=runtime,
-        cwd=cwd,
-        recover_lost_worker=bool(recover_lost_worker),
-        session_kind=session_kind,
+    registration = await _with_progress(
+        ctx,
+        functools.partial(
+            state.handles.register,
+            room_id=room_id,
+            worker_id=worker_id,
+            registration_key=registration_key,
+            display_name=display_name,
+            runtime=runtime,
+            cwd=cwd,
+            recover_lost_worker=bool(recover_lost_worker),
+            session_kind=session_kind,
+        ),
+        message=REGISTRATION_PROGRESS,
+        interval=REGISTRATION_PROGRESS_INTERVAL,
     )
     session = registration.session
     payload: dict[str, Any] = {
@@ -326,7 +347,9 @@ async def disconnect_agent_session(
 @expected_errors
 async def send_message(
     ctx: ToolContext,
-    text: Annotated[str, Field(description="The message.", min_length=1)],
+    text: Annotated[
+        str, Field(description="The message.", min_length=1, max_length=MAX_MESSAGE_CHARS)
+    ],
     room_id: RoomId = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
@@ -348,17 +371,23 @@ async def send_message(
     return ok(state, {"success": True, "message": message}, session)
 
 
-def _messages_payload(answer: object, room: str) -> dict[str, Any]:
+def _messages_payload(answer: object, room: str, after: str | None) -> dict[str, Any]:
+    """The same four fields for every read and wait, also when no message came.
+
+    ``last_observed_message_id`` is the cursor to pass next: the last message's
+    id, or the cursor given (``after``) when there was none, so a host that
+    reads it after an empty wait keeps its place (None only before any).
+    """
     body = answer if isinstance(answer, Mapping) else {}
     raw = body.get("messages")
     messages = [m for m in raw if isinstance(m, Mapping)] if isinstance(raw, list) else []
-    payload: dict[str, Any] = {"messages": messages, "room_id": body.get("room_id") or room}
-    if body.get("has_more"):
-        payload["truncated"] = True
     ids = [m["id"] for m in messages if isinstance(m.get("id"), str)]
-    if ids:
-        payload["last_observed_message_id"] = ids[-1]
-    return payload
+    return {
+        "messages": messages,
+        "room_id": body.get("room_id") or room,
+        "truncated": bool(body.get("has_more")),
+        "last_observed_message_id": ids[-1] if ids else (None if blank(after) else after),
+    }
 
 
 @expected_errors
@@ -391,7 +420,7 @@ async def read_messages(
     room, session, answer = await call_as(
         state, who, "GET", f"messages?{urlencode(query)}", local=local
     )
-    return ok(state, _messages_payload(answer, room), session)
+    return ok(state, _messages_payload(answer, room, after_message_id), session)
 
 
 @expected_errors
@@ -457,7 +486,7 @@ async def wait_for_messages(
             local=local,
         ),
     )
-    return ok(state, _messages_payload(answer, room), session)
+    return ok(state, _messages_payload(answer, room, after_message_id), session)
 
 
 @expected_errors

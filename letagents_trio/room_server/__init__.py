@@ -10,27 +10,33 @@ room's settings are read from the environment.
 
 from __future__ import annotations
 
-from ._app import create_app as create_app
-from ._clock import RoomClock as RoomClock
-from ._clock import SystemClock as SystemClock
-from ._clock import TrioClock as TrioClock
-from ._config import RoomConfig as RoomConfig
-from ._room import Room as Room
-from ._room import RoomStatistics as RoomStatistics
-from ._serve import serve_room as serve_room
-from ._store import Account as Account
-from ._store import GuidelinesRow as GuidelinesRow
-from ._store import LeaseRow as LeaseRow
-from ._store import MemoryStore as MemoryStore
-from ._store import MessageRow as MessageRow
-from ._store import RoomStore as RoomStore
-from ._store import SessionRow as SessionRow
-from ._store import SQLiteStore as SQLiteStore
-from ._store import TaskRow as TaskRow
-from ._streams import CloseMode as CloseMode
-from ._streams import ProcessStream as ProcessStream
-from ._wire import Credentials as Credentials
-from ._wire import Reply as Reply
+from .._extras import missing_extra as _missing_extra
+
+try:
+    from ._app import create_app as create_app
+    from ._clock import RoomClock as RoomClock
+    from ._clock import SystemClock as SystemClock
+    from ._clock import TrioClock as TrioClock
+    from ._config import RoomConfig as RoomConfig
+    from ._room import Room as Room
+    from ._room import RoomStatistics as RoomStatistics
+    from ._serve import serve_room as serve_room
+    from ._store import Account as Account
+    from ._store import GuidelinesRow as GuidelinesRow
+    from ._store import LeaseRow as LeaseRow
+    from ._store import MemoryStore as MemoryStore
+    from ._store import MessageRow as MessageRow
+    from ._store import RoomStore as RoomStore
+    from ._store import SessionRow as SessionRow
+    from ._store import SQLiteStore as SQLiteStore
+    from ._store import TaskRow as TaskRow
+    from ._streams import CloseMode as CloseMode
+    from ._streams import ProcessStream as ProcessStream
+    from ._wire import Credentials as Credentials
+    from ._wire import Reply as Reply
+except ModuleNotFoundError as _error:
+    # Without its extra: one plain line naming it and how to install it.
+    raise _missing_extra(_error, what="letagents_trio.room_server", extra="room") from None
 
 __all__ = [
     "Account",

@@ -140,7 +140,7 @@ class _BodyGate:
             and declared.isdigit()
             and (len(declared) > len(str(drain_limit)) or int(declared) > drain_limit)
         ):
-            raise _BadRequest(413, "Request body is too large.")
+            raise _BadRequest(413, f"Request body is too large: at most {self.limit} bytes.")
         now = trio.current_time()
         while len(self.pending) >= self.max_pending:
             # Full: the oldest body still arriving goes, never the newcomer. A
@@ -181,7 +181,7 @@ class _BodyGate:
                 if more and size <= DRAIN_FACTOR * self.limit:
                     chunks.clear()  # read the rest and drop it, then answer
                     continue
-                raise _BadRequest(413, "Request body is too large.")
+                raise _BadRequest(413, f"Request body is too large: at most {self.limit} bytes.")
             chunks.append(chunk)
             if not more:
                 return b"".join(chunks)

@@ -9,17 +9,23 @@ The ``fake_room`` pytest fixture is registered automatically when
 letagents-trio is installed (it needs pytest-trio).
 """
 
-from ._fake_room import FakeRoom as FakeRoom
-from ._fake_room import open_fake_room as open_fake_room
-from ._fake_room import register_worker as register_worker
-from ._records import ExitRecord as ExitRecord
-from ._records import ProcessMode as ProcessMode
-from ._records import RequestRecord as RequestRecord
-from ._rules import Hold as Hold
-from ._rules import Rule as Rule
-from ._rules import RuleBuilder as RuleBuilder
-from ._transport import StreamingASGITransport as StreamingASGITransport
-from ._transport import open_streaming_transport as open_streaming_transport
+from .._extras import missing_extra as _missing_extra
+
+try:
+    from ._fake_room import FakeRoom as FakeRoom
+    from ._fake_room import open_fake_room as open_fake_room
+    from ._fake_room import register_worker as register_worker
+    from ._records import ExitRecord as ExitRecord
+    from ._records import ProcessMode as ProcessMode
+    from ._records import RequestRecord as RequestRecord
+    from ._rules import Hold as Hold
+    from ._rules import Rule as Rule
+    from ._rules import RuleBuilder as RuleBuilder
+    from ._transport import StreamingASGITransport as StreamingASGITransport
+    from ._transport import open_streaming_transport as open_streaming_transport
+except ModuleNotFoundError as _error:
+    # Without its extra: one plain line naming it and how to install it.
+    raise _missing_extra(_error, what="letagents_trio.testing", extra="testing") from None
 
 __all__ = [
     "ExitRecord",

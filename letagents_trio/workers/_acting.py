@@ -27,7 +27,7 @@ import trio
 
 from .._errors import WorkerError
 from ._names import is_durable_worker_id
-from ._records import same_token, stored_session, worker_record
+from ._records import known_worker, same_token, stored_session, worker_record
 from ._state import mapping_at
 from ._wire import (
     AMBIGUOUS_ROOM_TEXT,
@@ -36,12 +36,12 @@ from ._wire import (
     CONNECTION_REPLACED_TEXT,
     NO_CONNECTION_TEXT,
     UNKNOWN_SESSION_TEXT,
-    UNKNOWN_WORKER_TEXT,
     WORKER_OR_SESSION_TEXT,
 )
 
 if TYPE_CHECKING:
     from .._session import AgentSession
+    from ._wire import HostWording
 
 __all__ = ["Target", "act_as", "acting_session", "resolve_target"]
 
@@ -59,6 +59,7 @@ class Target:
 def resolve_target(
     data: Mapping[str, Any],
     *,
+    wording: HostWording,
     worker_id: str | None,
     agent_session_id: str | None,
     room_id: str | None,
@@ -86,11 +87,7 @@ def resolve_target(
                 worker_id=None, room_id=stored.room_id, legacy_session_id=stored.session_id
             )
         worker_id, room_id = instance, stored.room_id
-    if not is_durable_worker_id(worker_id):
-        raise WorkerError(UNKNOWN_WORKER_TEXT)
-    record = worker_record(data, worker_id)
-    if record is None:
-        raise WorkerError(UNKNOWN_WORKER_TEXT)
+    record = known_worker(data, worker_id, wording)
     if not room_id:
         rooms = list(mapping_at(record, "rooms") or {})
         if len(rooms) > 1:
@@ -142,6 +139,7 @@ async def act_as(
     snapshot: Callable[[], Mapping[str, Any]],
     pins: Mapping[str, AgentSession],
     *,
+    wording: HostWording,
     worker_id: str | None,
     agent_session_id: str | None,
     room_id: str | None,
@@ -158,7 +156,11 @@ async def act_as(
         raise WorkerError(BOTH_TARGETS_TEXT)
     data = snapshot()
     target = resolve_target(
-        data, worker_id=worker_id, agent_session_id=agent_session_id, room_id=room_id
+        data,
+        wording=wording,
+        worker_id=worker_id,
+        agent_session_id=agent_session_id,
+        room_id=room_id,
     )
     session = acting_session(data, pins, target, allow_ended=allow_ended)
     if session is None:

@@ -98,14 +98,16 @@ from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
     BOTH_HANDLES_TEXT,
     CONTROLLER_TEXT,
+    EMBEDDER_WORDING,
     NEW_CHAT_KEY_TEXT,
     RECOVER_ARGUMENTS_TEXT,
     ROOM_REQUIRED_TEXT,
-    SIGN_IN_TEXT,
     SUPERVISED_TEXT,
+    HostWording,
     new_worker_id,
     recover_ambiguous_text,
     recover_none_text,
+    sign_in_text,
 )
 
 if TYPE_CHECKING:
@@ -149,6 +151,10 @@ class WorkerHandles:
         token_origin: where the client's owner token came from (the MCP server
             passes ``LETAGENTS_TOKEN`` or the state file's ``auth.token``), named
             when the room refuses it.
+        wording: how this host's user sets the room's address and the owner
+            token and registers a worker, as the errors name them. The default
+            names the ``RoomClient`` and :meth:`register`; the MCP server passes
+            its environment variables and tool names.
     """
 
     client: RoomClient
@@ -160,8 +166,11 @@ class WorkerHandles:
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
     token_origin: str | None = None
+    wording: HostWording = EMBEDDER_WORDING
     _account: AccountCache = attrs.field(
-        default=attrs.Factory(lambda h: AccountCache(h.client, h.token_origin), takes_self=True),
+        default=attrs.Factory(
+            lambda h: AccountCache(h.client, h.token_origin, h.wording), takes_self=True
+        ),
         init=False,
         repr=False,
     )
@@ -278,7 +287,7 @@ class WorkerHandles:
         local = self.is_local_room(room_id)
         if not local and owner.login is None:
             # Before anything is stored: a refused call leaves the state file as it was.
-            raise WorkerError(SIGN_IN_TEXT.format(state_path=self.state.path))
+            raise WorkerError(sign_in_text(self.state.path, self.wording))
         if recover_lost_worker:
             held = held_under(
                 self._snapshot(), self._pins, name=recover_name, scope=owner.scope, room_id=room_id
@@ -298,7 +307,7 @@ class WorkerHandles:
             worker_id, name_held_here = await self._create(
                 owner, registration_key, display_name, room_id
             )
-        worker = worker_in_scope(self._snapshot(), worker_id, owner.scope)
+        worker = worker_in_scope(self._snapshot(), worker_id, owner.scope, self.wording)
         # One connect per (worker, room) at a time; a joiner shares the session,
         # and the leases it adopted are the leader's to report.
         (session, leases), led = await self._in_flight.run(
@@ -359,6 +368,7 @@ class WorkerHandles:
             state=self.state,
             runtime_label=self.runtime_label,
             ide_label=self.ide_label,
+            wording=self.wording,
         )
         try:
             session, leases = await registrar.register(
@@ -411,7 +421,7 @@ class WorkerHandles:
         if self.is_local_room(room_id):
             raise WorkerError(LEGACY_LOCAL_TEXT)
         if owner.login is None:
-            raise WorkerError(SIGN_IN_TEXT.format(state_path=self.state.path))
+            raise WorkerError(sign_in_text(self.state.path, self.wording))
         if self._legacy is None:
             self._legacy = LegacyRegistrar(
                 client=self.client,
@@ -474,6 +484,7 @@ class WorkerHandles:
         async with act_as(
             self._snapshot,
             self._pins,
+            wording=self.wording,
             worker_id=worker_id,
             agent_session_id=agent_session_id,
             room_id=room_id,

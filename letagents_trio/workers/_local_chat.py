@@ -61,7 +61,18 @@ import attrs
 import trio
 
 from .._errors import LocalChatBusy, LocalChatError, LocalChatUnavailable, WorkerError
-from .._protocol import format_iso
+
+# Page sizes, the text limit and the refusals' texts are the reference room's
+# (one place: _protocol), so a room behaves the same whether local or hosted.
+from .._protocol import (
+    BAD_CURSOR_TEXT,
+    DEFAULT_MESSAGE_PAGE,
+    MAX_MESSAGE_CHARS,
+    MAX_MESSAGE_PAGE,
+    TEXT_REQUIRED_TEXT,
+    TEXT_TOO_LONG_TEXT,
+    format_iso,
+)
 from ._paths import LOCAL_CHAT_DB_ENV, LOCAL_CHAT_FILE, letagents_file
 from ._state import LOCK_POLL_INTERVAL
 from ._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
@@ -105,15 +116,6 @@ LOCK_WAIT_LIMIT: Final = 5.0
 # chat turn's latency, for about four indexed reads (and four state-file
 # checks) a second per waiting worker. Same-process sends wake waiters at once.
 WAIT_RECHECK_INTERVAL: Final = 0.25
-# Page sizes and the text limit of the reference room (room_server/_room.py),
-# so a room behaves the same whether it is local or hosted.
-DEFAULT_MESSAGE_PAGE: Final = 50
-MAX_MESSAGE_PAGE: Final = 200
-MAX_MESSAGE_CHARS: Final = 64 * 1024
-# The reference room's texts for the same refusals.
-TEXT_REQUIRED_TEXT: Final = "text is required"
-TEXT_TOO_LONG_TEXT: Final = "text is too long"
-BAD_CURSOR_TEXT: Final = "after must be a message id"
 
 # "LAgC": marks the file as ours, so another program's database is never written.
 _APPLICATION_ID: Final = 0x4C416743

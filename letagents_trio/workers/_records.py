@@ -47,10 +47,12 @@ from ._wire import (
     SUPERSEDED_LOCAL_TEXT,
     SUPERSEDED_TEXT,
     UNKNOWN_WORKER_TEXT,
+    unknown_worker_text,
 )
 
 if TYPE_CHECKING:
     from .._session import AgentSession
+    from ._wire import HostWording
 
 __all__ = [
     "LOCAL_SESSION_PREFIX",
@@ -61,6 +63,7 @@ __all__ = [
     "drop_operation",
     "held_under",
     "known_key",
+    "known_worker",
     "local_session_id",
     "pending_operation",
     "pending_room",
@@ -224,19 +227,52 @@ def known_key(data: Mapping[str, Any], scope: str, key_hash: str) -> bool:
     )
 
 
-def worker_in_scope(data: Mapping[str, Any], worker_id: str, scope: str) -> Mapping[str, Any]:
+def worker_in_scope(
+    data: Mapping[str, Any], worker_id: str, scope: str, wording: HostWording
+) -> Mapping[str, Any]:
     """The record of ``worker_id`` when it belongs to ``scope``.
 
     Raises:
-        WorkerError: ``UNKNOWN_WORKER_TEXT``, for a malformed id, an unknown
-            worker, or one of another account or API.
+        WorkerError: ``UNKNOWN_WORKER_TEXT``, then which of the three it is: a
+            malformed id, a worker not stored here, or one of another account
+            or API (both named).
+    """
+    record = known_worker(data, worker_id, wording)
+    theirs = record.get("scope")
+    if theirs != scope:
+        why = (
+            f"Worker {worker_id} was created for {_scope_text(theirs)}; this call is for"
+            f" {_scope_text(scope)}."
+        )
+        raise WorkerError(unknown_worker_text(why, wording))
+    return record
+
+
+def known_worker(
+    data: Mapping[str, Any], worker_id: str, wording: HostWording
+) -> Mapping[str, Any]:
+    """The stored record of ``worker_id``, of any scope.
+
+    Raises:
+        WorkerError: ``UNKNOWN_WORKER_TEXT`` and why: a malformed id, or no such
+            worker in the state file.
     """
     if not is_durable_worker_id(worker_id):
-        raise WorkerError(UNKNOWN_WORKER_TEXT)
+        why = f"{worker_id!r} is not a worker handle (worker_ and 32 hex digits)."
+        raise WorkerError(unknown_worker_text(why, wording))
     record = worker_record(data, worker_id)
-    if record is None or record.get("scope") != scope:
-        raise WorkerError(UNKNOWN_WORKER_TEXT)
+    if record is None:
+        why = f"No worker {worker_id} is stored in this state file."
+        raise WorkerError(unknown_worker_text(why, wording))
     return record
+
+
+def _scope_text(scope: object) -> str:
+    """``alice at http://…`` for a scope string (``<api_url>\n<login or local:slug>``)."""
+    if not isinstance(scope, str) or "\n" not in scope:
+        return "another account or API"
+    api_url, _, who = scope.partition("\n")
+    return f"{who} at {api_url}"
 
 
 def _live_pin(

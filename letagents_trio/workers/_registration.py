@@ -38,6 +38,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, final
+from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -61,14 +62,17 @@ from ._records import (
 from ._state import iso_now
 from ._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
+    EMBEDDER_WORDING,
     NO_ACCOUNT_ADVICE,
     NO_CANONICAL_IDENTITY_TEXT,
+    NOT_A_ROOM_ADVICE,
     ROOM_FAILING_ADVICE,
-    SIGN_IN_TEXT,
     TOKEN_REFUSED_ADVICE,
     UNREACHABLE_ADVICE,
+    HostWording,
     durable_registration_body,
     new_connection_token,
+    sign_in_text,
     worker_agent_name,
 )
 
@@ -77,6 +81,9 @@ if TYPE_CHECKING:
     from ._state import LocalStateStore
 
 __all__ = ["Owner", "Registrar", "account_login"]
+
+# R1: the owner's account.
+ACCOUNT_PATH = "/agents/me"
 
 logger = logging.getLogger("letagents_trio.workers")
 
@@ -109,12 +116,18 @@ class Owner:
         return cls(scope=f"{api_url}\nlocal:{slug}", login=None, key_owner=slug, label=slug)
 
 
-async def account_login(client: RoomClient, *, token_origin: str | None = None) -> str:
+async def account_login(
+    client: RoomClient,
+    *,
+    token_origin: str | None = None,
+    wording: HostWording = EMBEDDER_WORDING,
+) -> str:
     """The owner's account login (``GET /agents/me``).
 
     Args:
         client: the room client, with an owner token.
         token_origin: where that token came from, named when the room refuses it.
+        wording: how the host's user sets the room's address, named in the advice.
 
     Raises:
         WorkerError: the account could not be read; the message names the
@@ -124,25 +137,34 @@ async def account_login(client: RoomClient, *, token_origin: str | None = None) 
     Cancellation:
         A checkpoint; nothing to undo.
     """
+    api_url = wording.api_url
     try:
-        answer = await client.call("GET", "/agents/me")
+        answer = await client.call("GET", ACCOUNT_PATH)
     except RoomUnreachable as exc:
         network = exc.__cause__ if exc.__cause__ is not None else exc
         detail = str(network).strip() or type(network).__name__
         cause = f"the room did not answer ({type(network).__name__}: {detail})"
-        raise _unverified(client, cause, UNREACHABLE_ADVICE) from exc
+        raise _unverified(client, cause, UNREACHABLE_ADVICE.format(api_url=api_url)) from exc
     except ApiError as exc:
         if exc.status in (401, 403):
             cause = f"the room refused the owner token (HTTP {exc.status})"
             origin = token_origin or "the RoomClient's owner_token"
             raise _unverified(client, cause, TOKEN_REFUSED_ADVICE.format(origin=origin)) from exc
+        asked = f"GET {urlsplit(client.api_url).path}{ACCOUNT_PATH}"
+        if exc.status in (404, 405):
+            cause = f"{asked} answered HTTP {exc.status}"
+            raise _unverified(client, cause, NOT_A_ROOM_ADVICE.format(api_url=api_url)) from exc
+        if exc.status < 500:
+            cause = f"{asked} was refused (HTTP {exc.status})"
+            raise _unverified(client, cause, NO_ACCOUNT_ADVICE.format(api_url=api_url)) from exc
         raise _unverified(client, f"HTTP {exc.status}", ROOM_FAILING_ADVICE) from exc
     except LetAgentsError as exc:
         raise _unverified(client, type(exc).__name__, ROOM_FAILING_ADVICE) from exc
     account = answer.get("account") if isinstance(answer, Mapping) else None
     login = account.get("login") if isinstance(account, Mapping) else None
     if not isinstance(login, str) or not login.strip():
-        raise _unverified(client, "its answer named no account login", NO_ACCOUNT_ADVICE)
+        advice = NO_ACCOUNT_ADVICE.format(api_url=api_url)
+        raise _unverified(client, "its answer named no account login", advice)
     return login
 
 
@@ -166,12 +188,14 @@ class Registrar:
         state: the shared state file.
         runtime_label: the runtime label when a registration names none.
         ide_label: the IDE label of every registration.
+        wording: how the host's user gives an owner token, for the sign-in text.
     """
 
     client: RoomClient
     state: LocalStateStore
     runtime_label: str
     ide_label: str
+    wording: HostWording = EMBEDDER_WORDING
 
     async def register(
         self,
@@ -202,7 +226,7 @@ class Registrar:
         """
         worker_id = str(worker["worker_id"])
         if not local and owner.login is None:
-            raise WorkerError(SIGN_IN_TEXT.format(state_path=self.state.path))
+            raise WorkerError(sign_in_text(self.state.path, self.wording))
         canonical_key = await self._canonical_key(owner, worker, local=local)
         operation = pending_operation(room)
         if operation is not None:
@@ -366,6 +390,7 @@ class AccountCache:
 
     client: RoomClient
     token_origin: str | None = None
+    wording: HostWording = EMBEDDER_WORDING
     _login: str | None = attrs.field(default=None, init=False)
     # Which owner token the cached login belongs to (a digest, never the token).
     _key: str | None = attrs.field(default=None, init=False, repr=False)
@@ -396,7 +421,9 @@ class AccountCache:
             return None
         if self._login is None or self._key != key:
             self.forget()
-            self._login = await account_login(self.client, token_origin=self.token_origin)
+            self._login = await account_login(
+                self.client, token_origin=self.token_origin, wording=self.wording
+            )
             self._key = key
         else:
             await trio.lowlevel.checkpoint()

@@ -16,7 +16,9 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
 
 from ._identity import DEFAULT_RUNTIME_LABEL
 from ._names import DEFAULT_IDE_LABEL
@@ -33,8 +35,11 @@ __all__ = [
     "CONNECTION_REPLACED_TEXT",
     "CONNECTION_TOKEN_BYTES",
     "CONTROLLER_TEXT",
+    "EMBEDDER_WORDING",
     "IN_PROGRESS_TEXT",
+    "MCP_SERVER_WORDING",
     "NEW_CHAT_KEY_TEXT",
+    "NOT_A_ROOM_ADVICE",
     "NOT_CONFIRMED_TEXT",
     "NO_ACCOUNT_ADVICE",
     "NO_CANONICAL_IDENTITY_TEXT",
@@ -52,14 +57,55 @@ __all__ = [
     "UNKNOWN_WORKER_TEXT",
     "UNREACHABLE_ADVICE",
     "WORKER_OR_SESSION_TEXT",
+    "HostWording",
     "durable_registration_body",
     "new_connection_token",
     "new_worker_id",
     "public_session",
     "recover_ambiguous_text",
     "recover_none_text",
+    "sign_in_text",
+    "unknown_worker_text",
     "worker_agent_name",
 ]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HostWording:
+    """What a user of this host changes, as the worker handles' error texts name it.
+
+    The handles serve an embedder's program and the MCP server alike: each
+    names its own settings, so an embedder is never told to set a variable of
+    a server it does not run, nor a chat to edit a ``RoomClient``.
+
+    Attributes:
+        holder: what has (or lacks) the owner token.
+        api_url: where the room's address is set.
+        owner_token: how to give the owner token, as an instruction.
+        register: the call that creates or resumes a worker.
+    """
+
+    holder: str
+    api_url: str
+    owner_token: str
+    register: str
+
+
+# A program of the embedder's: the RoomClient and WorkerHandles it built.
+EMBEDDER_WORDING: Final = HostWording(
+    holder="this RoomClient",
+    api_url="the RoomClient's api_url",
+    owner_token="Pass your owner token to the RoomClient (owner_token=)",
+    register="WorkerHandles.register",
+)
+# letagents-trio mcp: settings from the environment, workers through a tool.
+MCP_SERVER_WORDING: Final = HostWording(
+    holder="this MCP server",
+    api_url="the MCP server's LETAGENTS_API_URL",
+    owner_token="Set LETAGENTS_TOKEN to your owner token",
+    register="register_agent_session",
+)
 
 # --- exact texts (PROTOCOL §5.2, numbered as there) ---------------------------
 # 1.
@@ -86,16 +132,18 @@ ACCOUNT_UNVERIFIED_TEXT: Final = (
     " Saved worker identities have not been changed."
 )
 # The advice for each cause of an unverified account.
-UNREACHABLE_ADVICE: Final = (
-    "Check that the room is running at that address (the MCP server's LETAGENTS_API_URL)."
-)
+UNREACHABLE_ADVICE: Final = "Check that the room is running at that address ({api_url})."
 TOKEN_REFUSED_ADVICE: Final = (
     "The owner token came from {origin}: replace it with a valid owner token for this room"
     " and restart the MCP server."
 )
 ROOM_FAILING_ADVICE: Final = "The room is failing; retry once it answers again."
-NO_ACCOUNT_ADVICE: Final = (
-    "Check that the address is a letagents room API (the MCP server's LETAGENTS_API_URL)."
+NO_ACCOUNT_ADVICE: Final = "Check that the address is a letagents room API ({api_url})."
+# A 404 or 405 for GET /agents/me: the URL, not the room's health, is wrong.
+NOT_A_ROOM_ADVICE: Final = (
+    "No letagents room API answers at that address: a server that is not a room, or a path"
+    " the room API does not have, answers so. Correct the address ({api_url}): it is the"
+    " room API's base URL, such as http://127.0.0.1:3001 for letagents-trio room."
 )
 # 5.
 BOTH_HANDLES_TEXT: Final = "Use worker_id to resume or registration_key to create, not both."
@@ -110,8 +158,8 @@ UNKNOWN_WORKER_TEXT: Final = (
 )
 # 9.
 SIGN_IN_TEXT: Final = (
-    "Sign in before registering a worker in a hosted room: this MCP server has no owner token."
-    " Set LETAGENTS_TOKEN to your owner token, or store it as auth.token in {state_path}"
+    "Sign in before registering a worker in a hosted room: {holder} has no owner token."
+    " {owner_token}, or store it as auth.token in {state_path}"
     " (the Node letagents client's sign-in writes it there), then restart the MCP server."
     " Rooms marked local in the chat-storage settings need no sign-in."
 )
@@ -149,6 +197,22 @@ WORKER_OR_SESSION_TEXT: Final = "Pass worker_id (or a legacy agent_session_id) t
 UNKNOWN_SESSION_TEXT: Final = (
     "Unknown agent_session_id for this MCP server. Register with register_agent_session first."
 )
+
+
+def sign_in_text(state_path: object, wording: HostWording) -> str:
+    """§5.2.9 for this host: no owner token, and where to give one."""
+    return SIGN_IN_TEXT.format(
+        holder=wording.holder, owner_token=wording.owner_token, state_path=state_path
+    )
+
+
+def unknown_worker_text(why: str, wording: HostWording) -> str:
+    """§5.2.7, then why this worker_id is unknown and how to create or resume one."""
+    return (
+        f"{UNKNOWN_WORKER_TEXT} {why} To create a worker for this chat, call"
+        f" {wording.register} with a new registration_key; to resume one, pass a worker_id"
+        f" that {wording.register} returned for this account and API."
+    )
 
 
 def recover_none_text(name: str) -> str:

@@ -63,6 +63,13 @@ async def test_mcp_help_names_every_variable_with_its_default() -> None:
             " Use one of: autonomous_mcp_worker, cursor_supervised_room_turn,"
             " interactive_desktop, supervised_mcp_polling",
         ),
+        (
+            # Issue 29: before, an unknown level silently meant INFO.
+            "LETAGENTS_LOG_LEVEL",
+            "LOUD",
+            "LETAGENTS_LOG_LEVEL='LOUD' is not a log level. Use one of: DEBUG, INFO, WARNING,"
+            " ERROR, CRITICAL (unset means INFO).",
+        ),
     ],
 )
 async def test_mcp_refuses_a_configuration_that_cannot_work_at_start_up(

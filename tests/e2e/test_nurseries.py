@@ -1,47 +1,83 @@
 """Every program in nurseries/ runs, so the examples never rot.
 
-Each runs as its own process with the real clock, bounded; the mock-clock
-timeline must print exactly its checked-in output.
+Each runs as its own process with the real clock, bounded, with a
+``letagents-trio room`` of its own on a free port (port 0: never the default
+3001, which a user trying the docs may be serving) named in
+``LETAGENTS_API_URL`` and ``LETAGENTS_TOKEN``, as ``nox -s nurseries`` runs
+them. The mock-clock timeline must print exactly its checked-in output.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import trio
 
+from ..room_server.helpers import OWNER_TOKEN
+from .room_process import RunningRoom, running_room
+
 NURSERIES = Path(__file__).resolve().parents[2] / "nurseries"
 PROGRAMS = sorted(NURSERIES.glob("*.py"))
+# The modules every extra brings: the embedder's program needs none of them.
+EXTRAS = ("hypercorn", "mcp", "mcp_types", "rich", "pytest_trio")
+BLOCK_EXTRAS = f"import sys; sys.modules.update(dict.fromkeys({list(EXTRAS)!r}))"
 
 
-async def run_program(path: Path) -> subprocess.CompletedProcess[bytes]:
+@pytest.fixture
+async def room() -> AsyncIterator[RunningRoom]:
+    async with running_room() as room:
+        yield room
+
+
+async def run_program(
+    path: Path, room: RunningRoom, *, without_extras: bool = False
+) -> subprocess.CompletedProcess[bytes]:
+    command = [sys.executable, str(path)]
+    if without_extras:
+        run = f"{BLOCK_EXTRAS}; import runpy; runpy.run_path({str(path)!r}, run_name='__main__')"
+        command = [sys.executable, "-c", run]
     with trio.fail_after(60):
         return await trio.run_process(
-            [sys.executable, str(path)], capture_stdout=True, capture_stderr=True, check=False
+            command,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "LETAGENTS_API_URL": room.url, "LETAGENTS_TOKEN": OWNER_TOKEN},
         )
 
 
 def test_there_is_a_nursery_per_kind_of_user() -> None:
     names = {p.name for p in PROGRAMS}
-    assert {"mock_clock_timeline.py", "embed_in_your_loop.py"} <= names
+    assert {"mock_clock_timeline.py", "embed_in_your_loop.py", "mcp_host.py"} <= names
 
 
 @pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
-async def test_nursery_runs(path: Path) -> None:
-    result = await run_program(path)
+async def test_nursery_runs(path: Path, room: RunningRoom) -> None:
+    result = await run_program(path, room)
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.strip()
 
 
-async def test_mock_clock_timeline_prints_its_checked_in_output() -> None:
-    result = await run_program(NURSERIES / "mock_clock_timeline.py")
+async def test_mock_clock_timeline_prints_its_checked_in_output(room: RunningRoom) -> None:
+    result = await run_program(NURSERIES / "mock_clock_timeline.py", room)
     expected = (NURSERIES / "mock_clock_timeline.txt").read_text()
     assert result.stdout.decode() == expected
 
 
-async def test_embedding_announces_the_exit_when_the_nursery_closes() -> None:
-    result = await run_program(NURSERIES / "embed_in_your_loop.py")
-    assert "the room recorded: 'exited'" in result.stdout.decode()
+async def test_the_embedder_holds_a_worker_in_a_running_room_and_announces_its_exit(
+    room: RunningRoom,
+) -> None:
+    """Issue 29: the core and the host layer only, against ``letagents-trio room``."""
+    result = await run_program(NURSERIES / "embed_in_your_loop.py", room, without_extras=True)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().splitlines() == [
+        "Juniper is held in room_embedded: open",
+        "Juniper said: hello",
+        "stopped: the exit of Juniper was recorded",
+    ]
+    assert result.stderr == b""

@@ -1,9 +1,10 @@
 """Each quickstart of ``docs/quickstart.md`` runs exactly as the page shows it.
 
-The programs are taken from the page's ``code-block`` directives by their
-caption (the file name the page tells the reader to use), written to a
-temporary directory and run with this interpreter, as a reader would run
-them. Real clock, real processes; each run is bounded.
+The programs are taken from the page's fenced blocks by the name each is
+marked with (``<!-- as: NAME -->``, the file name the page tells the reader
+to use; see ``tests/test_doc_code.py``), written to a temporary directory and
+run with this interpreter, as a reader would run them. Real clock, real
+processes; each run is bounded.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from ..doc_blocks import pytest_in, runnable
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
-BLOCK = re.compile(
-    r"^```\{code-block\} (?P<language>\w+)\n:caption: (?P<name>\S+)\n\n(?P<code>.*?)^```$",
-    re.MULTILINE | re.DOTALL,
-)
 # Generous: each program starts a room (and the MCP one an MCP server) on a busy machine.
 BUDGET = 90
 # Runs a program as a terminal runs a foreground one: SIGINT at its default
@@ -39,8 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform == "win32", reas
 
 
 def quickstarts() -> dict[str, str]:
-    """Caption -> code, for every captioned block of the page."""
-    return {m["name"]: m["code"] for m in BLOCK.finditer(PAGE.read_text())}
+    """Name -> code, for every named block of the page."""
+    return runnable(PAGE)
 
 
 def write(directory: Path, name: str) -> Path:
@@ -128,16 +127,6 @@ async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
 
 
 async def test_the_tester_quickstart(tmp_path: Path) -> None:
-    write(tmp_path, "pyproject.toml")
-    write(tmp_path, "test_quickstart.py")
-    with trio.fail_after(BUDGET):
-        result = await trio.run_process(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-            cwd=tmp_path,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    out = result.stdout.decode()
-    assert result.returncode == 0, out
+    names = ("pyproject.toml", "test_quickstart.py")
+    out = await pytest_in(tmp_path, {name: quickstarts()[name] for name in names}, BUDGET)
     assert re.search(r"^2 passed in [\d.]+s$", out, re.MULTILINE), out

@@ -178,7 +178,9 @@ async def test_the_config_says_where_the_token_came_from(tmp_path: Path) -> None
     assert ServerConfig.from_env({**env, "LETAGENTS_TOKEN": "t"}).token_origin == "LETAGENTS_TOKEN"
 
 
-@pytest.mark.parametrize(("level", "http_level"), [("INFO", "WARNING"), ("debug", "DEBUG")])
+@pytest.mark.parametrize(
+    ("level", "http_level"), [("INFO", "WARNING"), ("debug", "DEBUG"), ("", "WARNING")]
+)
 def test_http_request_logs_appear_only_at_debug(
     monkeypatch: pytest.MonkeyPatch, level: str, http_level: str
 ) -> None:
@@ -187,3 +189,13 @@ def test_http_request_logs_appear_only_at_debug(
     monkeypatch.setattr(logging, "basicConfig", lambda **kwargs: None)
     configure_logging(level)
     assert logging.getLevelName(http.level) == http_level
+
+
+@pytest.mark.parametrize("level", ["LOUD", "verbose", "5"])
+def test_an_unknown_log_level_is_refused_not_taken_for_info(level: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        configure_logging(level)
+    assert str(caught.value) == (
+        f"LETAGENTS_LOG_LEVEL={level!r} is not a log level. Use one of: DEBUG, INFO, WARNING,"
+        " ERROR, CRITICAL (unset means INFO)."
+    )

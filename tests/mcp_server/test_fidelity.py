@@ -19,7 +19,8 @@ from mcp import Client
 from letagents_trio.mcp_server import create_server
 from letagents_trio.workers import LocalStateStore
 from letagents_trio.workers._legacy import SUPERVISED_NO_SESSION_TEXT
-from letagents_trio.workers._wire import SIGN_IN_TEXT, SUPERVISED_TEXT
+from letagents_trio.workers._wire import MCP_SERVER_WORDING as WORDING
+from letagents_trio.workers._wire import SUPERVISED_TEXT, sign_in_text
 
 from .helpers import ROOM, call_error, call_ok, config_for, register, text_of
 
@@ -61,7 +62,7 @@ async def test_sign_out_and_a_sign_in_by_another_process_take_effect_at_once(
             assert refused.startswith("API error 401: ")
             assert store.auth() is None
             signed_out = await call_error(client, "register_agent_session", _create("c"))
-            assert signed_out == SIGN_IN_TEXT.format(state_path=store.path)
+            assert signed_out == sign_in_text(store.path, WORDING)
             await store.save_auth(token)  # another MCP server signs the owner in again
             again: dict[str, Any] = await call_ok(client, "register_agent_session", _create("d"))
             assert again["agent_session"]["session_id"]

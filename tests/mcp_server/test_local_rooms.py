@@ -91,7 +91,12 @@ async def test_local_room_tools_use_the_local_chat_never_http(
             # None: the wait lasts exactly the clamped timeout, then answers empty.
             args = {"worker_id": worker_id, "after_message_id": sent["id"], "timeout": 2_500}
             waited = await call_ok(client, "wait_for_messages", args)
-            assert waited == {"messages": [], "room_id": LOCAL_ROOM}
+            assert waited == {
+                "messages": [],
+                "room_id": LOCAL_ROOM,
+                "truncated": False,
+                "last_observed_message_id": sent["id"],
+            }
             assert trio.current_time() == start + 2.5
             # The owner may read a local room without a worker, not send to it.
             args = {"room_id": LOCAL_ROOM, "after_message_id": "0"}

@@ -154,10 +154,17 @@ async def test_a_lost_registration_answer_is_finished_by_the_retry(
             sent = await call_ok(client, "send_message", args)
             assert sent["message"]["room_id"] == OTHER_ROOM
             unknown = "worker_" + "0" * 32
+            # Issue 29: upstream's text, why, and the tool and argument that register one.
+            unknown_text = (
+                f"{UNKNOWN_WORKER_TEXT} No worker {unknown} is stored in this state file. To"
+                " create a worker for this chat, call register_agent_session with a new"
+                " registration_key; to resume one, pass a worker_id that register_agent_session"
+                " returned for this account and API."
+            )
             args = {"worker_id": unknown, "room_id": ROOM}
-            assert await call_error(client, "register_agent_session", args) == UNKNOWN_WORKER_TEXT
+            assert await call_error(client, "register_agent_session", args) == unknown_text
             args = {"worker_id": unknown, "text": "x"}
-            assert await call_error(client, "send_message", args) == UNKNOWN_WORKER_TEXT
+            assert await call_error(client, "send_message", args) == unknown_text
 
 
 async def test_register_keeps_its_own_worker_id(fake_room: FakeRoom, tmp_path: Path) -> None:

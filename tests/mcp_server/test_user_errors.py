@@ -56,6 +56,22 @@ async def test_an_unreachable_room_is_named_with_its_url_and_the_network_error(
     assert not (tmp_path / "s.json").exists()
 
 
+async def test_a_url_with_a_wrong_path_names_the_url_not_a_failing_room(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Issue 29. Before: ``HTTP 404. The room is failing; retry once it answers again.``"""
+    api_url = f"{fake_room.api_url}/api"
+    config = ServerConfig(api_url=api_url, token="t", state_path=tmp_path / "s.json")
+    text = await register_error(config, fake_room.transport)
+    assert text == (
+        f"Could not verify your LetAgents account at {api_url}: GET /api/agents/me answered"
+        " HTTP 404. No letagents room API answers at that address: a server that is not a"
+        " room, or a path the room API does not have, answers so. Correct the address (the MCP"
+        " server's LETAGENTS_API_URL): it is the room API's base URL, such as"
+        " http://127.0.0.1:3001 for letagents-trio room." + RETRY
+    )
+
+
 async def test_a_refused_token_from_the_environment_names_letagents_token(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:

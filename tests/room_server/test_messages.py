@@ -52,6 +52,16 @@ async def test_send_and_list_messages(
     assert (r.status_code, r.json()) == (400, {"error": "after must be a message id"})
     r = await client.post(f"/rooms/{ROOM}/messages", json={"text": " "}, headers=session_headers(s))
     assert (r.status_code, r.json()) == (400, {"error": "text is required"})
+    # Issue 29: the refusal of a long text says the limit.
+    long = {"text": "x" * (64 * 1024 + 1)}
+    r = await client.post(f"/rooms/{ROOM}/messages", json=long, headers=session_headers(s))
+    assert (r.status_code, r.json()) == (
+        413,
+        {"error": "text is too long: at most 65536 characters"},
+    )
+    fits = {"text": "x" * (64 * 1024)}
+    r = await client.post(f"/rooms/{ROOM}/messages", json=fits, headers=session_headers(s))
+    assert r.status_code == 201
 
 
 async def test_poll_wakes_on_a_new_message(

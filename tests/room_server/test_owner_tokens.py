@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from letagents_trio.room_server._owner_tokens import (
     owner_tokens_from_env,
     read_owner_tokens_file,
 )
+
+from ..doc_blocks import ROOT, runnable
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 SECRET = "s3cret-owner-token"
@@ -143,3 +146,20 @@ def test_the_help_says_the_command_line_form_is_unsafe(
     assert "/proc/PID/cmdline" in out
     assert "--owner-tokens-file" in out
     assert OWNER_TOKENS_ENV in out
+
+
+def test_the_pages_commands_make_a_tokens_file_the_room_accepts_on_a_fresh_home(
+    tmp_path: Path,
+) -> None:
+    """Issue 29: ``printf … > ~/.letagents/owner-tokens`` failed where the folder did not exist."""
+    script = runnable(ROOT / "docs" / "room-server.md")["owner-tokens.sh"]
+    commands = [line.removeprefix("$ ") for line in script.splitlines() if line.startswith("$ ")]
+    setup = commands[: next(i for i, c in enumerate(commands) if c.startswith("letagents-trio"))]
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(
+        ["bash", "-euc", "\n".join(setup)], env={"HOME": str(home), "PATH": os.defpath}, check=True
+    )
+    folder = home / ".letagents"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert read_owner_tokens_file(folder / "owner-tokens") == {"s3cret": "alice"}

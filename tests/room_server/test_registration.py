@@ -371,7 +371,9 @@ async def test_bad_json_and_sizes(
     r = await client.post(path, content=b"[" * 100_000, headers=headers)
     assert r.status_code == 400
     r = await client.post(path, content=b"{" + b" " * (1024 * 1024) + b"}", headers=headers)
-    assert (r.status_code, r.json()) == (413, {"error": "Request body is too large."})
+    # Issue 29: the refusal says the limit.
+    too_large = {"error": "Request body is too large: at most 1048576 bytes."}
+    assert (r.status_code, r.json()) == (413, too_large)
     r = await client.post(
         f"/rooms/{'r' * 300}/agent-sessions", json=registration(), headers=headers
     )

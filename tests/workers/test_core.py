@@ -40,7 +40,6 @@ from letagents_trio.workers._wire import (
     PUBLIC_SESSION_FIELDS,
     RECOVER_ARGUMENTS_TEXT,
     ROOM_REQUIRED_TEXT,
-    SIGN_IN_TEXT,
     SUPERSEDED_TEXT,
     SUPERVISED_TEXT,
     UNKNOWN_WORKER_TEXT,
@@ -495,6 +494,13 @@ async def test_disconnect_ends_the_session_here_and_at_the_room(
 
 # --- validation order and exact texts ---------------------------------------------------------
 
+# Issue 29: an unknown worker_id says why, and names the call that registers one.
+HOW_TO_REGISTER = (
+    " To create a worker for this chat, call WorkerHandles.register with a new"
+    " registration_key; to resume one, pass a worker_id that WorkerHandles.register"
+    " returned for this account and API."
+)
+
 
 @pytest.mark.parametrize(
     ("kwargs", "text"),
@@ -518,8 +524,16 @@ async def test_disconnect_ends_the_session_here_and_at_the_room(
         ({"room_id": ROOM, "worker_id": "w", "registration_key": "k"}, BOTH_HANDLES_TEXT),
         ({"room_id": ROOM}, NEW_CHAT_KEY_TEXT),
         ({"room_id": ROOM, "registration_key": "   "}, NEW_CHAT_KEY_TEXT),
-        ({"room_id": ROOM, "worker_id": "worker_123"}, UNKNOWN_WORKER_TEXT),
-        ({"room_id": ROOM, "worker_id": "worker_" + "0" * 32}, UNKNOWN_WORKER_TEXT),
+        (
+            {"room_id": ROOM, "worker_id": "worker_123"},
+            f"{UNKNOWN_WORKER_TEXT} 'worker_123' is not a worker handle (worker_ and 32 hex"
+            f" digits).{HOW_TO_REGISTER}",
+        ),
+        (
+            {"room_id": ROOM, "worker_id": "worker_" + "0" * 32},
+            f"{UNKNOWN_WORKER_TEXT} No worker worker_{'0' * 32} is stored in this state"
+            f" file.{HOW_TO_REGISTER}",
+        ),
     ],
 )
 async def test_argument_errors_have_the_exact_texts(
@@ -551,7 +565,10 @@ async def test_a_worker_of_another_account_is_unknown(
     async with open_proc(fake_room.transport, state_path) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
-    assert str(caught.value) == UNKNOWN_WORKER_TEXT
+    assert str(caught.value) == (
+        f"{UNKNOWN_WORKER_TEXT} Worker {reg.worker_id} was created for someone at"
+        f" http://room.test; this call is for owner at http://room.test.{HOW_TO_REGISTER}"
+    )
 
 
 async def test_a_supervised_process_has_no_worker_handles(
@@ -571,9 +588,13 @@ async def test_a_hosted_room_needs_a_sign_in(
     async with open_proc(fake_room.transport, state_path, owner_token=None) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
-    assert str(caught.value) == SIGN_IN_TEXT.format(state_path=state_path)
-    assert "LETAGENTS_TOKEN" in str(caught.value)
-    assert f"auth.token in {state_path}" in str(caught.value)
+    # Issue 29: an embedder runs no MCP server and sets no LETAGENTS_TOKEN.
+    assert str(caught.value).startswith(
+        "Sign in before registering a worker in a hosted room: this RoomClient has no owner"
+        " token. Pass your owner token to the RoomClient (owner_token=), or store it as"
+        f" auth.token in {state_path}"
+    )
+    assert "LETAGENTS_TOKEN" not in str(caught.value)
     assert fake_room.requests == []
     assert not state_path.exists()  # noqa: ASYNC240 - a refused registration stored no worker
 

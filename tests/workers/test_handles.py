@@ -297,7 +297,7 @@ async def test_12_a_lost_registration_answer_is_finished_with_the_same_token(
         await p.send("this room", worker_id=reg.worker_id, room_id=OTHER_ROOM)
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, worker_id="worker_" + "0" * 32)
-        assert str(caught.value) == UNKNOWN_WORKER_TEXT
+        assert str(caught.value).startswith(UNKNOWN_WORKER_TEXT)
 
 
 async def test_12_a_lost_answer_is_finished_by_the_next_process(

@@ -15,7 +15,8 @@ import pytest
 
 from letagents_trio import ApiError
 from letagents_trio.workers import LocalStateStore, WorkerError
-from letagents_trio.workers._wire import SIGN_IN_TEXT
+from letagents_trio.workers._wire import EMBEDDER_WORDING as WORDING
+from letagents_trio.workers._wire import sign_in_text
 
 from .helpers import OWNER_TOKEN, ROOM, open_proc, seed_state
 
@@ -58,7 +59,7 @@ async def test_a_401_on_an_owner_call_signs_out_at_the_next_request(
         assert not p.client.has_owner_token
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="c")
-        assert str(caught.value) == SIGN_IN_TEXT.format(state_path=state_path)
+        assert str(caught.value) == sign_in_text(state_path, WORDING)
         assert not p.handles.statistics().account_cached
         assert await p.client.call("GET", "/health") == {"ok": True}
     assert log(fake_room, mark) == [
@@ -75,7 +76,7 @@ async def test_a_sign_in_written_by_another_process_is_used_at_once(
     async with open_proc(fake_room.transport, state_path, owner_token=source) as p:
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="a")
-        assert str(caught.value) == SIGN_IN_TEXT.format(state_path=state_path)
+        assert str(caught.value) == sign_in_text(state_path, WORDING)
         assert fake_room.requests == []
         await seed_state(state_path)  # "another process" signs in
         registered = await p.handles.register(room_id=ROOM, registration_key="a")

@@ -44,6 +44,7 @@ from letagents_trio.workers._wire import (
     AMBIGUOUS_ROOM_TEXT,
     BOTH_TARGETS_TEXT,
     CONNECTION_REPLACED_TEXT,
+    EMBEDDER_WORDING,
     IN_PROGRESS_TEXT,
     NO_CONNECTION_TEXT,
     NOT_CONFIRMED_TEXT,
@@ -55,6 +56,7 @@ from letagents_trio.workers._wire import (
 )
 
 SCOPE: Final = "http://room.test\nowner"
+WORDING: Final = EMBEDDER_WORDING
 ROOM: Final = "room_shared"
 WORKER: Final = "worker_" + "a" * 32
 OTHER: Final = "worker_" + "b" * 32
@@ -212,10 +214,29 @@ def test_another_scope_is_another_worker_and_a_blank_name_is_the_ids_codename() 
 
 def test_a_worker_is_known_only_in_its_own_scope() -> None:
     state = state_with()
-    assert worker_in_scope(state, WORKER, SCOPE)["worker_id"] == WORKER
-    for worker_id, scope in [(WORKER, "elsewhere"), (OTHER, SCOPE), ("worker_nothex", SCOPE)]:
-        with pytest.raises(WorkerError, match=re.escape(UNKNOWN_WORKER_TEXT)):
-            worker_in_scope(state, worker_id, scope)
+    assert worker_in_scope(state, WORKER, SCOPE, WORDING)["worker_id"] == WORKER
+    for worker_id, scope, why in [
+        (
+            WORKER,
+            "http://other.test\nbob",
+            f"Worker {WORKER} was created for owner at http://room.test; this call is for bob"
+            " at http://other.test.",
+        ),
+        (OTHER, SCOPE, f"No worker {OTHER} is stored in this state file."),
+        (
+            "worker_nothex",
+            SCOPE,
+            "'worker_nothex' is not a worker handle (worker_ and 32 hex digits).",
+        ),
+    ]:
+        with pytest.raises(WorkerError) as caught:
+            worker_in_scope(state, worker_id, scope, WORDING)
+        # Issue 29: upstream's text, then the real cause, then the call to make.
+        assert str(caught.value) == (
+            f"{UNKNOWN_WORKER_TEXT} {why} To create a worker for this chat, call"
+            " WorkerHandles.register with a new registration_key; to resume one, pass a"
+            " worker_id that WorkerHandles.register returned for this account and API."
+        )
 
 
 # --- the prepared operation ---------------------------------------------------------------
@@ -460,17 +481,17 @@ def test_held_under_matches_the_name_a_pinned_worker_lives_under_now() -> None:
 def test_a_target_is_a_worker_in_its_one_room_or_a_legacy_session() -> None:
     live = session_json("s1", "token")
     state = state_with(session=live)
-    assert resolve_target(state, worker_id=WORKER, agent_session_id=None, room_id=None) == Target(
-        worker_id=WORKER, room_id=ROOM
-    )
+    assert resolve_target(
+        state, wording=WORDING, worker_id=WORKER, agent_session_id=None, room_id=None
+    ) == Target(worker_id=WORKER, room_id=ROOM)
     # A durable worker's session named by its id is that worker.
-    assert resolve_target(state, worker_id=None, agent_session_id="s1", room_id=None) == Target(
-        worker_id=WORKER, room_id=ROOM
-    )
+    assert resolve_target(
+        state, wording=WORDING, worker_id=None, agent_session_id="s1", room_id=None
+    ) == Target(worker_id=WORKER, room_id=ROOM)
     state["agent_sessions"]["legacy"] = session_json("legacy", "t", agent_instance_id="old-agent")
-    assert resolve_target(state, worker_id=None, agent_session_id="legacy", room_id=None) == Target(
-        worker_id=None, room_id=ROOM, legacy_session_id="legacy"
-    )
+    assert resolve_target(
+        state, wording=WORDING, worker_id=None, agent_session_id="legacy", room_id=None
+    ) == Target(worker_id=None, room_id=ROOM, legacy_session_id="legacy")
 
 
 @pytest.mark.parametrize(
@@ -488,18 +509,30 @@ def test_bad_targets_are_refused(
 ) -> None:
     state = state_with(session=session_json("s1", "token"))
     with pytest.raises(WorkerError, match=re.escape(text)):
-        resolve_target(state, worker_id=worker_id, agent_session_id=agent_session_id, room_id=None)
+        resolve_target(
+            state,
+            wording=WORDING,
+            worker_id=worker_id,
+            agent_session_id=agent_session_id,
+            room_id=None,
+        )
 
 
 def test_a_worker_in_several_rooms_or_none_needs_its_room() -> None:
     state = state_with()
     state["mcp_workers"][WORKER]["rooms"] = {}
     with pytest.raises(WorkerError, match=re.escape(NO_CONNECTION_TEXT)):
-        resolve_target(state, worker_id=WORKER, agent_session_id=None, room_id=None)
+        resolve_target(
+            state, wording=WORDING, worker_id=WORKER, agent_session_id=None, room_id=None
+        )
     state["mcp_workers"][WORKER]["rooms"] = {ROOM: {}, "room_other": {}}
     with pytest.raises(WorkerError, match=re.escape(AMBIGUOUS_ROOM_TEXT)):
-        resolve_target(state, worker_id=WORKER, agent_session_id=None, room_id=None)
-    target = resolve_target(state, worker_id=WORKER, agent_session_id=None, room_id="room_other")
+        resolve_target(
+            state, wording=WORDING, worker_id=WORKER, agent_session_id=None, room_id=None
+        )
+    target = resolve_target(
+        state, wording=WORDING, worker_id=WORKER, agent_session_id=None, room_id="room_other"
+    )
     assert target == Target(worker_id=WORKER, room_id="room_other")
 
 
