@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from letagents_trio import AgentSession, HolderEvent, ProcessConnector, ProcessStream
+    from letagents_trio import (
+        AgentSession,
+        HolderEvent,
+        ProcessConnector,
+        ProcessStream,
+        StreamNews,
+    )
 
 
 def drain(events: trio.MemoryReceiveChannel[HolderEvent]) -> list[HolderEvent]:

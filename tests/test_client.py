@@ -32,7 +32,6 @@ from hypothesis import strategies as st
 
 from letagents_trio._client import (
     RoomClient,
-    StateHooks,
     _retry_after,
     encode_room_path,
     encode_session_path,
@@ -44,6 +43,7 @@ from letagents_trio._protocol import (
     SESSION_ID_HEADER,
     SESSION_TOKEN_HEADER,
 )
+from letagents_trio._refusals import StateHooks
 from letagents_trio._session import AgentSession
 from letagents_trio._sse_connector import STREAM_HEADERS
 from letagents_trio.testing._transport import open_streaming_transport
@@ -849,7 +849,9 @@ async def test_process_stream_closes_an_endless_stream_on_exit(
     with trio.fail_after(60):
         async with (
             open_streaming_transport(app) as transport,
-            RoomClient(API, owner_token=OWNER_TOKEN, transport=transport, opener=transport) as client,
+            RoomClient(
+                API, owner_token=OWNER_TOKEN, transport=transport, opener=transport
+            ) as client,
         ):
             async with open_process_stream(client, SESSION) as response:
                 # Unread: reading to the end would close it before we leave.

@@ -204,9 +204,7 @@ async def test_holders_retrying_together_pause_it_again(
     fake_room.set_process_mode(ProcessMode.SLOW)
     async with fake_room.client() as client:
         policy = HoldPolicy(answer_timeout=4)
-        async with open_connection_manager(
-            client, policy=policy, pause_collector=True
-        ) as manager:
+        async with open_connection_manager(client, policy=policy, pause_collector=True) as manager:
             holders = [manager.hold(session) for session in sessions]
             await trio.sleep(4.5)
             assert {h.status for h in holders} == {HolderStatus.WAITING}

@@ -14,6 +14,9 @@
    fails here until the pages that name it follow.
 4. **Layers.** The import rules ``docs/architecture.md`` states hold in every
    module: core ← host layer ← programs.
+5. **Architecture.** ``docs/architecture.md`` has a row for every module of the
+   package, in the table of its layer, and every row of "Where each rule
+   lives" names files that exist and, in parentheses, names those files define.
 """
 
 from __future__ import annotations
@@ -336,3 +339,80 @@ def test_the_import_scan_sees_imports() -> None:
     imported = set(_imports(PACKAGE / "workers" / "_handles.py"))
     assert "letagents_trio._client" in imported
     assert "letagents_trio.workers._state" in imported
+
+
+# --- 5. the architecture page -----------------------------------------------------------
+
+ARCHITECTURE = DOCS / "architecture.md"
+# The module tables of the architecture page, by heading, and the folder their rows are in.
+MODULE_TABLES = {
+    "### The core: `letagents_trio`": PACKAGE,
+    "### The host layer: `letagents_trio.workers`": PACKAGE / "workers",
+    "### The programs": PACKAGE,
+}
+_ROW_NAME = re.compile(r"^\| `(?P<name>[\w/.]+\.py)` \|", re.MULTILINE)
+# One place in a "where" cell: a path, then what in it holds the rule.
+_PLACE = re.compile(r"`(?P<path>letagents_trio/[\w/.]+\.py)`(?: \((?P<names>[^)]*)\))?")
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading) + len(heading)
+    end = text.find("\n#", start)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _listed_modules() -> set[Path]:
+    text = ARCHITECTURE.read_text()
+    listed = set()
+    for heading, folder in MODULE_TABLES.items():
+        for match in _ROW_NAME.finditer(_section(text, heading)):
+            listed.add(folder / match["name"])
+    return listed
+
+
+def test_the_architecture_page_has_a_row_for_every_module() -> None:
+    modules = set(PACKAGE.rglob("*.py"))
+    listed = _listed_modules()
+    assert sorted(str(m.relative_to(ROOT)) for m in modules - listed) == []
+    assert sorted(str(m.relative_to(ROOT)) for m in listed - modules) == []
+
+
+def _defines(path: Path, name: str) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == name:
+                return True
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
+
+
+def test_each_rule_lives_where_the_architecture_page_says() -> None:
+    table = _section(ARCHITECTURE.read_text(), "## Where each rule lives")
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) > 30
+    wrong = []
+    for row in rows:
+        places = list(_PLACE.finditer(row.rsplit(" | ", 1)[-1]))
+        assert places, row
+        for place in places:
+            path = ROOT / place["path"]
+            if not path.is_file():
+                wrong.append(f"{place['path']}: no such file")
+                continue
+            for name in (place["names"] or "").split(","):
+                name = name.strip().strip("`")
+                if name and not _defines(path, name):
+                    wrong.append(f"{place['path']} does not define {name}")
+    assert wrong == []
+
+
+def test_the_architecture_checks_see_a_missing_row_and_a_wrong_place() -> None:
+    """The two checks above read the page as written, not whatever they are given."""
+    assert PACKAGE / "_manager.py" in _listed_modules()
+    assert PACKAGE / "workers" / "_state.py" in _listed_modules()
+    assert PACKAGE / "mcp_server" / "_tools.py" in _listed_modules()
+    assert _defines(PACKAGE / "_holder.py", "ineligibility")
+    assert not _defines(PACKAGE / "_holder.py", "is_eligible")

@@ -38,10 +38,10 @@ from letagents_trio import (
     SSEConnector,
     StreamNews,
     WebSocketConnector,
+    _unwind,
     open_connection_manager,
     serve_connection_manager,
 )
-from letagents_trio import _unwind
 from letagents_trio._goodbye import _for_each
 from letagents_trio._unwind import UNWIND_ALLOWANCE as UNWIND
 from letagents_trio._unwind import UnwindBudget
@@ -50,7 +50,7 @@ from letagents_trio.testing import FakeRoom, ProcessMode
 from .events import Delegating, ScriptedStream, drain
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Callable
 
     from trio.testing import MockClock
 
@@ -301,6 +301,7 @@ async def test_deadline_entries_name_each_session_and_its_connection(
 
 
 # --- the deadline keeps time for the unwinding ---------------------------------------------
+
 
 @pytest.fixture
 def allowed(monkeypatch: pytest.MonkeyPatch) -> HoldPolicy:

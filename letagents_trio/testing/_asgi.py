@@ -1,20 +1,19 @@
 """ASGI message helpers for the fake room's layer over the reference room.
 
 The layer reads a request body whole before deciding (and replays it to the
-room), sends whole answers of its own, and waits out a client it keeps
-hanging; these are those few moves, written once.
+room), sends whole answers of its own, waits out a client it keeps hanging,
+and drops a connection (:class:`DropConnection`); these are those few moves,
+written once.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, final
 
+import attrs
 import trio
-
-if TYPE_CHECKING:
-    from ._rules import Answer
 
 # The ASGI callables, as the kit's servers and the FakeRoom use them.
 Message = MutableMapping[str, Any]
@@ -24,6 +23,8 @@ ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 __all__ = [
     "ASGIApp",
+    "Answer",
+    "DropConnection",
     "Message",
     "Receive",
     "Send",
@@ -33,6 +34,35 @@ __all__ = [
     "send_answer",
     "until_disconnected",
 ]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Answer:
+    """An answer of the room, kept whole instead of sent."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+class DropConnection(Exception):
+    """Raised by an app to have the kit's servers drop its connection without an answer.
+
+    ASGI has no way to drop a connection, so the kit's own servers (the
+    streaming transport and the in-memory HTTP/1.1 server) take this as one:
+    the client sees the connection fail before any answer
+    (``after_commit=False``: a room that is down, the request never handled),
+    or lose the answer of a request the room acted on (``after_commit=True``).
+    Any other ASGI server (hypercorn) answers it as any exception, with a 500.
+
+    Args:
+        after_commit: whether the room acted on the request first.
+    """
+
+    def __init__(self, *, after_commit: bool) -> None:
+        super().__init__("the room dropped the connection")
+        self.after_commit = after_commit
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -45,15 +45,13 @@ drops are network errors of the in-process transport; over a real server
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, final
 from urllib.parse import unquote
 
-import attrs
-import httpx2
 import trio
 
 from .. import _protocol
@@ -70,6 +68,7 @@ from ..workers._wire import (
     worker_agent_name,
 )
 from ._asgi import (
+    Answer,
     ASGIApp,
     Receive,
     Send,
@@ -80,7 +79,7 @@ from ._asgi import (
     until_disconnected,
 )
 from ._records import CANNED_ANSWERS, ExitRecord, ProcessMode, RequestRecord
-from ._rules import JSON_HEADERS, Answer, Rule, RuleBuilder, json_bytes, path_regex
+from ._rules import JSON_HEADERS, Rule, RuleBuilder, json_bytes, path_regex
 from ._transport import StreamingASGITransport
 
 __all__ = ["FakeRoom", "open_fake_room", "register_worker"]
@@ -95,10 +94,6 @@ DEFAULT_API_URL = "http://room.test"
 _PROCESS_PATH = re.compile(
     r"^/rooms/(?P<room>.+)/agent-sessions/(?P<sid>[^/]+)/process(?P<exit>/exit)?$"
 )
-# ``{name}`` in a rule's path stands for one path segment.
-# What a client sees when a rule loses the request, or the room's answer.
-_REFUSED_TEXT = "Connection refused (a FakeRoom rule dropped the request)"
-_LOST_ANSWER_TEXT = "Server disconnected without sending a response."
 
 
 @final
@@ -320,32 +315,11 @@ class FakeRoom:
         )
         self.requests.append(request)
         self._note()
-        rule = next((r for r in self._rules if r._matches(method, path)), None)
+        rule = next((r for r in self._rules if r.matches(method, path)), None)
         if rule is None:
             await self._room_answers(request, raw_path, scope, receive, send)
-            return
-        rule._use()
-        self._note()
-        if rule.action == "respond":
-            await send_answer(
-                send, Answer(status=rule._status, headers=rule._headers, body=rule._body)
-            )
-            return
-        if rule.action == "drop_before_commit":
-            raise httpx2.ConnectError(_REFUSED_TEXT)
-        answer = await self._captured(request, raw_path, scope, receive)
-        if rule.action == "drop_after_commit":
-            raise httpx2.RemoteProtocolError(_LOST_ANSWER_TEXT)
-        if rule.action == "hold":
-            hold = rule._hold
-            assert hold is not None
-            hold.held += 1
-            self._note()
-            await hold._released.wait()
-        elif rule._rewrite is not None:
-            changed = rule._rewrite(json.loads(answer.body))
-            answer = attrs.evolve(answer, body=json_bytes(changed))
-        await send_answer(send, answer)
+        else:
+            await rule.act(send, partial(self._captured, request, raw_path, scope, receive))
 
     async def _socket(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         """The WebSocket form of the process route, through the process modes."""

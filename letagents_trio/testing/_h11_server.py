@@ -22,9 +22,11 @@ One connection, one task, one request after another (keep-alive):
    :func:`~letagents_trio.testing._websocket.serve_websocket`, which answers
    the upgrade and serves the app's ``websocket`` scope on the same stream,
    as hypercorn does over a socket.
-5. Failures look as they would from a real server on a real network: an
-   ``httpx2.TransportError`` the app raises on purpose (a FakeRoom rule
-   dropping a request, a reset) closes the connection without another byte;
+5. Failures look as they would from a real server on a real network: a
+   :class:`~._asgi.DropConnection` the app raises on purpose (a FakeRoom
+   rule dropping a request; a test's own app may raise an
+   ``httpx2.TransportError`` for a reset) closes the connection without
+   another byte;
    any other exception before the response started is a 500 (and logged),
    after it a connection cut mid-body; an app that returns without answering
    gets a 500.
@@ -41,6 +43,7 @@ import h11
 import httpx2
 import trio
 
+from ._asgi import DropConnection
 from ._websocket import serve_websocket
 
 if TYPE_CHECKING:
@@ -249,7 +252,7 @@ async def _serve_one(
         nursery.start_soon(watch)
         try:
             await app(scope, receive, send)
-        except httpx2.TransportError:
+        except (httpx2.TransportError, DropConnection):
             abort = True
         except Exception:
             logger.exception("in-process app failed on %s %s", scope["method"], scope["path"])

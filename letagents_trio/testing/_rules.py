@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
 import trio
 
+from ._asgi import Answer, DropConnection, send_answer
+
 if TYPE_CHECKING:
     from .._util import Notifier
+    from ._asgi import Send
 
 __all__ = [
     "JSON_HEADERS",
-    "Answer",
     "Hold",
     "Rule",
     "RuleBuilder",
@@ -33,16 +35,6 @@ __all__ = [
 JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
 
 _RuleAction = Literal["respond", "drop_before_commit", "drop_after_commit", "hold", "rewrite"]
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Answer:
-    """An answer of the room, kept whole instead of sent."""
-
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
 
 
 _PLACEHOLDER = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
@@ -106,15 +98,47 @@ class Rule:
         if self.active:
             self._rules.remove(self)
 
-    def _matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str) -> bool:
+        """Whether the rule acts on a request for ``method`` and the decoded ``path``."""
         return method == self.method and self._regex.fullmatch(path) is not None
 
-    def _use(self) -> None:
+    async def act(self, send: Send, room: Callable[[], Awaitable[Answer]]) -> None:
+        """Act on one matching request: answer for the room, or lose, hold or rewrite its answer.
+
+        Args:
+            send: the ASGI ``send`` of the request.
+            room: lets the room act on the request and returns its answer, unsent.
+
+        Raises:
+            DropConnection: the rule loses the request, or the room's answer.
+
+        Cancellation:
+            A checkpoint; a held answer waits for its release, and a client
+            gone meanwhile cancels nothing the room already did.
+        """
         self.hits += 1
         if self.times_left is not None:
             self.times_left -= 1
             if self.times_left == 0:
                 self.remove()
+        self._changed.notify()
+        if self.action == "respond":
+            await send_answer(
+                send, Answer(status=self._status, headers=self._headers, body=self._body)
+            )
+            return
+        if self.action == "drop_before_commit":
+            raise DropConnection(after_commit=False)
+        answer = await room()
+        if self.action == "drop_after_commit":
+            raise DropConnection(after_commit=True)
+        if self._hold is not None:
+            self._hold.held += 1
+            self._changed.notify()
+            await self._hold._released.wait()
+        elif self._rewrite is not None:
+            answer = attrs.evolve(answer, body=json_bytes(self._rewrite(json.loads(answer.body))))
+        await send_answer(send, answer)
 
 
 @final
@@ -195,16 +219,18 @@ class RuleBuilder:
     def drop_before_commit(self, *, times: int | None = 1) -> Rule:
         """Lose the request on its way: the room never sees it.
 
-        The client gets ``httpx2.ConnectError``, as from a room that is down.
+        The client sees the connection fail, as from a room that is down (in
+        process; a real server answers 500, see :class:`~._asgi.DropConnection`).
         """
         return self._arm("drop_before_commit", times)
 
     def drop_after_commit(self, *, times: int | None = 1) -> Rule:
         """Let the room act on the request, then lose its answer.
 
-        The client gets ``httpx2.RemoteProtocolError``, as when a server
-        disconnects without answering, while the room has stored whatever it
-        decided: the lost-response case a client must recover from.
+        The client sees the connection close without an answer, as when a
+        server disconnects, while the room has stored whatever it decided: the
+        lost-response case a client must recover from (in process; a real
+        server answers 500, see :class:`~._asgi.DropConnection`).
         """
         return self._arm("drop_after_commit", times)
 

@@ -16,9 +16,11 @@ Life of one request:
    ``http.disconnect`` (as a real server does).
 3. ``handle_async_request`` returns when the response starts. If the app
    finishes without starting one, or fails before it, the client gets a 500
-   (as from a real server) and the error is logged; an ``httpx2.TransportError``
-   the app raises on purpose reaches the client unchanged, which lets a fake
-   room simulate a refused connection or a reset.
+   (as from a real server) and the error is logged. An app drops the
+   connection on purpose by raising :class:`~._asgi.DropConnection`: the
+   client gets ``httpx2.ConnectError`` before the room acted, and
+   ``httpx2.RemoteProtocolError`` after (a test's own app may also raise an
+   ``httpx2.TransportError``, which reaches the client unchanged).
 4. The body ends when the app sends its last chunk or returns. An
    ``httpx2.TransportError`` raised after the start reaches the client as a read
    error; any other exception ends the body with ``httpx2.ReadError``.
@@ -50,7 +52,7 @@ import httpx2
 import trio
 import trio.testing
 
-from ._asgi import ASGIApp, Message
+from ._asgi import ASGIApp, DropConnection, Message
 from ._h11_server import serve_http1
 
 if TYPE_CHECKING:
@@ -233,11 +235,12 @@ class StreamingASGITransport(httpx2.AsyncBaseTransport):
 
         try:
             await self._app(scope, receive, send)
-        except httpx2.TransportError as exc:
+        except (httpx2.TransportError, DropConnection) as exc:
+            error = _transport_error(exc)
             if exchange.started.is_set():
-                exchange.finish_body(exc)
+                exchange.finish_body(error)
             else:
-                exchange.failure = exc
+                exchange.failure = error
         except Exception:
             logger.exception("in-process app failed on %s %s", scope["method"], scope["path"])
             if exchange.started.is_set():
@@ -313,3 +316,12 @@ async def open_streaming_transport(
         finally:
             transport._closed = True
             nursery.cancel_scope.cancel(reason="in-process transport closed")
+
+
+def _transport_error(exc: httpx2.TransportError | DropConnection) -> httpx2.TransportError:
+    """What the client sees of a connection the app dropped."""
+    if isinstance(exc, httpx2.TransportError):
+        return exc
+    if exc.after_commit:
+        return httpx2.RemoteProtocolError("the room dropped the connection before its answer")
+    return httpx2.ConnectError("the room refused the connection")

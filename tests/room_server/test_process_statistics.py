@@ -119,9 +119,7 @@ async def test_an_exit_over_the_socket_is_counted_as_such(
     session = await fake_room.add_worker()
     room, owner = fake_room.room, fake_room.owner_token
     async with fake_room.client() as client:
-        async with open_connection_manager(
-            client, connector=WebSocketConnector(client)
-        ) as manager:
+        async with open_connection_manager(client, connector=WebSocketConnector(client)) as manager:
             holder = manager.hold(session)
             await holder.wait_status(HolderStatus.OPEN)
             await trio.sleep(1)  # the open frame, with the connection id, has arrived
