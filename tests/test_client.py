@@ -43,7 +43,6 @@ from letagents_trio._protocol import (
     SESSION_ID_HEADER,
     SESSION_TOKEN_HEADER,
 )
-from letagents_trio._refusals import StateHooks
 from letagents_trio._session import AgentSession
 from letagents_trio._sse_connector import STREAM_HEADERS
 from letagents_trio.testing._transport import open_streaming_transport
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from letagents_trio._http import Response
+    from letagents_trio._refusals import StateHooks
 
 API = "http://room.test"
 OWNER_TOKEN = "owner-token-5b0c9e1f"
