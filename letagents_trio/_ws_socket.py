@@ -34,7 +34,7 @@ from typing import Final, NoReturn, final
 
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
-from wsproto.events import CloseConnection, Ping, TextMessage
+from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from . import _protocol
 from ._connector import StreamNews
@@ -49,6 +49,13 @@ logger = logging.getLogger("letagents_trio.transport")
 _RECEIVE_BYTES: Final = 4096
 # The normal close code (RFC 6455, section 7.4.1).
 _NORMAL_CLOSURE: Final = 1000
+# The most pieces one message may come in (its frames, and the parts of a frame
+# as its bytes arrive): a room's messages are tens of bytes in one frame, and
+# a message of the largest size read 4 KiB at a time is 256 pieces.
+MAX_MESSAGE_PIECES: Final = 1024
+# The most pings the room may send within one ping interval: it pings every
+# 15 s; many more is a flood, whose parsing and answers would cost a core.
+MAX_PINGS_PER_INTERVAL: Final = 100
 
 
 def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
@@ -95,8 +102,13 @@ class ProcessSocket:
         self._max_event_bytes = max_event_bytes
         self._deadline = trio.current_time() + ping_interval
         self._awaiting_pong = False
+        # The message being received: its text pieces, its size in bytes, its pieces.
         self._text: list[str] = []
-        self._text_size = 0
+        self._message_bytes = 0
+        self._message_pieces = 0
+        # The room's pings in the current interval, and when that interval began.
+        self._pings = 0
+        self._pings_since = trio.current_time()
         self._finished = False
         self._reply = b""
         # The part of the exit the kernel could not take at once (send_exit sends it).
@@ -147,6 +159,9 @@ class ProcessSocket:
         connection_id: str | None = None
         ended = False
         seen = False
+        # The answer to the latest ping of this read (RFC 6455 §5.5.3 lets the
+        # earlier ones go unanswered), made while the socket is still open.
+        pong = b""
         for event in self._ws.events():
             seen = True
             if isinstance(event, TextMessage):
@@ -155,12 +170,19 @@ class ProcessSocket:
                     kind, named = _server_frame(text)
                     connection_id = named or connection_id
                     ended = ended or kind == "ended"
-            elif isinstance(event, Ping) and self._ws.state is ConnectionState.OPEN:
-                self._reply += self._ws.send(event.response())
+            elif isinstance(event, BytesMessage):
+                # Not part of the protocol: counted against the limits, then dropped.
+                self._count_piece(len(event.data), finished=event.message_finished)
+            elif isinstance(event, Ping):
+                self._count_ping()
+                if self._ws.state is ConnectionState.OPEN:
+                    pong = self._ws.send(event.response())
             elif isinstance(event, CloseConnection):
+                self._reply, pong = self._reply + pong, b""
                 self._finished = True
                 if self._ws.state is ConnectionState.REMOTE_CLOSING:
                     self._reply += self._ws.send(event.response())
+        self._reply += pong
         if not seen:
             return None
         if connection_id is not None:
@@ -171,16 +193,44 @@ class ProcessSocket:
         return StreamNews(connection_id=connection_id, ended=ended)
 
     def _message(self, event: TextMessage) -> str | None:
-        self._text_size += len(event.data)
-        if self._text_size > self._max_event_bytes:
-            raise StreamProtocolError("a frame on the process socket is too large")
+        """The whole text of a message once its last piece is in, else None."""
+        self._count_piece(len(event.data.encode()), finished=event.message_finished)
         self._text.append(event.data)
         if not event.message_finished:
             return None
         text = "".join(self._text)
         self._text.clear()
-        self._text_size = 0
         return text
+
+    def _count_piece(self, size: int, *, finished: bool) -> None:
+        """Count one piece of a message, in bytes and in pieces, text or binary.
+
+        Raises:
+            StreamProtocolError: the message is over ``max_event_bytes`` bytes
+                or :data:`MAX_MESSAGE_PIECES` pieces (empty ones count too).
+        """
+        self._message_bytes += size
+        self._message_pieces += 1
+        if self._message_bytes > self._max_event_bytes:
+            raise StreamProtocolError("a message on the process socket is too large")
+        if self._message_pieces > MAX_MESSAGE_PIECES:
+            raise StreamProtocolError("a message on the process socket comes in too many pieces")
+        if finished:
+            self._message_bytes = self._message_pieces = 0
+
+    def _count_ping(self) -> None:
+        """Count one of the room's pings.
+
+        Raises:
+            StreamProtocolError: more than :data:`MAX_PINGS_PER_INTERVAL` in
+                one ping interval.
+        """
+        now = trio.current_time()
+        if now - self._pings_since >= self._ping_interval:
+            self._pings, self._pings_since = 0, now
+        self._pings += 1
+        if self._pings > MAX_PINGS_PER_INTERVAL:
+            raise StreamProtocolError("the room floods the process socket with pings")
 
     async def _receive(self) -> bytes:
         """Read one chunk, pinging after ``ping_interval`` of silence."""
@@ -293,6 +343,11 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
+        if sent is None and self._send_lock.locked():
+            # A pong is stuck on a socket the room does not read: the exit
+            # could not get through it either, so it is POSTed instead.
+            await trio.lowlevel.checkpoint()
+            return False
         if self._unsent:
             # The rest of an exit the kernel took only part of, here or in
             # send_exit_nowait (which kept the close for the socket's close): both go now.

@@ -28,7 +28,15 @@ import pytest
 import trio
 import trio.testing
 from wsproto.connection import Connection, ConnectionType
-from wsproto.events import CloseConnection, Event, Message, Ping, Pong, TextMessage
+from wsproto.events import (
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Message,
+    Ping,
+    Pong,
+    TextMessage,
+)
 
 from letagents_trio import (
     AgentSession,
@@ -46,7 +54,7 @@ from letagents_trio import (
     _ws_socket,
 )
 from letagents_trio._websocket import _accept_value, classify_upgrade
-from letagents_trio._ws_socket import ProcessSocket
+from letagents_trio._ws_socket import MAX_MESSAGE_PIECES, MAX_PINGS_PER_INTERVAL, ProcessSocket
 from letagents_trio.testing import FakeRoom, open_streaming_transport
 
 from .sockets import tcp_pair
@@ -191,22 +199,81 @@ async def test_a_text_frame_past_the_limit_is_refused(
             assert await anext(socket) == StreamNews()
         await room.send(Message(data=parts[-1], message_finished=True))
         with pytest.raises(
-            StreamProtocolError, match=r"^a frame on the process socket is too large$"
+            StreamProtocolError, match=r"^a message on the process socket is too large$"
         ):
+            await anext(socket)
+
+
+async def test_a_message_is_bounded_in_bytes_not_characters(autojump_clock: MockClock) -> None:
+    """Issue 30 row 4: one-character fragments of U+20AC (three bytes each) reached
+    88.6 MB a session before a limit counting characters fired."""
+    socket, room = open_socket(max_event_bytes=16)
+    with trio.fail_after(1):
+        for _ in range(5):  # 15 bytes in 5 characters
+            await room.send(Message(data="\u20ac", message_finished=False))
+            assert await anext(socket) == StreamNews()
+        await room.send(Message(data="\u20ac", message_finished=True))
+        with pytest.raises(StreamProtocolError, match=r"^a message .* is too large$"):
+            await anext(socket)
+
+
+async def test_empty_fragments_count_against_a_message(autojump_clock: MockClock) -> None:
+    """Issue 30 row 4: empty continuation fragments were never counted (a session
+    grew 28 to 81 MB in 50 s); each is a piece of its message."""
+    socket, room = open_socket()
+    empty = Message(data="", message_finished=False)
+    with trio.fail_after(60):
+        for _ in range(MAX_MESSAGE_PIECES // 64):
+            await room.send(*[empty] * 64)
+            assert await anext(socket) == StreamNews()
+        await room.send(empty)
+        with pytest.raises(StreamProtocolError, match=r"^a message .* too many pieces$"):
+            await anext(socket)
+
+
+async def test_binary_messages_are_bounded_and_dropped(autojump_clock: MockClock) -> None:
+    """Issue 30 row 4: a 2**40-byte binary frame was read forever at 100 % CPU."""
+    socket, room = open_socket(max_event_bytes=1024)
+    with trio.fail_after(1):
+        await room.send(BytesMessage(data=b"x" * 1024))
+        assert await anext(socket) == StreamNews()  # within the limit: news, nothing else
+        await room.send(TextMessage(data='{"event":"open","connection_id":"c-1"}'))
+        assert await anext(socket) == StreamNews(connection_id="c-1")
+        await room.send(BytesMessage(data=b"x" * 1025))
+        with pytest.raises(StreamProtocolError, match=r"^a message .* is too large$"):
+            await anext(socket)
+
+
+async def test_a_ping_flood_ends_the_attempt(autojump_clock: MockClock) -> None:
+    """Issue 30 row 7: a ping flood cost the client a whole core. The room pings
+    every 15 s; more than MAX_PINGS_PER_INTERVAL in one ping interval is a flood."""
+    socket, room = open_socket()
+    with trio.fail_after(30):
+        await room.send(*[Ping(payload=b"p")] * MAX_PINGS_PER_INTERVAL)
+        assert await anext(socket) == StreamNews()
+        await trio.sleep(10)  # one interval later, the count starts again
+        await room.send(*[Ping(payload=b"p")] * MAX_PINGS_PER_INTERVAL)
+        assert await anext(socket) == StreamNews()
+        await room.send(Ping(payload=b"p"))
+        with pytest.raises(StreamProtocolError, match=r"^the room floods .* with pings$"):
             await anext(socket)
 
 
 # --- what the client answers ---------------------------------------------------------------
 
 
-async def test_every_ping_is_answered_with_its_pong(autojump_clock: MockClock) -> None:
+async def test_the_latest_ping_of_a_read_is_answered_with_its_pong(
+    autojump_clock: MockClock,
+) -> None:
+    """Issue 30 row 7: a ping flood cost a core, a pong written for every ping.
+    RFC 6455 §5.5.3 lets an endpoint answer only the most recent ping it has read."""
     socket, room = open_socket()
     with trio.fail_after(1):
         await room.send(Ping(payload=b"1"), Ping(payload=b"2"))
         assert await anext(socket) == StreamNews()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(anext, socket)  # flushes the pongs, then reads
-            assert await room.heard() == [Pong(payload=b"1"), Pong(payload=b"2")]
+            nursery.start_soon(anext, socket)  # flushes the pong, then reads
+            assert await room.heard() == [Pong(payload=b"2")]
             nursery.cancel_scope.cancel()
 
 
@@ -691,21 +758,19 @@ async def test_the_exit_over_a_socket_is_written_at_once() -> None:
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
-async def test_the_exit_over_a_socket_waits_for_another_sender() -> None:
+async def test_an_exit_behind_a_stuck_pong_goes_by_post_at_once() -> None:
+    """Issue 30 row 7: a room that floods pings and never reads held the exit on the
+    send lock until the deadline. A pong still being written means the room does
+    not read: the exit does not wait for it, it is POSTed (send_exit says False)."""
     sent: list[bool] = []
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
-            async with trio.open_nursery() as nursery:
-                async with socket._send_lock:  # a pong being sent
-                    nursery.start_soon(_send_exit, socket, sent)
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert sent == []
-                    with trio.move_on_after(0.1):
-                        await room.stream.receive_some()
-                        pytest.fail("the exit was written while another sender held the socket")
-            assert sent == [True]
-            assert await room.heard() == EXIT_EVENTS
-        assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
+            async with socket._send_lock:  # a pong the room does not read
+                await _send_exit(socket, sent)
+            assert sent == [False]
+            with trio.move_on_after(0.1):
+                await room.stream.receive_some()
+                pytest.fail("the exit was written while another sender held the socket")
 
 
 async def _send_exit(socket: ProcessSocket, sent: list[bool]) -> None:
@@ -814,28 +879,17 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
         assert events == EXIT_EVENTS
 
 
-async def test_the_rest_of_an_exit_cut_short_waits_for_another_sender() -> None:
-    """The rest of a partial ``send_exit_nowait`` is sent, with its close, once the lock is free."""
-    async with socket_over_a_socketpair() as (socket, room):
-        filler = fill(socket)
+async def test_the_rest_of_an_exit_cut_short_behind_a_stuck_pong_goes_by_post() -> None:
+    """The rest of a partial ``send_exit_nowait`` does not wait for a pong the room does
+    not read: ``send_exit`` says False at once, and the holder POSTs the exit."""
+    async with socket_over_a_socketpair() as (socket, _room):
+        fill(socket)
         assert socket.send_exit_nowait("conn-1") is False
-        sent: list[bool] = []
-        received = bytearray()
         with trio.fail_after(5):
-            async with trio.open_nursery() as nursery:
-                async with socket._send_lock:  # another sender
-                    nursery.start_soon(_send_exit, socket, sent)
-                    while len(received) < filler:  # room again in the socket
-                        received += await room.stream.receive_some()
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert sent == []
-            assert sent == [True]
-            await socket.aclose()
-            while chunk := await room.stream.receive_some():
-                received += chunk
-        room.ws.receive_data(bytes(received[filler:]))
-        assert list(room.ws.events()) == EXIT_EVENTS
-        assert len(received) - filler == client_frames_length(*EXIT_EVENTS)
+            async with socket._send_lock:  # a pong the room does not read
+                started = trio.current_time()
+                assert await socket.send_exit("conn-1") is False
+                assert trio.current_time() - started < 1
 
 
 # --- pongs over a real socket (the write that skips send_all) ----------------------------------
@@ -849,12 +903,12 @@ async def test_a_pong_over_a_socket_is_written_at_once(monkeypatch: pytest.Monke
 
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
-            await room.send(Ping(payload=b"1"), Ping(payload=b"2"))
+            await room.send(Ping(payload=b"1"))
             monkeypatch.setattr(trio.SocketStream, "send_all", not_this_way)
             assert await anext(socket) == StreamNews()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(anext, socket)  # flushes the pongs, then reads
-                assert await room.heard() == [Pong(payload=b"1"), Pong(payload=b"2")]
+                nursery.start_soon(anext, socket)  # flushes the pong, then reads
+                assert await room.heard() == [Pong(payload=b"1")]
                 nursery.cancel_scope.cancel()
 
 

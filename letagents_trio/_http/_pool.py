@@ -39,6 +39,7 @@ import trio
 
 from ._request import (
     MAX_HEAD_BYTES,
+    MAX_INFORMATIONAL,
     NETWORK_ERRORS,
     HTTPFailure,
     Opener,
@@ -80,6 +81,10 @@ class _Connection:
 
 class _TooLarge(Exception):
     """An answer body over the pool's cap."""
+
+
+class _TooManyInformational(Exception):
+    """More informational (1xx) answers than :data:`~._request.MAX_INFORMATIONAL`."""
 
 
 @final
@@ -166,6 +171,7 @@ class KeepAlivePool:
                 conn.send(h11.EndOfMessage())
                 head: h11.Response | None = None
                 body = bytearray()
+                informational = 0
                 while True:
                     event = conn.next_event()
                     if event is h11.NEED_DATA:
@@ -180,7 +186,11 @@ class KeepAlivePool:
                             raise _TooLarge
                     elif isinstance(event, h11.EndOfMessage):
                         break
-                    elif not isinstance(event, h11.InformationalResponse):
+                    elif isinstance(event, h11.InformationalResponse):
+                        informational += 1
+                        if informational > MAX_INFORMATIONAL:
+                            raise _TooManyInformational
+                    else:
                         # ConnectionClosed: the room closed it without an answer.
                         raise h11.RemoteProtocolError("server disconnected without an answer")
             except BaseException:
@@ -190,6 +200,8 @@ class KeepAlivePool:
                 raise
         except _TooLarge:
             raise HTTPFailure("BodyTooLarge") from None
+        except _TooManyInformational:
+            raise HTTPFailure("TooManyInformational") from None
         except NETWORK_ERRORS as exc:
             if connection.reused and not got_bytes:
                 raise _Stale from exc

@@ -53,6 +53,10 @@ __all__ = [
 
 # The largest response head accepted: a room's head is well under 1 KiB.
 MAX_HEAD_BYTES = 64 * 1024
+# The most informational (1xx) answers accepted before a request's answer: a
+# server sends one or two (100 Continue, 103 Early Hints); a flood of them
+# is parsed without a checkpoint and would hold the loop.
+MAX_INFORMATIONAL = 8
 # Every lean request says who sends it, as httpx2 does for ordinary calls.
 USER_AGENT = f"letagents-trio/{__version__}"
 # What a stream's failure looks like from below: the network, TLS, or a peer
@@ -297,14 +301,16 @@ async def _exchange_head(
     """Write ``request`` (and its ``body``) with ``conn``; read the response head.
 
     A ``101`` is returned as the head (the caller detaches the stream);
-    other informational answers are skipped.
+    other informational answers are skipped, up to :data:`MAX_INFORMATIONAL`.
 
     Raises:
-        HTTPFailure: the network failed or the peer broke HTTP's rules.
+        HTTPFailure: the network failed or the peer broke HTTP's rules
+            (``TooManyInformational`` past the cap).
 
     Cancellation:
         A checkpoint; the stream is left unusable.
     """
+    informational = 0
     try:
         data = conn.send(request) or b""
         if body:
@@ -320,6 +326,9 @@ async def _exchange_head(
             elif isinstance(event, h11.InformationalResponse):
                 if event.status_code == 101:
                     return event
+                informational += 1
+                if informational > MAX_INFORMATIONAL:
+                    raise HTTPFailure("TooManyInformational")
             else:
                 # ConnectionClosed before any answer: "server disconnected".
                 raise h11.RemoteProtocolError(f"no response ({type(event).__name__})")
