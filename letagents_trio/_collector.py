@@ -4,10 +4,9 @@ The collector is the whole process's, so a library leaves it alone unless
 told: ``open_connection_manager(..., pause_collector=True)`` is that opt-in,
 for a process holding thousands of sessions (``docs/performance.md``).
 
-A full pass walks every object alive (about 76 per held stream, so three
-quarters of a million at 10,000 streams, half a second), and the collector
-starts one each time the objects alive have grown by a quarter. Two moments
-would set off dozens of passes, and both are bounded:
+A full pass walks every object alive (dozens per held stream), and the
+collector starts one each time the objects alive have grown by a quarter.
+Two moments would set off dozens of passes, and both are bounded:
 
 - **the goodbye** (:class:`CollectorPause`, held by the manager): thousands of
   holders stopping and exits starting allocate fast; the exit deadline, then
@@ -15,9 +14,8 @@ would set off dozens of passes, and both are bounded:
 - **a burst of opening** (:class:`OpeningBurst`): thousands of holders
   connecting at once (a process starting with thousands of sessions, or all
   of them reconnecting after the room restarted) grow the objects alive from
-  nothing to their full count, so the collector walks them again and again:
-  measured, 1.6-2.7 s of the 4 s it took the room to hold 10,000 streams, and
-  a third of opening 3,000. Paused while at least :data:`OPENING_BURST`
+  nothing to their full count, so the collector walks them again and again.
+  Paused while at least :data:`OPENING_BURST`
   attempts are waiting for the room's answer, and ended by the first change of
   their count after :data:`MAX_OPENING_PAUSE` (every attempt waits at most
   the answer timeout, 10 s by default, so a stretch lasts at most the longer
@@ -77,8 +75,8 @@ class CollectorPause:
     The goodbye holds one: stopping thousands of holders and starting as many
     exits allocates fast (every cancellation is an exception with a traceback;
     every exit a task, a socket and a parser that live until answered), so the
-    collector would run dozens of times: measured, a quarter of the goodbye's
-    CPU at 1,000 sessions. Both methods may be called any number of times.
+    collector would run dozens of times. Both methods may be called any
+    number of times.
     """
 
     def __init__(self) -> None:
@@ -163,8 +161,7 @@ class OpeningBurst:
                 if gc.isenabled():
                     # One full pass now over what the burst made, rather than the
                     # three the collector would make as those objects age through
-                    # its generations (measured at 10,000: 0.6-0.8 s of collection
-                    # after a burst instead of 0.8-1.7 s).
+                    # its generations.
                     gc.collect()
         elif self._waiting >= OPENING_BURST and now >= self._not_before:
             self._pause.pause()

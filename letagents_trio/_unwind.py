@@ -4,9 +4,9 @@ When the exit deadline passes, every exit still waiting for the room's answer
 is cancelled, and each must unwind before the manager's block is left: its
 task is woken with ``Cancelled``, its frames run their ``finally`` blocks, its
 socket is closed (a system call that, on loopback, also runs the room's side
-of the close), and it ends. That is not free: measured on a two-core machine
-against a black-holed room on the same host, 80-100 µs each, so at 3,000
-exits in flight the process stayed 0.25 s past the deadline.
+of the close), and it ends. That is not free, and against a black-holed room
+thousands are in flight at the deadline: cancelled there, their unwinding
+would keep the process past it.
 
 So the exits are cancelled early by what their unwinding will cost:
 ``deadline - allowance * (exits running)``. Each exit that gets its answer
@@ -14,8 +14,8 @@ gives its share back (the cancellation moves later); each one started takes
 one (earlier). An exit in flight has reached the room, which records it on
 receipt: cancelling it a little early loses its answer, not the exit. The
 holders are not counted: cutting the goodbye short for them would leave exits
-unsent, which is worse than a late end (measured: docs/performance.md, "the
-exits in flight are cancelled early enough to unwind").
+unsent, which is worse than a late end. :data:`UNWIND_ALLOWANCE` is what one
+exit's unwinding costs (``docs/performance.md`` has the measurement).
 """
 
 from __future__ import annotations

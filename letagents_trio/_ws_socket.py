@@ -187,8 +187,7 @@ class ProcessSocket:
             return None
         if connection_id is not None:
             self.connection_id = connection_id
-            # Made now rather than at the goodbye, where ten thousand sockets
-            # would spend 0.16 s on them (wsproto frames at ~8 µs each).
+            # Made now rather than at the goodbye, which writes thousands of them.
             self._exit = _exit_frames(connection_id)
         return StreamNews(connection_id=connection_id, ended=ended)
 
@@ -396,9 +395,8 @@ class ProcessSocket:
 
         wsproto's frame parser is a generator that refers back to the object
         holding it: a reference cycle per socket, which only the cyclic GC
-        frees. At ten thousand sockets that is 50,000 objects left for a full
-        pass after every goodbye or reconnection wave (measured: 0.09 s at the
-        process's exit). Closing the generator breaks the cycle, so reference
+        frees, thousands of them after every goodbye or reconnection wave.
+        Closing the generator breaks the cycle, so reference
         counting frees it all at once. The attributes are wsproto's own
         (1.2 to 1.3), looked up defensively: without them nothing is done.
         Only for a socket that is done with: nothing can be read after it.

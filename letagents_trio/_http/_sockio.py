@@ -7,11 +7,8 @@ POSIX system these helpers do each with one system call and no task switch
 kernel takes; :func:`close_now` closes at once; :func:`discard_unread` drops
 what the peer sent before a close, so that the close is an orderly end).
 Any other stream (TLS, in memory, bytes read ahead and put back in front by
-:class:`Prefixed`) goes through its own methods.
-
-Streams are told apart by their exact type, not ``isinstance``: trio's stream
-classes are final, and an ``isinstance`` against an ABC is a Python-level call
-(``ABCMeta.__instancecheck__``), a dozen of them per holder's goodbye.
+:class:`Prefixed`) goes through its own methods. What each saves is in
+``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -81,10 +78,10 @@ def close_now(stream: trio.abc.Stream) -> bool:
         Whether it was closed (False: use ``aclose``).
     """
     while True:
-        if type(stream) is trio.SocketStream:
+        if isinstance(stream, trio.SocketStream):
             stream.socket.close()
             return True
-        if type(stream) is trio.StapledStream:
+        if isinstance(stream, trio.StapledStream):
             parts = (stream.send_stream, stream.receive_stream)
             closers: list[Callable[[], object]] = []
             for part in parts:
@@ -95,9 +92,9 @@ def close_now(stream: trio.abc.Stream) -> bool:
             for close in closers:
                 close()
             return True
-        if type(stream) is Prefixed:
+        if isinstance(stream, Prefixed):
             stream = stream._stream
-        elif type(stream) is trio.SSLStream:
+        elif isinstance(stream, trio.SSLStream):
             stream = stream.transport_stream
         else:
             return False
@@ -105,9 +102,9 @@ def close_now(stream: trio.abc.Stream) -> bool:
 
 def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
     """The plain socket under ``stream`` when it can be written without trio (POSIX only)."""
-    while type(stream) is Prefixed:
+    while isinstance(stream, Prefixed):
         stream = stream._stream
-    if os.name != "posix" or type(stream) is not trio.SocketStream:
+    if os.name != "posix" or not isinstance(stream, trio.SocketStream):
         return None
     return stream
 
@@ -127,12 +124,9 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
     the read (on a held stream it finds nothing and raises ``BlockingIOError``),
     then waits, with a conflict detector and two context managers around
     it. Here, for a plain socket on a POSIX system, a read is one wait until
-    the socket is readable and one ``read``: measured over 2,000 sockets
-    (``bench/bench_read.py``), a wake-up and its read cost 17-22 µs of CPU
-    instead of 25-32 µs, and a waiting reader holds 20 objects for the
-    cyclic GC to walk instead of 25. Anything else (TLS, in memory, bytes
-    put back in front by :meth:`HTTP1Response.detach`) is read by its own
-    ``receive_some``.
+    the socket is readable and one ``read``. Anything else (TLS, in memory,
+    bytes put back in front by :meth:`HTTP1Response.detach`) is read by its
+    own ``receive_some``.
 
     Raises:
         trio.ClosedResourceError: the socket was closed, before or during the wait.
@@ -141,7 +135,7 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
     Cancellation:
         A checkpoint: the wait comes before the read.
     """
-    plain = None if type(stream) is Prefixed and stream._prefix else _plain_socket(stream)
+    plain = None if isinstance(stream, Prefixed) and stream._prefix else _plain_socket(stream)
     if plain is None:
         return bytes(await stream.receive_some(max_bytes))
     socket = plain.socket

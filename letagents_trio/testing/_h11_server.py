@@ -126,11 +126,11 @@ async def _next_request(
         event = conn.next_event()
         if event is h11.NEED_DATA:
             conn.receive_data(bytes(await stream.receive_some(_READ_SIZE)))
-        elif type(event) is h11.Request:
+        elif isinstance(event, h11.Request):
             head = event
-        elif type(event) is h11.Data:
+        elif isinstance(event, h11.Data):
             chunks.append(bytes(event.data))
-        elif type(event) is h11.EndOfMessage:
+        elif isinstance(event, h11.EndOfMessage):
             assert head is not None
             return head, b"".join(chunks)
         else:
