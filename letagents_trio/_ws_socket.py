@@ -342,9 +342,10 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        if sent is None and self._send_lock.locked():
-            # A pong is stuck on a socket the room does not read: the exit
-            # could not get through it either, so it is POSTed instead.
+        if sent is None and self._send_lock.locked() and can_send_now(self._stream):
+            # On a plain socket a pong takes the lock only when the kernel would
+            # not take it at once: the room does not read, and the exit could
+            # not get through either, so it is POSTed instead.
             await trio.lowlevel.checkpoint()
             return False
         if self._unsent:
