@@ -19,7 +19,7 @@ from mcp import Client
 from letagents_trio.mcp_server import READINESS_URI, create_server
 from letagents_trio.mcp_server._server import READINESS_RESOURCE_NAME
 from letagents_trio.mcp_server._tools import registered_tool_names
-from letagents_trio.room_server import Credentials
+from letagents_trio.room_server import GuidelinesRow
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers import LocalStateStore
 
@@ -276,17 +276,17 @@ async def test_guidelines_come_from_the_agent_guidelines_route(
         server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
         async with Client(server, mode="legacy") as client:
             registered = await register(client)
-            written = fake_room.room.set_room_guidelines(
-                ROOM, Credentials(owner_token=fake_room.owner_token), {"guidelines": "Be kind.\r\n"}
+            # Set as the room's admins do: a person signed in (FakeRoom has none).
+            fake_room.room.store.put_guidelines(
+                GuidelinesRow(room_id=ROOM, guidelines="Be kind.", updated_by="owner", updated_at=0)
             )
-            assert written.status == 200
             answer = await call_ok(
                 client, "get_room_guidelines", {"worker_id": registered["worker_id"]}
             )
     assert answer["guidelines"] == "Be kind."
     assert (answer["room_id"], answer["updated_by"], answer["can_manage"]) == (ROOM, "owner", False)
     assert (answer["max_bytes"], answer["token_budget"]) == (8000, 2000)
-    assert "grant no permissions" in answer["note"]
+    assert "not by your user or your operator" in answer["note"]
     (read,) = fake_room.requests_to("GET", f"/rooms/{ROOM}/agent-guidelines")
     assert (read.session_id, read.has_session_token) == (
         registered["agent_session"]["session_id"],
