@@ -48,6 +48,8 @@ from typing import Final, final
 
 import attrs
 
+from .._protocol import JS_SPACE
+
 __all__ = [
     "AGENT_CODENAME_SPACE",
     "CODENAME_WORDS",
@@ -115,9 +117,9 @@ _KNOWN_IDE_LABELS: Final = {
     "orchestrator": "Orchestrator",
 }
 
-# JavaScript's \s (what String.prototype.trim and /\s+/ use), spelled out so the
-# keys do not depend on Python's wider str.isspace (which adds \x1c-\x1f).
-_JS_SPACE: Final = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+# JavaScript's \s (what String.prototype.trim and /\s+/ use), so the keys do
+# not depend on Python's wider str.isspace (which adds \x1c-\x1f).
+_JS_SPACE: Final = JS_SPACE
 _SPACE_RUN: Final = re.compile(f"[{_JS_SPACE}]+")
 _TRIM: Final = re.compile(f"^[{_JS_SPACE}]+|[{_JS_SPACE}]+$")
 _NOT_HANDLE: Final = re.compile(r"[^a-z0-9_.:/\-]")

@@ -101,14 +101,6 @@ def test_runtime_and_ide_labels_come_from_the_environment(tmp_path: Path) -> Non
     assert (config.runtime_label, config.ide_label) == ("codex", "Claude Code")
 
 
-@pytest.mark.parametrize(
-    ("raw", "cap"), [("5000", 5_000), ("999", 180_000), ("nope", 180_000), ("1e12", 86_400_000)]
-)
-def test_poll_cap_is_parsed_like_the_rooms(tmp_path: Path, raw: str, cap: int) -> None:
-    env = {"LETAGENTS_POLL_MAX_MS": raw, "LETAGENTS_STATE_PATH": str(tmp_path / "s.json")}
-    assert ServerConfig.from_env(env).poll_max_ms == cap
-
-
 @pytest.mark.parametrize(("bearer", "owner_mode"), [(None, True), ("", True), ("lasb_x", False)])
 def test_a_worker_bearer_turns_owner_mode_off(
     tmp_path: Path, bearer: str | None, owner_mode: bool
