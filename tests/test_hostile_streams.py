@@ -317,6 +317,63 @@ async def test_an_ended_event_cut_off_or_without_data_ends_at_once(
     assert ended == [SESSION]
 
 
+async def test_an_ended_name_without_its_newline_on_an_open_stream_ends_at_once(
+    autojump_clock: MockClock,
+) -> None:
+    """Issue 28 row 8. Node (``process-connection.js`` ``holdOnce``:
+    ``tail.includes("event: ended")``, checked after every read) ends the session as
+    soon as the text arrives, on a stream the room keeps open; we used to wait
+    for the 45 s silence. A final event's name is known before its newline."""
+    ended: list[AgentSession] = []
+    room = HostileRoom(chunks_then([b": connected\n\n" + open_event("c1"), b"event: ended"]))
+    with trio.fail_after(60):
+        async with held(room, ended=ended) as (holder, events):
+            closed = await next_event(events, EventKind.CLOSED)
+            assert (closed.time, closed.outcome, closed.detail) == (0, Outcome.ENDED, "ended event")
+            await holder.wait_status(HolderStatus.ENDED)
+    assert room.attempts == [0]
+    assert ended == [SESSION]
+
+
+async def test_a_byte_order_mark_mid_stream_hides_the_ended_event(
+    autojump_clock: MockClock,
+) -> None:
+    """A documented difference (``docs/process-connection.md``): Node finds the text
+    ``event: ended`` after a mid-stream U+FEFF (a substring); SSE keeps a BOM that is
+    not the stream's first character, so the field is ``\\ufeffevent`` and names no
+    event: the stream stays open and the session is not ended."""
+    ended: list[AgentSession] = []
+    chunk = open_event("c1") + "\ufeffevent: ended\ndata: {}\n\n".encode()
+    room = HostileRoom(chunks_then([chunk]))
+    with trio.fail_after(60):
+        async with held(room, ended=ended) as (holder, events):
+            await next_event(events, EventKind.CONNECTION)
+            await trio.sleep(30)
+            assert holder.status is HolderStatus.OPEN
+    assert (ended, room.attempts) == ([], [0])
+
+
+@pytest.mark.parametrize("then", ["hold", "end"])
+async def test_an_open_event_without_its_blank_line_names_no_connection(
+    autojump_clock: MockClock, then: str
+) -> None:
+    """A documented difference: Node takes the id as soon as its pattern is in the
+    tail, so an exit sent while the stream is held names it; here an event without
+    its blank line never happened (E4): the exit names ``null``. Cut off by the end
+    of the stream, both drop and reopen after 1 s."""
+    cut = b'event: open\ndata: {"connection_id":"11111111-1111-4111-8111-111111111111"}'
+    room = HostileRoom(chunks_then([b": connected\n\n" + cut], then=then))
+    with trio.fail_after(60):
+        async with held(room) as (holder, events):
+            if then == "end":
+                closed = await next_event(events, EventKind.CLOSED)
+                assert (closed.time, closed.outcome) == (0, Outcome.DROPPED)
+            await trio.sleep(1.5)
+            assert holder.connection_id is None
+    assert room.attempts == ([0] if then == "hold" else [0, 1])
+    assert [e["process_connection_id"] for e in room.exits] == [None]
+
+
 async def test_invalid_utf8_is_replaced_not_a_crash(autojump_clock: MockClock) -> None:
     ended: list[AgentSession] = []
     room = HostileRoom(
