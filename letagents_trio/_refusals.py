@@ -4,7 +4,8 @@
   in a content coding the call did not ask for (nothing is inflated), or when
   it is, or says it will be, larger than the client's cap.
 * :func:`after_refusal` applies the two rules of a 401 to local state: an owner
-  call refused clears the stored owner auth (a worker call never does), and a
+  call refused clears the stored owner auth when the refused token is the
+  stored one (a worker call never does), and a
   body saying the session ended marks the stored session ended, guarded by its
   token. The two are independent, and neither failure hides the room's answer.
 """
@@ -130,9 +131,9 @@ async def after_refusal(
         )
 
     if not worker_call and owner_token:
-        logger.warning("the room refused the owner token; forgetting stored owner auth")
+        logger.warning("the room refused the owner token; forgetting it if it is the stored one")
         try:
-            await state.clear_auth()
+            await state.clear_auth(owner_token)
         except Exception as exc:
             failed("clear the stored owner auth", exc)
     if _protocol.AGENT_SESSION_ENDED_ERROR in text:

@@ -60,6 +60,7 @@ from ..workers._paths import (
     CHAT_STORAGE_SETTINGS_ENV,
     LOCAL_CHAT_DB_ENV,
     LOCAL_CHAT_FILE,
+    OWNER_TOKEN_ENV,
     STATE_FILE,
     STATE_PATH_ENV,
     letagents_file,
@@ -96,7 +97,7 @@ SUPERVISED_PROFILES: Final = frozenset({"supervised_mcp_polling", "cursor_superv
 # Every profile the server knows; any other value is refused at start-up.
 KNOWN_PROFILES: Final = FACADE_PROFILES | SUPERVISED_PROFILES
 # Where the owner token came from, for errors that must say which one to fix.
-TOKEN_ENV: Final = "LETAGENTS_TOKEN"
+TOKEN_ENV: Final = OWNER_TOKEN_ENV
 
 
 class ConfigError(ValueError):

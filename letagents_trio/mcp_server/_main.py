@@ -166,9 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
         return exc.code if isinstance(exc.code, int) else 2
     if options.letagents_runtime_contract:
-        sys.stdout.write(
-            json.dumps(runtime_contract(os.environ.get("LETAGENTS_API_URL") or None)) + "\n"
-        )
+        contract = runtime_contract(os.environ.get("LETAGENTS_API_URL") or None)
+        sys.stdout.write(json.dumps(contract, separators=(",", ":")) + "\n")  # Node's spelling
         return 0
     try:
         configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"))

@@ -49,6 +49,7 @@ from .._session import AgentSession
 from ._git import git_branch
 from ._identity import local_host_id, process_host_id, registration_liveness
 from ._names import codename
+from ._paths import OWNER_TOKEN_ENV
 from ._records import (
     LocalSessionFacts,
     Operation,
@@ -66,7 +67,9 @@ from ._wire import (
     NO_ACCOUNT_ADVICE,
     NO_CANONICAL_IDENTITY_TEXT,
     NOT_A_ROOM_ADVICE,
+    RESTART_ADVICE,
     ROOM_FAILING_ADVICE,
+    SIGN_IN_AGAIN_ADVICE,
     TOKEN_REFUSED_ADVICE,
     UNREACHABLE_ADVICE,
     HostWording,
@@ -148,8 +151,7 @@ async def account_login(
     except ApiError as exc:
         if exc.status in (401, 403):
             cause = f"the room refused the owner token (HTTP {exc.status})"
-            origin = token_origin or "the RoomClient's owner_token"
-            raise _unverified(client, cause, TOKEN_REFUSED_ADVICE.format(origin=origin)) from exc
+            raise _unverified(client, cause, _token_refused_advice(token_origin)) from exc
         asked = f"GET {urlsplit(client.api_url).path}{ACCOUNT_PATH}"
         if exc.status in (404, 405):
             cause = f"{asked} answered HTTP {exc.status}"
@@ -166,6 +168,18 @@ async def account_login(
         advice = NO_ACCOUNT_ADVICE.format(api_url=api_url)
         raise _unverified(client, "its answer named no account login", advice)
     return login
+
+
+def _token_refused_advice(token_origin: str | None) -> str:
+    """Where the refused token came from, and how a new one takes effect.
+
+    ``LETAGENTS_TOKEN`` is read at start (restart); the state file's sign-in at
+    every request (sign in again); a RoomClient's own token as its embedder gives it.
+    """
+    if token_origin is None:
+        return TOKEN_REFUSED_ADVICE.format(origin="the RoomClient's owner_token", then="")
+    then = RESTART_ADVICE if token_origin == OWNER_TOKEN_ENV else SIGN_IN_AGAIN_ADVICE
+    return TOKEN_REFUSED_ADVICE.format(origin=token_origin, then=then)
 
 
 def _unverified(client: RoomClient, cause: str, advice: str) -> WorkerError:

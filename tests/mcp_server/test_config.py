@@ -113,7 +113,9 @@ def test_a_worker_bearer_turns_owner_mode_off(
 
 
 async def test_runtime_contract_flag_prints_the_supervised_surfaces() -> None:
-    """--letagents-runtime-contract prints the contract (no session tools under a supervisor)."""
+    """--letagents-runtime-contract prints the contract (no session tools under a supervisor),
+    as compact JSON and a newline: Node's ``src/mcp/server.ts`` writes
+    ``JSON.stringify(letAgentsRuntimeContract())`` (issue 28 row 10)."""
     with trio.fail_after(60):
         result = await trio.run_process(
             [sys.executable, "-m", "letagents_trio.mcp_server", RUNTIME_CONTRACT_ARG],
@@ -122,6 +124,7 @@ async def test_runtime_contract_flag_prints_the_supervised_surfaces() -> None:
         )
     printed = json.loads(result.stdout)
     assert printed == runtime_contract()
+    assert result.stdout == json.dumps(printed, separators=(",", ":")).encode() + b"\n"
     tools = ["get_room_guidelines", "read_messages", "send_message", "wait_for_messages"]
     assert printed == {
         "format": 1,

@@ -87,3 +87,20 @@ async def test_a_sign_in_written_by_another_process_is_used_at_once(
         ("POST", f"/rooms/{ROOM}/agent-sessions", OWNER_TOKEN),
         ("POST", exit_of(registered.session.session_id), OWNER_TOKEN),
     ]
+
+
+async def test_a_refused_environment_token_never_erases_the_stored_sign_in(
+    autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
+) -> None:
+    """Issue 28 row 9: better than Node here. Node's ``apiCall`` (``runtime/api.ts``)
+    clears the stored ``auth`` on any owner 401, so a wrong ``LETAGENTS_TOKEN``
+    signs every chat on the machine out. Ours clears it only when the refused
+    token is the stored one."""
+    store = await seed_state(state_path)
+    async with open_proc(fake_room.transport, state_path, owner_token="a-wrong-env-token") as p:
+        with pytest.raises(WorkerError):
+            await p.handles.register(room_id=ROOM, registration_key="a")
+    assert log(fake_room) == [("GET", "/agents/me", "a-wrong-env-token")]  # answered 401
+    stored = store.auth()
+    assert stored is not None
+    assert stored.token == OWNER_TOKEN
