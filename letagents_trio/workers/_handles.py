@@ -169,7 +169,8 @@ class WorkerHandles:
     wording: HostWording = EMBEDDER_WORDING
     _account: AccountCache = attrs.field(
         default=attrs.Factory(
-            lambda h: AccountCache(h.client, h.token_origin, h.wording), takes_self=True
+            lambda h: AccountCache(h.client, h.token_origin, h.wording, h.state),
+            takes_self=True,
         ),
         init=False,
         repr=False,

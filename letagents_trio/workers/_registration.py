@@ -28,12 +28,15 @@ held connections). A :class:`Registrar` does the registration itself:
    registration de-duplicates its name against the room's other sessions
    with codenames (never numbered suffixes).
 
-Who registers is an :class:`Owner`: the account login from ``GET /agents/me``
-(:func:`account_login`), or the local owner slug without an owner token.
+Who registers is an :class:`Owner`: the account login of the state file's
+sign-in (``auth.account.login``) when the client's token is that sign-in's,
+else from ``GET /agents/me`` (:func:`account_login`), or the local owner slug
+without an owner token (:class:`AccountCache`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -399,12 +402,17 @@ class AccountCache:
 
     The cache belongs to one token: when the client's token changes (another
     process signed in) or goes (a sign-out cleared it), the login is asked
-    again, or forgotten.
+    again, or forgotten. When the client's token is the state file's sign-in
+    and that sign-in names its account (``auth.account.login``), the login is
+    taken from there and the room is not asked, as the Node client does
+    (``identity/directory.ts``): a sign-in knows whose it is, and a local
+    room then needs no HTTP at all.
     """
 
     client: RoomClient
     token_origin: str | None = None
     wording: HostWording = EMBEDDER_WORDING
+    state: LocalStateStore | None = None
     _login: str | None = attrs.field(default=None, init=False)
     # Which owner token the cached login belongs to (a digest, never the token).
     _key: str | None = attrs.field(default=None, init=False, repr=False)
@@ -429,10 +437,12 @@ class AccountCache:
             A checkpoint; a cancelled ask caches nothing.
         """
         key = self.client.owner_token_key
-        if key is None:
+        stored = self._stored_login(key)
+        if key is None or stored is not None:
             self.forget()
+            self._login, self._key = stored, key
             await trio.lowlevel.checkpoint()
-            return None
+            return stored
         if self._login is None or self._key != key:
             self.forget()
             self._login = await account_login(
@@ -442,6 +452,14 @@ class AccountCache:
         else:
             await trio.lowlevel.checkpoint()
         return self._login
+
+    def _stored_login(self, key: str | None) -> str | None:
+        """The stored sign-in's account login, if its token is the client's (digest ``key``)."""
+        auth = self.state.auth() if self.state is not None and key is not None else None
+        if auth is None or hashlib.sha256(auth.token.encode("utf-8")).hexdigest() != key:
+            return None
+        login = auth.account.get("login") if auth.account is not None else None
+        return login.strip() if isinstance(login, str) and login.strip() else None
 
 
 async def disconnect_at_room(client: RoomClient, session: AgentSession) -> str | None:
