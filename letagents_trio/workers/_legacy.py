@@ -8,11 +8,17 @@ durable worker. The Node client sends it down this path, and so do we:
   the identity the supervisor supplied, the live session recorded as this
   room's current one (``current_agent_session_ids``) in the shared state file.
 * **Otherwise** one ``POST /rooms/{room}/agent-sessions`` (through the busy
-  retries) names the *process identity*: ``actor_key`` is the canonical key of
-  this machine's agent (``POST /agents`` for ``agent-<16 hex of the host id>``),
-  ``actor_label`` is built from the name, the owner and the IDE, and
-  ``agent_instance_id`` is a random UUID made once per process
-  (:attr:`LegacyRegistrar.instance_id`). A live stored session of the same
+  retries) names the *process identity*, one per process as the Node client's
+  (``identity/state.ts``, ``identity/names.ts``): its key is
+  ``instance:<instance id>``, ``agent_instance_id`` being a random UUID made
+  once per process (:attr:`LegacyRegistrar.instance_id`); its name is the
+  codename of that key, moved on past the names the account's agents already
+  have (``GET /agents/me``, asked once, best effort); ``actor_key`` is the
+  canonical key ``POST /agents`` gives that name, ``actor_label`` is built
+  from the identity's name, the owner and the IDE. Two processes are two
+  actors, so nothing keyed on identity (lease adoption) crosses between them.
+  The identity is made on the first registration and kept for the process's
+  life. A live stored session of the same
   instance in the room is named as the one replaced
   (``replace_agent_session_id`` / ``_token``), so registering again in the same
   process replaces its session instead of meeting "already active". There is
@@ -29,19 +35,28 @@ Local rooms have no legacy sessions here: the path is refused there with
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
+import trio
 
 from .._client import encode_room_path
-from .._errors import WorkerError
+from .._errors import ApiError, RoomUnreachable, WorkerError
 from .._session import AgentSession
 from ._git import git_branch
 from ._identity import local_host_id, process_host_id, registration_liveness
-from ._names import actor_label, codename, js_trim
+from ._names import (
+    AGENT_CODENAME_SPACE,
+    Codename,
+    actor_label,
+    codename,
+    js_trim,
+    normalize_agent_base_name,
+)
 from ._records import read_leases, stored_session
 from ._state import ensure_mapping, iso_now, mapping_at
 from ._wire import NO_CANONICAL_IDENTITY_TEXT, NOT_CONFIRMED_TEXT
@@ -55,7 +70,7 @@ __all__ = [
     "LEGACY_LOCAL_TEXT",
     "SUPERVISED_NO_SESSION_TEXT",
     "LegacyRegistrar",
-    "legacy_agent_name",
+    "process_agent_name",
     "supervised_session",
 ]
 
@@ -73,13 +88,26 @@ SUPERVISED_NO_SESSION_TEXT: Final = (
 )
 # The 201 fields a stored legacy record never keeps (as for durable workers, §5.3).
 _NOT_STORED: Final = ("worker_bearer", "adopted_task_leases", "assigned_base_display_name")
-# Host-id hex digits in this machine's agent name: unique per machine, short.
-_AGENT_NAME_HEX: Final = 16
+# Hex digits of the key's hash a name gets when every codename is taken.
+_FALLBACK_HEX: Final = 4
 
 
-def legacy_agent_name(host_id: str) -> str:
-    """This machine's agent name, whose canonical key legacy sessions register under."""
-    return "agent-" + host_id.removeprefix("host_")[:_AGENT_NAME_HEX]
+def process_agent_name(identity_key: str, taken: frozenset[str] = frozenset()) -> Codename:
+    """The process identity's name: the first codename of ``identity_key`` not ``taken``.
+
+    ``taken`` holds the account's agent names, normalized
+    (:func:`~._names.normalize_agent_base_name`). Should every codename be
+    taken, the first one with four hex digits of the key's hash appended.
+    """
+    for offset in range(AGENT_CODENAME_SPACE):
+        candidate = codename(identity_key, offset)
+        if candidate.slug not in taken:
+            return candidate
+    suffix = hashlib.sha256(identity_key.encode("utf-8")).hexdigest()[:_FALLBACK_HEX]
+    first = codename(identity_key)
+    return Codename(
+        display_name=f"{first.display_name} {suffix.upper()}", slug=f"{first.slug}-{suffix}"
+    )
 
 
 def supervised_session(data: Mapping[str, Any], room_id: str) -> AgentSession:
@@ -143,6 +171,47 @@ class LegacyRegistrar:
     runtime_label: str
     ide_label: str
     instance_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
+    # The process identity (name, then canonical key), made by the first registration.
+    _identity: tuple[Codename, str] | None = attrs.field(default=None, init=False)
+
+    @property
+    def identity_key(self) -> str:
+        """``instance:<instance_id>``: what the process identity's name is made from."""
+        return f"instance:{self.instance_id}"
+
+    async def _process_identity(self, owner: Owner) -> tuple[Codename, str]:
+        """The process identity's name and canonical key, made once (``POST /agents``)."""
+        if self._identity is not None:
+            await trio.lowlevel.checkpoint()
+            return self._identity
+        name = process_agent_name(self.identity_key, await self._agent_names())
+        answer = await self.client.call(
+            "POST",
+            "/agents",
+            json={"name": name.slug, "display_name": name.display_name, "owner_label": owner.label},
+        )
+        actor_key = answer.get("canonical_key") if isinstance(answer, Mapping) else None
+        if not isinstance(actor_key, str) or not actor_key:
+            raise WorkerError(NO_CANONICAL_IDENTITY_TEXT)
+        shown = answer.get("display_name")
+        if isinstance(shown, str) and shown:
+            name = attrs.evolve(name, display_name=shown)
+        self._identity = (name, actor_key)
+        return self._identity
+
+    async def _agent_names(self) -> frozenset[str]:
+        """The account's agent names (normalized), or none when the room will not say."""
+        try:
+            answer = await self.client.call("GET", "/agents/me")
+        except (ApiError, RoomUnreachable) as exc:
+            logger.info("could not list the account's agents: %s", type(exc).__name__)
+            return frozenset()
+        agents = answer.get("agents") if isinstance(answer, Mapping) else None
+        return frozenset(
+            normalize_agent_base_name(agent["name"])
+            for agent in (agents if isinstance(agents, list) else [])
+            if isinstance(agent, Mapping) and isinstance(agent.get("name"), str)
+        )
 
     async def register(
         self,
@@ -168,21 +237,13 @@ class LegacyRegistrar:
             room counts it stale (nothing was stored here to prove it).
         """
         host_id = await local_host_id(self.state)
-        name = legacy_agent_name(host_id)
-        display = js_trim(display_name or "") or codename(self.instance_id).display_name
-        answer = await self.client.call(
-            "POST",
-            "/agents",
-            json={"name": name, "display_name": display, "owner_label": owner.label},
-        )
-        actor_key = answer.get("canonical_key") if isinstance(answer, Mapping) else None
-        if not isinstance(actor_key, str) or not actor_key:
-            raise WorkerError(NO_CANONICAL_IDENTITY_TEXT)
+        name, actor_key = await self._process_identity(owner)
+        display = js_trim(display_name or "") or name.display_name
         runtime_label = runtime or self.runtime_label
         replaced = _replaceable(self.state.read().data, self.instance_id, room_id)
         body = {
             "actor_key": actor_key,
-            "actor_label": actor_label(display, owner.label, self.ide_label),
+            "actor_label": actor_label(name.display_name, owner.label, self.ide_label),
             "agent_instance_id": self.instance_id,
             "display_name": display,
             "requested_base_display_name": display,

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Final, final
 
@@ -67,6 +68,7 @@ __all__ = [
     "is_generic_name",
     "js_trim",
     "name_key",
+    "normalize_agent_base_name",
     "normalize_ide_label",
     "owner_attribution",
     "routing_handle",
@@ -126,6 +128,7 @@ _NOT_HANDLE: Final = re.compile(r"[^a-z0-9_.:/\-]")
 _TOKEN_SPLIT: Final = re.compile(f"[{_JS_SPACE}_\\-]+")
 _ASCII_FOLD: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _DURABLE_WORKER_ID: Final = re.compile(r"worker_[0-9a-f]{32}")
+_NOT_SLUG: Final = re.compile(r"[^a-z0-9]+")
 
 
 def fold(s: str) -> str:
@@ -209,6 +212,18 @@ def codename(key: str, offset: int = 0) -> Codename:
     first, second = divmod(idx, len(CODENAME_WORDS))
     a, b = CODENAME_WORDS[first], CODENAME_WORDS[second]
     return Codename(display_name=_title(a) + _title(b), slug=a + b)
+
+
+def normalize_agent_base_name(name: str) -> str:
+    """An agent name as the account's directory compares it (``normalizeAgentBaseName``).
+
+    NFKD, characters outside ASCII dropped, lower-cased, runs of anything but
+    ``a-z0-9`` made one ``-``, trimmed of ``-``, a trailing ``-agent`` dropped;
+    ``"agent"`` when nothing is left.
+    """
+    plain = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    slug = _NOT_SLUG.sub("-", plain.lower()).strip("-")
+    return slug.removesuffix("-agent") or "agent"
 
 
 def _tokens(s: str) -> list[str]:

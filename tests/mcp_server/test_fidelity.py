@@ -19,6 +19,7 @@ from mcp import Client
 from letagents_trio.mcp_server import create_server
 from letagents_trio.workers import LocalStateStore
 from letagents_trio.workers._legacy import SUPERVISED_NO_SESSION_TEXT
+from letagents_trio.workers._names import codename
 from letagents_trio.workers._wire import MCP_SERVER_WORDING as WORDING
 from letagents_trio.workers._wire import SUPERVISED_TEXT, sign_in_text
 
@@ -132,9 +133,11 @@ async def test_the_legacy_path_registers_a_worker_and_replaces_it_on_a_second_ca
     ]
     assert mine == fake_room.owner_token
     assert set(first_body) == LEGACY_BODY_KEYS
-    assert first_body["actor_key"] == f"owner/agent-{host.removeprefix('host_')[:16]}"
-    assert first_body["actor_label"] == "Oak | owner's agent | Agent"
     assert UUID4.fullmatch(first_body["agent_instance_id"])
+    # The process identity (issue 28 row 7): the codename of instance:<uuid>.
+    name = codename(f"instance:{first_body['agent_instance_id']}")
+    assert first_body["actor_key"] == f"owner/{name.slug}"
+    assert first_body["actor_label"] == f"{name.display_name} | owner's agent | Agent"
     assert (first_body["display_name"], first_body["requested_base_display_name"]) == (
         "Oak",
         "Oak",
