@@ -58,7 +58,9 @@ __all__ = [
     "UNKNOWN_SESSION_TEXT",
     "UNKNOWN_WORKER_TEXT",
     "UNREACHABLE_ADVICE",
+    "WORKER_KIND_REQUIRED_TEXT",
     "WORKER_OR_SESSION_TEXT",
+    "WORKER_SESSION_REQUIRED_TEXT",
     "HostWording",
     "durable_registration_body",
     "new_connection_token",
@@ -199,6 +201,14 @@ AMBIGUOUS_ROOM_TEXT: Final = (
     "This worker is registered in more than one room; pass room_id to choose one."
 )
 WORKER_OR_SESSION_TEXT: Final = "Pass worker_id (or a legacy agent_session_id) to act as a worker."
+# Upstream's requireWorkerAgentSession (runtime/agent-sessions.ts): a write
+# action (send_message, ...) without a session, or as a controller.
+WORKER_SESSION_REQUIRED_TEXT: Final = (
+    "Registered worker agent_session_id is required for this write action."
+    " Call register_agent_session for this room first, then pass the returned"
+    " agent_session_id explicitly."
+)
+WORKER_KIND_REQUIRED_TEXT: Final = "Worker agent_session_id is required for this write action."
 UNKNOWN_SESSION_TEXT: Final = (
     "Unknown agent_session_id for this MCP server. Register with register_agent_session first."
 )

@@ -67,7 +67,7 @@ async def register(p: Proc, instance_id: str) -> None:
     )
     owner = Owner.signed_in(p.client.api_url, "owner")
     await registrar.register(
-        owner, ROOM, session_kind="worker", display_name=None, runtime=None, cwd=None
+        owner, ROOM, local=False, session_kind="worker", display_name=None, runtime=None, cwd=None
     )
 
 
