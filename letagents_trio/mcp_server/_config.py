@@ -165,8 +165,8 @@ class ServerConfig:
         state_path: the shared local state file.
         chat_storage_settings_path: the file that says which rooms are local.
         local_chat_path: the SQLite file that keeps local rooms' chat.
-        profile: the execution profile (decides the tool surface); one of
-            :data:`KNOWN_PROFILES`, else :class:`ConfigError`.
+        profile: the execution profile (decides the tool surface): one of
+            the Node server's four, else ``ConfigError``.
         provider: ``LETAGENTS_SUPERVISOR_PROVIDER``, reported by the readiness
             resource (``cursor`` adds ``complete_room_turn`` to the room turn).
         poll_max_ms: the long-poll cap in milliseconds.
@@ -176,7 +176,7 @@ class ServerConfig:
         ide_label: the IDE label of worker registrations (normalised, §5.4).
         worker_bearer: ``LETAGENTS_AGENT_SESSION_BEARER`` (never shown in
             ``repr``): then every room call carries it and nothing else.
-        mode: whose credential room calls carry (:mod:`._profiles`):
+        mode: whose credential room calls carry (see ``_profiles.py``):
             ``"owner"``, ``"worker"`` (the bearer) or ``"supervised"``
             (none: the supervisor's bridge lends it, and this server has none).
             Worked out from the rest; a combination the Node server refuses
@@ -216,8 +216,11 @@ class ServerConfig:
 
     @property
     def owner_mode(self) -> bool:
-        """Whether this process acts for the owner (PROTOCOL §4.1): worker handles,
-        process connections, owner logouts. The manager and the handles take it from here."""
+        """Whether this process acts for the owner (PROTOCOL §4.1).
+
+        Then it has worker handles and process connections, and a refused owner
+        token is forgotten; the manager and the handles take it from here.
+        """
         return self.mode == OWNER
 
     @property
@@ -227,7 +230,7 @@ class ServerConfig:
 
     @property
     def surface(self) -> ToolSurface:
-        """The profile's tool surface (:func:`~._profiles.tool_surface`)."""
+        """The profile's tool surface (``_profiles.tool_surface``)."""
         return tool_surface(self.profile)
 
     @classmethod
