@@ -87,6 +87,8 @@ def test_profiles_the_node_server_refuses_are_refused(
 
 
 def test_the_room_turn_is_accepted_with_its_flag(tmp_path: Path) -> None:
+    """Node ``execution-profile.ts``: ``supervised_room_turn`` is a profile (ours refused
+    it); ``worker-bearer.ts``: without a bearer its mode is ``supervised``."""
     env = env_for(
         tmp_path,
         LETAGENTS_EXECUTION_PROFILE="supervised_room_turn",
@@ -256,6 +258,7 @@ def test_a_worker_bearer_the_node_server_refuses_at_start_is_refused(
     "url", ["https://room.example", "http://127.0.0.1:3001", "http://localhost"]
 )
 def test_a_worker_bearer_with_an_explicit_safe_url_starts(tmp_path: Path, url: str) -> None:
+    """Node ``worker-bearer.ts``: an explicit HTTPS URL, or HTTP on an exact loopback host."""
     config = ServerConfig.from_env(
         env_for(tmp_path, LETAGENTS_AGENT_SESSION_BEARER=BEARER, LETAGENTS_API_URL=url)
     )

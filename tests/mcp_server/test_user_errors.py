@@ -92,6 +92,9 @@ async def test_a_refused_token_from_the_environment_names_letagents_token(
 async def test_a_refused_token_from_the_state_file_names_the_file(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
+    """Issue 28 row 10: the state file's token is read for every request, as Node's
+    ``getLetagentsToken`` reads it (``runtime/api.ts``), so the text asks for a new
+    sign-in, not a restart; only ``LETAGENTS_TOKEN`` is read at start."""
     store = LocalStateStore(tmp_path / "s.json")
     await store.save_auth("a-stale-stored-token")
     env = {"LETAGENTS_API_URL": fake_room.api_url, "LETAGENTS_STATE_PATH": str(store.path)}
@@ -110,6 +113,9 @@ async def test_a_refused_token_from_the_state_file_names_the_file(
 async def test_no_token_names_the_variable_and_the_state_file_and_stores_nothing(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
+    """Issue 28 row 10: a sign-in stored in the state file is read at the next call
+    (Node's ``runtime/api.ts`` reads ``auth.token`` for every request); only the
+    variable needs a restart."""
     state = tmp_path / "mcp-state.json"
     text = await register_error(config_for(fake_room, tmp_path, token=None), fake_room.transport)
     # Issue 28 row 10: a sign-in stored in the state file is read at the next call
