@@ -99,8 +99,6 @@ async def test_a_refused_token_from_the_state_file_names_the_file(
     await store.save_auth("a-stale-stored-token")
     env = {"LETAGENTS_API_URL": fake_room.api_url, "LETAGENTS_STATE_PATH": str(store.path)}
     text = await register_error(ServerConfig.from_env(env), fake_room.transport)
-    # Issue 28 row 10: the state file is read for every request (as Node's
-    # getLetagentsToken reads it, runtime/api.ts), so no restart is asked for.
     assert text == (
         f"Could not verify your LetAgents account at {fake_room.api_url}: the room refused the"
         f" owner token (HTTP 401). The owner token came from auth.token of {store.path}: replace"
@@ -118,8 +116,6 @@ async def test_no_token_names_the_variable_and_the_state_file_and_stores_nothing
     variable needs a restart."""
     state = tmp_path / "mcp-state.json"
     text = await register_error(config_for(fake_room, tmp_path, token=None), fake_room.transport)
-    # Issue 28 row 10: a sign-in stored in the state file is read at the next call
-    # (Node's runtime/api.ts reads it for every request): only the variable needs a restart.
     assert text == (
         "Sign in before registering a worker in a hosted room: this MCP server has no owner"
         f" token. Store it as auth.token in {state} (the Node letagents client's sign-in writes"
