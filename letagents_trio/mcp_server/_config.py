@@ -6,7 +6,7 @@ The variables are the Node MCP server's, with its rules (PROTOCOL §1, §6.1, §
   trailing slashes removed.
 * ``LETAGENTS_TOKEN``: the owner's bearer token; when unset or empty, the
   ``auth.token`` of the state file (if present and not expired), read afresh
-  for every request (:meth:`ServerConfig.owner_token_source`), so a sign-out
+  for every request (:meth:`ServerConfig.room_credential`), so a sign-out
   (a 401 clears it) or a sign-in written by another process takes effect at
   the next request, as in the Node client.
 * ``LETAGENTS_STATE_PATH``: the state file; default ``~/.letagents/mcp-state.json``.

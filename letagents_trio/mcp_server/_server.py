@@ -183,8 +183,8 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                     config.api_url,
                     owner_token=config.room_credential(store),
                     transport=self._transport,
-                    # A 401 clears the owner's sign-in and ends a session's
-                    # record; the worker bearer's speaks for neither.
+                    # A 401 clears the owner's stored sign-in or ends a stored
+                    # session in owner mode only, as in the Node client.
                     state=store if config.owner_mode else None,
                 ) as client,
                 open_connection_manager(
