@@ -21,7 +21,8 @@ What :class:`RoomClient` adds to plain HTTP (PROTOCOL §2, §5.7, §10):
   marks the stored session ended (guarded by its token) before the error is
   raised, so the next registration starts afresh instead of reusing it.
 * **Owner logout.** A 401 on an owner call (no worker credential anywhere in
-  the request) clears the stored owner auth; a 401 on a worker call never does.
+  the request) clears the stored owner auth if the refused token is the stored
+  one; a 401 on a worker call never does.
 * **Bounded answers.** Every call has a deadline (``call_timeout``, 30 s by
   default; a long poll opts out with ``bounded=False`` and keeps its own),
   asks for ``Accept-Encoding: identity`` and refuses an answer in any other

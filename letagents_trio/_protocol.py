@@ -20,6 +20,7 @@ environment variables that room and client both read with upstream's rules.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -216,6 +217,19 @@ DEFAULT_LIVENESS_NOTICE_AFTER_MS: Final = 1_800_000
 # Upstream's accepted range for the grace; a value outside it means the default.
 LIVENESS_NOTICE_MIN_MS: Final = 120_000
 LIVENESS_NOTICE_MAX_MS: Final = 3_600_000
+# JavaScript's white space and line terminators, which parseInt, Number() and
+# String.prototype.trim skip; spelled out, as Python's str.strip skips others.
+JS_SPACE: Final = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_JS_INT: Final = re.compile(f"[{JS_SPACE}]*([+-]?)([0-9]+)")
+_JS_NUMBER: Final = re.compile(
+    f"[{JS_SPACE}]*(?:([+-]?(?:Infinity|(?:[0-9]+\\.?[0-9]*|\\.[0-9]+)(?:[eE][+-]?[0-9]+)?))"
+    f"|0[xX]([0-9a-fA-F]+)|0[oO]([0-7]+)|0[bB]([01]+))?[{JS_SPACE}]*"
+)
+# Digits past which a whole number is beyond any finite cap (a double holds ~1.8e308,
+# and every cap here is far below 10**18).
+_JS_INT_DIGITS: Final = 18
+# Integers wider than this are infinite as doubles.
+_DOUBLE_MAX_BITS: Final = 1024
 
 # --- the date format on the wire and in the state file ----------------------------
 
@@ -235,35 +249,68 @@ def format_iso(seconds: float) -> str:
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
-def _env_number(raw: str | None) -> float | None:
-    if raw is None or not raw.strip():
+def _js_parse_int(raw: str) -> float | None:
+    """JavaScript's ``Number.parseInt(raw, 10)``, or None where it gives ``NaN``.
+
+    White space (JavaScript's), an optional sign, then the longest run of ASCII
+    digits; whatever follows is ignored, so ``"5000ms"`` is 5000 and ``"1e4"``
+    is 1. A run too long for a double is infinite, as there.
+    """
+    found = _JS_INT.match(raw)
+    if found is None:
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return None if math.isnan(value) else value
+    sign, digits = found.groups()
+    digits = digits.lstrip("0") or "0"
+    magnitude = math.inf if len(digits) > _JS_INT_DIGITS else float(int(digits))
+    return -magnitude if sign == "-" else magnitude
+
+
+def _js_number(raw: str | None) -> float:
+    """JavaScript's ``Number(raw)``: ``NaN`` (``math.nan``) for anything it refuses.
+
+    The whole text, white space around it aside, must be one numeric literal:
+    a decimal (``1e5``, ``.5``, ``+3``), ``Infinity``, or ``0x``/``0o``/``0b``
+    digits; empty or white space alone is 0; ``undefined`` (unset) is ``NaN``.
+    No separators (``200_000``), no other digits than ASCII.
+    """
+    if raw is None:
+        return math.nan
+    found = _JS_NUMBER.fullmatch(raw)
+    if found is None:
+        return math.nan
+    decimal, *based = found.groups()
+    if decimal is not None:
+        return float(decimal)
+    for digits, base in zip(based, (16, 8, 2), strict=True):
+        if digits is not None:
+            value = int(digits, base)
+            return math.inf if value.bit_length() > _DOUBLE_MAX_BITS else float(value)
+    return 0.0
 
 
 def poll_max_from_env(environ: Mapping[str, str]) -> int:
     """Return the long-poll cap in ms from ``LETAGENTS_POLL_MAX_MS``, by upstream's rules.
 
-    Unset, empty, not a number or below 1 000 falls back to 180 000; above
-    86 400 000 is clamped to it.
+    ``poll-timeout-cap.ts``: unset or empty, or what ``Number.parseInt`` reads
+    as ``NaN`` or below 1 000, falls back to 180 000; above 86 400 000 is
+    clamped to it. So ``5000ms`` is 5 000, ``1e4`` (1) and ``inf`` fall back.
+    Room and MCP server both call this one function, so they agree (§7.6).
     """
-    value = _env_number(environ.get(POLL_MAX_ENV))
+    raw = environ.get(POLL_MAX_ENV)
+    value = None if not raw else _js_parse_int(raw)
     if value is None or value < POLL_MAX_FLOOR_MS:
         return DEFAULT_POLL_MAX_MS
-    return int(min(math.floor(value), POLL_MAX_CLAMP_MS))
+    return int(min(value, POLL_MAX_CLAMP_MS))
 
 
 def liveness_notice_after_from_env(environ: Mapping[str, str]) -> int:
     """Return the offline-notice grace in ms from ``LETAGENTS_LIVENESS_NOTICE_AFTER_MS``.
 
-    Accepted only between 120 000 and 3 600 000 (then floored); anything else
-    falls back to 1 800 000.
+    Upstream's ``resolveOfflineAnnounceAfterMs``: ``Number(value)``, accepted
+    only when finite and between 120 000 and 3 600 000 (then floored);
+    anything else (``200_000`` included) falls back to 1 800 000.
     """
-    value = _env_number(environ.get(LIVENESS_NOTICE_AFTER_ENV))
-    if value is None or not LIVENESS_NOTICE_MIN_MS <= value <= LIVENESS_NOTICE_MAX_MS:
+    value = _js_number(environ.get(LIVENESS_NOTICE_AFTER_ENV))
+    if not math.isfinite(value) or not LIVENESS_NOTICE_MIN_MS <= value <= LIVENESS_NOTICE_MAX_MS:
         return DEFAULT_LIVENESS_NOTICE_AFTER_MS
     return math.floor(value)

@@ -4,7 +4,8 @@
   in a content coding the call did not ask for (nothing is inflated), or when
   it is, or says it will be, larger than the client's cap.
 * :func:`after_refusal` applies the two rules of a 401 to local state: an owner
-  call refused clears the stored owner auth (a worker call never does), and a
+  call refused clears the stored owner auth when the refused token is the
+  stored one (a worker call never does), and a
   body saying the session ended marks the stored session ended, guarded by its
   token. The two are independent, and neither failure hides the room's answer.
 """
@@ -57,8 +58,12 @@ class StateHooks(Protocol):
             a cancelled call cancels it too.
         """
 
-    async def clear_auth(self) -> object:
-        """Forget the stored owner auth.
+    async def clear_auth(self, refused_token: str) -> object:
+        """Forget the stored owner auth, only if its token is ``refused_token``.
+
+        A token the room refused that is not the stored one (an owner token
+        from the environment) says nothing about the stored sign-in, which is
+        every other process's on the machine.
 
         Cancellation:
             As for :meth:`end_session`.
@@ -153,9 +158,9 @@ async def after_refusal(
         )
 
     if not worker_call and owner_token:
-        logger.warning("the room refused the owner token; forgetting stored owner auth")
+        logger.warning("the room refused the owner token; forgetting it if it is the stored one")
         try:
-            await state.clear_auth()
+            await state.clear_auth(owner_token)
         except Exception as exc:
             failed("clear the stored owner auth", exc)
     if _protocol.AGENT_SESSION_ENDED_ERROR in text:

@@ -47,8 +47,11 @@ appears: a blank line dispatches it even without a ``data`` line (with data
 ``""``), and :meth:`SSEDecoder.close` dispatches an incomplete block of that
 type (reading the pending line as if its terminator had come) instead of
 dropping it. :attr:`SSEDecoder.event_type` shows the type of the block being
-built, so a caller can act on a final type before its block ends. With no
-final events the decoder is WHATWG-exact.
+built, a final type as soon as an ``event`` line names it, before that line's
+terminator comes (a final event's name is known before its newline, as the
+Node client knows ``event: ended`` the moment the text arrives), so a caller
+can act on a final type before its block, or its line, ends. With no final
+events the decoder is WHATWG-exact.
 
 Decisions the spec leaves open, or that are ours:
 
@@ -264,9 +267,21 @@ class SSEDecoder:
     def event_type(self) -> str:
         """The ``event`` type of the block being built (``""`` when none yet).
 
-        Reset by each dispatch; a line still waiting for its terminator does
-        not count.
+        Reset by each dispatch. A line still waiting for its terminator does
+        not count, unless it reads ``event:`` plus a type in ``final_events``:
+        a final name is known before its newline (a later ``event`` line may
+        still rename the block).
         """
+        if (
+            self._pending
+            and self.final_events
+            and self._pending_bytes
+            <= len("event: ") + max(_utf8_len(final) for final in self.final_events)
+        ):  # short enough to name one: joined at no cost to a stream of long lines
+            name, colon, value = "".join(self._pending).partition(":")
+            value = value[1:] if value[:1] == " " else value
+            if name == "event" and colon and value in self.final_events:
+                return value
         return self._event_type
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:

@@ -130,7 +130,7 @@ class Hooks:
             raise self.fail
         return True
 
-    async def clear_auth(self) -> object:
+    async def clear_auth(self, refused_token: str) -> object:
         await trio.lowlevel.checkpoint()
         self.auth_cleared += 1
         if self.fail is not None:

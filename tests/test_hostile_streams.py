@@ -305,17 +305,21 @@ async def test_a_body_cut_mid_event_is_a_drop_and_reconnects_after_one_second(
     assert room.attempts == [0, 1]
 
 
+@pytest.mark.parametrize("then", ["end", "hold"])
 @pytest.mark.parametrize(
     "tail",
     [b"event: ended\ndata: {}", b"event: ended\n", b"event: ended", b"event: ended\n\n"],
 )
 async def test_an_ended_event_cut_off_or_without_data_ends_at_once(
-    autojump_clock: MockClock, tail: bytes
+    autojump_clock: MockClock, tail: bytes, then: str
 ) -> None:
-    """As the Node client: ``event: ended`` ends the session wherever it appears in the
-    stream's tail; no reconnect after 1 s to learn it from a 410 (issue 12 item 5)."""
+    """As the Node client (``process-connection.js`` ``holdOnce``: ``tail.includes("event:
+    ended")`` after every read): ``event: ended`` ends the session as soon as it arrives,
+    cut off by the end of the stream or on a stream the room keeps open, newline or
+    not; no reconnect after 1 s to learn it from a 410, and no 45 s wait for the
+    silence (issue 12 item 5; issue 28 row 8: a final name is known before its newline)."""
     ended: list[AgentSession] = []
-    room = HostileRoom(chunks_then([b": connected\n\n" + open_event("c1"), tail], then="end"))
+    room = HostileRoom(chunks_then([b": connected\n\n" + open_event("c1"), tail], then=then))
     with trio.fail_after(60):
         async with held(room, ended=ended) as (holder, events):
             closed = await next_event(events, EventKind.CLOSED)
@@ -323,6 +327,45 @@ async def test_an_ended_event_cut_off_or_without_data_ends_at_once(
             await holder.wait_status(HolderStatus.ENDED)
     assert room.attempts == [0]
     assert ended == [SESSION]
+
+
+async def test_a_byte_order_mark_mid_stream_hides_the_ended_event(
+    autojump_clock: MockClock,
+) -> None:
+    """A documented difference (``docs/process-connection.md``): Node finds the text
+    ``event: ended`` after a mid-stream U+FEFF (a substring); SSE keeps a BOM that is
+    not the stream's first character, so the field is ``\\ufeffevent`` and names no
+    event: the stream stays open and the session is not ended."""
+    ended: list[AgentSession] = []
+    chunk = open_event("c1") + "\ufeffevent: ended\ndata: {}\n\n".encode()
+    room = HostileRoom(chunks_then([chunk]))
+    with trio.fail_after(60):
+        async with held(room, ended=ended) as (holder, events):
+            await next_event(events, EventKind.CONNECTION)
+            await trio.sleep(30)
+            assert holder.status is HolderStatus.OPEN
+    assert (ended, room.attempts) == ([], [0])
+
+
+@pytest.mark.parametrize("then", ["hold", "end"])
+async def test_an_open_event_without_its_blank_line_names_no_connection(
+    autojump_clock: MockClock, then: str
+) -> None:
+    """A documented difference: Node takes the id as soon as its pattern is in the
+    tail, so an exit sent while the stream is held names it; here an event without
+    its blank line never happened (E4): the exit names ``null``. Cut off by the end
+    of the stream, both drop and reopen after 1 s."""
+    cut = b'event: open\ndata: {"connection_id":"11111111-1111-4111-8111-111111111111"}'
+    room = HostileRoom(chunks_then([b": connected\n\n" + cut], then=then))
+    with trio.fail_after(60):
+        async with held(room) as (holder, events):
+            if then == "end":
+                closed = await next_event(events, EventKind.CLOSED)
+                assert (closed.time, closed.outcome) == (0, Outcome.DROPPED)
+            await trio.sleep(1.5)
+            assert holder.connection_id is None
+    assert room.attempts == ([0] if then == "hold" else [0, 1])
+    assert [e["process_connection_id"] for e in room.exits] == [None]
 
 
 async def test_invalid_utf8_is_replaced_not_a_crash(autojump_clock: MockClock) -> None:

@@ -754,6 +754,37 @@ def test_event_type_shows_the_block_being_built() -> None:
     assert decoder.event_type == ""
 
 
+@pytest.mark.parametrize(
+    ("chunks", "known"),
+    [
+        ([b"event: ended"], "ended"),
+        ([b"event:ended"], "ended"),
+        ([b"event: en", b"ded"], "ended"),
+        ([b"event: ende"], ""),
+        ([b"event: ended ", b""], ""),
+        ([b"data: event: ended"], ""),
+        ([b": event: ended"], ""),
+        ([b"\xef\xbb\xbfx\n\n\xef\xbb\xbfevent: ended"], ""),
+        ([b"event: ping\nevent: ended"], "ended"),
+    ],
+)
+def test_a_final_name_is_known_before_its_newline(chunks: list[bytes], known: str) -> None:
+    """Issue 28 row 8. Node (``process-connection.js`` ``holdOnce``) ends at once when the
+    text ``event: ended`` arrives, newline or not; a final type named by a pending
+    ``event`` line is the block's type before the line ends. Data, comments and a
+    name after a mid-stream BOM name no event."""
+    decoder = SSEDecoder(final_events={"ended"})
+    for chunk in chunks:
+        assert decoder.feed(chunk) == []
+    assert decoder.event_type == known
+
+
+def test_a_pending_line_names_no_final_type_without_final_events() -> None:
+    decoder = SSEDecoder()
+    decoder.feed(b"event: ended")
+    assert decoder.event_type == ""
+
+
 # --- bounded work per step (issue 13, row 1) -------------------------------------------
 
 

@@ -23,13 +23,12 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from .._errors import LetAgentsError
+from ..workers._paths import OWNER_TOKEN_ENV
 from ._story import run_demo
 from ._values import DEFAULT_WORKERS, MAX_WORKERS, DemoOptions, DemoReport
 
 __all__ = ["OWNER_TOKEN_ENV", "build_parser", "main"]
 
-# Environment variable holding an owner token for --api-url (as the MCP server reads it).
-OWNER_TOKEN_ENV: Final = "LETAGENTS_TOKEN"
 # Columns given to output that goes to a pipe or file, so the summary fits on one line per row.
 SUMMARY_WIDTH: Final = 120
 # Exit status of a run that ended on a signal: the shell's 128 + signal number.

@@ -6,7 +6,7 @@ The variables are the Node MCP server's, with its rules (PROTOCOL §1, §6.1, §
   trailing slashes removed.
 * ``LETAGENTS_TOKEN``: the owner's bearer token; when unset or empty, the
   ``auth.token`` of the state file (if present and not expired), read afresh
-  for every request (:meth:`ServerConfig.owner_token_source`), so a sign-out
+  for every request (:meth:`ServerConfig.room_credential`), so a sign-out
   (a 401 clears it) or a sign-in written by another process takes effect at
   the next request, as in the Node client.
 * ``LETAGENTS_STATE_PATH``: the state file; default ``~/.letagents/mcp-state.json``.
@@ -14,16 +14,17 @@ The variables are the Node MCP server's, with its rules (PROTOCOL §1, §6.1, §
   ``~/.letagents/chat-storage.json``.
 * ``LETAGENTS_LOCAL_CHAT_DB``: the SQLite file of local rooms' chat; default
   ``~/.letagents/local-chat.sqlite`` (an empty value counts as unset).
-* ``LETAGENTS_EXECUTION_PROFILE``: which tool surface to serve. Unset or blank
-  means ``interactive_desktop``: a desktop host runs one server per chat,
-  which is what that profile describes (PROTOCOL leaves the default open; we
-  chose the one whose worker_id facade a chat needs).
+* ``LETAGENTS_EXECUTION_PROFILE``: which tool surface to serve
+  (:mod:`._profiles`); unset or blank means ``autonomous_mcp_worker``, as in
+  the Node server. ``supervised_room_turn`` needs
+  ``LETAGENTS_SUPERVISED_BOUNDED_TURNS=1``, and the flag needs it.
 * ``LETAGENTS_SUPERVISOR_PROVIDER``: reported as ``provider`` by the
-  readiness resource, nothing more.
+  readiness resource; ``cursor`` adds ``complete_room_turn`` to the room turn.
 * ``LETAGENTS_RUNTIME`` and ``LETAGENTS_IDE``: the runtime and IDE labels of
   worker registrations; default ``python`` and ``Agent``.
-* ``LETAGENTS_AGENT_SESSION_BEARER``: set by a supervisor; any non-empty value
-  turns owner mode off (no worker handles, no process connections).
+* ``LETAGENTS_AGENT_SESSION_BEARER``: set by a supervisor: the worker
+  bearer, the process's only credential (no owner token, no session
+  headers, no worker handles, no process connections; :mod:`._profiles`).
 * ``LETAGENTS_POLL_MAX_MS``: the long-poll cap; parsed by the same function
   the reference room uses, so both sides agree by construction.
 
@@ -34,12 +35,14 @@ process environment: every path, label and mode is passed down from here. A
 path variable that is unset or empty means ``~/.letagents/<file>``, as in the
 Node client.
 
-Two values are checked at start-up, because a mistake in either would
-otherwise surface only at the first tool call, or never: the API URL must be
-an ``http``/``https`` URL with a host, and the profile one of
-:data:`KNOWN_PROFILES` (an unknown one silently changed which tools are
-served). :meth:`ServerConfig.from_env` raises :class:`ConfigError` naming the
-variable, the value and what to set instead.
+What cannot work is refused at start-up, because it would otherwise surface
+only at the first tool call, or never: an API URL that is not an
+``http``/``https`` URL with a host, an unknown profile (it silently changed
+which tools are served), and the combinations of profile, bearer, owner token
+and API URL the Node server refuses (:func:`~._profiles.credential_mode`).
+:meth:`ServerConfig.from_env` raises :class:`ConfigError` naming the variable
+and what to set instead; a :class:`ServerConfig` built in code checks its
+profile and credentials the same way.
 """
 
 from __future__ import annotations
@@ -60,9 +63,27 @@ from ..workers._paths import (
     CHAT_STORAGE_SETTINGS_ENV,
     LOCAL_CHAT_DB_ENV,
     LOCAL_CHAT_FILE,
+    OWNER_TOKEN_ENV,
     STATE_FILE,
     STATE_PATH_ENV,
     letagents_file,
+)
+from ._profiles import (
+    AUTONOMOUS_WORKER_PROFILE,
+    BOUNDED_TURNS_ENV,
+    EXECUTION_PROFILES,
+    FACADE_PROFILES,
+    INTERACTIVE_DESKTOP_PROFILE,
+    OWNER,
+    SUPERVISED,
+    SUPERVISED_ROOM_TURN_PROFILE,
+    WORKER,
+    WORKER_BEARER_ENV,
+    ConfigError,
+    ToolSurface,
+    check_profile,
+    credential_mode,
+    tool_surface,
 )
 
 if TYPE_CHECKING:
@@ -80,27 +101,14 @@ __all__ = [
     "ServerConfig",
 ]
 
-# A chat in a desktop host: durable workers, worker_id on room tools.
-INTERACTIVE_DESKTOP_PROFILE: Final = "interactive_desktop"
-# An autonomous agent process: the same surface as a desktop chat.
-AUTONOMOUS_WORKER_PROFILE: Final = "autonomous_mcp_worker"
-# When LETAGENTS_EXECUTION_PROFILE is unset: what a desktop host runs.
-DEFAULT_PROFILE: Final = INTERACTIVE_DESKTOP_PROFILE
-# Profiles whose room tools get the worker_id facade (PROTOCOL §5.1).
-FACADE_PROFILES: Final = frozenset({INTERACTIVE_DESKTOP_PROFILE, AUTONOMOUS_WORKER_PROFILE})
-# Set by a supervisor: this process speaks for it, not for an owner, and
-# holds no process connections (PROTOCOL §4.1).
-WORKER_BEARER_ENV: Final = "LETAGENTS_AGENT_SESSION_BEARER"
-# Profiles where a supervisor owns the session lifecycle: no session tools.
-SUPERVISED_PROFILES: Final = frozenset({"supervised_mcp_polling", "cursor_supervised_room_turn"})
+# When LETAGENTS_EXECUTION_PROFILE is unset: the Node server's default.
+DEFAULT_PROFILE: Final = AUTONOMOUS_WORKER_PROFILE
 # Every profile the server knows; any other value is refused at start-up.
-KNOWN_PROFILES: Final = FACADE_PROFILES | SUPERVISED_PROFILES
+KNOWN_PROFILES: Final = frozenset(EXECUTION_PROFILES)
+# Profiles where a supervisor owns the session lifecycle.
+SUPERVISED_PROFILES: Final = KNOWN_PROFILES - FACADE_PROFILES
 # Where the owner token came from, for errors that must say which one to fix.
-TOKEN_ENV: Final = "LETAGENTS_TOKEN"
-
-
-class ConfigError(ValueError):
-    """A variable holds a value the server cannot run with; the message says which and why."""
+TOKEN_ENV: Final = OWNER_TOKEN_ENV
 
 
 def check_api_url(url: str) -> str:
@@ -115,21 +123,6 @@ def check_api_url(url: str) -> str:
             f" address, for example {DEFAULT_API_URL} (the default when unset)."
         )
     return url
-
-
-def check_profile(profile: str) -> str:
-    """``profile`` if it is one of :data:`KNOWN_PROFILES`.
-
-    Raises:
-        ConfigError: naming ``LETAGENTS_EXECUTION_PROFILE`` and every valid value.
-    """
-    if profile not in KNOWN_PROFILES:
-        valid = ", ".join(sorted(KNOWN_PROFILES))
-        raise ConfigError(
-            f"LETAGENTS_EXECUTION_PROFILE={profile!r} is not a profile this server knows."
-            f" Use one of: {valid} (unset means {DEFAULT_PROFILE})."
-        )
-    return profile
 
 
 def _strip_slashes(url: str) -> str:
@@ -147,6 +140,19 @@ def _path(environ: Mapping[str, str], name: str, default_file: str) -> Path:
     return Path(configured) if configured else letagents_file(default_file)
 
 
+def _known_profile(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    check_profile(value, bounded_turns=value == SUPERVISED_ROOM_TURN_PROFILE)
+
+
+def _mode(config: ServerConfig) -> str:
+    return credential_mode(
+        profile=config.profile,
+        bearer=config.worker_bearer,
+        owner_token=config.token,
+        api_url=config.api_url,
+    )
+
+
 @final
 @attrs.frozen(kw_only=True)
 class ServerConfig:
@@ -159,16 +165,22 @@ class ServerConfig:
         state_path: the shared local state file.
         chat_storage_settings_path: the file that says which rooms are local.
         local_chat_path: the SQLite file that keeps local rooms' chat.
-        profile: the execution profile (decides the tool surface).
-        provider: ``LETAGENTS_SUPERVISOR_PROVIDER``, reported by the readiness resource.
+        profile: the execution profile (decides the tool surface): one of
+            the Node server's four, else ``ConfigError``.
+        provider: ``LETAGENTS_SUPERVISOR_PROVIDER``, reported by the readiness
+            resource (``cursor`` adds ``complete_room_turn`` to the room turn).
         poll_max_ms: the long-poll cap in milliseconds.
         token_origin: where ``token`` came from (``LETAGENTS_TOKEN``, or the
             state file's ``auth.token``), so an error can say which to fix.
         runtime_label: the runtime label of worker registrations.
         ide_label: the IDE label of worker registrations (normalised, §5.4).
-        owner_mode: whether this process acts for the owner: false when a
-            supervisor set ``LETAGENTS_AGENT_SESSION_BEARER`` (PROTOCOL §4.1).
-            The connection manager and the worker handles both take it from here.
+        worker_bearer: ``LETAGENTS_AGENT_SESSION_BEARER`` (never shown in
+            ``repr``): then every room call carries it and nothing else.
+        mode: whose credential room calls carry (see ``_profiles.py``):
+            ``"owner"``, ``"worker"`` (the bearer) or ``"supervised"``
+            (none: the supervisor's bridge lends it, and this server has none).
+            Worked out from the rest; a combination the Node server refuses
+            raises :class:`ConfigError`.
     """
 
     api_url: str = attrs.field(default=DEFAULT_API_URL, converter=_strip_slashes)
@@ -178,22 +190,38 @@ class ServerConfig:
         factory=lambda: letagents_file(CHAT_STORAGE_FILE)
     )
     local_chat_path: Path = attrs.field(factory=lambda: letagents_file(LOCAL_CHAT_FILE))
-    profile: str = DEFAULT_PROFILE
+    profile: str = attrs.field(default=DEFAULT_PROFILE, validator=_known_profile)
     provider: str | None = None
     poll_max_ms: int = attrs.field(factory=lambda: poll_max_from_env({}))
     token_origin: str | None = None
     runtime_label: str = DEFAULT_RUNTIME_LABEL
     ide_label: str = DEFAULT_IDE_LABEL
-    owner_mode: bool = True
+    worker_bearer: str | None = attrs.field(default=None, repr=False)
+    mode: str = attrs.field(default=attrs.Factory(_mode, takes_self=True), init=False)
 
-    def owner_token_source(self, store: LocalStateStore) -> OwnerTokenSource:
-        """What the room client asks for the owner token before every request.
+    def room_credential(self, store: LocalStateStore) -> OwnerTokenSource:
+        """The bearer room calls carry, as the room client's ``owner_token`` source.
 
-        ``LETAGENTS_TOKEN`` when set; else a callable reading the state file's
-        ``auth`` (cheaply: :meth:`letagents_trio.workers.LocalStateStore.owner_token` re-reads the
-        file only when it changed).
+        In owner mode ``LETAGENTS_TOKEN`` when set, else a callable reading the
+        state file's ``auth`` for every request (cheaply:
+        :meth:`letagents_trio.workers.LocalStateStore.owner_token` re-reads the
+        file only when it changed); in worker mode the worker bearer; in
+        supervised mode none.
         """
+        if self.mode == WORKER:
+            return self.worker_bearer
+        if self.mode == SUPERVISED:
+            return None
         return self.token if self.token else store.owner_token
+
+    @property
+    def owner_mode(self) -> bool:
+        """Whether this process acts for the owner (PROTOCOL §4.1).
+
+        Then it has worker handles and process connections, and a refused owner
+        token is forgotten; the manager and the handles take it from here.
+        """
+        return self.mode == OWNER
 
     @property
     def worker_facade(self) -> bool:
@@ -201,9 +229,9 @@ class ServerConfig:
         return self.profile in FACADE_PROFILES
 
     @property
-    def session_tools(self) -> bool:
-        """Whether the agent-session tools are served (not under a supervisor)."""
-        return self.profile not in SUPERVISED_PROFILES
+    def surface(self) -> ToolSurface:
+        """The profile's tool surface (``_profiles.tool_surface``)."""
+        return tool_surface(self.profile)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerConfig:
@@ -213,17 +241,31 @@ class ServerConfig:
             environ: the environment; ``os.environ`` when None.
 
         The state file is not read here: its sign-in is read for every
-        request (:meth:`owner_token_source`).
+        request (:meth:`room_credential`).
 
         Raises:
-            ConfigError: ``LETAGENTS_API_URL`` is not an http(s) URL, or
-                ``LETAGENTS_EXECUTION_PROFILE`` names no known profile.
+            ConfigError: ``LETAGENTS_API_URL`` is not an http(s) URL,
+                ``LETAGENTS_EXECUTION_PROFILE`` names no known profile or
+                disagrees with ``LETAGENTS_SUPERVISED_BOUNDED_TURNS``, or the
+                profile, worker bearer, owner token and API URL make a
+                combination the Node server refuses (its text).
         """
         env = os.environ if environ is None else environ
         api_url = check_api_url(env.get("LETAGENTS_API_URL") or DEFAULT_API_URL)
-        profile = check_profile(_text(env, "LETAGENTS_EXECUTION_PROFILE") or DEFAULT_PROFILE)
+        profile = check_profile(
+            _text(env, "LETAGENTS_EXECUTION_PROFILE") or DEFAULT_PROFILE,
+            bounded_turns=_text(env, BOUNDED_TURNS_ENV) == "1",
+        )
         state_path = _path(env, STATE_PATH_ENV, STATE_FILE)
         token = _text(env, TOKEN_ENV)
+        bearer = _text(env, WORKER_BEARER_ENV)
+        # The Node server's rules need the API URL as set: a default is not "explicit".
+        credential_mode(
+            profile=profile,
+            bearer=bearer,
+            owner_token=token,
+            api_url=_text(env, "LETAGENTS_API_URL"),
+        )
         # Named when the room refuses the token: the variable, else the state file.
         origin = TOKEN_ENV if token is not None else f"auth.token of {state_path}"
         return cls(
@@ -238,5 +280,5 @@ class ServerConfig:
             poll_max_ms=poll_max_from_env(env),
             runtime_label=detect_runtime_label(env),
             ide_label=detect_ide_label(env),
-            owner_mode=not env.get(WORKER_BEARER_ENV),
+            worker_bearer=bearer,
         )

@@ -10,6 +10,16 @@ checks the worker's connection, yields its session (whose room replaces
 same guard. With neither, the call is the owner's own, in ``room_id``. In
 other profiles ``worker_id`` is not part of any schema (see ``_tools.py``).
 
+**Whose credential** (the config's ``mode``, ``_profiles.py``). With a worker
+bearer, no ``worker_id`` and no ``agent_session_id`` (or the marker
+``worker_bearer``) the call acts as the marker session, and every request
+carries the bearer alone: no session headers, whoever the call acts as
+(``buildAgentDeliveryHeaders``). In supervised mode no request is sent at all
+(this server has no supervisor bridge to borrow a credential from). A *write*
+(``send_message``) in owner mode must act as a worker session
+(``requireWorkerAgentSession``): the owner's own call is refused in a hosted
+room, as a controller's session is.
+
 **One room call** (:func:`call_as`): ``method /rooms/{room}/{route}`` with the
 session's credentials (``RoomClient`` records an ended session on a 401,
 §5.7), bounded for long polls; or, in a room the chat-storage settings mark
@@ -41,7 +51,13 @@ from mcp_types import CallToolResult, TextContent
 from .._client import encode_room_path
 from .._errors import LetAgentsError, RoomUnreachable, WorkerError
 from .._redact import redact
-from ..workers._wire import CONNECTION_REPLACED_OR_DISCONNECTED_TEXT
+from ..workers._legacy import WORKER_BEARER_SESSION_ID
+from ..workers._wire import (
+    CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
+    WORKER_KIND_REQUIRED_TEXT,
+    WORKER_SESSION_REQUIRED_TEXT,
+)
+from ._profiles import OWNER, SUPERVISED, SUPERVISED_CREDENTIAL_TEXT, WORKER
 
 if TYPE_CHECKING:
     from .._client import RoomClient
@@ -112,7 +128,7 @@ def _compact(value: object) -> str:
 
 
 def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None]) -> str:
-    secrets = [state.config.token, state.store.owner_token()]
+    secrets = [state.config.token, state.config.worker_bearer, state.store.owner_token()]
     secrets.extend(s.session_token for s in sessions if s is not None)
     redacted = redact(text, secrets)
     if redacted != text:
@@ -173,6 +189,15 @@ class Who:
     worker_id: str | None
 
 
+def _as_marker(state: ServerState, who: Who) -> bool:
+    """Whether a worker bearer's call acts as its marker session (no worker, no other session)."""
+    return (
+        state.config.mode == WORKER
+        and blank(who.worker_id)
+        and (blank(who.agent_session_id) or who.agent_session_id == WORKER_BEARER_SESSION_ID)
+    )
+
+
 @asynccontextmanager
 async def _acting(state: ServerState, who: Who) -> AsyncIterator[tuple[str, AgentSession | None]]:
     """Resolve who a room tool acts as; yields ``(room_id, session or None)``.
@@ -186,6 +211,10 @@ async def _acting(state: ServerState, who: Who) -> AsyncIterator[tuple[str, Agen
         WorkerError: the facade's rules refused the call.
     """
     room = None if blank(who.room_id) else who.room_id
+    if room is not None and _as_marker(state, who):
+        await trio.lowlevel.checkpoint()
+        yield room, state.handles.worker_bearer_session(room)
+        return
     if not blank(who.worker_id) or not blank(who.agent_session_id):
         async with state.handles.acting_as(
             worker_id=None if blank(who.worker_id) else who.worker_id,
@@ -233,16 +262,19 @@ async def call_as(
     local: LocalCall,
     body: object = None,
     abort_ms: int | None = None,
+    write: bool = False,
 ) -> tuple[str, AgentSession | None, Any]:
     """One room call under the facade: ``method /rooms/{room}/{route}``, or ``local``.
 
     Returns ``(room_id, session or None, the answer)``. ``body`` is sent as
     JSON; with ``abort_ms`` the call is abandoned after that many
     milliseconds. In a local room nothing is sent: ``local(room, session)``
-    answers instead, inside the same guard.
+    answers instead, inside the same guard. A ``write`` in a hosted room, in
+    owner mode, must act as a worker session.
 
     Raises:
-        WorkerError: the facade's rules refused the call.
+        WorkerError: the facade's rules refused the call (a write without a
+            worker session, supervised mode: before anything is sent).
         ApiError: the room refused it.
         RoomUnreachable: the room could not be reached, or did not answer in time.
         LocalChatError: the local chat refused it (see ``local``).
@@ -254,15 +286,24 @@ async def call_as(
     async with _acting(state, who) as (room, session):
         if state.handles.is_local_room(room):
             return room, session, await local(room, session)
+        mode = state.config.mode
+        if mode == SUPERVISED:
+            raise WorkerError(SUPERVISED_CREDENTIAL_TEXT)
+        if write and mode == OWNER:
+            if session is None:
+                raise WorkerError(WORKER_SESSION_REQUIRED_TEXT)
+            if session.session_kind != "worker":
+                raise WorkerError(WORKER_KIND_REQUIRED_TEXT)
         path = f"/rooms/{encode_room_path(room)}/{route}"
+        sent = None if mode == WORKER else session  # the bearer is the whole credential
         if abort_ms is None:  # an ordinary call: the client's own deadline
-            return room, session, await state.client.call(method, path, json=body, session=session)
+            return room, session, await state.client.call(method, path, json=body, session=sent)
         # A long poll keeps its own deadline, instead of the client's.
         with trio.move_on_after(abort_ms / 1000) as scope:
             return (
                 room,
                 session,
-                await state.client.call(method, path, json=body, session=session, bounded=False),
+                await state.client.call(method, path, json=body, session=sent, bounded=False),
             )
     assert scope.cancelled_caught
     raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")

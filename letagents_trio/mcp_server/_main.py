@@ -25,6 +25,7 @@ from .._version import __version__
 from ..workers._identity import DEFAULT_RUNTIME_LABEL
 from ..workers._names import DEFAULT_IDE_LABEL
 from ._config import DEFAULT_PROFILE, KNOWN_PROFILES, ConfigError, ServerConfig
+from ._profiles import CURSOR_PROVIDER, SUPERVISED_POLLING_PROFILE, SUPERVISED_ROOM_TURN_PROFILE
 from ._server import create_server
 from ._tools import registered_tool_names
 
@@ -63,7 +64,16 @@ ENVIRONMENT: Final[tuple[tuple[str, str, str], ...]] = (
     ("LETAGENTS_POLL_MAX_MS", "180000", "the long-poll cap in ms (set the same on the room)"),
     ("LETAGENTS_RUNTIME", DEFAULT_RUNTIME_LABEL, "the runtime label of registrations"),
     ("LETAGENTS_IDE", DEFAULT_IDE_LABEL, "the IDE label of registrations"),
-    ("LETAGENTS_AGENT_SESSION_BEARER", "unset", "set by a supervisor: no worker handles"),
+    (
+        "LETAGENTS_AGENT_SESSION_BEARER",
+        "unset",
+        "set by a supervisor: the only credential (refuses LETAGENTS_TOKEN; no worker handles)",
+    ),
+    (
+        "LETAGENTS_SUPERVISED_BOUNDED_TURNS",
+        "unset",
+        "1 exactly with the profile supervised_room_turn",
+    ),
     (LOG_LEVEL_ENV, "INFO", "log level on stderr (DEBUG adds every HTTP request)"),
 )
 # Logged per request by the HTTP client at INFO; shown only at DEBUG.
@@ -105,24 +115,24 @@ def usage() -> str:
     return _parser().format_help()
 
 
-def runtime_contract(api_url: str | None = None) -> dict[str, Any]:
-    """The contract ``--letagents-runtime-contract`` prints: tools per supervised profile.
+def runtime_contract() -> dict[str, Any]:
+    """The contract ``--letagents-runtime-contract`` prints, as the Node server's
+    ``letAgentsRuntimeContract`` (``runtime-contract.ts``): the custodial poller's
+    tools (provider ``codex``) and the room turn's under the provider ``cursor``,
+    keyed ``cursor_supervised_room_turn`` (a key, not a profile).
 
     Each list comes from the same registration path as the served tools.
     """
-    base = ServerConfig() if api_url is None else ServerConfig(api_url=api_url)
-
-    def tools(profile: str) -> list[str]:
-        return registered_tool_names(ServerConfig(api_url=base.api_url, profile=profile))
-
     return {
         "format": 1,
         "profiles": {
             "supervised_mcp_polling": {
                 "contract": "custodial_polling_v1",
-                "tools": tools("supervised_mcp_polling"),
+                "tools": registered_tool_names(SUPERVISED_POLLING_PROFILE, "codex"),
             },
-            "cursor_supervised_room_turn": {"tools": tools("cursor_supervised_room_turn")},
+            "cursor_supervised_room_turn": {
+                "tools": registered_tool_names(SUPERVISED_ROOM_TURN_PROFILE, CURSOR_PROVIDER),
+            },
         },
     }
 
@@ -166,9 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
         return exc.code if isinstance(exc.code, int) else 2
     if options.letagents_runtime_contract:
-        sys.stdout.write(
-            json.dumps(runtime_contract(os.environ.get("LETAGENTS_API_URL") or None)) + "\n"
-        )
+        sys.stdout.write(json.dumps(runtime_contract(), separators=(",", ":")) + "\n")
         return 0
     try:
         configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"))

@@ -108,7 +108,7 @@ def readiness_text(config: ServerConfig) -> str:
             "format": 1,
             "profile": config.profile,
             "provider": config.provider,
-            "tools": registered_tool_names(config),
+            "tools": registered_tool_names(config.profile, config.provider),
         },
         separators=(",", ":"),
     )
@@ -139,7 +139,7 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
             ),
             lifespan=self._lifespan,
         )
-        register_tools(self, config)
+        register_tools(self, config.profile, config.provider)
         text = readiness_text(config)
 
         @self.resource(
@@ -181,9 +181,11 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
             async with (
                 RoomClient(
                     config.api_url,
-                    owner_token=config.owner_token_source(store),
+                    owner_token=config.room_credential(store),
                     transport=self._transport,
-                    state=store,
+                    # A 401 clears the owner's stored sign-in or ends a stored
+                    # session in owner mode only, as in the Node client.
+                    state=store if config.owner_mode else None,
                 ) as client,
                 open_connection_manager(
                     client, state=store, owner_mode=config.owner_mode

@@ -57,6 +57,7 @@ from pydantic import Field
 
 from .._errors import LocalChatError, WorkerError
 from .._protocol import MAX_MESSAGE_CHARS
+from ..workers._legacy import WORKER_BEARER_SESSION_ID
 from ..workers._local_chat import message_cursor
 from ..workers._wire import public_session
 from ._facade import (
@@ -70,11 +71,12 @@ from ._facade import (
     recheck,
     server_state,
 )
+from ._profiles import CURSOR_PROVIDER, FACADE_PROFILES, tool_surface
+from ._turn_tools import complete_room_turn, set_reply_thread
 
 if TYPE_CHECKING:
     from .._session import AgentSession
     from ..workers._results import WorkerRegistration
-    from ._config import ServerConfig
     from ._facade import ServerState
 
 T = TypeVar("T")
@@ -110,10 +112,21 @@ RESUMED_WORK: Final = (
     " {items}. Carry on with that work, or release what is not yours to do."
 )
 # The legacy path's hint (PROTOCOL §5.8 names the field; its text is ours).
+# The Node server's texts of the legacy path (tools/agent-sessions.ts).
 USE_AGENT_SESSION_ID: Final = (
-    'Pass agent_session_id "{session_id}" to room tools in this room. A chat that should'
-    " survive an MCP restart registers a worker with a registration_key instead."
+    "Pass this exact agent_session_id to wait_for_messages, send_message,"
+    " send_thread_message, post_status, and task tools for this specific worker."
+    " Do not rely on a shared current session."
 )
+USE_WORKER_BEARER_MARKER: Final = (
+    "This local worker-bearer session marker may be passed to room tools. The supplied"
+    " bearer remains the only server credential."
+)
+NO_CURRENT_ROOM: Final = {
+    "success": False,
+    "error": "No room_id provided and not currently in a room.",
+    "hint": "Join a room first, or pass room_id explicitly.",
+}
 # Our own texts for local rooms (upstream's local-room tools were not read):
 # there is no room server to keep guidelines, and a message must be from a session.
 LOCAL_GUIDELINES_TEXT: Final = (
@@ -307,7 +320,14 @@ async def _register_legacy(
     runtime: str | None,
     cwd: str | None,
 ) -> CallToolResult:
-    """The legacy path (PROTOCOL §5.8): a session of this process, answered pretty-printed."""
+    """The legacy path (PROTOCOL §5.8): a session of this process, answered pretty-printed.
+
+    Without a room (this server joins none, so none is current) the answer is
+    the Node server's ``success: false``; with a worker bearer, its marker.
+    """
+    if blank(room_id):
+        await trio.lowlevel.checkpoint()
+        return ok(state, NO_CURRENT_ROOM, pretty=True)
     registration = await state.handles.register_legacy(
         room_id=room_id,
         session_kind=session_kind,
@@ -316,14 +336,15 @@ async def _register_legacy(
         cwd=cwd,
     )
     session = registration.session
-    payload: dict[str, Any] = {
-        "success": True,
-        "agent_session": registration.public_session(),
-        "agent_session_id": session.session_id,
-    }
+    marker = session.session_id == WORKER_BEARER_SESSION_ID
+    payload: dict[str, Any] = {"success": True}
+    if marker:
+        payload["worker_bearer_mode"] = True
+    payload["agent_session"] = registration.public_session()
+    payload["agent_session_id"] = session.session_id
     if registration.adopted_task_leases:
         payload["resumed_work"] = _resumed_work(registration)
-    payload["use_agent_session_id"] = USE_AGENT_SESSION_ID.format(session_id=session.session_id)
+    payload["use_agent_session_id"] = USE_WORKER_BEARER_MARKER if marker else USE_AGENT_SESSION_ID
     return ok(state, payload, session, pretty=True)
 
 
@@ -366,7 +387,7 @@ async def send_message(
         )
 
     _, session, message = await call_as(
-        state, who, "POST", "messages", body={"text": text}, local=local
+        state, who, "POST", "messages", body={"text": text}, local=local, write=True
     )
     return ok(state, {"success": True, "message": message}, session)
 
@@ -527,22 +548,31 @@ _ROOM_TOOLS: Final[tuple[tuple[str, ToolFn], ...]] = (
     ("get_room_guidelines", get_room_guidelines),
     ("send_message", send_message),
     ("read_messages", read_messages),
-    ("wait_for_messages", wait_for_messages),
 )
 
 
-def register_tools(registrar: ToolRegistrar, config: ServerConfig) -> None:
-    """Register every tool ``config``'s profile serves: the only place that decides.
+def register_tools(registrar: ToolRegistrar, profile: str, provider: str | None = None) -> None:
+    """Register every tool ``profile`` serves (under ``provider``): the only place that decides.
 
-    Order is upstream's: agent-session tools (when the profile allows the
-    session lifecycle), room inspection, then message tools.
+    Order is upstream's (``register-tools.ts``): agent-session tools (when the
+    profile's surface has the session lifecycle), room inspection, message
+    tools (``wait_for_messages`` only with the delivery loop), then the room
+    turn's ``set_reply_thread`` and, for the provider ``cursor``,
+    ``complete_room_turn``.
     """
+    surface = tool_surface(profile)
     tools: list[tuple[str, ToolFn]] = []
-    if config.session_tools:
+    if surface.session_lifecycle:
         tools.extend(_SESSION_TOOLS)
     tools.extend(_ROOM_TOOLS)
+    if surface.delivery_loop:
+        tools.append(("wait_for_messages", wait_for_messages))
+    if surface.reply_thread:
+        tools.append(("set_reply_thread", set_reply_thread))
+        if provider == CURSOR_PROVIDER:
+            tools.append(("complete_room_turn", complete_room_turn))
     for name, fn in tools:
-        facade = config.worker_facade and name != "register_agent_session"
+        facade = profile in FACADE_PROFILES and name != "register_agent_session"
         has_worker_id = "worker_id" in inspect.signature(fn).parameters
         if has_worker_id and not facade and name != "register_agent_session":
             fn = _without_parameter(fn, "worker_id")
@@ -558,8 +588,8 @@ class _Recorder:
         self.names.append(name or fn.__name__)
 
 
-def registered_tool_names(config: ServerConfig) -> list[str]:
-    """The sorted names of the tools :func:`register_tools` registers for ``config``."""
+def registered_tool_names(profile: str, provider: str | None = None) -> list[str]:
+    """The sorted names of the tools :func:`register_tools` registers for ``profile``."""
     recorder = _Recorder()
-    register_tools(recorder, config)
+    register_tools(recorder, profile, provider)
     return sorted(recorder.names)

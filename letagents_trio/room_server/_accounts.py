@@ -10,9 +10,17 @@ session id and token must name a live session of the room, and, for agent
 write actions, a worker session. Being authenticated is the agent being heard
 (§2.2 step 7): ``last_seen_at`` and ``agent_heard_at`` move to now.
 
-A room's admins (:meth:`Accounts.room_admin`) are the people behind the room's
-owner-only routes: with dev auth and no memberships, the accounts that own a
-session (live or ended) in the room, calling with their owner bearer.
+Two kinds of bearer, as the letagents API has them: an *owner token* (what an
+MCP server sends for its owner) and a *person token* (``person_tokens``: a
+person signed in, the API's interactive sign-in). Both name an account; only a
+person may change a room's settings (:mod:`._guidelines`).
+
+A room's admins (:meth:`Accounts.is_admin`) are the account that created it
+(whose registration made it) and the accounts granted admin explicitly
+(:meth:`Accounts.grant_admin`), never an account for owning a session there:
+any owner may register an agent in any room, and that must not make it the
+room's admin. A room's *participants* are its admins and the accounts that own
+a session (live or ended) in it.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from .._protocol import (
     WORKER_REQUIRED_TEXT,
 )
 from ._registration import MAX_ACTOR_KEY_CHARS
-from ._store import Account
+from ._store import Account, RoomRow
 from ._wire import (
     OWNER_AUTH_TEXT,
     ROOM_NOT_FOUND_TEXT,
@@ -80,35 +88,53 @@ def agent_identity(account: Account, body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _login_of(tokens: Mapping[str, str], bearer: str | None) -> str | None:
+    """The login ``bearer`` maps to in ``tokens`` (compared in constant time), if any."""
+    if not bearer:
+        return None
+    found: str | None = None
+    for token, login in tokens.items():
+        if hmac.compare_digest(token.encode("utf-8"), bearer.encode("utf-8")):
+            found = login
+    return found
+
+
 @final
 @attrs.define(eq=False)
 class Accounts:
-    """Owner accounts and the authentication of session credentials.
+    """Owner accounts, people, room admins and the authentication of session credentials.
 
     Args:
         store: the room's rows.
         clock: the room's clock (epoch ms).
         owner_tokens: owner bearer token → account login.
+        person_tokens: a signed-in person's bearer token → account login.
     """
 
     store: RoomStore
     clock: RoomClock
     owner_tokens: Mapping[str, str] = attrs.field(repr=False)
+    person_tokens: Mapping[str, str] = attrs.field(factory=dict, repr=False)
     _agents: dict[str, dict[str, dict[str, Any]]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
-        for login in set(self.owner_tokens.values()):
+        for login in {*self.owner_tokens.values(), *self.person_tokens.values()}:
             if self.store.get_account(login) is None:
                 self.store.put_account(Account(account_id=account_id(login), login=login))
 
     def owner(self, owner_token: str | None) -> Account | None:
         """The account of an owner bearer token, if it is one."""
-        if not owner_token:
-            return None
-        for token, login in self.owner_tokens.items():
-            if hmac.compare_digest(token.encode("utf-8"), owner_token.encode("utf-8")):
-                return self.store.get_account(login)
-        return None
+        login = _login_of(self.owner_tokens, owner_token)
+        return None if login is None else self.store.get_account(login)
+
+    def bearer(self, token: str | None) -> tuple[Account, bool] | None:
+        """The account of either kind of bearer, and whether it is a person's; else None."""
+        login = _login_of(self.person_tokens, token)
+        if login is not None:
+            account = self.store.get_account(login)
+            return None if account is None else (account, True)
+        owner = self.owner(token)
+        return None if owner is None else (owner, False)
 
     def me(self, owner_token: str | None) -> Reply:
         """R1: the account of the bearer token, and its agents."""
@@ -131,23 +157,41 @@ class Accounts:
         self._agents.setdefault(account.login, {})[agent["name"]] = agent
         return Reply(status=200, body=agent)
 
-    def room_admin(self, room_id: str, owner_token: str | None, refusal: str) -> Account:
-        """The person calling, if they are one of the room's admins; else refuse.
+    def is_admin(self, room_id: str, account: Account) -> bool:
+        """Whether ``account`` created the room or was granted its admin."""
+        room = self.store.get_room(room_id)
+        return room is not None and (
+            room.created_by == account.account_id or account.account_id in room.admins
+        )
 
-        With dev auth there are no memberships: a room's admins are the accounts
-        that own at least one session (live or ended) in it.
+    def is_participant(self, room_id: str, account: Account) -> bool:
+        """Whether ``account`` is an admin of the room or owns a session (live or ended) in it."""
+        return self.is_admin(room_id, account) or any(
+            row.owner_account_id == account.account_id for row in self.store.room_sessions(room_id)
+        )
+
+    def grant_admin(self, room_id: str, login: str, now: int) -> None:
+        """Make ``login``'s account an admin of the room (made now, creator-less, if new)."""
+        if self.store.get_account(login) is None:
+            self.store.put_account(Account(account_id=account_id(login), login=login))
+        grantee = account_id(login)
+        room = self.store.get_room(room_id) or RoomRow(room_id=room_id, created_at=now)
+        if grantee not in room.admins:
+            self.store.put_room(attrs.evolve(room, admins=(*room.admins, grantee)))
+
+    def room_admin(self, room_id: str, bearer: str | None, refusal: str) -> Account:
+        """The caller's account (either kind of bearer), if it is one of the room's admins.
 
         Args:
             room_id: the room (its existence is the caller's check).
-            owner_token: the bearer token; a missing or unknown one is 401.
+            bearer: the bearer token; a missing or unknown one is 401.
             refusal: the 403 text for a known account that is not an admin.
         """
-        account = self.owner(owner_token)
-        if account is None:
+        found = self.bearer(bearer)
+        if found is None:
             refuse(401, OWNER_AUTH_TEXT)
-        if not any(
-            row.owner_account_id == account.account_id for row in self.store.room_sessions(room_id)
-        ):
+        account, _ = found
+        if not self.is_admin(room_id, account):
             refuse(403, refusal)
         return account
 

@@ -11,10 +11,11 @@ answers 413 (after the rest of it was read and dropped, when that is short),
 a body still arriving ``config.body_timeout`` after its headers 408, the
 oldest body still arriving when ``config.max_pending_bodies`` more arrive 503
 (so slow-body attackers cannot hold every file descriptor, nor lock
-legitimate clients out), malformed JSON, a non-object,
-an integer past Python's digit limit or a lone surrogate 400, an unknown path
-404, a known path with the wrong method 405; and an unexpected exception is
-logged and answered 500 (a bug, never a reaction to input).
+legitimate clients out), malformed JSON, a non-object, an integer past
+Python's digit limit or a lone surrogate (but in guidelines, whose rule strips
+it) 400, an unknown path 404, a known path with the wrong method 405; and an
+unexpected exception is logged and answered 500 (a bug, never a reaction to
+input).
 
 Room ids may contain ``/`` (``owner/repo``): each ``/``-separated segment is
 percent-decoded on its own, and a pattern's ``{room+}`` takes every segment
@@ -187,13 +188,15 @@ class _BodyGate:
                 return b"".join(chunks)
 
 
-def _parse_json(raw: bytes) -> dict[str, Any]:
+def _parse_json(raw: bytes, *, lone_surrogates: bool = False) -> dict[str, Any]:
     """The body as a JSON object, or 400.
 
     Valid JSON that no rule can use is refused here too: integers past
     Python's 4,300-digit conversion limit (``ValueError``), nesting past the
     parser's depth (``RecursionError``), and lone surrogates (``"\\ud800"``
-    is valid JSON, but no store, log or answer can encode the string).
+    is valid JSON, but no store, log or answer can encode the string), unless
+    ``lone_surrogates``: a route whose rule removes them (the guidelines, as
+    the letagents API does) takes them.
     """
     if not raw.strip():
         return {}
@@ -203,6 +206,8 @@ def _parse_json(raw: bytes) -> dict[str, Any]:
         raise _BadRequest(400, "Request body must be valid JSON.") from None
     if not isinstance(value, dict):
         raise _BadRequest(400, "Request body must be a JSON object.")
+    if lone_surrogates:
+        return value
     if b"\\u" in raw or not raw.isascii():  # how a surrogate can get in (UTF-16 too)
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -264,8 +269,9 @@ class _Request:
         found = parse_qs(bytes(self.scope.get("query_string", b"")).decode("latin-1"))
         return found.get(name, [None])[0]
 
-    async def body(self) -> dict[str, Any]:
-        return _parse_json(await self.gate.read(self.scope, self.receive))
+    async def body(self, *, lone_surrogates: bool = False) -> dict[str, Any]:
+        raw = await self.gate.read(self.scope, self.receive)
+        return _parse_json(raw, lone_surrogates=lone_surrogates)
 
     def credentials(self, body: Mapping[str, Any] | None = None) -> Credentials:
         return _credentials(self.scope, body)
@@ -359,7 +365,8 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         return room.room_guidelines(r.params["room"], r.credentials())
 
     async def put_guidelines(r: _Request) -> Reply:
-        body = await r.body()
+        # The letagents API strips a lone surrogate from guidelines and saves.
+        body = await r.body(lone_surrogates=True)
         return room.set_room_guidelines(r.params["room"], r.credentials(body), body)
 
     async def create_task(r: _Request) -> Reply:

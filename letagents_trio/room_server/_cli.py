@@ -4,6 +4,7 @@
 
     letagents-trio room [--host 127.0.0.1] [--port 3001] [--db PATH | --memory]
                         [--owner-tokens-file PATH] [--owner-token TOKEN=LOGIN]...
+                        [--person-tokens-file PATH] [--room-admin ROOM=LOGIN]...
                         [--max-silent-connections N]
 
 Rooms, sessions, messages and leases live in a SQLite file (``--db``, default
@@ -11,9 +12,13 @@ Rooms, sessions, messages and leases live in a SQLite file (``--db``, default
 nothing. Owner tokens map a bearer token to an account login; they come from
 ``--owner-tokens-file`` (a 0600 file of the user's), the environment
 (``LETAGENTS_ROOM_OWNER_TOKENS``) or ``--owner-token``, which any local user
-can read from ``/proc/PID/cmdline`` (:mod:`._owner_tokens`). With none, one
-dev account ``dev`` gets a fresh random token, written to stderr at start
-(this is the server's own terminal: the token is how you connect).
+can read from ``/proc/PID/cmdline`` (:mod:`._owner_tokens`). Person tokens
+(a person signed in: only a person changes a room's settings) come from
+``--person-tokens-file`` or ``LETAGENTS_ROOM_PERSON_TOKENS``. With no owner
+token, one dev account ``dev`` gets a fresh random owner token and person
+token, written to stderr at start (this is the server's own terminal: the
+tokens are how you connect). A room's admins are its creator (whose
+registration made it) and the logins ``--room-admin ROOM=LOGIN`` grants it.
 SIGINT or SIGTERM stops the room gracefully (held streams close silently,
 open requests get a bounded time to finish).
 """
@@ -37,6 +42,7 @@ import trio
 from ._config import MAX_SILENT_CONNECTIONS, RoomConfig
 from ._owner_tokens import (
     OWNER_TOKENS_ENV,
+    PERSON_TOKENS_ENV,
     OwnerTokensError,
     merge_owner_tokens,
     owner_tokens_from_env,
@@ -63,6 +69,13 @@ def _owner_token(value: str) -> tuple[str, str]:
     return pair
 
 
+def _room_admin(value: str) -> tuple[str, str]:
+    room, sep, login = value.rpartition("=")
+    if not sep or not room.strip() or not login.strip() or "/" in login:
+        raise argparse.ArgumentTypeError("expected ROOM=LOGIN (a login has no '/')")
+    return room.strip(), login.strip()
+
+
 def _positive(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -76,9 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="letagents-trio room",
         description="Run the reference letagents room (HTTP, hypercorn on trio).",
         epilog=(
-            f"Owner tokens also come from ${OWNER_TOKENS_ENV} (TOKEN=LOGIN entries separated"
-            " by commas or newlines). All sources are merged; with none, a dev account gets"
-            " a fresh token, written to stderr."
+            f"Owner tokens also come from ${OWNER_TOKENS_ENV}, person tokens from"
+            f" ${PERSON_TOKENS_ENV} (TOKEN=LOGIN entries separated by commas or newlines)."
+            " All sources are merged; with no owner token, a dev account gets a fresh owner"
+            " token and person token, written to stderr."
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
@@ -111,6 +125,27 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument(
+        "--person-tokens-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=(
+            "read person tokens (a person signed in: only a person changes a room's"
+            " settings) from PATH, as --owner-tokens-file"
+        ),
+    )
+    parser.add_argument(
+        "--room-admin",
+        action="append",
+        type=_room_admin,
+        default=[],
+        metavar="ROOM=LOGIN",
+        help=(
+            "make LOGIN an admin of ROOM (repeatable); a room's creator is its admin too,"
+            " an agent's owner never is for that alone"
+        ),
+    )
+    parser.add_argument(
         "--max-silent-connections",
         type=_positive,
         default=None,
@@ -132,6 +167,17 @@ def _owner_tokens(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[
         merge_owner_tokens(tokens, read_owner_tokens_file(args.owner_tokens_file), "the file")
     merge_owner_tokens(tokens, owner_tokens_from_env(environ), f"${OWNER_TOKENS_ENV}")
     merge_owner_tokens(tokens, dict(args.owner_token), "--owner-token")
+    return tokens
+
+
+def _person_tokens(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """Every source's person tokens, merged."""
+    tokens: dict[str, str] = {}
+    if args.person_tokens_file is not None:
+        found = read_owner_tokens_file(args.person_tokens_file, kind="person tokens")
+        merge_owner_tokens(tokens, found, "the file")
+    found = owner_tokens_from_env(environ, variable=PERSON_TOKENS_ENV)
+    merge_owner_tokens(tokens, found, f"${PERSON_TOKENS_ENV}")
     return tokens
 
 
@@ -162,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         owner_tokens = _owner_tokens(args, os.environ)
+        person_tokens = _person_tokens(args, os.environ)
+        if set(owner_tokens) & set(person_tokens):
+            raise OwnerTokensError("a token is given as both an owner token and a person token")
     except OwnerTokensError as exc:
         parser.error(str(exc))
     logging.basicConfig(
@@ -170,9 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not owner_tokens:
-        token = secrets.token_urlsafe(24)
+        token, person = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         owner_tokens = {token: DEV_LOGIN}
-        sys.stderr.write(f"dev account {DEV_LOGIN!r}: owner token {token}\n")
+        person_tokens.setdefault(person, DEV_LOGIN)
+        sys.stderr.write(f"dev account {DEV_LOGIN!r}: owner token {token}, person token {person}\n")
     store: RoomStore
     if args.memory:
         store = MemoryStore()
@@ -184,7 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = SQLiteStore(path)
         sys.stderr.write(f"room database: {path}\n")
     config = attrs.evolve(RoomConfig.from_env(), max_silent_connections=args.max_silent_connections)
-    room = Room(store=store, owner_tokens=owner_tokens, config=config)
+    room = Room(store=store, owner_tokens=owner_tokens, person_tokens=person_tokens, config=config)
+    for room_id, login in args.room_admin:
+        room.grant_admin(room_id, login)
     try:
         trio.run(_run, room, args.host, args.port)
     finally:

@@ -217,7 +217,7 @@ class MessageBoard:
         return Reply(status=201, body=message_json(message))
 
     def post_notice(
-        self, room_id: str, text: str, *, dedupe_id: str, source: str, prompt_kind: str
+        self, room_id: str, text: str, *, dedupe_id: str, source: str, prompt_kind: str | None
     ) -> MessageRow | None:
         """Post a notice as ``letagents`` once per dedupe id; ``None`` if already posted."""
         if self.store.message_by_dedupe_id(room_id, dedupe_id) is not None:

@@ -15,6 +15,11 @@ safe forms:
 
 All sources are merged; one token given two different logins is an error.
 Errors name the source and the line or entry number, never the token.
+
+*Person tokens* (a person signed in, who alone may change a room's settings)
+come the same two safe ways: ``--person-tokens-file PATH`` and
+:data:`PERSON_TOKENS_ENV` (``LETAGENTS_ROOM_PERSON_TOKENS``), with the same
+rules (the ``kind`` and ``variable`` arguments below).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Final
 
 __all__ = [
     "OWNER_TOKENS_ENV",
+    "PERSON_TOKENS_ENV",
     "OwnerTokensError",
     "merge_owner_tokens",
     "owner_tokens_from_env",
@@ -36,6 +42,8 @@ __all__ = [
 
 # The environment variable the room CLI reads owner tokens from.
 OWNER_TOKENS_ENV: Final = "LETAGENTS_ROOM_OWNER_TOKENS"
+# The environment variable the room CLI reads person (sign-in) tokens from.
+PERSON_TOKENS_ENV: Final = "LETAGENTS_ROOM_PERSON_TOKENS"
 # A tokens file is a few lines; anything larger is not one, and is not read whole.
 MAX_TOKENS_FILE_BYTES: Final = 1024 * 1024
 # Group and other permission bits: a tokens file with any of them is refused.
@@ -72,24 +80,25 @@ def merge_owner_tokens(into: dict[str, str], more: Mapping[str, str], where: str
             raise OwnerTokensError(f"{where}: a token is given two different logins")
 
 
-def _check_private(path: Path, info: os.stat_result) -> None:
+def _check_private(path: Path, info: os.stat_result, kind: str) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise OwnerTokensError(f"owner tokens file {path}: not a regular file")
+        raise OwnerTokensError(f"{kind} file {path}: not a regular file")
     if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
         raise OwnerTokensError(
-            f"owner tokens file {path}: owned by uid {info.st_uid}, not by this user"
-            f" (uid {os.geteuid()})"
+            f"{kind} file {path}: owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
         )
     mode = stat.S_IMODE(info.st_mode)
     if mode & _SHARED_BITS:
         raise OwnerTokensError(
-            f"owner tokens file {path}: mode {mode:04o} lets other users read or change it;"
+            f"{kind} file {path}: mode {mode:04o} lets other users read or change it;"
             f" it must be 0600 (chmod 600 {path})"
         )
 
 
-def read_owner_tokens_file(path: Path) -> dict[str, str]:
+def read_owner_tokens_file(path: Path, *, kind: str = "owner tokens") -> dict[str, str]:
     """The tokens in ``path``, after checking it is the user's own and private.
+
+    ``kind`` names the file in errors (``"person tokens"`` for those).
 
     Raises:
         OwnerTokensError: missing, not a regular file, not owned by this user,
@@ -101,9 +110,9 @@ def read_owner_tokens_file(path: Path) -> dict[str, str]:
         flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(path, flags)
     except OSError as exc:
-        raise OwnerTokensError(f"owner tokens file {path}: {exc.strerror}") from exc
+        raise OwnerTokensError(f"{kind} file {path}: {exc.strerror}") from exc
     try:
-        _check_private(path, os.fstat(fd))
+        _check_private(path, os.fstat(fd), kind)
         raw = b""
         while len(raw) <= MAX_TOKENS_FILE_BYTES and (
             chunk := os.read(fd, MAX_TOKENS_FILE_BYTES + 1 - len(raw))
@@ -112,25 +121,27 @@ def read_owner_tokens_file(path: Path) -> dict[str, str]:
     finally:
         os.close(fd)
     if len(raw) > MAX_TOKENS_FILE_BYTES:
-        raise OwnerTokensError(f"owner tokens file {path}: larger than {MAX_TOKENS_FILE_BYTES}")
+        raise OwnerTokensError(f"{kind} file {path}: larger than {MAX_TOKENS_FILE_BYTES}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise OwnerTokensError(f"owner tokens file {path}: not UTF-8") from exc
+        raise OwnerTokensError(f"{kind} file {path}: not UTF-8") from exc
     lines = (
         (number, line)
         for number, line in enumerate(text.splitlines(), start=1)
         if line.strip() and not line.lstrip().startswith("#")
     )
-    return _parse_all(lines, f"owner tokens file {path}, line")
+    return _parse_all(lines, f"{kind} file {path}, line")
 
 
-def owner_tokens_from_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The tokens in :data:`OWNER_TOKENS_ENV` (commas or newlines between entries).
+def owner_tokens_from_env(
+    environ: Mapping[str, str], *, variable: str = OWNER_TOKENS_ENV
+) -> dict[str, str]:
+    """The tokens in ``variable`` (commas or newlines between entries).
 
     Raises:
         OwnerTokensError: an entry is not ``TOKEN=LOGIN``.
     """
-    value = environ.get(OWNER_TOKENS_ENV, "")
+    value = environ.get(variable, "")
     entries = [e for e in value.replace("\n", ",").split(",") if e.strip()]
-    return _parse_all(enumerate(entries, start=1), f"${OWNER_TOKENS_ENV}, entry")
+    return _parse_all(enumerate(entries, start=1), f"${variable}, entry")

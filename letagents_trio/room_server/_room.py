@@ -110,15 +110,21 @@ class Room:
         store: where rows live (:class:`MemoryStore` or :class:`SQLiteStore`).
         clock: the clock every time-based rule reads (epoch ms).
         owner_tokens: owner bearer token → account login (dev auth).
+        person_tokens: bearer token of a person signed in → account login
+            (the API's interactive sign-in; only a person changes a room's
+            settings).
         config: intervals and limits; upstream's defaults unless given (the
             room never reads the environment: its entry point does).
 
-    The four are set once: the room's parts hold them.
+    The five are set once: the room's parts hold them.
     """
 
     store: RoomStore = attrs.field(on_setattr=attrs.setters.frozen)
     clock: RoomClock = attrs.field(factory=SystemClock, on_setattr=attrs.setters.frozen)
     owner_tokens: Mapping[str, str] = attrs.field(
+        factory=dict, repr=False, on_setattr=attrs.setters.frozen
+    )
+    person_tokens: Mapping[str, str] = attrs.field(
         factory=dict, repr=False, on_setattr=attrs.setters.frozen
     )
     config: RoomConfig = attrs.field(factory=RoomConfig, on_setattr=attrs.setters.frozen)
@@ -132,7 +138,7 @@ class Room:
 
     def __attrs_post_init__(self) -> None:
         store, clock, config = self.store, self.clock, self.config
-        self._accounts = accounts = Accounts(store, clock, self.owner_tokens)
+        self._accounts = accounts = Accounts(store, clock, self.owner_tokens, self.person_tokens)
         self._streams = StreamRegistry(
             store,
             clock,
@@ -178,9 +184,10 @@ class Room:
     def process_statistics(self, room_id: str, owner_token: str | None) -> Reply:
         """``GET /rooms/{room}/process-statistics`` (ours): one room's stream counters.
 
-        Read-only, for the room's admins as people (the owner bearer alone is
-        looked at, as on the guidelines): 404 for an unknown room, 401 without a
-        known bearer, 403 for an account that owns no session in the room.
+        Read-only, for the room's admins (the bearer alone is looked at, an
+        owner's or a person's): 404 for an unknown room, 401 without a known
+        bearer, 403 for an account that neither created the room nor was
+        granted its admin.
 
         Returns:
             200 with ``room_id`` and the room's stream counters (``held``,
@@ -284,8 +291,10 @@ class Room:
     ) -> tuple[Reply, list[SessionRow]]:
         """Decide and write one registration; return its reply and the rows it ended."""
         now = self.now_ms()
-        if self.store.get_room(room_id) is None:
-            self.store.put_room(RoomRow(room_id=room_id, created_at=now))
+        if self.store.get_room(room_id) is None:  # its creator is its first admin
+            self.store.put_room(
+                RoomRow(room_id=room_id, created_at=now, created_by=account.account_id)
+            )
         plan = _registration.plan_registration(
             req,
             account=account,
@@ -447,7 +456,7 @@ class Room:
         *,
         dedupe_id: str,
         source: str = _messages.LIVENESS_SOURCE,
-        prompt_kind: str = "auto",
+        prompt_kind: str | None = "auto",
     ) -> MessageRow | None:
         """Post a room notice as ``letagents`` once per dedupe id; ``None`` if already posted."""
         return self._board.post_notice(
@@ -476,16 +485,24 @@ class Room:
         """
         return await self._board.poll(room_id, creds, after=after, wait_ms=wait_ms)
 
-    # --- guidelines -------------------------------------------------------------------------
+    # --- admins and guidelines ---------------------------------------------------------------
+
+    def grant_admin(self, room_id: str, login: str) -> None:
+        """Make ``login``'s account an admin of ``room_id`` (the room is made if new).
+
+        Admin rights come from creating the room (the first registration) or
+        from this grant, never from owning a session in it.
+        """
+        self._accounts.grant_admin(room_id, login, self.now_ms())
 
     def room_guidelines(self, room_id: str, creds: Credentials) -> Reply:
-        """``GET /rooms/{room}/agent-guidelines``: for the room's agents and admins."""
+        """``GET /rooms/{room}/agent-guidelines``: for the room's agents and participants."""
         return self._guidelines.get(room_id, creds)
 
     def set_room_guidelines(
         self, room_id: str, creds: Credentials, body: Mapping[str, Any]
     ) -> Reply:
-        """``PUT /rooms/{room}/agent-guidelines``: an admin (a person, never an agent) sets them."""
+        """``PUT /rooms/{room}/agent-guidelines``: an admin signed in as a person sets them."""
         return self._guidelines.put(room_id, creds, body)
 
     # --- tasks and leases (minimal) ---------------------------------------------------------

@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, final
 
@@ -60,13 +61,27 @@ class Account:
     login: str
 
 
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    """A stored list (JSON has no tuples) as the row's tuple."""
+    return tuple(values)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RoomRow:
-    """A room; rooms exist from their first registration on."""
+    """A room; rooms exist from their first registration (or an admin grant) on.
+
+    Attributes:
+        created_by: the account id whose registration made the room (its
+            first admin); None for a room made by a grant, or stored before
+            rooms recorded it.
+        admins: account ids granted admin explicitly, besides the creator.
+    """
 
     room_id: str
     created_at: int
+    created_by: str | None = None
+    admins: tuple[str, ...] = attrs.field(default=(), converter=_strings)
 
 
 # How a session was ended, stored in its end_reason: it left itself, a newer
@@ -180,10 +195,13 @@ class LeaseRow:
 @final
 @attrs.frozen(kw_only=True)
 class GuidelinesRow:
-    """A room's guidelines, as normalized and stored, and who set them when."""
+    """A room's guidelines, as normalized and stored, and who set them when.
+
+    ``guidelines`` is None once cleared (an empty text is stored as none).
+    """
 
     room_id: str
-    guidelines: str
+    guidelines: str | None
     updated_by: str
     updated_at: int
 

@@ -9,7 +9,8 @@ the algorithm.
 
 Scope
     Every handle belongs to one account on one API: ``<api_url>\\n<login>``
-    (login lower-cased, from ``GET /agents/me``, cached once it succeeds), or
+    (login lower-cased: the stored sign-in's own when the client's token is
+    its token, else from ``GET /agents/me``, cached once it succeeds), or
     ``<api_url>\\nlocal:<slug>`` without an owner token. When an owner token
     exists but the account cannot be read, every call fails *before anything
     is written or sent* ("Could not verify your LetAgents account…").
@@ -57,6 +58,10 @@ Disconnect
     record guarded by the token: a late answer about a predecessor never ends
     its successor.
 
+The legacy path (sessions of this process, not workers; and the worker-bearer
+marker) is :class:`~._legacy.LegacyRegistrar`'s; :meth:`WorkerHandles.register_legacy`
+checks the room and the mode, and hands it over.
+
 Only pins, the in-flight map and adopted leases live in memory (§6.4);
 everything else is in the state file, written only through
 :meth:`LocalStateStore.update`. This module is the orchestration (what to
@@ -70,29 +75,25 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import trio
 
-from .._errors import ApiError, StateUnavailable, WorkerError
+from .._errors import StateUnavailable, WorkerError
 from ._acting import act_as
-from ._flight import SingleFlight
+from ._connect import Connections
 from ._identity import DEFAULT_RUNTIME_LABEL, local_owner_slug
-from ._legacy import LEGACY_LOCAL_TEXT, LegacyRegistrar, supervised_session
+from ._legacy import LegacyRegistrar
 from ._names import DEFAULT_IDE_LABEL, js_trim
 from ._records import (
     create_or_reuse_worker,
     held_under,
     known_key,
-    pinned_current,
     registration_key_hash,
-    room_record,
     worker_in_scope,
-    worker_record,
 )
-from ._registration import AccountCache, Owner, Registrar, disconnect_at_room
+from ._registration import AccountCache, Owner, disconnect_at_room
 from ._results import WorkerHandlesStatistics, WorkerRegistration
 from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
@@ -169,21 +170,50 @@ class WorkerHandles:
     wording: HostWording = EMBEDDER_WORDING
     _account: AccountCache = attrs.field(
         default=attrs.Factory(
-            lambda h: AccountCache(h.client, h.token_origin, h.wording), takes_self=True
+            lambda h: AccountCache(h.client, h.token_origin, h.wording, h.state),
+            takes_self=True,
         ),
         init=False,
         repr=False,
     )
-    _pins: dict[str, AgentSession] = attrs.field(factory=dict, init=False)
-    _in_flight: SingleFlight[tuple[str, str], tuple[AgentSession, tuple[dict[str, str], ...]]] = (
-        attrs.field(factory=SingleFlight, init=False)
+    _connections: Connections = attrs.field(
+        default=attrs.Factory(
+            lambda h: Connections(
+                client=h.client,
+                state=h.state,
+                snapshot=h._snapshot,
+                manager=h.manager,
+                runtime_label=h.runtime_label,
+                ide_label=h.ide_label,
+                wording=h.wording,
+                owner_refused=h.forget_account,
+            ),
+            takes_self=True,
+        ),
+        init=False,
+        repr=False,
     )
-    _legacy: LegacyRegistrar | None = attrs.field(default=None, init=False, repr=False)
+    _legacy: LegacyRegistrar = attrs.field(
+        default=attrs.Factory(
+            lambda h: LegacyRegistrar(
+                client=h.client,
+                state=h.state,
+                runtime_label=h.runtime_label,
+                ide_label=h.ide_label,
+                manager=h.manager,
+                owner_label=h.local_owner or local_owner_slug(),
+                wording=h.wording,
+            ),
+            takes_self=True,
+        ),
+        init=False,
+        repr=False,
+    )
 
     def __repr__(self) -> str:
         return (
-            f"<WorkerHandles state={str(self.state.path)!r} pins={len(self._pins)}"
-            f" in_flight={len(self._in_flight)}>"
+            f"<WorkerHandles state={str(self.state.path)!r}"
+            f" pins={len(self._connections.pins)} in_flight={self._connections.in_flight}>"
         )
 
     # --- small questions -------------------------------------------------------------
@@ -194,13 +224,17 @@ class WorkerHandles:
 
     def pinned(self, session_id: str) -> AgentSession | None:
         """This process's pinned copy of a session, or ``None`` (§6.4)."""
-        return self._pins.get(session_id)
+        return self._connections.pins.get(session_id)
+
+    def worker_bearer_session(self, room_id: str) -> AgentSession:
+        """The worker-bearer marker session in ``room_id`` (``worker_bearer``; ``_legacy.py``)."""
+        return self._legacy.worker_bearer_session(room_id)
 
     def statistics(self) -> WorkerHandlesStatistics:
         """A frozen snapshot: pins, registrations in flight, whether the account is cached."""
         return WorkerHandlesStatistics(
-            pinned_sessions=len(self._pins),
-            registrations_in_flight=len(self._in_flight),
+            pinned_sessions=len(self._connections.pins),
+            registrations_in_flight=self._connections.in_flight,
             account_cached=self._account.cached,
         )
 
@@ -290,7 +324,11 @@ class WorkerHandles:
             raise WorkerError(sign_in_text(self.state.path, self.wording))
         if recover_lost_worker:
             held = held_under(
-                self._snapshot(), self._pins, name=recover_name, scope=owner.scope, room_id=room_id
+                self._snapshot(),
+                self._connections.pins,
+                name=recover_name,
+                scope=owner.scope,
+                room_id=room_id,
             )
             if not held:
                 raise WorkerError(recover_none_text(recover_name))
@@ -308,11 +346,8 @@ class WorkerHandles:
                 owner, registration_key, display_name, room_id
             )
         worker = worker_in_scope(self._snapshot(), worker_id, owner.scope, self.wording)
-        # One connect per (worker, room) at a time; a joiner shares the session,
-        # and the leases it adopted are the leader's to report.
-        (session, leases), led = await self._in_flight.run(
-            (str(worker["worker_id"]), room_id),
-            partial(self._connect, owner, worker, room_id, local=local, runtime=runtime, cwd=cwd),
+        (session, leases), led = await self._connections.connect(
+            owner, worker, room_id, local=local, runtime=runtime, cwd=cwd
         )
         return WorkerRegistration(
             worker_id=worker_id,
@@ -330,7 +365,9 @@ class WorkerHandles:
         data = self._snapshot()
         name_held_here: str | None = None
         if not known_key(data, owner.scope, key_hash):
-            held = held_under(data, self._pins, name=name, scope=owner.scope, room_id=room_id)
+            held = held_under(
+                data, self._connections.pins, name=name, scope=owner.scope, room_id=room_id
+            )
             name_held_here = held[0][1] if held else None
         new_id = new_worker_id()
         worker_id, created = await self.state.update(
@@ -341,55 +378,6 @@ class WorkerHandles:
         if created:
             logger.info("created worker %s", worker_id)
         return worker_id, name_held_here
-
-    async def _connect(
-        self,
-        owner: Owner,
-        worker: Mapping[str, Any],
-        room_id: str,
-        *,
-        local: bool,
-        runtime: str | None,
-        cwd: str | None,
-    ) -> tuple[AgentSession, tuple[dict[str, str], ...]]:
-        worker_id = str(worker["worker_id"])
-        data = self._snapshot()
-        record = worker_record(data, worker_id) or worker
-        room = room_record(record, room_id)
-        pin = pinned_current(data, self._pins, room)
-        if pin is not None:
-            logger.debug("worker %s in %s: pinned fast path", worker_id, room_id)
-            if not local:
-                self._hold(pin)
-            await trio.lowlevel.checkpoint()
-            return pin, ()
-        registrar = Registrar(
-            client=self.client,
-            state=self.state,
-            runtime_label=self.runtime_label,
-            ide_label=self.ide_label,
-            wording=self.wording,
-        )
-        try:
-            session, leases = await registrar.register(
-                owner, record, room_id, room, local=local, runtime=runtime, cwd=cwd
-            )
-        except ApiError as exc:
-            if exc.status == 401:  # the room refused the owner: ask for the account again
-                self.forget_account()
-            raise
-        self._pins[session.session_id] = session
-        if not local:
-            self._hold(session)
-        return session, leases
-
-    def _hold(self, session: AgentSession) -> None:
-        if self.manager is None or not self.manager.is_eligible(session):
-            return
-        try:
-            self.manager.hold(session)
-        except trio.ClosedResourceError:
-            logger.info("not holding %s: the connection manager is closing", session.session_id)
 
     # --- the legacy path ---------------------------------------------------------------
 
@@ -404,43 +392,29 @@ class WorkerHandles:
     ) -> WorkerRegistration:
         """Register a session of this process, not a durable worker (§5.8, ``_legacy.py``).
 
-        Under a supervisor (``owner_mode`` false) nothing is sent: the answer is
-        the session it recorded as the room's current one. ``worker_id`` is ``""``.
+        With a worker bearer (``owner_mode`` false) nothing is sent or stored:
+        the answer is the marker session ``worker_bearer``, the bearer being the
+        only credential. ``worker_id`` is ``""``.
 
         Raises:
-            WorkerError: no room or sign-in, a local room, or no supervised session.
+            WorkerError: no room or sign-in, or a local room.
             ApiError, RoomUnreachable: the room refused or did not answer.
         """
         if room_id is None or not js_trim(room_id):
             raise WorkerError(ROOM_REQUIRED_TEXT)
         if not self.owner_mode:
-            session = supervised_session(self._snapshot(), room_id)
             await trio.lowlevel.checkpoint()
+            session = self._legacy.worker_bearer_session(room_id, runtime=runtime)
             return WorkerRegistration(worker_id="", session=session)
-        owner = await self._owner()
-        if self.is_local_room(room_id):
-            raise WorkerError(LEGACY_LOCAL_TEXT)
-        if owner.login is None:
-            raise WorkerError(sign_in_text(self.state.path, self.wording))
-        if self._legacy is None:
-            self._legacy = LegacyRegistrar(
-                client=self.client,
-                state=self.state,
-                runtime_label=self.runtime_label,
-                ide_label=self.ide_label,
-            )
-        session, leases, replaced = await self._legacy.register(
-            owner,
+        return await self._legacy.register(
+            await self._owner(),
             room_id,
+            local=self.is_local_room(room_id),
             session_kind=session_kind or "worker",
             display_name=display_name,
             runtime=runtime,
             cwd=cwd,
         )
-        if replaced is not None and self.manager is not None:
-            self.manager.release(replaced.session_id)
-        self._hold(session)
-        return WorkerRegistration(worker_id="", session=session, adopted_task_leases=leases)
 
     # --- acting as a worker ------------------------------------------------------------
 
@@ -483,7 +457,7 @@ class WorkerHandles:
         """
         async with act_as(
             self._snapshot,
-            self._pins,
+            self._connections.pins,
             wording=self.wording,
             worker_id=worker_id,
             agent_session_id=agent_session_id,

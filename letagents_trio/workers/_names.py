@@ -43,10 +43,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Final, final
 
 import attrs
+
+from .._protocol import JS_SPACE
 
 __all__ = [
     "AGENT_CODENAME_SPACE",
@@ -65,6 +68,7 @@ __all__ = [
     "is_generic_name",
     "js_trim",
     "name_key",
+    "normalize_agent_base_name",
     "normalize_ide_label",
     "owner_attribution",
     "routing_handle",
@@ -115,15 +119,16 @@ _KNOWN_IDE_LABELS: Final = {
     "orchestrator": "Orchestrator",
 }
 
-# JavaScript's \s (what String.prototype.trim and /\s+/ use), spelled out so the
-# keys do not depend on Python's wider str.isspace (which adds \x1c-\x1f).
-_JS_SPACE: Final = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+# JavaScript's \s (what String.prototype.trim and /\s+/ use), so the keys do
+# not depend on Python's wider str.isspace (which adds \x1c-\x1f).
+_JS_SPACE: Final = JS_SPACE
 _SPACE_RUN: Final = re.compile(f"[{_JS_SPACE}]+")
 _TRIM: Final = re.compile(f"^[{_JS_SPACE}]+|[{_JS_SPACE}]+$")
 _NOT_HANDLE: Final = re.compile(r"[^a-z0-9_.:/\-]")
 _TOKEN_SPLIT: Final = re.compile(f"[{_JS_SPACE}_\\-]+")
 _ASCII_FOLD: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _DURABLE_WORKER_ID: Final = re.compile(r"worker_[0-9a-f]{32}")
+_NOT_SLUG: Final = re.compile(r"[^a-z0-9]+")
 
 
 def fold(s: str) -> str:
@@ -207,6 +212,18 @@ def codename(key: str, offset: int = 0) -> Codename:
     first, second = divmod(idx, len(CODENAME_WORDS))
     a, b = CODENAME_WORDS[first], CODENAME_WORDS[second]
     return Codename(display_name=_title(a) + _title(b), slug=a + b)
+
+
+def normalize_agent_base_name(name: str) -> str:
+    """An agent name as the account's directory compares it (``normalizeAgentBaseName``).
+
+    NFKD, characters outside ASCII dropped, lower-cased, runs of anything but
+    ``a-z0-9`` made one ``-``, trimmed of ``-``, a trailing ``-agent`` dropped;
+    ``"agent"`` when nothing is left.
+    """
+    plain = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    slug = _NOT_SLUG.sub("-", plain.lower()).strip("-")
+    return slug.removesuffix("-agent") or "agent"
 
 
 def _tokens(s: str) -> list[str]:

@@ -20,6 +20,7 @@ __all__ = [
     "LETAGENTS_DIR",
     "LOCAL_CHAT_DB_ENV",
     "LOCAL_CHAT_FILE",
+    "OWNER_TOKEN_ENV",
     "STATE_FILE",
     "STATE_PATH_ENV",
     "letagents_file",
@@ -36,6 +37,9 @@ CHAT_STORAGE_SETTINGS_ENV: Final = "LETAGENTS_CHAT_STORAGE_SETTINGS_PATH"
 # The local rooms' chat, and the Node client's variable for its path.
 LOCAL_CHAT_FILE: Final = "local-chat.sqlite"
 LOCAL_CHAT_DB_ENV: Final = "LETAGENTS_LOCAL_CHAT_DB"
+# The Node client's variable for the owner token; without it, the state file's
+# auth.token (read afresh for every request, so only the variable needs a restart).
+OWNER_TOKEN_ENV: Final = "LETAGENTS_TOKEN"
 
 
 def letagents_file(name: str) -> Path:

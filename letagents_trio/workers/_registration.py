@@ -28,12 +28,15 @@ held connections). A :class:`Registrar` does the registration itself:
    registration de-duplicates its name against the room's other sessions
    with codenames (never numbered suffixes).
 
-Who registers is an :class:`Owner`: the account login from ``GET /agents/me``
-(:func:`account_login`), or the local owner slug without an owner token.
+Who registers is an :class:`Owner`: the account login of the state file's
+sign-in (``auth.account.login``) when the client's token is that sign-in's,
+else from ``GET /agents/me`` (:func:`account_login`), or the local owner slug
+without an owner token (:class:`AccountCache`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -49,6 +52,7 @@ from .._session import AgentSession
 from ._git import git_branch
 from ._identity import local_host_id, process_host_id, registration_liveness
 from ._names import codename
+from ._paths import OWNER_TOKEN_ENV
 from ._records import (
     LocalSessionFacts,
     Operation,
@@ -66,7 +70,9 @@ from ._wire import (
     NO_ACCOUNT_ADVICE,
     NO_CANONICAL_IDENTITY_TEXT,
     NOT_A_ROOM_ADVICE,
+    RESTART_ADVICE,
     ROOM_FAILING_ADVICE,
+    SIGN_IN_AGAIN_ADVICE,
     TOKEN_REFUSED_ADVICE,
     UNREACHABLE_ADVICE,
     HostWording,
@@ -148,8 +154,7 @@ async def account_login(
     except ApiError as exc:
         if exc.status in (401, 403):
             cause = f"the room refused the owner token (HTTP {exc.status})"
-            origin = token_origin or "the RoomClient's owner_token"
-            raise _unverified(client, cause, TOKEN_REFUSED_ADVICE.format(origin=origin)) from exc
+            raise _unverified(client, cause, _token_refused_advice(token_origin)) from exc
         asked = f"GET {urlsplit(client.api_url).path}{ACCOUNT_PATH}"
         if exc.status in (404, 405):
             cause = f"{asked} answered HTTP {exc.status}"
@@ -166,6 +171,18 @@ async def account_login(
         advice = NO_ACCOUNT_ADVICE.format(api_url=api_url)
         raise _unverified(client, "its answer named no account login", advice)
     return login
+
+
+def _token_refused_advice(token_origin: str | None) -> str:
+    """Where the refused token came from, and how a new one takes effect.
+
+    ``LETAGENTS_TOKEN`` is read at start (restart); the state file's sign-in at
+    every request (sign in again); a RoomClient's own token as its embedder gives it.
+    """
+    if token_origin is None:
+        return TOKEN_REFUSED_ADVICE.format(origin="the RoomClient's owner_token", then="")
+    then = RESTART_ADVICE if token_origin == OWNER_TOKEN_ENV else SIGN_IN_AGAIN_ADVICE
+    return TOKEN_REFUSED_ADVICE.format(origin=token_origin, then=then)
 
 
 def _unverified(client: RoomClient, cause: str, advice: str) -> WorkerError:
@@ -385,12 +402,17 @@ class AccountCache:
 
     The cache belongs to one token: when the client's token changes (another
     process signed in) or goes (a sign-out cleared it), the login is asked
-    again, or forgotten.
+    again, or forgotten. When the client's token is the state file's sign-in
+    and that sign-in names its account (``auth.account.login``), the login is
+    taken from there and the room is not asked, as the Node client does
+    (``identity/directory.ts``): a sign-in knows whose it is, and a local
+    room then needs no HTTP at all.
     """
 
     client: RoomClient
     token_origin: str | None = None
     wording: HostWording = EMBEDDER_WORDING
+    state: LocalStateStore | None = None
     _login: str | None = attrs.field(default=None, init=False)
     # Which owner token the cached login belongs to (a digest, never the token).
     _key: str | None = attrs.field(default=None, init=False, repr=False)
@@ -415,10 +437,12 @@ class AccountCache:
             A checkpoint; a cancelled ask caches nothing.
         """
         key = self.client.owner_token_key
-        if key is None:
+        stored = self._stored_login(key)
+        if key is None or stored is not None:
             self.forget()
+            self._login, self._key = stored, key
             await trio.lowlevel.checkpoint()
-            return None
+            return stored
         if self._login is None or self._key != key:
             self.forget()
             self._login = await account_login(
@@ -428,6 +452,14 @@ class AccountCache:
         else:
             await trio.lowlevel.checkpoint()
         return self._login
+
+    def _stored_login(self, key: str | None) -> str | None:
+        """The stored sign-in's account login, if its token is the client's (digest ``key``)."""
+        auth = self.state.auth() if self.state is not None and key is not None else None
+        if auth is None or hashlib.sha256(auth.token.encode("utf-8")).hexdigest() != key:
+            return None
+        login = auth.account.get("login") if auth.account is not None else None
+        return login.strip() if isinstance(login, str) and login.strip() else None
 
 
 async def disconnect_at_room(client: RoomClient, session: AgentSession) -> str | None:

@@ -472,8 +472,15 @@ class LocalStateStore:
 
         await self.update(save)
 
-    async def clear_auth(self) -> bool:
+    async def clear_auth(self, refused_token: str | None = None) -> bool:
         """Forget the owner's sign-in (after a 401 on an owner call).
+
+        Args:
+            refused_token: the token the room refused: the sign-in is forgotten
+                only if it is the stored one (compared under the lock), so a
+                wrong ``LETAGENTS_TOKEN`` never signs every other process on
+                the machine out, nor does a refusal that raced a new sign-in.
+                None forgets the sign-in whatever it holds.
 
         Returns:
             True if a record was removed.
@@ -483,6 +490,13 @@ class LocalStateStore:
         """
 
         def clear(state: dict[str, Any]) -> bool:
+            if refused_token is not None:
+                record = mapping_at(state, "auth")
+                stored = record.get("token") if record is not None else None
+                if not isinstance(stored, str) or not secrets.compare_digest(
+                    stored.encode("utf-8"), refused_token.encode("utf-8")
+                ):
+                    return False
             return state.pop("auth", None) is not None
 
         return await self.update(clear)

@@ -46,8 +46,10 @@ __all__ = [
     "NO_CONNECTION_TEXT",
     "PUBLIC_SESSION_FIELDS",
     "RECOVER_ARGUMENTS_TEXT",
+    "RESTART_ADVICE",
     "ROOM_FAILING_ADVICE",
     "ROOM_REQUIRED_TEXT",
+    "SIGN_IN_AGAIN_ADVICE",
     "SIGN_IN_TEXT",
     "SUPERSEDED_LOCAL_TEXT",
     "SUPERSEDED_TEXT",
@@ -56,7 +58,9 @@ __all__ = [
     "UNKNOWN_SESSION_TEXT",
     "UNKNOWN_WORKER_TEXT",
     "UNREACHABLE_ADVICE",
+    "WORKER_KIND_REQUIRED_TEXT",
     "WORKER_OR_SESSION_TEXT",
+    "WORKER_SESSION_REQUIRED_TEXT",
     "HostWording",
     "durable_registration_body",
     "new_connection_token",
@@ -82,7 +86,7 @@ class HostWording:
     Attributes:
         holder: what has (or lacks) the owner token.
         api_url: where the room's address is set.
-        owner_token: how to give the owner token, as an instruction.
+        owner_token: how else to give the owner token than in the state file.
         register: the call that creates or resumes a worker.
     """
 
@@ -96,14 +100,14 @@ class HostWording:
 EMBEDDER_WORDING: Final = HostWording(
     holder="this RoomClient",
     api_url="the RoomClient's api_url",
-    owner_token="Pass your owner token to the RoomClient (owner_token=)",
+    owner_token="pass it to the RoomClient (owner_token=)",
     register="WorkerHandles.register",
 )
 # letagents-trio mcp: settings from the environment, workers through a tool.
 MCP_SERVER_WORDING: Final = HostWording(
     holder="this MCP server",
     api_url="the MCP server's LETAGENTS_API_URL",
-    owner_token="Set LETAGENTS_TOKEN to your owner token",
+    owner_token="set LETAGENTS_TOKEN to it and restart the MCP server",
     register="register_agent_session",
 )
 
@@ -134,9 +138,12 @@ ACCOUNT_UNVERIFIED_TEXT: Final = (
 # The advice for each cause of an unverified account.
 UNREACHABLE_ADVICE: Final = "Check that the room is running at that address ({api_url})."
 TOKEN_REFUSED_ADVICE: Final = (
-    "The owner token came from {origin}: replace it with a valid owner token for this room"
-    " and restart the MCP server."
+    "The owner token came from {origin}: replace it with a valid owner token for this room{then}."
 )
+# How a replaced token takes effect: the variable is read at start, the state
+# file at every request (so a new sign-in needs no restart).
+RESTART_ADVICE: Final = " and restart the MCP server"
+SIGN_IN_AGAIN_ADVICE: Final = " (sign in again: it is read at the next call)"
 ROOM_FAILING_ADVICE: Final = "The room is failing; retry once it answers again."
 NO_ACCOUNT_ADVICE: Final = "Check that the address is a letagents room API ({api_url})."
 # A 404 or 405 for GET /agents/me: the URL, not the room's health, is wrong.
@@ -159,8 +166,8 @@ UNKNOWN_WORKER_TEXT: Final = (
 # 9.
 SIGN_IN_TEXT: Final = (
     "Sign in before registering a worker in a hosted room: {holder} has no owner token."
-    " {owner_token}, or store it as auth.token in {state_path}"
-    " (the Node letagents client's sign-in writes it there), then restart the MCP server."
+    " Store it as auth.token in {state_path} (the Node letagents client's sign-in writes it"
+    " there; it is read at the next call), or {owner_token}."
     " Rooms marked local in the chat-storage settings need no sign-in."
 )
 # 10.
@@ -194,6 +201,14 @@ AMBIGUOUS_ROOM_TEXT: Final = (
     "This worker is registered in more than one room; pass room_id to choose one."
 )
 WORKER_OR_SESSION_TEXT: Final = "Pass worker_id (or a legacy agent_session_id) to act as a worker."
+# Upstream's requireWorkerAgentSession (runtime/agent-sessions.ts): a write
+# action (send_message, ...) without a session, or as a controller.
+WORKER_SESSION_REQUIRED_TEXT: Final = (
+    "Registered worker agent_session_id is required for this write action."
+    " Call register_agent_session for this room first, then pass the returned"
+    " agent_session_id explicitly."
+)
+WORKER_KIND_REQUIRED_TEXT: Final = "Worker agent_session_id is required for this write action."
 UNKNOWN_SESSION_TEXT: Final = (
     "Unknown agent_session_id for this MCP server. Register with register_agent_session first."
 )

@@ -60,8 +60,14 @@ async def test_mcp_help_names_every_variable_with_its_default() -> None:
             "LETAGENTS_EXECUTION_PROFILE",
             "typo_profile",
             "LETAGENTS_EXECUTION_PROFILE='typo_profile' is not a profile this server knows."
-            " Use one of: autonomous_mcp_worker, cursor_supervised_room_turn,"
-            " interactive_desktop, supervised_mcp_polling",
+            " Use one of: autonomous_mcp_worker, interactive_desktop,"
+            " supervised_mcp_polling, supervised_room_turn",
+        ),
+        # Issue 28 row 1: as the Node server (worker-bearer.ts), at start.
+        (
+            "LETAGENTS_AGENT_SESSION_BEARER",
+            "lasb_x",
+            "Worker bearer mode requires an explicit LETAGENTS_API_URL.",
         ),
         (
             # Issue 29: before, an unknown level silently meant INFO.

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from letagents_trio.testing import FakeRoom
 
 ROOM: Final = "room_shared"
+# What configs that need an HTTPS room name (worker bearers, supervised profiles).
+HTTPS_URL: Final = "https://room.test"
 
 
 def config_for(room: FakeRoom, tmp_path: Path, **changes: Any) -> ServerConfig:
@@ -30,6 +32,12 @@ def config_for(room: FakeRoom, tmp_path: Path, **changes: Any) -> ServerConfig:
     }
     options.update(changes)
     return ServerConfig(**options)
+
+
+def supervised_config(room: FakeRoom, tmp_path: Path, profile: str, **changes: Any) -> ServerConfig:
+    """A supervised profile's config: no owner token (the Node server refuses one for
+    custodial polling), an HTTPS API URL (the transport ignores it)."""
+    return config_for(room, tmp_path, profile=profile, token=None, api_url=HTTPS_URL, **changes)
 
 
 def text_of(result: CallToolResult) -> str:

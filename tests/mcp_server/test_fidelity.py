@@ -18,9 +18,9 @@ from mcp import Client
 
 from letagents_trio.mcp_server import create_server
 from letagents_trio.workers import LocalStateStore
-from letagents_trio.workers._legacy import SUPERVISED_NO_SESSION_TEXT
+from letagents_trio.workers._names import codename
 from letagents_trio.workers._wire import MCP_SERVER_WORDING as WORDING
-from letagents_trio.workers._wire import SUPERVISED_TEXT, sign_in_text
+from letagents_trio.workers._wire import sign_in_text
 
 from .helpers import ROOM, call_error, call_ok, config_for, register, text_of
 
@@ -125,16 +125,23 @@ async def test_the_legacy_path_registers_a_worker_and_replaces_it_on_a_second_ca
     assert set(first) == {"success", "agent_session", "agent_session_id", "use_agent_session_id"}
     assert first["agent_session"]["session_id"] == sid
     assert "session_token" not in json.dumps(first)
-    assert sid in first["use_agent_session_id"]
+    # Issue 28 row 7: the Node server's text (tools/agent-sessions.ts), not ours.
+    assert first["use_agent_session_id"] == (
+        "Pass this exact agent_session_id to wait_for_messages, send_message,"
+        " send_thread_message, post_status, and task tools for this specific worker."
+        " Do not rely on a shared current session."
+    )
     host = store.read().data["local_host_id"]
     (mine, first_body), (_, second_body) = [
         (r.bearer, r.body) for r in fake_room.requests_to("POST", REGISTRATIONS)
     ]
     assert mine == fake_room.owner_token
     assert set(first_body) == LEGACY_BODY_KEYS
-    assert first_body["actor_key"] == f"owner/agent-{host.removeprefix('host_')[:16]}"
-    assert first_body["actor_label"] == "Oak | owner's agent | Agent"
     assert UUID4.fullmatch(first_body["agent_instance_id"])
+    # The process identity (issue 28 row 7): the codename of instance:<uuid>.
+    name = codename(f"instance:{first_body['agent_instance_id']}")
+    assert first_body["actor_key"] == f"owner/{name.slug}"
+    assert first_body["actor_label"] == f"{name.display_name} | owner's agent | Agent"
     assert (first_body["display_name"], first_body["requested_base_display_name"]) == (
         "Oak",
         "Oak",
@@ -183,35 +190,23 @@ async def test_the_legacy_path_registers_a_controller_and_holds_nothing(
     assert fake_room.exits == []
 
 
-# --- 2. supervised mode ---------------------------------------------------------------------
-
-
-async def test_supervised_mode_registers_nothing_on_either_path(
+async def test_the_legacy_path_without_a_room_answers_success_false(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
-    """LETAGENTS_AGENT_SESSION_BEARER set: the durable path refuses with its text, and
-    the legacy path answers with the session the supervisor recorded; no request."""
-    supervisor = LocalStateStore(tmp_path / "mcp-state.json")
-    session = await fake_room.add_worker(display_name="Birch")
-    record = {**session.to_json(), "session_token": session.session_token}
-
-    def supervised(state: dict[str, Any]) -> None:
-        state["agent_sessions"] = {session.session_id: record}
-        state["current_agent_session_ids"] = {ROOM: session.session_id}
-
-    await supervisor.update(supervised)
-    config = config_for(fake_room, tmp_path, owner_mode=False)
+    """Issue 28 row 7. Node ``tools/agent-sessions.ts``: without ``room_id`` and no current
+    room, ``{success: false, error, hint}`` pretty-printed, a result and not a tool
+    error; nothing is sent. (This server joins no room, so none is ever current.)"""
     with trio.fail_after(10):
-        async with Client(
-            create_server(config, transport=fake_room.transport), mode="legacy"
-        ) as client:
-            durable = await call_error(client, "register_agent_session", _create("k"))
-            identity = await _legacy(client, display_name="Someone Else")
-            other_room = await call_error(
-                client, "register_agent_session", {"room_id": "room_other"}
-            )
-    assert durable == SUPERVISED_TEXT
-    assert identity["agent_session_id"] == session.session_id
-    assert identity["agent_session"]["display_name"] == "Birch"
-    assert other_room == SUPERVISED_NO_SESSION_TEXT
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            result = await client.call_tool("register_agent_session", {})
+    assert not result.is_error
+    assert text_of(result) == json.dumps(
+        {
+            "success": False,
+            "error": "No room_id provided and not currently in a room.",
+            "hint": "Join a room first, or pass room_id explicitly.",
+        },
+        indent=2,
+    )
     assert fake_room.requests == []

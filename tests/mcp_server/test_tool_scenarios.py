@@ -24,7 +24,7 @@ from letagents_trio.workers._wire import (
     UNKNOWN_WORKER_TEXT,
 )
 
-from .helpers import ROOM, call_error, call_ok, config_for, register
+from .helpers import HTTPS_URL, ROOM, call_error, call_ok, config_for, register
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -203,7 +203,9 @@ async def test_without_owner_mode_worker_handles_are_refused(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     """§4.1: under a supervisor's bearer (owner_mode off) nothing is registered or held."""
-    config = config_for(fake_room, tmp_path, owner_mode=False)
+    config = config_for(
+        fake_room, tmp_path, token=None, worker_bearer="lasb_test_bearer", api_url=HTTPS_URL
+    )
     with trio.fail_after(10):
         async with Client(
             create_server(config, transport=fake_room.transport), mode="legacy"

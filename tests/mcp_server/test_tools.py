@@ -19,11 +19,19 @@ from mcp import Client
 from letagents_trio.mcp_server import READINESS_URI, create_server
 from letagents_trio.mcp_server._server import READINESS_RESOURCE_NAME
 from letagents_trio.mcp_server._tools import registered_tool_names
-from letagents_trio.room_server import Credentials
+from letagents_trio.room_server import GuidelinesRow
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers import LocalStateStore
 
-from .helpers import ROOM, call_error, call_ok, config_for, register, text_of
+from .helpers import (
+    ROOM,
+    call_error,
+    call_ok,
+    config_for,
+    register,
+    supervised_config,
+    text_of,
+)
 
 ROOM_TOOLS = (
     "disconnect_agent_session",
@@ -62,30 +70,37 @@ async def test_tools_and_schemas(fake_room: FakeRoom, tmp_path: Path) -> None:
     }
 
 
-@pytest.mark.parametrize("profile", ["supervised_mcp_polling", "some_other_profile"])
+@pytest.mark.parametrize("profile", ["supervised_mcp_polling", "supervised_room_turn"])
 async def test_no_facade_outside_its_profiles(
     fake_room: FakeRoom, tmp_path: Path, profile: str
 ) -> None:
     """Only the two facade profiles add worker_id; supervised ones lose the session tools."""
-    config = config_for(fake_room, tmp_path, profile=profile)
+    config = supervised_config(fake_room, tmp_path, profile)
     with trio.fail_after(10):
         async with Client(create_server(config, transport=fake_room.transport)) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     for tool in tools.values():
-        if tool.name != "register_agent_session":  # its own worker_id is not the facade's
-            assert "worker_id" not in tool.input_schema["properties"], tool.name
-    has_session_tools = "register_agent_session" in tools
-    assert has_session_tools == (profile == "some_other_profile")
+        assert "worker_id" not in tool.input_schema["properties"], tool.name
+    assert "register_agent_session" not in tools
 
 
 @pytest.mark.parametrize(
-    "profile", ["interactive_desktop", "autonomous_mcp_worker", "supervised_mcp_polling"]
+    "profile",
+    [
+        "interactive_desktop",
+        "autonomous_mcp_worker",
+        "supervised_mcp_polling",
+        "supervised_room_turn",
+    ],
 )
 async def test_readiness_lists_exactly_the_registered_tools(
     fake_room: FakeRoom, tmp_path: Path, profile: str
 ) -> None:
     """The readiness resource is compact JSON naming exactly the tools a client can list."""
-    config = config_for(fake_room, tmp_path, profile=profile, provider="codex")
+    if profile.startswith("supervised"):
+        config = supervised_config(fake_room, tmp_path, profile, provider="codex")
+    else:
+        config = config_for(fake_room, tmp_path, profile=profile, provider="codex")
     with trio.fail_after(10):
         async with Client(create_server(config, transport=fake_room.transport)) as client:
             listed = sorted(tool.name for tool in (await client.list_tools()).tools)
@@ -100,7 +115,7 @@ async def test_readiness_lists_exactly_the_registered_tools(
         {"format": 1, "profile": profile, "provider": "codex", "tools": listed},
         separators=(",", ":"),
     )
-    assert listed == registered_tool_names(config)
+    assert listed == registered_tool_names(profile, "codex")
 
 
 async def test_register_send_wait_by_worker_id_alone(fake_room: FakeRoom, tmp_path: Path) -> None:
@@ -276,17 +291,17 @@ async def test_guidelines_come_from_the_agent_guidelines_route(
         server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
         async with Client(server, mode="legacy") as client:
             registered = await register(client)
-            written = fake_room.room.set_room_guidelines(
-                ROOM, Credentials(owner_token=fake_room.owner_token), {"guidelines": "Be kind.\r\n"}
+            # Set as the room's admins do: a person signed in (FakeRoom has none).
+            fake_room.room.store.put_guidelines(
+                GuidelinesRow(room_id=ROOM, guidelines="Be kind.", updated_by="owner", updated_at=0)
             )
-            assert written.status == 200
             answer = await call_ok(
                 client, "get_room_guidelines", {"worker_id": registered["worker_id"]}
             )
     assert answer["guidelines"] == "Be kind."
     assert (answer["room_id"], answer["updated_by"], answer["can_manage"]) == (ROOM, "owner", False)
     assert (answer["max_bytes"], answer["token_budget"]) == (8000, 2000)
-    assert "grant no permissions" in answer["note"]
+    assert "not by your user or your operator" in answer["note"]
     (read,) = fake_room.requests_to("GET", f"/rooms/{ROOM}/agent-guidelines")
     assert (read.session_id, read.has_session_token) == (
         registered["agent_session"]["session_id"],

@@ -92,24 +92,35 @@ async def test_a_refused_token_from_the_environment_names_letagents_token(
 async def test_a_refused_token_from_the_state_file_names_the_file(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
+    """Issue 28 row 10: the state file's token is read for every request, as Node's
+    ``getLetagentsToken`` reads it (``runtime/api.ts``), so the text asks for a new
+    sign-in, not a restart; only ``LETAGENTS_TOKEN`` is read at start."""
     store = LocalStateStore(tmp_path / "s.json")
     await store.save_auth("a-stale-stored-token")
     env = {"LETAGENTS_API_URL": fake_room.api_url, "LETAGENTS_STATE_PATH": str(store.path)}
     text = await register_error(ServerConfig.from_env(env), fake_room.transport)
-    assert f"The owner token came from auth.token of {store.path}: replace it" in text
-    assert "the room refused the owner token (HTTP 401)" in text
+    assert text == (
+        f"Could not verify your LetAgents account at {fake_room.api_url}: the room refused the"
+        f" owner token (HTTP 401). The owner token came from auth.token of {store.path}: replace"
+        " it with a valid owner token for this room (sign in again: it is read at the next"
+        " call)." + RETRY
+    )
+    assert "a-stale-stored-token" not in text
 
 
 async def test_no_token_names_the_variable_and_the_state_file_and_stores_nothing(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
+    """Issue 28 row 10: a sign-in stored in the state file is read at the next call
+    (Node's ``runtime/api.ts`` reads ``auth.token`` for every request); only the
+    variable needs a restart."""
     state = tmp_path / "mcp-state.json"
     text = await register_error(config_for(fake_room, tmp_path, token=None), fake_room.transport)
     assert text == (
         "Sign in before registering a worker in a hosted room: this MCP server has no owner"
-        " token. Set LETAGENTS_TOKEN to your owner token, or store it as auth.token in"
-        f" {state} (the Node letagents client's sign-in writes it there), then restart the MCP"
-        " server. Rooms marked local in the chat-storage settings need no sign-in."
+        f" token. Store it as auth.token in {state} (the Node letagents client's sign-in writes"
+        " it there; it is read at the next call), or set LETAGENTS_TOKEN to it and restart the"
+        " MCP server. Rooms marked local in the chat-storage settings need no sign-in."
     )
     assert not state.exists()
     assert fake_room.requests == []

@@ -28,7 +28,7 @@ from letagents_trio.room_server import (
 )
 from letagents_trio.testing._transport import open_streaming_transport
 
-from .helpers import EPOCH, OTHER_TOKEN, OWNER_TOKEN
+from .helpers import EPOCH, OTHER_PERSON_TOKEN, OTHER_TOKEN, OWNER_TOKEN, PERSON_TOKEN
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -49,6 +49,7 @@ def room(store: RoomStore) -> Room:
         store=store,
         clock=TrioClock(EPOCH),
         owner_tokens={OWNER_TOKEN: "owner", OTHER_TOKEN: "other"},
+        person_tokens={PERSON_TOKEN: "owner", OTHER_PERSON_TOKEN: "other"},
         config=RoomConfig(),
     )
 

@@ -22,6 +22,9 @@ from letagents_trio.workers._wire import durable_registration_body
 EPOCH: Final = 1_800_000_000_000
 OWNER_TOKEN: Final = "owner-test-token"
 OTHER_TOKEN: Final = "other-owner-token"
+# Person (sign-in) tokens of the same two accounts: only a person changes settings.
+PERSON_TOKEN: Final = "owner-person-token"
+OTHER_PERSON_TOKEN: Final = "other-person-token"
 ROOM: Final = "room_shared"
 UUID4: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 

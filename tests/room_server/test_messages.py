@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from letagents_trio._protocol import liveness_notice_after_from_env, poll_max_from_env
+from letagents_trio.mcp_server import ServerConfig
 from letagents_trio.room_server import RoomConfig
 from letagents_trio.room_server._messages import (
     Deliveries,
@@ -171,33 +172,65 @@ async def test_a_poll_whose_client_goes_away_stops_counting(
     [
         (None, 180_000),
         ("", 180_000),
+        ("   ", 180_000),
         ("abc", 180_000),
         ("nan", 180_000),
+        ("inf", 180_000),
+        ("Infinity", 180_000),
+        ("1e999", 180_000),
+        ("1e4", 180_000),
+        ("3.6e7", 180_000),
+        ("200_000", 180_000),
         ("999", 180_000),
+        ("-5000", 180_000),
+        ("\u0661\u0662\u0663\u0664", 180_000),
         ("1000", 1_000),
         ("2500.7", 2_500),
+        ("5000ms", 5_000),
+        (" \t+7000 ", 7_000),
+        ("\ufeff\u30008000", 8_000),
+        ("0x10000", 180_000),
         ("100000000", 86_400_000),
+        ("9" * 5000, 86_400_000),
     ],
 )
-def test_poll_cap_from_env(raw: str | None, expected: int) -> None:
+def test_poll_cap_from_env_as_parse_int_reads_it(raw: str | None, expected: int) -> None:
+    """Node ``src/shared/poll-timeout-cap.ts``: unset or ``""`` is 180 000; otherwise
+    ``Number.parseInt(raw, 10)``, ``NaN`` or below 1 000 is 180 000, clamped to
+    86 400 000. ``inf`` crashed both programs at start (OverflowError), and ``1e4``,
+    ``3.6e7``, ``200_000`` and ``5000ms`` gave other values. One function serves
+    the room and the MCP server, so the cap agrees (PROTOCOL §7.6)."""
     env = {} if raw is None else {"LETAGENTS_POLL_MAX_MS": raw}
     assert poll_max_from_env(env) == expected
     assert RoomConfig.from_env(env).poll_max_ms == expected
+    assert ServerConfig.from_env(env).poll_max_ms == expected
 
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
         (None, 1_800_000),
+        ("", 1_800_000),
         ("119999", 1_800_000),
         ("120000", 120_000),
         ("120000.9", 120_000),
+        (" 1.5e5 ", 150_000),
+        ("0x1D4C0", 120_000),
+        ("+200000", 200_000),
         ("3600000", 3_600_000),
         ("3600001", 1_800_000),
+        ("200_000", 1_800_000),
+        ("200000ms", 1_800_000),
+        ("Infinity", 1_800_000),
+        ("nan", 1_800_000),
+        ("\u0662\u0660\u0660\u0660\u0660\u0660", 1_800_000),
         ("x", 1_800_000),
     ],
 )
-def test_liveness_grace_from_env(raw: str | None, expected: int) -> None:
+def test_liveness_grace_from_env_as_number_reads_it(raw: str | None, expected: int) -> None:
+    """Node ``resolveOfflineAnnounceAfterMs`` (``liveness-sweep.ts``): ``Number(value)``,
+    finite and within 120 000-3 600 000, floored; else 1 800 000. ``Number`` refuses
+    ``200_000`` and non-ASCII digits (Python's ``float`` took both)."""
     env = {} if raw is None else {"LETAGENTS_LIVENESS_NOTICE_AFTER_MS": raw}
     assert liveness_notice_after_from_env(env) == expected
 

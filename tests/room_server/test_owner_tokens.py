@@ -15,8 +15,10 @@ import pytest
 import trio
 
 from letagents_trio.room_server import Room, _cli
+from letagents_trio.room_server._accounts import account_id
 from letagents_trio.room_server._owner_tokens import (
     OWNER_TOKENS_ENV,
+    PERSON_TOKENS_ENV,
     OwnerTokensError,
     owner_tokens_from_env,
     read_owner_tokens_file,
@@ -35,7 +37,7 @@ def tokens_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
     return path
 
 
-def served_tokens(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, str]:
+def served_room(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> Room:
     served: list[Room] = []
 
     async def serve(room: Room, host: str, port: int) -> None:
@@ -46,7 +48,11 @@ def served_tokens(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str,
     monkeypatch.setattr(logging, "basicConfig", lambda **_: None)  # leave root logging be
     assert _cli.main(["--memory", "--log-level", "WARNING", *argv]) == 0
     (room,) = served
-    return dict(room.owner_tokens)
+    return room
+
+
+def served_tokens(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, str]:
+    return dict(served_room(monkeypatch, argv).owner_tokens)
 
 
 def test_the_cli_reads_owner_tokens_from_a_private_file(
@@ -163,3 +169,51 @@ def test_the_pages_commands_make_a_tokens_file_the_room_accepts_on_a_fresh_home(
     folder = home / ".letagents"
     assert folder.stat().st_mode & 0o777 == 0o700
     assert read_owner_tokens_file(folder / "owner-tokens") == {"s3cret": "alice"}
+
+
+def test_the_cli_reads_person_tokens_and_grants_room_admins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28 row 5 / issue 30 row 5: only a person signed in changes a room's settings
+    (the API's ``settings.ts``), so the room takes person tokens (a private file or
+    ``LETAGENTS_ROOM_PERSON_TOKENS``); ``--room-admin ROOM=LOGIN`` is the explicit grant."""
+    monkeypatch.setenv(PERSON_TOKENS_ENV, "p2=bob")
+    path = tokens_file(tmp_path, f"{SECRET}-person=alice\n")
+    room = served_room(
+        monkeypatch,
+        [
+            "--owner-token",
+            "t1=alice",
+            "--person-tokens-file",
+            str(path),
+            "--room-admin",
+            "owner/repo=bob",
+        ],
+    )
+    assert dict(room.person_tokens) == {f"{SECRET}-person": "alice", "p2": "bob"}
+    row = room.store.get_room("owner/repo")
+    assert row is not None
+    assert row.admins == (account_id("bob"),)
+
+
+def test_a_token_that_is_both_an_owner_and_a_person_token_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(PERSON_TOKENS_ENV, f"{SECRET}=alice")
+    monkeypatch.setattr(_cli, "_run", lambda *_: pytest.fail("the room started"))
+    with pytest.raises(SystemExit):
+        _cli.main(["--memory", "--owner-token", f"{SECRET}=alice"])
+    err = capsys.readouterr().err
+    assert "both an owner token and a person token" in err
+    assert SECRET not in err
+
+
+def test_the_dev_account_gets_a_person_token_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(OWNER_TOKENS_ENV, raising=False)
+    monkeypatch.delenv(PERSON_TOKENS_ENV, raising=False)
+    room = served_room(monkeypatch, [])
+    assert set(room.owner_tokens.values()) == set(room.person_tokens.values()) == {"dev"}
+    (person,) = room.person_tokens
+    assert f"person token {person}" in capsys.readouterr().err

@@ -589,10 +589,11 @@ async def test_a_hosted_room_needs_a_sign_in(
         with pytest.raises(WorkerError) as caught:
             await p.handles.register(room_id=ROOM, registration_key="k")
     # Issue 29: an embedder runs no MCP server and sets no LETAGENTS_TOKEN.
-    assert str(caught.value).startswith(
+    assert str(caught.value) == (
         "Sign in before registering a worker in a hosted room: this RoomClient has no owner"
-        " token. Pass your owner token to the RoomClient (owner_token=), or store it as"
-        f" auth.token in {state_path}"
+        f" token. Store it as auth.token in {state_path} (the Node letagents client's sign-in"
+        " writes it there; it is read at the next call), or pass it to the RoomClient"
+        " (owner_token=). Rooms marked local in the chat-storage settings need no sign-in."
     )
     assert "LETAGENTS_TOKEN" not in str(caught.value)
     assert fake_room.requests == []

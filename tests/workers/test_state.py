@@ -796,6 +796,21 @@ async def test_auth_round_trip(
     assert await store.clear_auth() is False
 
 
+async def test_clear_auth_forgets_only_the_token_the_room_refused(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
+) -> None:
+    """Issue 28 row 9: a refused token that is not the stored one (an environment
+    token, or an old one a new sign-in replaced meanwhile) leaves the sign-in alone
+    (Node's ``runtime/api.ts`` clears on any owner 401; ours does better)."""
+    await store.save_auth("stored-secret")
+    before = read_bytes(state_path)
+    assert await store.clear_auth("env-secret") is False
+    assert await store.clear_auth("") is False
+    assert read_bytes(state_path) == before
+    assert await store.clear_auth("stored-secret") is True
+    assert "auth" not in load(state_path)
+
+
 async def test_save_auth_keeps_unknown_keys_and_drops_stale_known_ones(
     autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
 ) -> None:
