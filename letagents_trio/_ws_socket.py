@@ -159,7 +159,7 @@ class ProcessSocket:
         connection_id: str | None = None
         ended = False
         seen = False
-        # The answer to the latest ping of this read (RFC 6455 §5.5.3 lets the
+        # The answer to the latest ping of this read (RFC 6455, section 5.5.3, lets the
         # earlier ones go unanswered), made while the socket is still open.
         pong = b""
         for event in self._ws.events():

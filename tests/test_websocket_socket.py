@@ -266,7 +266,7 @@ async def test_the_latest_ping_of_a_read_is_answered_with_its_pong(
     autojump_clock: MockClock,
 ) -> None:
     """Issue 30 row 7: a ping flood cost a core, a pong written for every ping.
-    RFC 6455 §5.5.3 lets an endpoint answer only the most recent ping it has read."""
+    RFC 6455, section 5.5.3, lets an endpoint answer only the most recent ping it has read."""
     socket, room = open_socket()
     with trio.fail_after(1):
         await room.send(Ping(payload=b"1"), Ping(payload=b"2"))
