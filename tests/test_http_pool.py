@@ -1,4 +1,4 @@
-"""The kept-alive connections of exit announcements (``letagents_trio._pool``).
+"""The kept-alive connections of exit announcements (``letagents_trio._http._pool``).
 
 In memory, under the mock clock: a scripted room answers each request on each
 connection as the test says (an answer, a close, or silence).
@@ -17,9 +17,10 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio import AgentSession, RoomClient, RoomUnreachable, _client
-from letagents_trio._http1 import Connected, HTTPFailure, Origin, request_bytes
-from letagents_trio._pool import Answer, KeepAlivePool
+from letagents_trio import AgentSession, ApiError, RoomClient, RoomUnreachable
+from letagents_trio._http import Answer, HTTPFailure, Origin
+from letagents_trio._http._pool import KeepAlivePool
+from letagents_trio._http._request import request_bytes
 
 ORIGIN = Origin("http", "room.test", 80)
 OK = (
@@ -49,10 +50,8 @@ class ScriptedRoom:
     requests: list[tuple[dict[str, str], bytes]] = attrs.field(factory=list)
     # Connections the room saw closed by the client.
     closed: list[int] = attrs.field(factory=list)
-    absolute_form: bool = False
-    proxy_headers: tuple[tuple[str, str], ...] = ()
 
-    async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
         assert origin == ORIGIN
         assert self.nursery is not None
         ours, theirs = trio.testing.memory_stream_pair()
@@ -60,7 +59,7 @@ class ScriptedRoom:
         self.opened += 1
         self.nursery.start_soon(self._serve, number, theirs)
         await trio.lowlevel.checkpoint()
-        return Connected(ours, absolute_form=self.absolute_form, proxy_headers=self.proxy_headers)
+        return ours
 
     async def _serve(self, number: int, stream: trio.abc.Stream) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -111,16 +110,20 @@ async def room(nursery: trio.Nursery) -> ScriptedRoom:
     return ScriptedRoom(nursery=nursery)
 
 
-def pool_for(room: ScriptedRoom, *, keep: int = 8, max_body: int = 1024) -> KeepAlivePool:
-    return KeepAlivePool(room, ORIGIN, max_body=max_body, keep=keep)
+def pool_for(room: ScriptedRoom, *, keep: int = 8) -> KeepAlivePool:
+    return KeepAlivePool(room, ORIGIN, keep=keep)
+
+
+async def exchange(pool: KeepAlivePool, n: int = 1, *, max_body: int = 1024) -> Answer:
+    return await pool.exchange(exit_request(n), max_body=max_body)
 
 
 async def test_an_answered_connection_serves_the_next_request(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     pool = pool_for(room)
-    first = await pool.exchange(exit_request(1))
-    second = await pool.exchange(exit_request(2))
+    first = await exchange(pool, 1)
+    second = await exchange(pool, 2)
     assert (
         first
         == second
@@ -145,7 +148,7 @@ async def test_requests_asked_at_once_each_have_a_connection_and_none_waits_behi
     answers: list[Answer] = []
 
     async def ask(n: int) -> None:
-        answers.append(await pool.exchange(exit_request(n)))
+        answers.append(await exchange(pool, n))
 
     with trio.move_on_after(5) as scope:
         async with trio.open_nursery() as nursery:
@@ -164,8 +167,8 @@ async def test_a_connection_the_room_closed_while_idle_is_replaced_once(
 ) -> None:
     room.script = lambda connection, request: "close" if (connection, request) == (0, 1) else OK
     pool = pool_for(room)
-    await pool.exchange(exit_request(1))
-    answer = await pool.exchange(exit_request(2))
+    await exchange(pool, 1)
+    answer = await exchange(pool, 2)
     assert answer.status == 200
     assert room.opened == 2
     assert [(c, r, t.split("/")[4]) for c, r, t in room.seen] == [
@@ -181,7 +184,7 @@ async def test_a_request_that_fails_on_a_new_connection_fails(
     room.script = lambda connection, request: "close"
     pool = pool_for(room)
     with pytest.raises(HTTPFailure, match="RemoteProtocolError"):
-        await pool.exchange(exit_request())
+        await exchange(pool)
     assert room.opened == 1
 
 
@@ -190,9 +193,9 @@ async def test_a_kept_alive_connection_that_fails_again_on_the_new_one_fails(
 ) -> None:
     room.script = lambda connection, request: OK if connection == 0 and request == 0 else "close"
     pool = pool_for(room)
-    await pool.exchange(exit_request(1))
+    await exchange(pool, 1)
     with pytest.raises(HTTPFailure):
-        await pool.exchange(exit_request(2))
+        await exchange(pool, 2)
     assert room.opened == 2
 
 
@@ -201,8 +204,8 @@ async def test_a_connection_the_room_says_it_closes_is_not_kept(
 ) -> None:
     room.script = lambda connection, request: CLOSING
     pool = pool_for(room)
-    await pool.exchange(exit_request(1))
-    await pool.exchange(exit_request(2))
+    await exchange(pool, 1)
+    await exchange(pool, 2)
     assert room.opened == 2
     await trio.testing.wait_all_tasks_blocked()
     assert room.closed == [0, 1]
@@ -214,11 +217,11 @@ async def test_no_more_than_keep_connections_stay_idle(
     pool = pool_for(room, keep=2)
     async with trio.open_nursery() as nursery:
         for n in range(4):
-            nursery.start_soon(pool.exchange, exit_request(n))
+            nursery.start_soon(exchange, pool, n)
     assert room.opened == 4
     await trio.testing.wait_all_tasks_blocked()
     assert len(room.closed) == 2
-    assert repr(pool) == "<KeepAlivePool room.test:80 idle=2>"
+    assert repr(pool) == "<KeepAlivePool room.test idle=2>"
 
 
 async def test_an_answer_over_the_cap_fails_and_closes_its_connection(
@@ -226,10 +229,10 @@ async def test_an_answer_over_the_cap_fails_and_closes_its_connection(
 ) -> None:
     big = b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"x" * 2000
     room.script = lambda connection, request: big if connection == 0 else OK
-    pool = pool_for(room, max_body=1024)
+    pool = pool_for(room)
     with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
-        await pool.exchange(exit_request(1))
-    await pool.exchange(exit_request(2))
+        await exchange(pool, 1, max_body=1024)
+    await exchange(pool, 2)
     assert room.opened == 2
 
 
@@ -238,8 +241,8 @@ async def test_an_answer_of_exactly_the_cap_is_read(
 ) -> None:
     exact = b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + b"x" * 1024
     room.script = lambda connection, request: exact
-    pool = pool_for(room, max_body=1024)
-    assert (await pool.exchange(exit_request())).body == b"x" * 1024
+    pool = pool_for(room)
+    assert (await exchange(pool, max_body=1024)).body == b"x" * 1024
 
 
 async def test_a_cancelled_exchange_closes_its_connection(
@@ -248,10 +251,10 @@ async def test_a_cancelled_exchange_closes_its_connection(
     room.script = lambda connection, request: "silence" if connection == 0 else OK
     pool = pool_for(room)
     with trio.move_on_after(1):
-        await pool.exchange(exit_request(1))
+        await exchange(pool, 1)
     await trio.testing.wait_all_tasks_blocked()
     assert room.closed == [0]
-    await pool.exchange(exit_request(2))
+    await exchange(pool, 2)
     assert room.opened == 2
 
 
@@ -259,53 +262,27 @@ async def test_a_closed_pool_closes_its_idle_connections_and_takes_no_more(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     pool = pool_for(room)
-    await pool.exchange(exit_request(1))
+    await exchange(pool, 1)
     await pool.aclose()
     await trio.testing.wait_all_tasks_blocked()
     assert room.closed == [0]
     with pytest.raises(HTTPFailure, match=r"^the pool is closed$"):
-        await pool.exchange(exit_request(2))
+        await exchange(pool, 2)
 
 
-@pytest.mark.parametrize(
-    "proxy_headers",
-    [
-        (),
-        (("Proxy-Authorization", "Basic dTpw"),),
-        (("Proxy-Authorization", "Basic dTpw"), ("Via", "1.1 us")),
-    ],
-)
-async def test_through_a_forwarding_proxy_the_request_names_the_whole_url(
-    autojump_clock: trio.testing.MockClock,
-    room: ScriptedRoom,
-    proxy_headers: tuple[tuple[str, str], ...],
-) -> None:
-    room.absolute_form = True
-    room.proxy_headers = proxy_headers
-    pool = pool_for(room)
-    assert (await pool.exchange(exit_request(1))).status == 200
-    assert (await pool.exchange(exit_request(2))).status == 200
-    assert [target for _, _, target in room.seen] == [
-        "http://room.test/rooms/r/agent-sessions/s1/process/exit",
-        "http://room.test/rooms/r/agent-sessions/s2/process/exit",
-    ]
-    for fields, body in room.requests:
-        assert fields[":method"] == "POST"
-        assert body == b"{}"
-        assert [(k, v) for k, v in fields.items() if k in ("proxy-authorization", "via")] == [
-            (name.lower(), value) for name, value in proxy_headers
-        ]
-
-
-async def test_a_tunnel_keeps_the_origin_form(
+async def test_the_request_goes_out_as_serialized_in_origin_form(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    """A proxy that tunnels (``CONNECT``) hands over a raw path: nothing is added."""
     pool = pool_for(room)
-    await pool.exchange(exit_request(1))
-    [(fields, _)] = room.requests
+    await exchange(pool, 1)
+    [(fields, body)] = room.requests
     assert room.seen == [(0, 0, "/rooms/r/agent-sessions/s1/process/exit")]
-    assert "proxy-authorization" not in fields
+    assert (fields[":method"], fields["host"], fields["content-length"], body) == (
+        "POST",
+        "room.test",
+        "2",
+        b"{}",
+    )
 
 
 async def test_an_informational_answer_is_skipped(
@@ -313,15 +290,15 @@ async def test_an_informational_answer_is_skipped(
 ) -> None:
     room.script = lambda connection, request: b"HTTP/1.1 100 Continue\r\n\r\n" + OK
     pool = pool_for(room)
-    assert (await pool.exchange(exit_request())).status == 200
+    assert (await exchange(pool)).status == 200
 
 
 async def test_a_pool_that_keeps_none_closes_every_connection_once_answered(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     pool = pool_for(room, keep=0)
-    await pool.exchange(exit_request(1))
-    await pool.exchange(exit_request(2))
+    await exchange(pool, 1)
+    await exchange(pool, 2)
     await trio.testing.wait_all_tasks_blocked()
     assert room.opened == 2
     assert room.closed == [0, 1]
@@ -333,9 +310,9 @@ async def test_a_kept_alive_connection_broken_mid_answer_fails_the_request(
     """Bytes of an answer came: the room had the request. Only an idle close is retried."""
     room.script = lambda connection, request: OK if request == 0 else "half"
     pool = pool_for(room)
-    await pool.exchange(exit_request(1))
+    await exchange(pool, 1)
     with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
-        await pool.exchange(exit_request(2))
+        await exchange(pool, 2)
     assert room.opened == 1
 
 
@@ -348,8 +325,8 @@ async def test_a_head_up_to_the_lean_paths_cap_is_read(
     room.script = lambda connection, request: big_head
 
     class Trickling:
-        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
-            stream = (await room.open_stream(origin)).stream
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            stream = await room.open_stream(origin)
             assert isinstance(stream, trio.StapledStream)
             receive = stream.receive_stream
             assert isinstance(receive, trio.testing.MemoryReceiveStream)
@@ -360,23 +337,23 @@ async def test_a_head_up_to_the_lean_paths_cap_is_read(
                 return await original(4096)
 
             receive.receive_some = small  # type: ignore[method-assign, assignment]
-            return Connected(stream)
+            return stream
 
-    pool = KeepAlivePool(Trickling(), ORIGIN, max_body=1024)
-    assert (await pool.exchange(exit_request())).body == b"{}"
+    pool = KeepAlivePool(Trickling(), ORIGIN)
+    assert (await exchange(pool)).body == b"{}"
 
 
 async def test_an_opener_that_fails_is_an_http_failure(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     class Refusing:
-        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
             await trio.lowlevel.checkpoint()
             raise ConnectionRefusedError(111, "refused")
 
-    pool = KeepAlivePool(Refusing(), ORIGIN, max_body=1024)
+    pool = KeepAlivePool(Refusing(), ORIGIN)
     with pytest.raises(HTTPFailure, match=r"^ConnectionRefusedError$"):
-        await pool.exchange(exit_request())
+        await exchange(pool)
 
 
 async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
@@ -407,27 +384,26 @@ async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
             await self.inner.aclose()
 
     class WrappingOpener:
-        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
-            connected = await room.open_stream(origin)
-            return Connected(Wrapped(connected.stream))
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            return Wrapped(await room.open_stream(origin))
 
     room.script = lambda connection, request: CLOSING if request == 0 else "close"
-    pool = KeepAlivePool(WrappingOpener(), ORIGIN, max_body=1024)
-    await pool.exchange(exit_request())
+    pool = KeepAlivePool(WrappingOpener(), ORIGIN)
+    await exchange(pool)
     assert closed == ["aclose"]
     # And one that fails: closed all the same.
     room.script = lambda connection, request: "close"
     with pytest.raises(HTTPFailure):
-        await pool.exchange(exit_request())
+        await exchange(pool)
     assert closed == ["aclose", "aclose"]
 
 
 def test_keep_may_not_be_negative() -> None:
     with pytest.raises(ValueError, match="keep must not be negative"):
-        KeepAlivePool(ScriptedRoom(), ORIGIN, max_body=1, keep=-1)
+        KeepAlivePool(ScriptedRoom(), ORIGIN, keep=-1)
 
 
-# --- RoomClient's exits over the pool ---------------------------------------------
+# --- RoomClient's exits over the lean stack's pool ------------------------------------
 
 SESSION = AgentSession(room_id="r", session_id="s-1", session_token="tok-secret-1")
 
@@ -436,64 +412,83 @@ def client_for(room: ScriptedRoom, owner: list[str]) -> RoomClient:
     return RoomClient("http://room.test", opener=room, owner_token=lambda: owner[0])
 
 
-async def test_a_prepared_exit_is_sent_as_it_was_made(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, monkeypatch: pytest.MonkeyPatch
+async def test_each_exit_is_made_as_it_is_sent_and_shares_the_kept_alive_connection(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     owner = ["owner-secret-1"]
     client = client_for(room, owner)
-    prepared = client.prepare_exit(SESSION, "c-1")
-    made: list[object] = []
-
-    def counted(*args: object) -> bytes:
-        made.append(args)
-        return b""
-
-    monkeypatch.setattr(_client, "request_bytes", counted)
-    assert await client.announce_exit(SESSION, "c-1", prepared=prepared) is True
-    assert made == []
-    assert room.seen == [(0, 0, "/rooms/r/agent-sessions/s-1/process/exit")]
+    assert await client.announce_exit(SESSION, "c-1") is True
+    owner[0] = "owner-secret-2"
+    other = attrs.evolve(SESSION, session_id="s-2")
+    assert await client.announce_exit(other, None) is True
+    assert room.opened == 1
+    assert [(c, r, t) for c, r, t in room.seen] == [
+        (0, 0, "/rooms/r/agent-sessions/s-1/process/exit"),
+        (0, 1, "/rooms/r/agent-sessions/s-2/process/exit"),
+    ]
+    sent = [(fields["authorization"], json.loads(body)) for fields, body in room.requests]
+    assert sent == [
+        (
+            "Bearer owner-secret-1",
+            {
+                "agent_session_id": "s-1",
+                "agent_session_token": "tok-secret-1",
+                "process_connection_id": "c-1",
+            },
+        ),
+        (
+            "Bearer owner-secret-2",
+            {
+                "agent_session_id": "s-2",
+                "agent_session_token": "tok-secret-1",
+                "process_connection_id": None,
+            },
+        ),
+    ]
     await client.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.closed == [0]
 
 
-@pytest.mark.parametrize("change", ["owner token", "connection", "session"])
-async def test_a_prepared_exit_is_made_again_when_what_it_says_changed(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, change: str
+async def test_an_exit_the_room_refuses_is_an_api_error_and_recorded_false_is_false(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    owner = ["owner-secret-1"]
-    client = client_for(room, owner)
-    prepared = client.prepare_exit(SESSION, "c-1")
-    session, connection_id = SESSION, "c-1"
-    if change == "owner token":
-        owner[0] = "owner-secret-2"
-    elif change == "connection":
-        connection_id = "c-2"
-    else:
-        session = attrs.evolve(SESSION, session_id="s-2")
-    assert await client.announce_exit(session, connection_id, prepared=prepared) is True
-    [(fields, body)] = room.requests
-    seen = {"auth": fields["authorization"], "body": body.decode()}
-    assert seen["auth"] == f"Bearer {owner[0]}"
-    assert json.loads(seen["body"]) == {
-        "agent_session_id": session.session_id,
-        "agent_session_token": session.session_token,
-        "process_connection_id": connection_id,
-    }
+    refused = b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nbusy"
+    not_recorded = b'HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\n{"recorded":false}'
+    answers = iter([refused, not_recorded])
+    room.script = lambda connection, request: next(answers)
+    client = client_for(room, ["owner-secret-1"])
+    with pytest.raises(ApiError) as caught:
+        await client.announce_exit(SESSION, "c-1")
+    assert (caught.value.status, caught.value.retry_after) == (503, 7.0)
+    assert await client.announce_exit(SESSION, "c-1") is False
+    assert room.opened == 1
     await client.aclose()
 
 
-def test_a_prepared_exit_shows_no_secret() -> None:
-    client = RoomClient("http://room.test", opener=ScriptedRoom(), owner_token="owner-secret-1")
-    text = repr(client.prepare_exit(SESSION, "c-1"))
-    assert text == "PreparedExit(connection_id='c-1')"
-
-
-def test_a_credential_that_cannot_be_sent_is_refused_without_showing_it() -> None:
-    client = RoomClient("http://room.test", opener=ScriptedRoom())
+async def test_a_credential_that_cannot_be_sent_fails_the_exit_without_showing_it(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    client = RoomClient("http://room.test", opener=room)
     bad = attrs.evolve(SESSION, session_token="tok\r\nX-Evil: 1")
-    with pytest.raises(RoomUnreachable, match="a field is not valid in HTTP") as caught:
-        client.prepare_exit(bad, "c-1")
-    assert "tok" not in str(caught.value)
-    assert "Evil" not in str(caught.value)
+    with pytest.raises(RoomUnreachable) as caught:
+        await client.announce_exit(bad, "c-1")
+    assert (
+        str(caught.value)
+        == "POST /rooms/r/agent-sessions/s-1/process/exit failed: LocalProtocolError"
+    )
+    assert room.opened == 0
+    await client.aclose()
+
+
+async def test_a_closed_client_sends_no_more_exits(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    client = client_for(room, ["owner-secret-1"])
+    await client.aclose()
+    with pytest.raises(RoomUnreachable, match=r"failed: the stack is closed$"):
+        await client.announce_exit(SESSION, "c-1")
+    assert room.opened == 0
 
 
 async def test_exits_over_real_sockets_reuse_one_connection(nursery: trio.Nursery) -> None:
@@ -509,12 +504,12 @@ async def test_exits_over_real_sockets_reuse_one_connection(nursery: trio.Nurser
     port = listener.socket.getsockname()[1]
 
     class Loopback:
-        async def open_stream(self, origin: Origin, *, tunnel: bool = False) -> Connected:
-            return Connected(await trio.open_tcp_stream("127.0.0.1", port))
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            return await trio.open_tcp_stream("127.0.0.1", port)
 
-    pool = KeepAlivePool(Loopback(), ORIGIN, max_body=1024)
+    pool = KeepAlivePool(Loopback(), ORIGIN)
     with trio.fail_after(10):
-        answers = [await pool.exchange(exit_request(n)) for n in range(3)]
+        answers = [await exchange(pool, n) for n in range(3)]
         await pool.aclose()
     assert [a.body for a in answers] == [b'{"recorded":true}'] * 3
     assert served == [0]

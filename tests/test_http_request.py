@@ -1,0 +1,290 @@
+"""The lean HTTP/1.1 request (``letagents_trio._http._request``): URLs, the opener seam, upgrades.
+
+Servers here are small tasks on in-memory streams, written byte for byte, so
+each test controls exactly what the client sees. Over real sockets (TLS) see
+tests/e2e/test_lean_http.py; the socket helpers are in test_http_sockio.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio import AgentSession, RoomClient, RoomUnreachable
+from letagents_trio._http import HTTPFailure, Origin, split_url
+from letagents_trio._http._request import USER_AGENT, request_bytes, start_request
+
+SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
+API = "http://room.test"
+
+Serve = Callable[[trio.abc.Stream], Awaitable[None]]
+
+
+class ScriptedOpener:
+    """Opens in-memory streams whose far end a test serves with ``serve``."""
+
+    def __init__(self, nursery: trio.Nursery, serve: Serve) -> None:
+        self._nursery = nursery
+        self._serve = serve
+        self.origins: list[Origin] = []
+
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+        self.origins.append(origin)
+        client_end, server_end = trio.testing.memory_stream_pair()
+        self._nursery.start_soon(self._serve, server_end)
+        await trio.lowlevel.checkpoint()
+        return client_end
+
+
+async def read_head(stream: trio.abc.Stream) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await stream.receive_some()
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+# --- URLs and origins ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "origin", "target"),
+    [
+        ("http://room.test", Origin("http", "room.test", 80), "/"),
+        ("https://Room.Test/a/b?x=1", Origin("https", "room.test", 443), "/a/b?x=1"),
+        ("http://127.0.0.1:8080/rooms/a%2Fb", Origin("http", "127.0.0.1", 8080), "/rooms/a%2Fb"),
+        ("http://[::1]:9/p", Origin("http", "::1", 9), "/p"),
+    ],
+)
+def test_split_url(url: str, origin: Origin, target: str) -> None:
+    assert split_url(url) == (origin, target)
+
+
+@pytest.mark.parametrize("url", ["ftp://x/", "/rooms/a", "http:///nohost"])
+def test_split_url_refuses_what_is_not_an_absolute_http_url(url: str) -> None:
+    with pytest.raises(ValueError, match="absolute http"):
+        split_url(url)
+
+
+def test_authority_omits_default_ports_and_brackets_ipv6() -> None:
+    assert Origin("http", "a", 80).authority == "a"
+    assert Origin("https", "a", 443).authority == "a"
+    assert Origin("http", "a", 443).authority == "a:443"
+    assert Origin("http", "::1", 8080).authority == "[::1]:8080"
+
+
+def test_a_request_is_written_in_origin_form_with_host_agent_and_length() -> None:
+    data = request_bytes(Origin("http", "room.test", 8080), "/p?x=1", "POST", [("X-A", "1")], b"{}")
+    assert data == (
+        b"POST /p?x=1 HTTP/1.1\r\nHost: room.test:8080\r\n"
+        + f"User-Agent: {USER_AGENT}\r\n".encode()
+        + b"X-A: 1\r\nContent-Length: 2\r\n\r\n{}"
+    )
+
+
+# --- the seam: requests, upgrades, closing ---------------------------------------------
+
+
+async def test_a_101_detaches_the_raw_stream_with_bytes_read_ahead() -> None:
+    seen: list[bytes] = []
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        seen.append(await read_head(stream))
+        await stream.send_all(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\n\r\nEARLY"
+        )
+        await stream.send_all(b"echo:" + await stream.receive_some())
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            async with RoomClient(API, owner_token="owner-1", opener=opener) as client:
+                response = await client.start_request(
+                    "GET",
+                    client.session_url(SESSION, "/process"),
+                    session=SESSION,
+                    headers={"Upgrade": "websocket", "Connection": "Upgrade"},
+                )
+                try:
+                    assert response.status == 101
+                    assert response.header("UPGRADE") == "websocket"
+                    raw = response.detach()
+                    assert await raw.receive_some() == b"EARLY"
+                    await raw.send_all(b"hi")
+                    assert await raw.receive_some() == b"echo:hi"
+                finally:
+                    await response.aclose()
+    assert opener.origins == [Origin("http", "room.test", 80)]
+    head = seen[0].decode().lower()
+    assert head.startswith("get /rooms/room_a/agent-sessions/wsess_1/process http/1.1\r\n")
+    # The one header builder: credentials go out on the lean path too.
+    assert "authorization: bearer owner-1" in head
+    assert "x-letagents-agent-session-token: secret-token-1" in head
+
+
+async def test_the_response_reads_its_body_chunk_by_chunk_then_says_it_ended() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await stream.send_all(b"5\r\nfirst\r\n")
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.send_all(b"6\r\nsecond\r\n0\r\n\r\n")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            response = await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
+            assert repr(response) == "<HTTP1Response status=200>"
+            assert await response.next_chunk() == b"first"
+            assert await response.next_chunk() == b"second"
+            assert await response.next_chunk() == b""
+            with trio.testing.assert_checkpoints():
+                assert await response.next_chunk() == b""
+            await response.aclose()
+
+
+async def test_read_takes_the_whole_body_within_its_limit() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            origin = Origin("http", "room.test", 80)
+            response = await start_request(opener, origin, "/", "GET", [])
+            assert await response.read(10) == b"0123456789"
+            response = await start_request(opener, origin, "/", "GET", [])
+            with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
+                await response.read(9)
+
+
+async def test_informational_answers_before_the_head_are_skipped() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n\r\n"
+            b"HTTP/1.1 204 No Content\r\n\r\n"
+        )
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            response = await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
+            assert response.status == 204
+            assert await response.next_chunk() == b""
+
+
+async def test_detach_without_a_switch_is_refused() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            client = RoomClient(API, opener=ScriptedOpener(nursery, serve))
+            response = await client.start_request("GET", API + "/x")
+            assert response.status == 404
+            with pytest.raises(RuntimeError, match="did not switch"):
+                response.detach()
+            await response.aclose()
+            await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        (b"", "RemoteProtocolError"),  # closed before answering
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", "RemoteProtocolError"),
+        (b"NOT HTTP AT ALL\r\n\r\n", "RemoteProtocolError"),
+    ],
+)
+async def test_broken_answers_are_room_unreachable_naming_only_the_kind(
+    answer: bytes, kind: str
+) -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        if answer:
+            await stream.send_all(answer)
+        await stream.aclose()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            client = RoomClient(API, opener=ScriptedOpener(nursery, serve))
+            with pytest.raises(RoomUnreachable) as caught:
+                await client.announce_exit(SESSION, "pc_1")
+    assert str(caught.value).endswith(f"failed: {kind}")
+    assert SESSION.session_token not in str(caught.value)
+    assert isinstance(caught.value.__cause__, HTTPFailure)
+
+
+async def test_a_stream_cut_mid_body_is_room_unreachable_on_the_next_read() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
+        await stream.aclose()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            client = RoomClient(API, opener=ScriptedOpener(nursery, serve))
+            response = await client.start_request("GET", client.session_url(SESSION, "/process"))
+            assert await response.next_chunk() == b"short"
+            with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
+                await response.next_chunk()
+            await response.aclose()
+
+
+async def test_an_opener_that_fails_is_room_unreachable_naming_the_error() -> None:
+    class Refusing:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            await trio.lowlevel.checkpoint()
+            raise ConnectionRefusedError(111, "refused to secret-token-1")
+
+    client = RoomClient(API, opener=Refusing())
+    with pytest.raises(RoomUnreachable) as caught:
+        await client.start_request("GET", client.session_url(SESSION, "/process"))
+    assert str(caught.value) == (
+        "GET /rooms/room_a/agent-sessions/wsess_1/process failed: ConnectionRefusedError"
+    )
+
+
+async def test_a_cancelled_request_closes_its_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    closed = trio.Event()
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        # Never answers; sees the client's close.
+        while await stream.receive_some():
+            pass  # pragma: no cover - the client sends nothing more
+        closed.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            client = RoomClient(API, opener=ScriptedOpener(nursery, serve))
+            with trio.move_on_after(1) as scope:
+                await client.start_request("GET", API + "/x")
+            assert scope.cancelled_caught
+            await closed.wait()
+            assert trio.current_time() == 1
+
+
+async def test_an_oversized_exit_answer_is_refused() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        size = 65 * 1024
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        await stream.send_all(b" " * size)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            client = RoomClient(API, opener=ScriptedOpener(nursery, serve))
+            with pytest.raises(RoomUnreachable, match="BodyTooLarge"):
+                await client.announce_exit(SESSION, "pc_1")

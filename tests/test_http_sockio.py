@@ -1,0 +1,222 @@
+"""The lean path's socket helpers (``letagents_trio._http._sockio``): reads, writes, closes.
+
+Over socketpairs and loopback TCP (where it matters how a close looks to the
+peer), bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio._http._sockio import (
+    Prefixed,
+    can_send_now,
+    close_now,
+    discard_unread,
+    read_some,
+    send_now,
+)
+
+from .sockets import tcp_pair
+
+# --- close_now --------------------------------------------------------------------------
+
+
+async def test_close_now_closes_sockets_and_memory_streams_without_a_checkpoint() -> None:
+    a, b = trio.socket.socketpair()
+    stream = trio.SocketStream(a)
+    assert close_now(Prefixed(stream, b"ahead"))
+    assert stream.socket.fileno() == -1
+    b.close()
+    left, right = trio.testing.memory_stream_pair()
+    assert close_now(left)
+    assert await right.receive_some() == b""
+    assert not close_now(trio.testing.MemorySendStream())  # type: ignore[arg-type]
+    await trio.lowlevel.checkpoint()
+
+
+# --- Prefixed ------------------------------------------------------------------------------
+
+
+async def test_prefixed_gives_the_bytes_read_ahead_first_in_pieces_then_the_stream() -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    stream = Prefixed(client_end, b"ahead")
+    with trio.fail_after(5):
+        with trio.testing.assert_checkpoints():
+            assert await stream.receive_some(3) == b"ahe"
+        assert await stream.receive_some() == b"ad"
+        await server_end.send_all(b"after")
+        assert await stream.receive_some() == b"after"
+        await stream.send_all(b"out")
+        await stream.wait_send_all_might_not_block()
+        assert await server_end.receive_some() == b"out"
+        await stream.send_eof()
+        assert await server_end.receive_some() == b""
+        await stream.aclose()
+        with pytest.raises(trio.ClosedResourceError):
+            await stream.receive_some()
+
+
+# --- send_now -----------------------------------------------------------------------------
+
+
+async def test_send_now_writes_a_plain_socket_at_once_and_says_how_much() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left, right:
+        assert can_send_now(stream)
+        assert send_now(stream, b"exit frame") == 10
+        assert send_now(Prefixed(stream, b"read ahead"), b"!") == 1
+        assert await right.recv(100) == b"exit frame!"
+
+
+async def test_send_now_says_0_when_the_buffer_is_full_and_raises_when_broken() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left:
+        with right:
+            while send_now(stream, b"x" * 65536):
+                pass
+            assert send_now(stream, b"x") == 0
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            send_now(stream, b"x")
+    await trio.lowlevel.checkpoint()
+
+
+def test_send_now_declines_streams_it_cannot_write_synchronously() -> None:
+    client_end, _server_end = trio.testing.memory_stream_pair()
+    assert not can_send_now(client_end)
+    assert send_now(client_end, b"x") is None
+
+
+# --- read_some: the lean read of a plain socket ------------------------------------------------
+
+
+async def test_read_some_reads_a_plain_socket_and_says_when_it_ends() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left, right, trio.fail_after(5):
+        await right.send(b"news")
+        with trio.testing.assert_checkpoints():  # even with bytes waiting
+            assert await read_some(stream, 100) == b"news"
+        await right.send(b"0123456789")
+        assert await read_some(stream, 4) == b"0123"
+        assert await read_some(stream, 100) == b"456789"
+        right.shutdown(trio.socket.SHUT_WR)
+        assert await read_some(stream, 100) == b""
+
+
+async def test_read_some_gives_the_bytes_read_ahead_first() -> None:
+    left, right = trio.socket.socketpair()
+    with left, right, trio.fail_after(5):
+        stream = Prefixed(trio.SocketStream(left), b"ahead")
+        await right.send(b"after")
+        assert await read_some(stream, 100) == b"ahead"
+        assert await read_some(stream, 100) == b"after"
+
+
+async def test_read_some_of_a_closed_socket_is_closed_resource_error() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with right, trio.fail_after(5):
+        assert close_now(stream)
+        with pytest.raises(trio.ClosedResourceError):
+            await read_some(stream, 100)
+
+
+async def test_a_socket_closed_while_read_some_waits_wakes_it() -> None:
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with right, trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def close_once_waiting() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                assert close_now(stream)
+
+            nursery.start_soon(close_once_waiting)
+            with pytest.raises(trio.ClosedResourceError):
+                await read_some(stream, 100)
+
+
+async def test_read_some_of_a_reset_connection_is_broken_naming_the_reset() -> None:
+    listener = trio.socket.socket()
+    with listener, trio.fail_after(5):
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = trio.socket.socket()
+        await client.connect(listener.getsockname())
+        accepted, _ = await listener.accept()
+        stream = trio.SocketStream(client)
+        with client:
+            # A close with a zero linger sends a reset instead of an end.
+            accepted.setsockopt(
+                trio.socket.SOL_SOCKET, trio.socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            accepted.close()
+            with pytest.raises(trio.BrokenResourceError) as broken:
+                await read_some(stream, 100)
+    assert isinstance(broken.value.__cause__, ConnectionResetError)
+
+
+async def test_read_some_reads_other_streams_with_their_own_receive_some() -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    with trio.fail_after(5):
+        await server_end.send_all(b"in memory")
+        assert await read_some(client_end, 100) == b"in memory"
+
+
+async def test_read_some_reads_a_plain_socket_without_socketstreams_machinery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One wait and one read: not SocketStream.receive_some, whose per-read cost is the point."""
+
+    async def not_this_way(  # noqa: ASYNC124 (replaces an async method)
+        self: trio.SocketStream, max_bytes: int | None = None
+    ) -> bytes:
+        raise AssertionError("read through SocketStream.receive_some")
+
+    monkeypatch.setattr(trio.SocketStream, "receive_some", not_this_way)
+    left, right = trio.socket.socketpair()
+    with left, right, trio.fail_after(5):
+        await right.send(b"lean")
+        assert await read_some(trio.SocketStream(left), 100) == b"lean"
+
+
+# --- discard_unread: an orderly end, not a reset ----------------------------------------------
+
+
+@pytest.mark.parametrize("drained", [True, False])
+async def test_a_close_after_discard_unread_is_an_orderly_end(drained: bool) -> None:
+    """Bytes left unread turn a close into a reset; drained, the peer reads an end."""
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            await peer.send(b"heartbeat")
+            await stream.send_all(b"exit")
+            await trio.lowlevel.wait_readable(stream.socket)
+            if drained:
+                discard_unread(stream)
+            assert close_now(stream)
+            assert await peer.recv(100) == b"exit"  # what came first is read either way
+            if drained:
+                assert await peer.recv(100) == b""
+            else:
+                with pytest.raises(ConnectionResetError):
+                    await peer.recv(100)
+
+
+async def test_discard_unread_reads_at_most_its_limit_and_leaves_other_streams() -> None:
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            await peer.send(b"x" * 100)
+            await trio.lowlevel.wait_readable(stream.socket)
+            discard_unread(stream, limit=60)
+            assert await read_some(stream, 1000) == b"x" * 40
+    client_end, server_end = trio.testing.memory_stream_pair()
+    await server_end.send_all(b"in memory")
+    discard_unread(client_end)  # not a socket: left alone
+    assert await read_some(client_end, 100) == b"in memory"
