@@ -400,6 +400,46 @@ async def test_a_failed_lookup_fails_every_waiter_and_is_not_remembered(
     assert network.lookups == [("room.example", 0.0), ("room.example", 1.0)]
 
 
+async def test_a_lookup_that_finds_no_address_is_an_oserror(
+    autojump_clock: trio.testing.MockClock, network: FakeNetwork
+) -> None:
+    network.hosts["room.example"] = []
+    network.lookup_time = 1.0
+    with trio.fail_after(10), pytest.raises(OSError, match=r"^no address found for 'room\."):
+        await connect(NetworkOpener())
+    assert network.lookups == [("room.example", 0.0)]
+
+
+async def test_a_lookup_cancelled_in_one_task_is_done_again_for_the_others(
+    autojump_clock: trio.testing.MockClock, network: FakeNetwork
+) -> None:
+    """One holder leaving mid-lookup must not fail the attempts of those waiting with it."""
+    network.hosts["room.example"] = ["192.0.2.1"]
+    network.plan = {"192.0.2.1": (0.0, "ok")}
+    network.lookup_time = 1.0
+    opener = NetworkOpener()
+    won: list[FakeSocket] = []
+
+    async def one() -> None:
+        won.append(await connect(opener))
+
+    leaving = trio.CancelScope()
+
+    async def leaves() -> None:
+        with leaving:
+            await connect(opener)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(leaves)  # starts the lookup
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(one)  # waits for it
+        await trio.sleep(0.5)
+        leaving.cancel()
+    assert [socket.ip for socket in won] == ["192.0.2.1"]
+    assert network.lookups == [("room.example", 0.0), ("room.example", 0.5)]
+    assert trio.current_time() == 1.5
+
+
 async def test_the_cache_holds_a_bounded_number_of_origins(
     autojump_clock: trio.testing.MockClock, network: FakeNetwork
 ) -> None:

@@ -7,7 +7,8 @@ once is paid once:
 * **Address resolution** is cached per ``(host, port)`` for
   :data:`RESOLVE_TTL` seconds, and a lookup already under way is shared by
   every connection that needs it (a thousand holders starting together
-  resolve once, not in a thousand threads).
+  resolve once, not in a thousand threads); should the task that started it
+  be cancelled, one of those waiting looks up anew.
 * **Connecting** follows Happy Eyeballs (RFC 8305), as
   ``trio.open_tcp_stream`` does, over the cached addresses: the families are
   interleaved (the first address, then the first of the other family, then
@@ -172,30 +173,34 @@ class NetworkOpener:
 
     async def _addresses(self, host: str, port: int) -> list[Address]:
         key = (host, port)
-        entry = self._resolved.get(key)
-        now = trio.current_time()
-        if entry is not None and entry.addresses and entry.expires >= now:
-            # The common case: known. The connect that follows is the checkpoint.
-            return entry.addresses
-        if entry is None or (entry.done.is_set() and (entry.error or entry.expires < now)):
-            if len(self._resolved) >= MAX_CACHED_ORIGINS:
-                self._resolved.clear()
-            entry = self._resolved[key] = _Resolution()
-            try:
-                infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-                entry.addresses = [(info[0], info[4]) for info in infos]
-            except OSError as exc:
-                entry.error = exc
-            finally:
-                entry.expires = trio.current_time() + RESOLVE_TTL
-                entry.done.set()
-                if not entry.addresses and self._resolved.get(key) is entry:
-                    # A failed (or cancelled) lookup is not remembered.
-                    del self._resolved[key]
-        else:
-            await entry.done.wait()
-        if entry.error is not None:
-            raise entry.error
-        if not entry.addresses:
-            raise OSError(f"address lookup for {host!r} was interrupted")
-        return entry.addresses
+        while True:
+            entry = self._resolved.get(key)
+            now = trio.current_time()
+            if entry is not None and entry.addresses and entry.expires >= now:
+                # The common case: known. The connect that follows is the checkpoint.
+                return entry.addresses
+            if entry is None or (entry.done.is_set() and (entry.error or entry.expires < now)):
+                if len(self._resolved) >= MAX_CACHED_ORIGINS:
+                    self._resolved.clear()
+                entry = self._resolved[key] = _Resolution()
+                try:
+                    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                    entry.addresses = [(info[0], info[4]) for info in infos]
+                    if not entry.addresses:
+                        entry.error = OSError(f"no address found for {host!r}")
+                except OSError as exc:
+                    entry.error = exc
+                finally:
+                    entry.expires = trio.current_time() + RESOLVE_TTL
+                    entry.done.set()
+                    if not entry.addresses and self._resolved.get(key) is entry:
+                        # A failed (or cancelled) lookup is not remembered.
+                        del self._resolved[key]
+            else:
+                await entry.done.wait()
+            if entry.error is not None:
+                raise entry.error
+            if entry.addresses:
+                return entry.addresses
+            # The lookup waited for was cancelled in the task that made it (a
+            # holder leaving): the others need the addresses all the same.
