@@ -83,9 +83,9 @@ MAX_EXIT_ANSWER_BYTES = 64 * 1024
 # Why every request fails when httpx2 cannot use the environment's proxy.
 _UNUSABLE_PROXY = (
     "the proxy configured in the environment (HTTP_PROXY, HTTPS_PROXY or ALL_PROXY) "
-    "cannot be used: a SOCKS proxy needs the socksio package (pip install socksio), "
-    "and only http, https, socks5 and socks5h proxies are known; no request goes "
-    "around it"
+    "cannot be used: it must be a valid URL, a SOCKS proxy needs the socksio package "
+    "(pip install socksio), and only http, https, socks5 and socks5h proxies are known; "
+    "no request goes around it"
 )
 # A Retry-After above a day is not a busy room; keeps the parsed value finite.
 _RETRY_AFTER_CEILING = 86_400.0
@@ -198,8 +198,9 @@ class RoomClient:
 
         Raises:
             RoomUnreachable: the environment configures a proxy httpx2 cannot
-                use (a SOCKS proxy without the socksio package, an unknown
-                scheme). Every request fails so, never bypassing the proxy.
+                use (a URL it cannot parse, a SOCKS proxy without the socksio
+                package, an unknown scheme). Every request fails so, never
+                bypassing the proxy.
         """
         if self._http_client is None:
             if self._closed:
@@ -221,7 +222,7 @@ class RoomClient:
                     ),
                     follow_redirects=False,
                 )
-            except (ImportError, ValueError) as exc:
+            except (ImportError, ValueError, httpx2.InvalidURL) as exc:
                 # The message is ours: a proxy URL can hold credentials.
                 raise RoomUnreachable(_UNUSABLE_PROXY) from exc
         return self._http_client

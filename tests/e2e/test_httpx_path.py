@@ -164,6 +164,7 @@ def _socks_proxy(port: int) -> str:
 UNUSABLE = {
     "SOCKS without socksio": _socks_proxy,
     "an unknown scheme": "ftp://user:s3cret@127.0.0.1:{}".format,
+    "a URL httpx2 cannot parse": "http://user:s3cret@127.0.0.1:{}x".format,
 }
 
 
@@ -202,7 +203,9 @@ async def test_an_unusable_proxy_fails_every_request_and_none_goes_around_it(
                                 break
                     report = await manager.announce_exits()
     assert [str(failure) for failure in failures] == [_UNUSABLE_PROXY] * 3
-    assert all(isinstance(f.__cause__, ImportError | ValueError) for f in failures)
+    assert all(
+        isinstance(f.__cause__, ImportError | ValueError | httpx2.InvalidURL) for f in failures
+    )
     assert [(a.recorded, a.error) for a in report] == [(None, "unreachable")]
     assert net.room.requests == []
     assert net.proxy.lines == []
