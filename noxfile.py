@@ -193,7 +193,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "_websocket": _WEBSOCKET_TESTS,
     "_ws_socket": _WEBSOCKET_TESTS,
-    "_pool": ("tests/test_pool.py", "tests/test_client_bounds.py", "tests/test_connector.py"),
+    "_pool": ("tests/test_http_pool.py", "tests/test_client_bounds.py", "tests/test_connector.py"),
     "_unwind": ("tests/test_manager*.py",),
     "_collector": ("tests/test_collector.py", "tests/test_manager*.py"),
 }
