@@ -40,6 +40,7 @@ STARTABLES = ",".join(
     (
         "serve_connection_manager",
         "serve_room",
+        "serve_tiny_room",
         "run",
         "hold",
         "hold_stream",

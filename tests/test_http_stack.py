@@ -235,6 +235,7 @@ async def test_a_request_that_fails_is_room_unreachable_naming_only_the_kind(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async def refusing(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        await trio.lowlevel.checkpoint()
         raise httpx2.ConnectError("refused secret-token-1")
 
     async with client_of(refusing) as client:
