@@ -63,16 +63,14 @@ def test_an_opener_is_the_lean_path_over_it_whatever_else_is_given(
 ) -> None:
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     opener = NoOpener()
-    stack = choose_stack(
-        opener=opener, transport=httpx2.AsyncHTTPTransport(), http_client=never_made
-    )
+    stack = choose_stack(opener=opener, transport=Switching(200, None), http_client=never_made)
     assert isinstance(stack, LeanStack)
     assert stack.opener is opener
 
 
 def test_a_transport_without_an_opener_is_httpx2() -> None:
     assert not proxy_configured()
-    stack = choose_stack(opener=None, transport=httpx2.AsyncHTTPTransport(), http_client=never_made)
+    stack = choose_stack(opener=None, transport=Switching(200, None), http_client=never_made)
     assert isinstance(stack, HTTPXStack)
 
 
