@@ -48,9 +48,9 @@ import trio
 
 from letagents_trio import (
     AgentSession,
+    AutoConnector,
     ConnectionManager,
     HolderStatus,
-    AutoConnector,
     HoldPolicy,
     ProcessConnector,
     RoomClient,
@@ -58,7 +58,6 @@ from letagents_trio import (
     WebSocketConnector,
     open_connection_manager,
 )
-
 
 # The connector each --transport names.
 CONNECTORS = {"sse": SSEConnector, "websocket": WebSocketConnector, "auto": AutoConnector}

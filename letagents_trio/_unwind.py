@@ -23,12 +23,24 @@ from __future__ import annotations
 from typing import Final, final
 
 import trio
+import trio.testing
 
-__all__ = ["UNWIND_ALLOWANCE", "UnwindBudget"]
+__all__ = ["UNWIND_ALLOWANCE", "UnwindBudget", "unwind_allowance"]
 
 # What one exit still in flight at the deadline costs to unwind: its task
 # woken with Cancelled, its frames' finally blocks run, its socket closed.
 UNWIND_ALLOWANCE: Final = 100e-6
+
+
+def unwind_allowance() -> float:
+    """The seconds of trio time kept for each exit in flight, on this run's clock.
+
+    :data:`UNWIND_ALLOWANCE` on a clock that follows real time; 0 under
+    ``trio.testing.MockClock``, whose time does not pass while tasks unwind,
+    so that a test sees the goodbye end at the deadline exactly.
+    """
+    clock = trio.lowlevel.current_clock()
+    return 0.0 if isinstance(clock, trio.testing.MockClock) else UNWIND_ALLOWANCE
 
 
 @final
@@ -38,13 +50,13 @@ class UnwindBudget:
     Args:
         deadline: when the exits, their unwinding included, must be done (trio's clock).
         allowance: seconds kept for each exit still running
-            (:data:`UNWIND_ALLOWANCE` unless told); 0 cancels them at
+            (:func:`unwind_allowance` unless told); 0 cancels them at
             ``deadline`` exactly.
     """
 
     def __init__(self, deadline: float, allowance: float | None = None) -> None:
         self._deadline = deadline
-        self._allowance = UNWIND_ALLOWANCE if allowance is None else allowance
+        self._allowance = unwind_allowance() if allowance is None else allowance
         self._running = 0
         self.scope = trio.CancelScope(deadline=deadline)
 

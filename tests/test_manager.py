@@ -26,7 +26,6 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
-from letagents_trio._unwind import UNWIND_ALLOWANCE as UNWIND
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers._state import LocalStateStore
 
@@ -110,7 +109,7 @@ async def test_black_holed_exits_end_shutdown_at_exactly_the_deadline(
             await trio.sleep(10)
             started = trio.current_time()
         # The deadline, less the time kept for the three exits in flight to unwind.
-        assert trio.current_time() == started + 1.5 - 3 * UNWIND
+        assert trio.current_time() == started + 1.5
     # Every goodbye goes out at once.
     assert len(fake_room.exits) == 3
     assert {e.time for e in fake_room.exits} == {10}
@@ -127,7 +126,7 @@ async def test_a_custom_exit_deadline_is_the_one_used(
             m.hold(session)
             await trio.sleep(1)
         # Less the time kept for the one exit in flight to unwind.
-        assert trio.current_time() == 1.25 - UNWIND
+        assert trio.current_time() == 1.25
 
 
 async def test_announce_exits_reports_each_session(
@@ -159,9 +158,7 @@ async def test_black_holed_report_says_deadline(
     async with fake_room.client() as client, open_connection_manager(client) as manager:
         manager.hold(session)
         report = await manager.announce_exits()
-    assert [(a.recorded, a.error, a.finished_at) for a in report] == [
-        (None, "deadline", 1.5 - UNWIND)
-    ]
+    assert [(a.recorded, a.error, a.finished_at) for a in report] == [(None, "deadline", 1.5)]
 
 
 async def test_a_failing_exit_is_reported_not_raised(
@@ -493,7 +490,7 @@ async def test_exit_announcements_are_sent_in_turns_of_exit_concurrency(
                 manager.hold(s)
             await trio.sleep(1)
         # Time was kept for five exits to unwind: two in flight, three waiting their turn.
-        assert trio.current_time() == 1 + 1.5 - 5 * UNWIND
+        assert trio.current_time() == 1 + 1.5
     # Two were in flight (and never answered) when the deadline ended the goodbye.
     assert len(fake_room.exits) == 2
 
@@ -599,12 +596,12 @@ async def test_after_the_deadline_nothing_takes_time_at_thousands_of_sessions(
                 manager.hold(s)
             await trio.sleep(5)
             started = trio.current_time()
-        assert trio.current_time() == started + 1.5 - 2000 * UNWIND
+        assert trio.current_time() == started + 1.5
     assert len(fake_room.exits) == 2000
     assert {e.time for e in fake_room.exits} == {started}
     report = await manager.announce_exits()
     assert {a.error for a in report} == {"deadline"}
-    assert {a.finished_at for a in report} == {started + 1.5 - 2000 * UNWIND}
+    assert {a.finished_at for a in report} == {started + 1.5}
 
 
 class _SlowToUnwind:

@@ -43,7 +43,6 @@ from letagents_trio import (
     serve_connection_manager,
 )
 from letagents_trio._goodbye import _for_each
-from letagents_trio._unwind import UNWIND_ALLOWANCE as UNWIND
 from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 
@@ -286,14 +285,14 @@ async def test_deadline_entries_name_each_session_and_its_connection(
                 connection_id=connection_id,
                 recorded=None,
                 error="deadline",
-                finished_at=4.5 - 2 * UNWIND,
+                finished_at=4.5,
             ),
             ExitAnnouncement(
                 session_id=unknown.session_id,
                 connection_id=None,
                 recorded=None,
                 error="deadline",
-                finished_at=4.5 - 2 * UNWIND,
+                finished_at=4.5,
             ),
         ],
         key=lambda a: a.session_id,
@@ -307,11 +306,12 @@ async def test_deadline_entries_name_each_session_and_its_connection(
 def allowed(monkeypatch: pytest.MonkeyPatch) -> HoldPolicy:
     """The default policy, with a sixty-fourth of a second kept per exit in flight.
 
-    Exact in binary, so the times below are exact; in a real run unwinding an
-    exit costs about :data:`~letagents_trio._unwind.UNWIND_ALLOWANCE`, which the
-    virtual clock does not see.
+    Under MockClock no time is kept (its time does not pass while exits
+    unwind); on the system clock each exit in flight keeps
+    :data:`~letagents_trio._unwind.UNWIND_ALLOWANCE`. A sixty-fourth of a
+    second is exact in binary, so the times below are exact.
     """
-    monkeypatch.setattr(_unwind, "UNWIND_ALLOWANCE", 1 / 64)
+    monkeypatch.setattr(_unwind, "unwind_allowance", lambda: 1 / 64)
     return HoldPolicy()
 
 
@@ -365,10 +365,10 @@ async def test_a_goodbye_with_nothing_held_says_so(
     ]
 
 
-async def test_an_allowance_of_zero_ends_the_goodbye_at_the_deadline_exactly(
-    autojump_clock: MockClock, fake_room: FakeRoom, monkeypatch: pytest.MonkeyPatch
+async def test_under_a_mock_clock_the_goodbye_ends_at_the_deadline_exactly(
+    autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    monkeypatch.setattr(_unwind, "UNWIND_ALLOWANCE", 0)
+    """Unwinding takes no MockClock time, so none is kept for it: timelines stay exact."""
     fake_room.black_hole_exits = True
     ended, report = await goodbye_at_ten(fake_room, 32, HoldPolicy())
     assert ended == 11.5
@@ -459,6 +459,14 @@ async def test_the_goodbyes_loops_let_the_program_run_after_every_256_sessions()
     assert yielded_after == [256, 512]
 
 
+async def test_the_allowance_is_real_time_kept_only_on_a_clock_that_follows_it() -> None:
+    assert _unwind.unwind_allowance() == _unwind.UNWIND_ALLOWANCE == 100e-6
+
+
+async def test_no_allowance_is_kept_under_a_mock_clock(autojump_clock: MockClock) -> None:
+    assert _unwind.unwind_allowance() == 0
+
+
 def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
     budget = UnwindBudget(10.0, 0.5)
     assert (budget.running, budget.scope.deadline) == (0, 10.0)
@@ -539,7 +547,7 @@ async def test_serve_connection_manager_passes_each_option_on(
             await trio.sleep(1)
             nursery.cancel_scope.cancel()
         # The black-holed exit ends at this policy's deadline (less its unwinding).
-        assert trio.current_time() == 1 + 2.5 - UNWIND
+        assert trio.current_time() == 1 + 2.5
     assert connector.log == [f"open {sid}", f"open {sid}", f"exit {sid}"]
 
 

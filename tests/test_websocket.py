@@ -30,7 +30,6 @@ from letagents_trio import (
     open_connection_manager,
 )
 from letagents_trio._http import Origin
-from letagents_trio._unwind import UNWIND_ALLOWANCE
 from letagents_trio._websocket import classify_upgrade
 from letagents_trio._ws_socket import ProcessSocket
 from letagents_trio.testing import FakeRoom, ProcessMode
@@ -467,7 +466,7 @@ async def test_a_black_holed_post_does_not_hold_up_the_sockets(
             started = trio.current_time()
         # The POST is never answered: the goodbye ends at the deadline, less
         # the time kept for that one exit to unwind.
-        assert trio.current_time() == started + 1.5 - UNWIND_ALLOWANCE
+        assert trio.current_time() == started + 1.5
     report = manager.exit_report
     assert report is not None
     assert [(a.session_id, a.recorded, a.error) for a in report] == [
