@@ -141,8 +141,8 @@ class RoomClient:
             exits) get their connections, over the lean HTTP/1.1 path (the
             testing kit's transport is one). Default: the network, unless a
             ``transport`` is given or the environment configures a proxy,
-            whose requests then go through httpx2 (see
-            :mod:`letagents_trio._http`).
+            whose requests then go through httpx2 (see "The process
+            connection's requests" in ``docs/architecture.md``).
         state: where ended sessions and owner logouts are recorded; None records nothing.
         call_timeout: seconds one call may take, request to last body byte,
             unless the call says ``bounded=False``.
