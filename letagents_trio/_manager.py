@@ -386,7 +386,8 @@ async def open_connection_manager(
                 yield manager
             finally:
                 try:
-                    await manager.announce_exits()
+                    # Shielded, and bounded by the goodbye's one deadline, inside.
+                    await manager.announce_exits()  # noqa: ASYNC102
                 finally:
                     # However the goodbye went: only this ends the shielded holders.
                     holders_scope.cancel(reason="connection manager closed")

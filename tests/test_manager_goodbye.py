@@ -459,11 +459,11 @@ async def test_the_goodbyes_loops_let_the_program_run_after_every_256_sessions()
     assert yielded_after == [256, 512]
 
 
-async def test_the_allowance_is_real_time_kept_only_on_a_clock_that_follows_it() -> None:
+async def test_the_allowance_is_real_time_kept_only_on_a_clock_that_follows_it() -> None:  # noqa: ASYNC124 (reads the run's clock)
     assert _unwind.unwind_allowance() == _unwind.UNWIND_ALLOWANCE == 100e-6
 
 
-async def test_no_allowance_is_kept_under_a_mock_clock(autojump_clock: MockClock) -> None:
+async def test_no_allowance_is_kept_under_a_mock_clock(autojump_clock: MockClock) -> None:  # noqa: ASYNC124 (reads the run's clock)
     assert _unwind.unwind_allowance() == 0
 
 
