@@ -17,6 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Final
 
 import attrs
@@ -99,14 +100,17 @@ def errors_in(log: str) -> list[str]:
 
 
 @asynccontextmanager
-async def running_room(*options: str, fd_limit: int = ROOM_FD_LIMIT) -> AsyncIterator[RunningRoom]:
-    """Run the room (``fd_limit`` descriptors) on a free port, its stderr read throughout
-    (a room logging in a loop must not block on a full pipe); kill it on exit."""
+async def running_room(
+    *options: str, fd_limit: int = ROOM_FD_LIMIT, db: Path | None = None
+) -> AsyncIterator[RunningRoom]:
+    """Run the room (``fd_limit`` descriptors, in memory or on the SQLite file ``db``) on a
+    free port, its stderr read throughout (a room logging in a loop must not block on a
+    full pipe); kill it on exit."""
     command = [
         *ROOM_COMMAND,
         "--port",
         "0",
-        "--memory",
+        *(("--memory",) if db is None else ("--db", str(db))),
         "--owner-token",
         f"{OWNER_TOKEN}=owner",
         "--log-level",
