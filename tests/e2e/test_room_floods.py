@@ -44,7 +44,7 @@ from ..room_server.helpers import (
     session_headers,
 )
 from ..room_server.paths import process_path
-from .room_process import descriptors, errors_in, running_room
+from .room_process import answer_and_close, descriptors, errors_in, running_room
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX resource limits")
 
@@ -353,21 +353,7 @@ async def test_a_flood_of_refused_upgrades_is_answered_and_closed() -> None:
 
                 async def attacker(request: bytes) -> None:
                     nonlocal still_open, finished
-                    stream = await trio.open_tcp_stream("127.0.0.1", room.port)
-                    async with stream:
-                        await stream.send_all(request)
-                        data, closed = b"", False
-                        with trio.move_on_after(REFUSED_CLOSE_WAIT):
-                            while True:
-                                try:
-                                    chunk = await stream.receive_some(65536)
-                                except trio.BrokenResourceError:
-                                    chunk = b""
-                                if not chunk:
-                                    closed = True
-                                    break
-                                data += chunk
-                    line = data.split(b"\r\n", 1)[0].decode("latin-1")
+                    line, closed = await answer_and_close(room.port, request, REFUSED_CLOSE_WAIT)
                     answers[line] = answers.get(line, 0) + 1
                     still_open += not closed
                     finished += 1

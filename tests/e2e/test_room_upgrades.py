@@ -16,36 +16,24 @@ from __future__ import annotations
 import base64
 import logging
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 import trio
 import trio.testing
 
-from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
-
 from ..room_server.helpers import OWNER_TOKEN, ROOM, registration, session_headers
 from ..room_server.paths import process_path
+from .room_process import answer_and_close, served_room
+
+if TYPE_CHECKING:
+    from letagents_trio.room_server import Room
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX sockets")
 
 # How long the room may take to close a refused upgrade's socket: at once, on loopback.
 PROMPTLY: Final = 2.0
 GOOD_KEY: Final = base64.b64encode(b"0123456789abcdef").decode()
-
-
-@asynccontextmanager
-async def served_room() -> AsyncIterator[tuple[Room, int]]:
-    room = Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: "owner"}, config=RoomConfig())
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(partial(serve_room, room, port=0))
-        try:
-            yield room, int(url.rsplit(":", 1)[1])
-        finally:
-            nursery.cancel_scope.cancel(reason="test over")
 
 
 def upgrade(
@@ -67,26 +55,6 @@ def upgrade(
         lines.append(f"Sec-WebSocket-Key: {key}")
     lines.extend(f"{k}: {v}" for k, v in (headers or {}).items())
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-async def answer_and_close(port: int, request: bytes) -> tuple[str, bool]:
-    """Send ``request``; return the answer's status line and whether the room then closed."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(request)
-        data = b""
-        closed = False
-        with trio.move_on_after(PROMPTLY):
-            while True:
-                try:
-                    chunk = await stream.receive_some(65536)
-                except trio.BrokenResourceError:
-                    chunk = b""
-                if not chunk:
-                    closed = True
-                    break
-                data += chunk
-    return data.split(b"\r\n", 1)[0].decode("latin-1"), closed
 
 
 async def a_session(room: Room) -> dict[str, Any]:
@@ -115,7 +83,7 @@ async def test_a_refused_upgrade_is_answered_and_its_socket_closed(
         async with served_room() as (room, port):
             session = await a_session(room)
             request = upgrade(process_path(session), **options)
-            line, closed = await answer_and_close(port, request)
+            line, closed = await answer_and_close(port, request, PROMPTLY)
             assert line.startswith(f"HTTP/1.1 {status} "), line
             assert closed, f"{line!r}: the socket is still open after {PROMPTLY} s"
             assert room.statistics().open_process_streams == 0
@@ -129,7 +97,7 @@ async def test_a_malformed_key_is_400_even_with_valid_credentials() -> None:
             session = await a_session(room)
             for key in ("x" * 24, base64.b64encode(bytes(17)).decode(), "", GOOD_KEY + "A"):
                 request = upgrade(process_path(session), key=key, headers=session_headers(session))
-                line, closed = await answer_and_close(port, request)
+                line, closed = await answer_and_close(port, request, PROMPTLY)
                 assert line.startswith("HTTP/1.1 400 "), (key, line)
                 assert closed
             row = room.session(session["session_id"])
@@ -145,7 +113,7 @@ async def test_two_keys_are_400() -> None:
                 process_path(session),
                 headers={**session_headers(session), "Sec-WebSocket-Key": GOOD_KEY},
             )
-            line, closed = await answer_and_close(port, request)
+            line, closed = await answer_and_close(port, request, PROMPTLY)
             assert line.startswith("HTTP/1.1 400 "), line
             assert closed
 
@@ -162,7 +130,7 @@ async def test_a_frame_sent_before_the_answer_is_400_and_leaves_no_stream_held(
             session = await a_session(room)
             request = upgrade(process_path(session), headers=session_headers(session))
             frame = b"\x81\x80abcd"  # an empty, masked text frame
-            line, closed = await answer_and_close(port, request + frame)
+            line, closed = await answer_and_close(port, request + frame, PROMPTLY)
             assert line.startswith("HTTP/1.1 400 "), line
             assert closed
             await trio.testing.wait_all_tasks_blocked(0.05)

@@ -16,9 +16,8 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import pytest
 import trio
@@ -33,28 +32,15 @@ from wsproto.events import (
     TextMessage,
 )
 
-from letagents_trio.room_server import MemoryStore, Room, RoomConfig, SQLiteStore, serve_room
+from letagents_trio.room_server import Room, SQLiteStore
 
 from ..room_server.helpers import OWNER_TOKEN, ROOM, UUID4, registration, session_headers
 from ..room_server.paths import process_path
-
-if TYPE_CHECKING:
-    from letagents_trio.room_server._store import RoomStore
+from .room_process import served_room
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX sockets")
 
 BUDGET: Final = 20
-
-
-@asynccontextmanager
-async def served(store: RoomStore) -> AsyncIterator[tuple[Room, int]]:
-    room = Room(store=store, owner_tokens={OWNER_TOKEN: "owner"}, config=RoomConfig())
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(partial(serve_room, room, port=0))
-        try:
-            yield room, int(url.rsplit(":", 1)[1])
-        finally:
-            nursery.cancel_scope.cancel(reason="test over")
 
 
 class RawSocket:
@@ -127,7 +113,7 @@ async def test_an_exit_frame_is_acknowledged_with_r5s_answer_then_closed(
     named: str | None, recorded: bool
 ) -> None:
     with trio.fail_after(BUDGET):
-        async with served(MemoryStore()) as (room, port):
+        async with served_room() as (room, port):
             session = await a_session(room)
             async with opened(port, session) as (socket, connection_id):
                 said = {"current": connection_id, "stale": "0" * 8 + connection_id[8:]}.get(
@@ -156,7 +142,7 @@ async def test_an_exit_frame_is_acknowledged_with_r5s_answer_then_closed(
 
 async def test_the_ack_text_is_compact_and_in_order() -> None:
     with trio.fail_after(BUDGET):
-        async with served(MemoryStore()) as (room, port):
+        async with served_room() as (room, port):
             async with opened(port, await a_session(room)) as (socket, connection_id):
                 await socket.send_text(exit_frame(connection_id))
                 assert await socket.text() == (
@@ -167,7 +153,7 @@ async def test_the_ack_text_is_compact_and_in_order() -> None:
 
 async def test_other_frames_get_no_answer_and_keep_the_stream() -> None:
     with trio.fail_after(BUDGET):
-        async with served(MemoryStore()) as (room, port):
+        async with served_room() as (room, port):
             async with opened(port, await a_session(room)) as (socket, _):
                 await socket.send_text('{"event":"hello"}')
                 await socket.send_text("not json")
@@ -181,7 +167,7 @@ async def test_an_exit_the_store_cannot_write_is_not_acknowledged(tmp_path: Path
     """Closed 1011 without an ack: the client falls back to ``POST …/process/exit``."""
     store = SQLiteStore(tmp_path / "room.sqlite3")
     with trio.fail_after(BUDGET):
-        async with served(store) as (room, port):
+        async with served_room(store) as (room, port):
             session = await a_session(room)
             async with opened(port, session) as (socket, connection_id):
                 store._db.execute("PRAGMA query_only = 1")  # every write fails from here

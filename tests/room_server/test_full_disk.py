@@ -14,26 +14,16 @@ and nothing already stored is lost or half-written.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import httpx2
 import pytest
 import trio
 import trio.testing
 
-from letagents_trio.room_server import (
-    Room,
-    RoomConfig,
-    SQLiteStore,
-    TrioClock,
-    create_app,
-)
+from letagents_trio.room_server import Room, RoomStore, SQLiteStore
 from letagents_trio.room_server._store import MessageRow, SessionRow
 from letagents_trio.room_server._store_errors import StoreWriteError
-from letagents_trio.testing._transport import open_streaming_transport
 
 from .helpers import (
     EPOCH,
@@ -49,6 +39,9 @@ from .helpers import (
 )
 from .paths import process_path
 
+if TYPE_CHECKING:
+    import httpx2
+
 FULL = {
     "error": "The room's storage is full: nothing was written. Try again once it has space.",
     "code": "storage_full",
@@ -59,40 +52,18 @@ FAILED = {
 }
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    sqlite = SQLiteStore(tmp_path / "room.db")
-    try:
-        yield sqlite
-    finally:
-        sqlite.close()
+# The conftest's room and client, on its SQLite store only.
+pytestmark = pytest.mark.parametrize("store", ["sqlite"], indirect=True)
 
 
-@pytest.fixture
-def room(store: SQLiteStore) -> Room:
-    return Room(
-        store=store,
-        clock=TrioClock(EPOCH),
-        owner_tokens={OWNER_TOKEN: "owner"},
-        config=RoomConfig(),
-    )
-
-
-@pytest.fixture
-async def client(room: Room) -> AsyncIterator[httpx2.AsyncClient]:
-    async with (
-        open_streaming_transport(create_app(room)) as transport,
-        httpx2.AsyncClient(transport=transport, base_url="http://room.test") as http,
-    ):
-        yield http
-
-
-def read_only(store: SQLiteStore, on: bool) -> None:
+def read_only(store: RoomStore, on: bool) -> None:
+    assert isinstance(store, SQLiteStore)
     store._db.execute(f"PRAGMA query_only = {int(on)}")
 
 
-def fill(store: SQLiteStore) -> None:
+def fill(store: RoomStore) -> None:
     """Cap the database at its size and fill its free space: every new row is refused."""
+    assert isinstance(store, SQLiteStore)
     pages = store._db.execute("PRAGMA page_count").fetchone()[0]
     store._db.execute(f"PRAGMA max_page_count = {pages}")
     with pytest.raises(StoreWriteError) as refused:  # noqa: PT012 (fills until refused)
@@ -105,7 +76,8 @@ def fill(store: SQLiteStore) -> None:
     assert refused.value.full
 
 
-def unfill(store: SQLiteStore) -> None:
+def unfill(store: RoomStore) -> None:
+    assert isinstance(store, SQLiteStore)
     store._db.execute("PRAGMA max_page_count = 1073741823")
 
 
@@ -120,7 +92,7 @@ def exit_body(session: dict[str, Any]) -> dict[str, Any]:
 async def test_reads_answer_and_writes_say_nothing_was_written_when_every_write_fails(
     autojump_clock: trio.testing.MockClock,
     room: Room,
-    store: SQLiteStore,
+    store: RoomStore,
     client: httpx2.AsyncClient,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -170,7 +142,7 @@ async def test_reads_answer_and_writes_say_nothing_was_written_when_every_write_
 async def test_a_full_database_answers_507_and_loses_nothing(
     autojump_clock: trio.testing.MockClock,
     room: Room,
-    store: SQLiteStore,
+    store: RoomStore,
     client: httpx2.AsyncClient,
 ) -> None:
     session = await registered(client, registration(name="Keeper"))
@@ -191,7 +163,7 @@ async def test_a_full_database_answers_507_and_loses_nothing(
 
 
 async def test_a_failed_write_inside_a_transaction_stores_none_of_it(
-    store: SQLiteStore, room: Room, autojump_clock: trio.testing.MockClock
+    store: RoomStore, room: Room, autojump_clock: trio.testing.MockClock
 ) -> None:
     reply = await room.register(OWNER_TOKEN, ROOM, registration(name="Keeper"))
     row = room.session(reply.body["session_id"])
@@ -206,7 +178,7 @@ async def test_a_failed_write_inside_a_transaction_stores_none_of_it(
 async def test_a_held_stream_and_the_sweep_outlive_a_storage_that_refuses_writes(
     autojump_clock: trio.testing.MockClock,
     room: Room,
-    store: SQLiteStore,
+    store: RoomStore,
     client: httpx2.AsyncClient,
     nursery: trio.Nursery,
 ) -> None:
