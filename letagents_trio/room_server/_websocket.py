@@ -245,8 +245,8 @@ async def serve_process_socket(
                 continue
             try:
                 recorded = room.exit_over_socket(stream, body)
-            except StoreWriteError as exc:
-                logger.warning(
+            except StoreWriteError as exc:  # the store logs it, once a minute
+                logger.info(
                     "exit over socket %s not recorded: %s", stream.connection_id, exc.reason
                 )
                 close_code = INTERNAL_ERROR

@@ -1021,10 +1021,11 @@ async def test_a_writer_killed_holding_the_lock_does_not_block_the_next_one(
             assert await read_line(process.stdout) == b"holding\n"
         finally:
             process.kill()
-            await process.wait()
-            for pipe in (process.stdin, process.stdout):
-                assert pipe is not None
-                await pipe.aclose()
+            with trio.move_on_after(5, shield=True):
+                await process.wait()
+                for pipe in (process.stdin, process.stdout):
+                    assert pipe is not None
+                    await pipe.aclose()
         assert store.lock_path.exists()  # left by the killed writer
         started = trio.current_time()
         await store.update(lambda state: state.update(x=1))
