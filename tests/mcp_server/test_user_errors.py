@@ -147,7 +147,7 @@ async def test_a_damaged_state_file_is_named_as_damaged_not_as_no_sign_in(
     )
     assert text.endswith(
         " Nothing was written over it. Restore or repair it; meanwhile this MCP server has no"
-        " owner token: Set LETAGENTS_TOKEN to your owner token."
+        " owner token: set LETAGENTS_TOKEN to it and restart the MCP server."
     )
     assert "Sign in before registering" not in text
     assert state.read_bytes() == damaged
