@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--owner-token",
         default=None,
-        help=f"owner bearer token for --api-url (default: ${OWNER_TOKEN_ENV})",
+        help=(
+            f"owner bearer token for --api-url (default: ${OWNER_TOKEN_ENV}). UNSAFE on a"
+            " shared machine: any local user can read it from /proc/PID/cmdline or ps; set"
+            f" ${OWNER_TOKEN_ENV} there"
+        ),
     )
     parser.add_argument("--room", default=None, help="room id (default: a fresh one)")
     parser.add_argument(

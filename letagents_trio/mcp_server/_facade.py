@@ -157,7 +157,11 @@ ToolFn = Callable[..., Awaitable[CallToolResult]]
 
 
 def expected_errors(fn: ToolFn) -> ToolFn:
-    """Turn the library's expected errors into ``isError`` results with their text."""
+    """Turn the library's expected errors into ``isError`` results with their text.
+
+    The text is the error's message and then its notes, one a line (a damaged
+    state file's note names the file and what is wrong with it).
+    """
 
     @functools.wraps(fn)
     async def call(*args: Any, **kwargs: Any) -> CallToolResult:
@@ -166,7 +170,8 @@ def expected_errors(fn: ToolFn) -> ToolFn:
         except LetAgentsError as exc:
             ctx = kwargs["ctx"]
             logger.info("tool %s failed: %s", fn.__name__, type(exc).__name__)
-            return failed(server_state(ctx), str(exc))
+            text = "\n".join([str(exc), *getattr(exc, "__notes__", ())])
+            return failed(server_state(ctx), text)
 
     return call
 

@@ -176,6 +176,14 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
     async def _lifespan(self, server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:
         config = self.config
         store = LocalStateStore(config.state_path)
+        snapshot = store.read()
+        if not snapshot.complete:
+            logger.error(
+                "the state file %s is damaged (%s): the sign-in and worker handles stored"
+                " there cannot be read, and nothing is written over it; restore or repair it",
+                config.state_path,
+                snapshot.problem,
+            )
         chat = LocalChat(config.local_chat_path)
         try:
             async with (

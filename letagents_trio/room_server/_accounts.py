@@ -8,7 +8,9 @@ A call with session credentials is authenticated by :meth:`Accounts.authenticate
 (PROTOCOL.md §2.2 step 2): an optional bearer must be the session's owner, the
 session id and token must name a live session of the room, and, for agent
 write actions, a worker session. Being authenticated is the agent being heard
-(§2.2 step 7): ``last_seen_at`` and ``agent_heard_at`` move to now.
+(§2.2 step 7): ``last_seen_at`` and ``agent_heard_at`` move to now, as
+bookkeeping: a storage that refuses the write (a full disk) leaves them as
+they were, and the request goes on, so reads and exits never fail on it.
 
 Two kinds of bearer, as the letagents API has them: an *owner token* (what an
 MCP server sends for its owner) and a *person token* (``person_tokens``: a
@@ -25,6 +27,7 @@ a session (live or ended) in it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -44,6 +47,7 @@ from .._protocol import (
 )
 from ._registration import MAX_ACTOR_KEY_CHARS
 from ._store import Account, RoomRow
+from ._store_errors import StoreWriteError
 from ._wire import (
     OWNER_AUTH_TEXT,
     ROOM_NOT_FOUND_TEXT,
@@ -209,7 +213,7 @@ class Accounts:
         credentials does not call it a write action.
 
         Returns:
-            The session's row, now heard (stored).
+            The session's row, now heard (stored, unless the storage refused it).
         """
         account: Account | None = None
         if creds.owner_token is not None:
@@ -229,5 +233,6 @@ class Accounts:
             refuse(403, WORKER_REQUIRED_TEXT)
         now = self.clock.now_ms()
         heard = attrs.evolve(row, last_seen_at=now, agent_heard_at=now)
-        self.store.put_session(heard)
+        with contextlib.suppress(StoreWriteError):  # best-effort; the store logs it
+            self.store.put_session(heard)
         return heard

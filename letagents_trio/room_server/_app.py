@@ -13,9 +13,10 @@ oldest body still arriving when ``config.max_pending_bodies`` more arrive 503
 (so slow-body attackers cannot hold every file descriptor, nor lock
 legitimate clients out), malformed JSON, a non-object, an integer past
 Python's digit limit or a lone surrogate (but in guidelines, whose rule strips
-it) 400, an unknown path 404, a known path with the wrong method 405; and an
-unexpected exception is logged and answered 500 (a bug, never a reaction to
-input).
+it) 400, an unknown path 404, a known path with the wrong method 405; a write
+the storage refused 507 when it is full, else 503 (``_wire.storage_refusal``:
+nothing was written); and an unexpected exception is logged and answered 500
+(a bug, never a reaction to input).
 
 Room ids may contain ``/`` (``owner/repo``): each ``/``-separated segment is
 percent-decoded on its own, and a pattern's ``{room+}`` takes every segment
@@ -32,7 +33,8 @@ disconnect watcher, so a client that goes away stops counting as delivery.
 
 A ``websocket`` scope is the WebSocket form of the process stream (our
 extension, :mod:`._websocket`): served on the process route's path only; an
-upgrade of any other path is refused with 404.
+upgrade with a malformed ``Sec-WebSocket-Key`` is refused with 400, and one of
+any other path with 404.
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
-from ._websocket import refuse_upgrade, serve_process_socket
-from ._wire import Credentials, Reply
+from ._store_errors import StoreWriteError
+from ._websocket import key_refusal, refuse_upgrade, serve_process_socket
+from ._wire import Credentials, Reply, storage_refusal
 
 if TYPE_CHECKING:
     from ._room import Room
@@ -490,9 +493,11 @@ def create_app(room: Room) -> ASGIApp:
     async def websocket(scope: Scope, receive: Receive, send: Send) -> None:
         segments = _segments(scope)
         params = None if segments is None else process_route.match(segments)
-        if params is None:
+        refusal = key_refusal(scope)
+        if refusal is not None or params is None:
             await receive()  # websocket.connect
-            await refuse_upgrade(scope, send, Reply(status=404, body={"error": "Not found"}))
+            not_found = Reply(status=404, body={"error": "Not found"})
+            await refuse_upgrade(scope, receive, send, refusal or not_found)
             return
         await serve_process_socket(
             room,
@@ -530,6 +535,9 @@ def create_app(room: Room) -> ASGIApp:
         except _BadRequest as bad:
             if not started:
                 await _send_reply(tracking_send, bad.reply)
+        except StoreWriteError as refused:  # logged by the store
+            if not started:
+                await _send_reply(tracking_send, storage_refusal(refused))
         except Exception:
             logger.exception("room route %s %s failed", scope.get("method"), scope.get("path"))
             if not started:

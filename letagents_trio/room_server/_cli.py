@@ -21,11 +21,17 @@ tokens are how you connect). A room's admins are its creator (whose
 registration made it) and the logins ``--room-admin ROOM=LOGIN`` grants it.
 SIGINT or SIGTERM stops the room gracefully (held streams close silently,
 open requests get a bounded time to finish).
+
+The room speaks plain HTTP: no TLS. On loopback (the default) that is the
+machine's own traffic; bound to any other address, owner and session bearer
+tokens cross the network in clear, so ``--help`` says so and the room warns
+at start (put it behind a TLS-terminating proxy instead).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import secrets
@@ -53,7 +59,7 @@ from ._room import Room
 from ._serve import serve_room
 from ._store import MemoryStore, RoomStore, SQLiteStore
 
-__all__ = ["DEFAULT_DB_PATH", "build_parser", "main"]
+__all__ = ["DEFAULT_DB_PATH", "build_parser", "is_loopback", "main"]
 
 DEFAULT_DB_PATH: Final = Path("~/.letagents/room.sqlite3")
 # The database's folder when we create it (and our default folder always):
@@ -95,7 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
             " token and person token, written to stderr."
         ),
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help=(
+            "address to bind (127.0.0.1). UNSAFE beyond loopback: the room speaks plain HTTP,"
+            " no TLS, so owner and session bearer tokens cross the network in clear; serve"
+            " other machines through a TLS-terminating proxy"
+        ),
+    )
     parser.add_argument("--port", type=int, default=3001, help="port to bind; 0 = any (3001)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
@@ -160,6 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds only this machine's loopback (``localhost`` or a loopback address)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
+
+
 def _owner_tokens(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
     """Every source's owner tokens, merged (see :mod:`._owner_tokens`)."""
     tokens: dict[str, str] = {}
@@ -218,6 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not is_loopback(args.host):
+        logging.getLogger("letagents_trio.room_server").warning(
+            "binding %s, beyond loopback: the room speaks plain HTTP (no TLS), so owner and"
+            " session bearer tokens cross the network in clear; serve other machines through"
+            " a TLS-terminating proxy",
+            args.host,
+        )
     if not owner_tokens:
         token, person = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         owner_tokens = {token: DEV_LOGIN}

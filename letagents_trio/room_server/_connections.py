@@ -28,6 +28,13 @@ to close an idle connection as soon as its peer has closed it (hypercorn
 would wait for the keep-alive timer), and to take a send that races the
 connection's close (``BusyResourceError``) as the close it is. A connection
 that fails anyway is logged and closed; the server goes on.
+
+A WebSocket upgrade hypercorn refuses itself (no ``Sec-WebSocket-Key``, a
+version other than 13, HTTP/1.0, bytes sent before the answer) gets its ``400
+Connection: close``, and then hypercorn neither closes the connection nor
+counts it as idle: it waited for the client to leave, forever, holding a
+descriptor no cap or timer reclaimed. Its read loop here closes such a
+connection as soon as the answer is out (:meth:`_CountedTCPServer._read_data`).
 Shutdown is hypercorn's: stop accepting, tell every connection the worker
 is terminating (idle ones close), give the rest the graceful timeout.
 """
@@ -35,13 +42,17 @@ is terminating (idle ones close), give the rest the graceful timeout.
 from __future__ import annotations
 
 import logging
+import math
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 import attrs
+import h11
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
@@ -56,6 +67,8 @@ logger = logging.getLogger("letagents_trio.room_server")
 
 # Under a flood the cap is reached thousands of times a second: say so once a minute.
 EVICTION_LOG_INTERVAL: Final = 60.0
+# The close code an app is told when its WebSocket's connection ended without a close frame.
+ABNORMAL_CLOSURE: Final = 1006
 
 
 class Closable(Protocol):
@@ -142,12 +155,62 @@ class _CountedTCPServer(TCPServer):
         self._silent = silent
 
     async def _read_data(self) -> None:
-        await super()._read_data()
+        """Hypercorn's read loop, which also ends a refused upgrade's connection."""
+        while True:
+            try:
+                with trio.fail_after(self.config.read_timeout or math.inf):
+                    data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+                break
+            try:
+                await self.protocol.handle(RawData(bytes(data)))
+            except h11.LocalProtocolError:
+                # Two answers raced for one upgrade: hypercorn's 400 to bytes
+                # sent before the answer, and the app's own (which hypercorn
+                # let through between the 400's head and its end). Either way
+                # the client is refused, and the connection unusable.
+                upgrade = self._upgrade()
+                if upgrade is None:
+                    raise
+                logger.debug("an upgrade was answered twice; closing its connection")
+                await self._end_upgrade(upgrade)
+                break
+            if not data:
+                break
+            upgrade = self._upgrade()
+            if upgrade is not None and upgrade.closed:
+                # Hypercorn refused it (and marked it closed), then would wait for the peer.
+                await self._end_upgrade(upgrade)
+                break
+        await self.protocol.handle(Closed())
         # The peer closed (or the socket did): nothing more can arrive. Left
         # alone, hypercorn keeps an idle connection, descriptor and task, until
         # its keep-alive timer fires (5 s), so attackers who leave would hold
         # the room's descriptors that long; stopping the timer closes it now.
         await self.idle_task.stop()
+
+    def _upgrade(self) -> WSStream | None:
+        """The WebSocket upgrade this HTTP/1.1 connection carries, if it carries one."""
+        protocol = self.protocol.protocol
+        if isinstance(protocol, H11Protocol) and isinstance(protocol.stream, WSStream):
+            return protocol.stream
+        return None
+
+    async def _end_upgrade(self, upgrade: WSStream) -> None:
+        """End the connection of a refused upgrade at once.
+
+        Its socket is closed here, so its descriptor is free now (hypercorn
+        would keep it until the peer left). If the app was already told of
+        the upgrade (bytes came before the answer), it is told the client went
+        away, so a process stream it opened is let go as a drop rather than
+        held for a connection that is gone.
+        """
+        self._connection.stream.socket.close()
+        if not upgrade.closed:
+            # Interrupted mid-answer: hypercorn marks it closed, then tells the app.
+            await self.protocol.handle(Closed())
+        elif upgrade.app_put is not None:
+            await upgrade.app_put({"type": "websocket.disconnect", "code": ABNORMAL_CLOSURE})
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated):

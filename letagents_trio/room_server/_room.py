@@ -71,6 +71,7 @@ from ._store import (
     RoomStore,
     SessionRow,
 )
+from ._store_errors import StoreWriteError
 from ._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
 from ._wire import (
     ROOM_NOT_FOUND_TEXT,
@@ -276,7 +277,8 @@ class Room:
                 logger.warning("registration in %s found the room busy", room_id)
                 return busy()
             try:
-                reply, ended = self._register_locked(account, room_id, req)
+                with self.store.atomic():  # the hand-over and the new row, or nothing
+                    reply, ended = self._register_locked(account, room_id, req)
             finally:
                 lock.release()
             for row in ended:
@@ -549,17 +551,29 @@ class Room:
     ) -> NoReturn:
         """Run the room's background work: a liveness sweep every
         ``config.liveness_sweep_interval`` seconds, forever. :func:`serve_room`
-        starts it; an in-process embedder starts it with ``nursery.start``.
+        starts it before it serves; an in-process embedder starts it with
+        ``nursery.start``.
+
+        First, before it reports started, the room closes every process
+        connection its rows say is open but it does not hold: left from before
+        it stopped (a crash, a kill), each becomes a drop at this start, and
+        the gone rules run from there (``StreamRegistry.close_unheld``).
 
         Cancellation:
             Runs until cancelled; a sweep is synchronous, so cancellation
             never leaves one half done.
         """
+        closed = self._streams.close_unheld()
+        if closed:
+            logger.warning("room start: %d process connection(s) left open are closed", closed)
         task_status.started()
         next_at = trio.current_time()
         while True:
             next_at += self.config.liveness_sweep_interval
             await trio.sleep_until(next_at)
-            posted = self.sweep_liveness()
+            try:
+                posted = self.sweep_liveness()
+            except StoreWriteError:  # logged by the store; the next sweep tries again
+                continue
             if posted:
                 logger.info("liveness sweep posted %d notice(s)", len(posted))

@@ -115,10 +115,11 @@ async def serve_room(
     stop = trio.Event()
     backstop = trio.CancelScope(shield=True)
     async with trio.open_nursery() as nursery:
+        # The room first: it closes the connections left open by its last run.
+        await nursery.start(room.run)
         binds: list[str] = await nursery.start(
             partial(_run_hypercorn, room, config, stop, backstop)
         )
-        await nursery.start(room.run)
         url = binds[0]
         logger.info("room serving on %s", url)
         task_status.started(url)

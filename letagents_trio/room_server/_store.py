@@ -17,6 +17,13 @@ transaction per call), one table per kind, each row a JSON document beside the
 columns the room looks rows up by. A restart therefore keeps rooms, sessions,
 messages, tasks and leases. Times are integer epoch milliseconds everywhere.
 Session tokens are never stored: only their SHA-256 (``token_hash``).
+
+A write SQLite refuses (a full disk, a read-only file, an I/O error) raises
+:class:`~._store_errors.StoreWriteError` and stores nothing of itself: each write is one
+statement, or one transaction (:meth:`RoomStore.atomic` makes several writes
+all-or-nothing); reads go on working. The room answers such a request 507 or
+503 and keeps its best-effort bookkeeping (an agent heard, a stream refreshed)
+out of the way of reads.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, final
 
 import attrs
+
+from ._store_errors import WriteRefusals
 
 __all__ = [
     "END_REASON_DISCONNECT",
@@ -281,6 +290,15 @@ class RoomStore(Protocol):
         """Insert or replace the room's guidelines."""
         ...
 
+    def atomic(self) -> contextlib.AbstractContextManager[None]:
+        """Make the writes inside all-or-nothing: a failure stores none of them.
+
+        Raises:
+            ~letagents_trio.room_server._store_errors.StoreWriteError: a write,
+                or the commit, failed; nothing was stored.
+        """
+        ...
+
     def close(self) -> None:
         """Release the store's resources."""
         ...
@@ -366,6 +384,11 @@ class MemoryStore:
     def put_guidelines(self, row: GuidelinesRow) -> None:
         self._guidelines[row.room_id] = row
 
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        # Dicts never refuse a write.
+        yield
+
     def close(self) -> None:
         pass
 
@@ -416,6 +439,8 @@ class SQLiteStore:
 
     path: Path = attrs.field(converter=Path)
     _db: sqlite3.Connection = attrs.field(init=False, repr=False)
+    _transactions: int = attrs.field(default=0, init=False, repr=False)
+    _refusals: WriteRefusals = attrs.field(factory=WriteRefusals, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Owner-only, whatever the umask: the database holds messages and
@@ -430,12 +455,49 @@ class SQLiteStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
 
+    def _write(self, sql: str, parameters: tuple[Any, ...]) -> sqlite3.Cursor:
+        """One write statement (a transaction of its own outside :meth:`atomic`)."""
+        try:
+            return self._db.execute(sql, parameters)
+        except sqlite3.Error as exc:
+            raise self._refusals.of(exc, self.path) from exc
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        if self._transactions:  # inside another: the outermost commits
+            self._transactions += 1
+            try:
+                yield
+            finally:
+                self._transactions -= 1
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self._refusals.of(exc, self.path) from exc
+        self._transactions = 1
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise self._refusals.of(exc, self.path) from exc
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            self._transactions = 0
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:  # SQLite may have rolled it back already
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+
     def _put(self, table: str, key: str, room_id: str, row: Any) -> None:
-        with self._db:
-            self._db.execute(
-                f"INSERT OR REPLACE INTO {table} (id, room_id, doc) VALUES (?, ?, ?)",
-                (key, room_id, _doc(row)),
-            )
+        self._write(
+            f"INSERT OR REPLACE INTO {table} (id, room_id, doc) VALUES (?, ?, ?)",
+            (key, room_id, _doc(row)),
+        )
 
     def _get(self, cls: type[_Row], table: str, key: str) -> _Row | None:
         found = self._db.execute(
@@ -476,14 +538,15 @@ class SQLiteStore:
         return self._in_room(SessionRow, "sessions", room_id)
 
     def add_message(self, message: MessageRow) -> MessageRow:
-        with self._db:
-            cursor = self._db.execute(
+        # One transaction: a failed UPDATE must not leave a message without its doc.
+        with self.atomic():
+            cursor = self._write(
                 "INSERT INTO messages (room_id, dedupe_id, doc) VALUES (?, ?, '')",
                 (message.room_id, message.dedupe_id),
             )
             assert cursor.lastrowid is not None
             stored = attrs.evolve(message, message_id=cursor.lastrowid)
-            self._db.execute(
+            self._write(
                 "UPDATE messages SET doc = ? WHERE id = ?", (_doc(stored), stored.message_id)
             )
         return stored

@@ -27,7 +27,18 @@ leaves on the session row is a pure function here, given the row and the time:
 * :func:`dropped`: the client went away from the current connection of a live
   session (§2.2 step 6);
 * :func:`exit_recorded`: an announced exit (R5) is recorded when it names the
-  current connection, or names none after a recorded drop.
+  current connection, or names none after a recorded drop;
+* :func:`closed_at_start`: a room that starts (again) holds no connection, so
+  a row that says one is open lost it when the room stopped: it is closed as a
+  drop at the start, and the gone rules of §7.2 run from there
+  (:meth:`StreamRegistry.close_unheld`, run by ``Room.run``). Without it a
+  room killed mid-goodbye left every exit it had not recorded looking
+  connected, its name held until the 10-minute silence rule.
+
+Writes that only keep evidence fresh (the refresh, a drop) are best-effort:
+a storage that refuses them (a full disk, logged by the store) leaves the row
+as it was and the stream as it is. Opening a stream and recording an exit
+raise :class:`~._store_errors.StoreWriteError`, for the caller to answer.
 
 The registry also counts, per room, the streams it holds and what became of
 the exits announced there (:class:`StreamCounts`, read by the room's admins on
@@ -37,6 +48,7 @@ started, one dictionary entry per room that ever held a stream or heard an exit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import uuid
@@ -55,6 +67,7 @@ from .._protocol import (
     OWN_PROCESS_TEXT,
     SESSION_ENDED_410_TEXT,
 )
+from ._store_errors import StoreWriteError
 from ._wire import Credentials, Refusal, Reply, refuse
 
 if TYPE_CHECKING:
@@ -70,6 +83,7 @@ __all__ = [
     "StreamCounts",
     "StreamForm",
     "StreamRegistry",
+    "closed_at_start",
     "dropped",
     "exit_recorded",
     "opened",
@@ -110,8 +124,10 @@ def _sse_opening(connection_id: str) -> tuple[bytes, ...]:
 
 
 def _websocket_opening(connection_id: str) -> tuple[bytes, ...]:
-    # Compact JSON, the same shape the SSE ``open`` event's data has.
-    return (f'{{"event":"open","connection_id":"{connection_id}"}}'.encode("ascii"),)
+    # Compact JSON, the shape of the SSE ``open`` event's data, saying that
+    # this room acknowledges exit frames (docs/protocol.md §3.1).
+    opening = f'{{"event":"open","connection_id":"{connection_id}","exit_ack":true}}'
+    return (opening.encode("ascii"),)
 
 
 # The SSE body of §3.
@@ -264,14 +280,16 @@ class StreamRegistry:
                     self.store.get_session(stream.session_id), stream, self.clock.now_ms()
                 )
                 if row is not None:
-                    self.store.put_session(row)
+                    with contextlib.suppress(StoreWriteError):  # best-effort: see above
+                        self.store.put_session(row)
             logger.debug("process stream %s closed (%s)", stream.connection_id, stream.close_mode)
 
     def _refresh(self, stream: ProcessStream) -> CloseMode | None:
         row = self.store.get_session(stream.session_id)
         outcome = refresh_outcome(row, stream)
         if row is not None and outcome is None:
-            self.store.put_session(attrs.evolve(row, process_seen_at=self.clock.now_ms()))
+            with contextlib.suppress(StoreWriteError):  # best-effort: see above
+                self.store.put_session(attrs.evolve(row, process_seen_at=self.clock.now_ms()))
         return outcome
 
     def record_exit(
@@ -333,6 +351,29 @@ class StreamRegistry:
             if not streams:
                 del self._held[stream.session_id]
 
+    def close_unheld(self) -> int:
+        """Close, as drops now, the connections rows say are open but no stream holds.
+
+        For the room's start (:func:`closed_at_start`): a room that starts
+        holds nothing, so every such row is left from before it stopped. One
+        transaction; a storage that refuses it (logged by the store) leaves
+        the rows as they were.
+
+        Returns:
+            How many connections were closed.
+        """
+        now = self.clock.now_ms()
+        closed = 0
+        with contextlib.suppress(StoreWriteError), self.store.atomic():
+            for room_id in self.store.room_ids():
+                for row in self.store.room_sessions(room_id):
+                    done = None if self.holds(row.session_id) else closed_at_start(row, now)
+                    if done is not None:
+                        self.store.put_session(done)
+                        closed += 1
+            return closed
+        return 0
+
     def of(self, session_id: str) -> list[ProcessStream]:
         """The streams held for a session (a copy)."""
         return list(self._held.get(session_id, []))
@@ -375,6 +416,23 @@ def refresh_outcome(row: SessionRow | None, stream: ProcessStream) -> CloseMode 
 def dropped(row: SessionRow | None, stream: ProcessStream, now: int) -> SessionRow | None:
     """§2.2 step 6: the row once the client went away, if still current and live."""
     if row is None or not row.live or row.process_connection_id != stream.connection_id:
+        return None
+    return attrs.evolve(row, process_seen_at=now, process_disconnected_at=now)
+
+
+def closed_at_start(row: SessionRow, now: int) -> SessionRow | None:
+    """A room's start: the row with its open process connection closed as a drop, if it has one.
+
+    The drop of §2.2 step 6, for a live worker session whose row says a
+    connection is open (an id other than ``"exited"``, no disconnect) that
+    the starting room does not hold.
+    """
+    if (
+        not row.live
+        or row.session_kind != "worker"
+        or row.process_connection_id in (None, AGENT_PROCESS_EXITED)
+        or row.process_disconnected_at is not None
+    ):
         return None
     return attrs.evolve(row, process_seen_at=now, process_disconnected_at=now)
 

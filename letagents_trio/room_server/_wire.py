@@ -26,6 +26,7 @@ from .._protocol import BUSY_TEXT, format_iso
 
 if TYPE_CHECKING:
     from ._store import SessionRow
+    from ._store_errors import StoreWriteError
 
 __all__ = [
     "MAX_ROUTING_ID_CHARS",
@@ -40,6 +41,7 @@ __all__ = [
     "opt_str",
     "projection",
     "refuse",
+    "storage_refusal",
     "token_matches",
     "valid_room_id",
 ]
@@ -51,6 +53,15 @@ ROOM_NOT_FOUND_TEXT: Final = "Room not found"
 OWNER_AUTH_TEXT: Final = "Authentication required."
 # Room and session ids beyond this are refused before any lookup.
 MAX_ROUTING_ID_CHARS: Final = 256
+# A write the room's storage refused (issue 30): 507 when it is full, else 503.
+STORAGE_FULL_TEXT: Final = (
+    "The room's storage is full: nothing was written. Try again once it has space."
+)
+STORAGE_FULL_CODE: Final = "storage_full"
+STORAGE_FAILED_TEXT: Final = (
+    "The room could not write to its storage: nothing was written. Try again later."
+)
+STORAGE_FAILED_CODE: Final = "storage_unavailable"
 
 
 @final
@@ -96,6 +107,13 @@ def refuse(status: int, error: str, **extra: Any) -> NoReturn:
 def busy() -> Reply:
     """The 503 a registration gets when the room's registration lock cannot be had."""
     return Reply(status=503, body={"error": BUSY_TEXT}, headers={"Retry-After": "1"})
+
+
+def storage_refusal(error: StoreWriteError) -> Reply:
+    """The answer to a request whose write the storage refused: 507 when full, else 503."""
+    if error.full:
+        return Reply(status=507, body={"error": STORAGE_FULL_TEXT, "code": STORAGE_FULL_CODE})
+    return Reply(status=503, body={"error": STORAGE_FAILED_TEXT, "code": STORAGE_FAILED_CODE})
 
 
 def hash_token(token: str) -> str:

@@ -348,7 +348,7 @@ class FakeRoom:
         )
         if not supported or mode in CANNED_ANSWERS:
             await receive()
-            await refuse_upgrade(scope, send, Reply(status=canned[0], body=canned[1]))
+            await refuse_upgrade(scope, receive, send, Reply(status=canned[0], body=canned[1]))
             return
         self._seen_sessions.add(session_id)
         if mode is ProcessMode.SILENT:

@@ -93,7 +93,7 @@ from ._records import (
     registration_key_hash,
     worker_in_scope,
 )
-from ._registration import AccountCache, Owner, disconnect_at_room
+from ._registration import AccountCache, Owner, disconnect_at_room, no_sign_in
 from ._results import WorkerHandlesStatistics, WorkerRegistration
 from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
@@ -108,7 +108,6 @@ from ._wire import (
     new_worker_id,
     recover_ambiguous_text,
     recover_none_text,
-    sign_in_text,
 )
 
 if TYPE_CHECKING:
@@ -321,7 +320,7 @@ class WorkerHandles:
         local = self.is_local_room(room_id)
         if not local and owner.login is None:
             # Before anything is stored: a refused call leaves the state file as it was.
-            raise WorkerError(sign_in_text(self.state.path, self.wording))
+            raise no_sign_in(self.state, self.wording)
         if recover_lost_worker:
             held = held_under(
                 self._snapshot(),

@@ -62,6 +62,7 @@ from ._names import (
     normalize_agent_base_name,
 )
 from ._records import read_leases, stored_session
+from ._registration import no_sign_in
 from ._results import WorkerRegistration
 from ._state import ensure_mapping, iso_now, mapping_at
 from ._wire import (
@@ -69,7 +70,6 @@ from ._wire import (
     NO_CANONICAL_IDENTITY_TEXT,
     NOT_CONFIRMED_TEXT,
     HostWording,
-    sign_in_text,
 )
 
 if TYPE_CHECKING:
@@ -289,7 +289,7 @@ class LegacyRegistrar:
         if local:
             raise WorkerError(LEGACY_LOCAL_TEXT)
         if owner.login is None:
-            raise WorkerError(sign_in_text(self.state.path, self.wording))
+            raise no_sign_in(self.state, self.wording)
         host_id = await local_host_id(self.state)
         name, actor_key = await self._process_identity(owner)
         display = js_trim(display_name or "") or name.display_name

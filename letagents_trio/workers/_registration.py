@@ -66,6 +66,7 @@ from ._records import (
 from ._state import iso_now
 from ._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
+    DAMAGED_STATE_SIGN_IN_TEXT,
     EMBEDDER_WORDING,
     NO_ACCOUNT_ADVICE,
     NO_CANONICAL_IDENTITY_TEXT,
@@ -243,7 +244,7 @@ class Registrar:
         """
         worker_id = str(worker["worker_id"])
         if not local and owner.login is None:
-            raise WorkerError(sign_in_text(self.state.path, self.wording))
+            raise no_sign_in(self.state, self.wording)
         canonical_key = await self._canonical_key(owner, worker, local=local)
         operation = pending_operation(room)
         if operation is not None:
@@ -460,6 +461,31 @@ class AccountCache:
             return None
         login = auth.account.get("login") if auth.account is not None else None
         return login.strip() if isinstance(login, str) and login.strip() else None
+
+
+def no_sign_in(state: LocalStateStore, wording: HostWording) -> WorkerError:
+    """The refusal of a hosted room's registration without an owner token.
+
+    §5.2's sign-in text for this host, unless the state file that would hold
+    the sign-in is damaged: then the error says so (and it is logged), rather
+    than sending the owner to sign in again over a file nothing will write.
+    """
+    snapshot = state.read()
+    if snapshot.complete:
+        return WorkerError(sign_in_text(state.path, wording))
+    logger.error(
+        "the state file %s is damaged (%s): its sign-in cannot be read",
+        state.path,
+        snapshot.problem,
+    )
+    return WorkerError(
+        DAMAGED_STATE_SIGN_IN_TEXT.format(
+            state_path=state.path,
+            problem=snapshot.problem,
+            holder=wording.holder,
+            owner_token=wording.owner_token,
+        )
+    )
 
 
 async def disconnect_at_room(client: RoomClient, session: AgentSession) -> str | None:

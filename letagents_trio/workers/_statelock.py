@@ -10,6 +10,16 @@ The lock is the file ``<state path>.lock``, taken by an exclusive create
    :class:`StateLockTimeout` naming the lock path; otherwise wait for the next
    25 ms poll and retry.
 
+Ours, beyond Node's rules: a lock whose holder is gone is broken at once,
+whatever its age. Our lock file names its holder, ``<pid> <16 hex> <pid
+space>``, where the pid space (:func:`pid_space`) is this boot of this
+machine's kernel and the pid namespace the pid is counted in. A lock naming
+our pid space and a pid that no process has is a killed writer's (a
+restarted MCP server used to wait for it, timing out at 2 s, three times, for
+up to 10 s). Any other lock waits for the stale age, as Node's does: a pid
+counted elsewhere (another machine sharing the folder, another container, a
+reboot since) says nothing about its holder here, and a Node lock names none.
+
 Polls sit on a fixed grid (start + n x 25 ms) measured with
 :func:`trio.current_time`, so waiting is cancellable and exact under a
 ``MockClock``, and a slow poll never stretches the 2 s budget. The stale check
@@ -19,7 +29,7 @@ compares the lock's mtime, a wall-clock time, with an injectable ``wall_clock``.
 then deleting the path is a race: two waiters judge the same dead lock stale,
 the first deletes it and takes its own, the second then deletes that fresh
 lock and takes the lock too. So a lock is identified by device, inode, mtime
-(ns), size and content (ours holds ``<pid> <16 hex>``, unique), and removed
+(ns), size and content (ours holds ``<pid> <16 hex> <pid space>``, unique), and removed
 only by :func:`_remove_if_same`: rename it to a unique name beside it
 (``<lock>.<pid>.<12 hex>.broken``; a rename moves whatever file is at the path
 at that instant, atomically), read the moved file's identity, and delete it
@@ -57,6 +67,7 @@ holder's check can still undo it, as two Node processes can undo each other's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -78,6 +89,7 @@ __all__ = [
     "LOCK_TIMEOUT",
     "HeldLock",
     "acquire_lock",
+    "pid_space",
     "sweep_leftovers",
 ]
 
@@ -95,7 +107,8 @@ LOCK_STALE_AFTER: Final = 10.0
 HOLD_LIMIT: Final = LOCK_STALE_AFTER - 1.0
 # Owner-only, as the state file itself.
 _LOCK_MODE: Final = 0o600
-# Lock files are tiny (ours: "<pid> <16 hex>\n"); read no more than this of one.
+# Lock files are tiny (ours, "<pid> <16 hex> <pid space>\n", has under 100
+# bytes); read no more than this of one.
 _MAX_LOCK_BYTES: Final = 256
 # Random bytes in our lock's content and in the names a lock is moved to.
 _TOKEN_BYTES: Final = 8
@@ -104,6 +117,37 @@ _ASIDE_RANDOM_BYTES: Final = 6
 BROKEN_SUFFIX: Final = ".broken"
 # Leftovers deleted per sweep: bounds the time spent holding the lock.
 _MAX_SWEPT: Final = 64
+# Where Linux says which boot this is, and which pid namespace we count pids in.
+_BOOT_ID: Final = Path("/proc/sys/kernel/random/boot_id")
+_PID_NAMESPACE: Final = "/proc/self/ns/pid"
+# Our lock's content: "<pid> <16 hex>", then " <pid space>" where we know it.
+_OUR_LOCK: Final = re.compile(rb"(?P<pid>[0-9]{1,10}) [0-9a-f]{16}(?: (?P<space>[!-~]{1,200}))?\n")
+
+
+@functools.cache
+def pid_space() -> str | None:
+    """Where this process's pids are counted: this kernel boot and this pid namespace.
+
+    Two processes with the same value see the same pids, so one of them can
+    tell that the other's pid is gone. ``None`` where it cannot be known (not
+    Linux, or no ``/proc``): then no lock is broken before its stale age.
+    """
+    try:
+        boot = _BOOT_ID.read_text(encoding="ascii").strip()
+        namespace = os.readlink(_PID_NAMESPACE)
+    except (OSError, UnicodeDecodeError):
+        return None
+    space = f"{boot}/{namespace}"
+    return space if re.fullmatch(r"[!-~]{1,200}", space) else None
+
+
+def _holder_gone(judged: _Identity) -> bool:
+    """True if ``judged`` is our kind of lock, counted in our pid space, and its pid is gone."""
+    here = pid_space()
+    found = _OUR_LOCK.fullmatch(judged.content or b"")
+    if here is None or found is None or found["space"] is None:
+        return False
+    return found["space"].decode("ascii") == here and _process_gone(int(found["pid"]))
 
 
 @final
@@ -216,23 +260,31 @@ def _take(lock: Path, wall_clock: Callable[[], float]) -> HeldLock | None:
             pass
         else:
             try:
-                token = f"{os.getpid()} {secrets.token_hex(_TOKEN_BYTES)}\n".encode()
-                os.write(fd, token)
+                space = pid_space()
+                holder = f"{os.getpid()} {secrets.token_hex(_TOKEN_BYTES)}"
+                token = f"{holder} {space}\n" if space else f"{holder}\n"
+                token_bytes = token.encode()
+                os.write(fd, token_bytes)
                 stat = os.fstat(fd)
             except BaseException:
                 os.close(fd)
                 lock.unlink(missing_ok=True)
                 raise
             os.close(fd)
-            identity = _Identity(stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size, token)
+            identity = _Identity(
+                stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size, token_bytes
+            )
             return HeldLock(lock, identity, wall_clock)
         judged = _identify(lock)
         if judged is None:
             continue  # released between our two calls: try again at once
         age = wall_clock() - judged.mtime_ns / 1e9
-        if age <= LOCK_STALE_AFTER:
+        if age > LOCK_STALE_AFTER:
+            logger.warning("breaking a stale state lock (%.1f s old) at %s", age, lock)
+        elif _holder_gone(judged):
+            logger.warning("breaking the state lock of a process that is gone at %s", lock)
+        else:
             return None
-        logger.warning("breaking a stale state lock (%.1f s old) at %s", age, lock)
         if not _remove_if_same(lock, judged):
             return None  # someone else broke it first and holds a fresh one
 

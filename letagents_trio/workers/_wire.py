@@ -35,6 +35,7 @@ __all__ = [
     "CONNECTION_REPLACED_TEXT",
     "CONNECTION_TOKEN_BYTES",
     "CONTROLLER_TEXT",
+    "DAMAGED_STATE_SIGN_IN_TEXT",
     "EMBEDDER_WORDING",
     "IN_PROGRESS_TEXT",
     "MCP_SERVER_WORDING",
@@ -169,6 +170,12 @@ SIGN_IN_TEXT: Final = (
     " Store it as auth.token in {state_path} (the Node letagents client's sign-in writes it"
     " there; it is read at the next call), or {owner_token}."
     " Rooms marked local in the chat-storage settings need no sign-in."
+)
+# 9, ours: no owner token because the state file that would hold it is damaged.
+DAMAGED_STATE_SIGN_IN_TEXT: Final = (
+    "Cannot read the sign-in: the state file {state_path} is damaged ({problem})."
+    " Nothing was written over it. Restore or repair it; meanwhile {holder} has no owner"
+    " token: {owner_token}."
 )
 # 10.
 NOT_CONFIRMED_TEXT: Final = (

@@ -1,4 +1,6 @@
-"""A ``letagents-trio room`` in a subprocess, for the tests that attack it.
+"""A ``letagents-trio room`` in a subprocess, for the tests that attack it; and one
+served in this process (:func:`served_room`), with the raw client that sees what
+it answers (:func:`answer_and_close`).
 
 The room gets few file descriptors (:data:`ROOM_FD_LIMIT`), so a flood reaches
 its limit quickly, while this process raises its own (:func:`descriptors`).
@@ -17,12 +19,15 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Final
 
 import attrs
 import pytest
 import trio
 import trio.lowlevel
+
+from letagents_trio.room_server import MemoryStore, Room, RoomConfig, RoomStore, serve_room
 
 from ..room_server.helpers import OWNER_TOKEN
 
@@ -99,14 +104,17 @@ def errors_in(log: str) -> list[str]:
 
 
 @asynccontextmanager
-async def running_room(*options: str, fd_limit: int = ROOM_FD_LIMIT) -> AsyncIterator[RunningRoom]:
-    """Run the room (``fd_limit`` descriptors) on a free port, its stderr read throughout
-    (a room logging in a loop must not block on a full pipe); kill it on exit."""
+async def running_room(
+    *options: str, fd_limit: int = ROOM_FD_LIMIT, db: Path | None = None
+) -> AsyncIterator[RunningRoom]:
+    """Run the room (``fd_limit`` descriptors, in memory or on the SQLite file ``db``) on a
+    free port, its stderr read throughout (a room logging in a loop must not block on a
+    full pipe); kill it on exit."""
     command = [
         *ROOM_COMMAND,
         "--port",
         "0",
-        "--memory",
+        *(("--memory",) if db is None else ("--db", str(db))),
         "--owner-token",
         f"{OWNER_TOKEN}=owner",
         "--log-level",
@@ -137,3 +145,41 @@ async def running_room(*options: str, fd_limit: int = ROOM_FD_LIMIT) -> AsyncIte
             with trio.move_on_after(5, shield=True):
                 await process.wait()
         await process.stderr.aclose()
+
+
+@asynccontextmanager
+async def served_room(store: RoomStore | None = None) -> AsyncIterator[tuple[Room, int]]:
+    """A room on ``store`` (in memory by default) served in this process on a free
+    loopback port: the room, and the port."""
+    room = Room(
+        store=MemoryStore() if store is None else store,
+        owner_tokens={OWNER_TOKEN: "owner"},
+        config=RoomConfig(),
+    )
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_room, room, port=0))
+        try:
+            yield room, int(url.rsplit(":", 1)[1])
+        finally:
+            nursery.cancel_scope.cancel(reason="test over")
+
+
+async def answer_and_close(port: int, request: bytes, wait: float) -> tuple[str, bool]:
+    """Send ``request`` on a new connection; return the answer's status line, and
+    whether the room closed the connection within ``wait`` seconds."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(request)
+        data = b""
+        closed = False
+        with trio.move_on_after(wait):
+            while True:
+                try:
+                    chunk = await stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    chunk = b""
+                if not chunk:
+                    closed = True
+                    break
+                data += chunk
+    return data.split(b"\r\n", 1)[0].decode("latin-1"), closed

@@ -44,7 +44,7 @@ from ..room_server.helpers import (
     session_headers,
 )
 from ..room_server.paths import process_path
-from .room_process import descriptors, errors_in, running_room
+from .room_process import answer_and_close, descriptors, errors_in, running_room
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX resource limits")
 
@@ -310,3 +310,72 @@ async def test_a_burst_of_connections_is_served_when_the_open_file_limit_allows(
     # The legitimate client's connection counts too for a moment, and may cut one or two more.
     assert cut <= closed <= cut + (2 if cut else 0)
     assert ("silent connections at the cap" in log) == bool(cut)
+
+
+# Refused upgrades (issue 30, row 1): of every kind, more than the room's descriptors.
+REFUSED_UPGRADES = 2400
+# How long each attacker waits for the room to close its socket after the 400.
+# Before, none was closed after 20 s: the room held 1,024 descriptors, /health
+# and registrations timed out, and it logged EMFILE hundreds of times.
+REFUSED_CLOSE_WAIT = 10.0
+UPGRADE_HEAD = (
+    "GET /rooms/flooded/agent-sessions/s1/process HTTP/{http}\r\nHost: 127.0.0.1\r\n"
+    "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: {version}\r\n{key}\r\n"
+)
+REFUSED_KINDS = (
+    # Refused by hypercorn itself: no key, another version, HTTP/1.0.
+    UPGRADE_HEAD.format(http="1.1", version="13", key=""),
+    UPGRADE_HEAD.format(
+        http="1.1", version="12", key="Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n"
+    ),
+    UPGRADE_HEAD.format(
+        http="1.0", version="13", key="Sec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n"
+    ),
+    # Refused by the room: keys that are not the base64 of 16 bytes (answered 101 before).
+    UPGRADE_HEAD.format(http="1.1", version="13", key="Sec-WebSocket-Key: not base64!\r\n"),
+    UPGRADE_HEAD.format(http="1.1", version="13", key="Sec-WebSocket-Key: YWJjZA==\r\n"),
+    UPGRADE_HEAD.format(http="1.1", version="13", key=f"Sec-WebSocket-Key: {'QUFB' * 2500}\r\n"),
+)
+
+
+async def test_a_flood_of_refused_upgrades_is_answered_and_closed() -> None:
+    """Every refused upgrade gets its 400 and then its socket closed by the
+    room, so 2,400 of them against a room of 1,024 descriptors (1,200 of the
+    kinds hypercorn refuses itself) leave it serving: ``/health`` and a
+    registration answer during and after."""
+    answers: dict[str, int] = {}
+    still_open = 0
+    done = trio.Event()
+    finished = 0
+    with descriptors(REFUSED_UPGRADES + 1000), trio.fail_after(120):
+        async with running_room() as room:
+            async with trio.open_nursery() as attack:
+
+                async def attacker(request: bytes) -> None:
+                    nonlocal still_open, finished
+                    line, closed = await answer_and_close(room.port, request, REFUSED_CLOSE_WAIT)
+                    answers[line] = answers.get(line, 0) + 1
+                    still_open += not closed
+                    finished += 1
+                    if finished == REFUSED_UPGRADES:
+                        done.set()
+
+                started = trio.current_time()
+                for i in range(REFUSED_UPGRADES):
+                    attack.start_soon(attacker, REFUSED_KINDS[i % len(REFUSED_KINDS)].encode())
+                    await trio.lowlevel.checkpoint()
+                during = await legit_round(room.url)
+                await done.wait()
+                took = trio.current_time() - started
+            after = await legit_round(room.url)
+            log = await room.stop()
+    print(
+        f"{REFUSED_UPGRADES} refused upgrades: answers {answers}, {still_open} still open"
+        f" {REFUSED_CLOSE_WAIT:g} s after their answer; all done in {took:.1f} s;"
+        f" legit request during {during:.2f} s, after {after:.2f} s"
+    )
+    assert answers == {"HTTP/1.1 400 ": REFUSED_UPGRADES}
+    assert still_open == 0
+    assert during < 5.0
+    assert after < 1.0
+    assert errors_in(log) == []

@@ -11,6 +11,7 @@ start-up refusals (an API URL that is not one, an unknown profile) are in
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,8 @@ from letagents_trio.workers import LocalStateStore
 from .helpers import ROOM, call_error, config_for
 
 if TYPE_CHECKING:
+    import pytest
+
     from letagents_trio.testing import FakeRoom
 
 RETRY = (
@@ -124,6 +127,47 @@ async def test_no_token_names_the_variable_and_the_state_file_and_stores_nothing
     )
     assert not state.exists()
     assert fake_room.requests == []
+
+
+async def test_a_damaged_state_file_is_named_as_damaged_not_as_no_sign_in(
+    fake_room: FakeRoom, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30, row 9: before, a damaged file (here cut short mid-write) read
+    as no sign-in at all, and the owner was told to sign in again, over a
+    file nothing would write, with no word of the damage in the log."""
+    state = tmp_path / "mcp-state.json"
+    damaged = b'{"auth": {"token": "a-stored-tok'
+    state.write_bytes(damaged)
+    with caplog.at_level(logging.ERROR, logger="letagents_trio"):
+        text = await register_error(
+            config_for(fake_room, tmp_path, token=None), fake_room.transport
+        )
+    assert text.startswith(
+        f"Cannot read the sign-in: the state file {state} is damaged (not valid JSON:"
+    )
+    assert text.endswith(
+        " Nothing was written over it. Restore or repair it; meanwhile this MCP server has no"
+        " owner token: set LETAGENTS_TOKEN to it and restart the MCP server."
+    )
+    assert "Sign in before registering" not in text
+    assert state.read_bytes() == damaged
+    assert fake_room.requests == []
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(f"the state file {state} is damaged (not valid JSON" in m for m in logged)
+    assert any("worker handles stored there cannot be read" in m for m in logged)  # at start
+    assert "a-stored-tok" not in caplog.text
+
+
+async def test_with_a_token_a_damaged_state_file_is_named_with_its_problem(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    state = tmp_path / "mcp-state.json"
+    state.write_bytes(b"[]")
+    text = await register_error(config_for(fake_room, tmp_path), fake_room.transport)
+    assert text == (
+        "Worker state is unavailable; restore it before reconnecting.\n"
+        f"state file {state}: not a JSON object but an array"
+    )
 
 
 async def test_a_read_without_a_session_is_refused_as_a_read(

@@ -6,6 +6,7 @@ Usage::
     python tests/programs/state_worker.py read PATH TARGET    # read until counter >= TARGET
     python tests/programs/state_worker.py churn PATH PAD      # big updates until killed
     python tests/programs/state_worker.py plant PATH N        # N stale-lock events
+    python tests/programs/state_worker.py hold PATH           # hold the lock until killed
 
 ``count`` prints ``ready``, waits for a line on stdin (so all writers start
 together), then adds one to ``counter`` and to ``workers[NAME]`` N times through
@@ -33,6 +34,10 @@ would have left it, and waits until a writer has broken it, plus a random 0
 to 20 ms. Every event makes the waiting writers break a stale lock at once,
 which is where a careless breaker removes a fresh lock. It prints
 ``{"planted": n}`` (fewer than N if 60 s pass first).
+
+``hold`` takes the lock through an update, prints ``holding`` inside it and
+waits there for a line on stdin, so the parent can kill it holding the lock:
+a writer killed in the middle of its update.
 """
 
 from __future__ import annotations
@@ -154,6 +159,14 @@ async def plant(path: str, n: int) -> None:
     print(json.dumps({"planted": planted}))
 
 
+async def hold(path: str) -> None:
+    def wait_holding(state: dict[str, Any]) -> None:
+        print("holding", flush=True)
+        sys.stdin.readline()
+
+    await LocalStateStore(path).update(wait_holding)
+
+
 def main(argv: list[str]) -> None:
     mode, path, *rest = argv
     if mode == "count":
@@ -164,6 +177,8 @@ def main(argv: list[str]) -> None:
         trio.run(plant, path, int(rest[0]))
     elif mode == "churn":
         trio.run(churn, path, int(rest[0]))
+    elif mode == "hold":
+        trio.run(hold, path)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

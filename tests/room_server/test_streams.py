@@ -7,6 +7,7 @@ import attrs
 from letagents_trio.room_server._store import SessionRow
 from letagents_trio.room_server._streams import (
     ProcessStream,
+    closed_at_start,
     dropped,
     exit_recorded,
     opened,
@@ -62,3 +63,27 @@ def test_an_exit_is_stamped_no_earlier_than_the_agent_was_heard() -> None:
     row = exit_recorded(heard_late, "c1", 300)
     assert row is not None
     assert (row.process_seen_at, row.process_disconnected_at) == (500, 500)
+
+
+def test_a_start_closes_a_connection_a_row_says_is_open_as_a_drop_now() -> None:
+    """Issue 30, row 2: a room that starts holds nothing, so an open connection
+    in a row is from before it stopped (a crash mid-goodbye)."""
+    row = closed_at_start(opened(ROW, "c1", 200), 900)
+    assert row is not None
+    assert (row.process_connection_id, row.process_seen_at, row.process_disconnected_at) == (
+        "c1",
+        900,
+        900,
+    )
+    dropped_before = dropped(opened(ROW, "c1", 200), STREAM, 250)
+    assert dropped_before is not None
+    exited = exit_recorded(opened(ROW, "c1", 200), "c1", 300)
+    for untouched in (
+        ROW,  # never had a process connection
+        dropped_before,  # already closed: its drop time stands
+        exited,  # exited: the exit stands
+        attrs.evolve(opened(ROW, "c1", 200), ended_at=300),  # ended: nothing recorded
+        attrs.evolve(opened(ROW, "c1", 200), session_kind="controller"),
+    ):
+        assert untouched is not None
+        assert closed_at_start(untouched, 900) is None

@@ -21,7 +21,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,7 @@ from letagents_trio.workers._state import (
     iso_now,
     mapping_at,
 )
-from letagents_trio.workers._statelock import _identify, _remove_if_same
+from letagents_trio.workers._statelock import _identify, _remove_if_same, pid_space
 
 if TYPE_CHECKING:
     from letagents_trio._manager import HolderStateHooks
@@ -501,6 +501,69 @@ async def test_stale_lock_is_broken_at_once(
     assert "breaking a stale state lock" in caplog.text
 
 
+def named_lock(store: LocalStateStore, content: bytes, mtime: float) -> None:
+    hold_lock(store, mtime)
+    store.lock_path.write_bytes(content)
+    os.utime(store.lock_path, (mtime, mtime))
+
+
+needs_pid_space = pytest.mark.skipif(pid_space() is None, reason="needs Linux's /proc")
+
+
+@needs_pid_space
+async def test_a_fresh_lock_whose_holder_is_gone_here_is_broken_at_once(
+    autojump_clock: trio.testing.MockClock,
+    store: LocalStateStore,
+    state_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 30, row 8: a writer killed holding the lock left it; the lock names
+    a pid no process has in our pid space, so nothing can still hold it."""
+    start = trio.current_time()
+    named_lock(store, f"{dead_pid()} {'a' * 16} {pid_space()}\n".encode(), WALL_BASE)
+    with caplog.at_level(logging.WARNING, logger="letagents_trio.state"):
+        await store.update(lambda state: state.update(x=1))
+    assert trio.current_time() == start
+    assert load(state_path) == {"x": 1}
+    assert "breaking the state lock of a process that is gone" in caplog.text
+
+
+@needs_pid_space
+@pytest.mark.parametrize(
+    "holder",
+    [
+        pytest.param(
+            lambda: f"{dead_pid()} {'a' * 16} {pid_space()}-elsewhere\n", id="another pid space"
+        ),
+        pytest.param(lambda: f"{dead_pid()} {'a' * 16}\n", id="no pid space"),
+        pytest.param(lambda: f"{os.getpid()} {'a' * 16} {pid_space()}\n", id="a live pid"),
+        pytest.param(lambda: "", id="a Node lock"),
+        pytest.param(lambda: f"{dead_pid()} {pid_space()}\n", id="not our format"),
+    ],
+)
+async def test_any_other_fresh_lock_waits_for_its_stale_age(
+    autojump_clock: trio.testing.MockClock,
+    store: LocalStateStore,
+    holder: Callable[[], str],
+) -> None:
+    """A pid counted elsewhere (another machine sharing the folder, another pid
+    namespace, a boot since) says nothing about its holder here: the Node rule."""
+    named_lock(store, holder().encode(), WALL_BASE)
+    with pytest.raises(StateLockTimeout):
+        await store.update(must_not_run)
+    assert store.lock_path.exists()
+
+
+@needs_pid_space
+async def test_our_lock_names_its_pid_and_pid_space(
+    autojump_clock: trio.testing.MockClock, store: LocalStateStore
+) -> None:
+    seen: list[bytes] = []
+    await store.update(lambda state: seen.append(store.lock_path.read_bytes()))
+    pid, token, space = seen[0].decode().rstrip("\n").split(" ")
+    assert (int(pid), len(token), space) == (os.getpid(), 16, pid_space())
+
+
 async def test_lock_that_goes_stale_while_waited_for_is_broken(
     autojump_clock: trio.testing.MockClock, store: LocalStateStore, state_path: Path
 ) -> None:
@@ -939,6 +1002,36 @@ async def test_four_processes_lose_no_update(state_path: Path) -> None:
     assert reader_report["reads"] > 0
     assert reader_report["last"] == target
     assert leftovers(state_path) == []
+
+
+@needs_pid_space
+async def test_a_writer_killed_holding_the_lock_does_not_block_the_next_one(
+    state_path: Path,
+) -> None:
+    """Before, the restarted server waited the 10 s stale age: "Timed out
+    acquiring local state lock" at 2.1, 5.1 and 8.1 s. Real clock."""
+    state_path.parent.mkdir(parents=True)
+    store = LocalStateStore(state_path)
+    with trio.fail_after(20):
+        process = await trio.lowlevel.open_process(
+            python("hold", str(state_path)), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert process.stdout is not None
+        try:
+            assert await read_line(process.stdout) == b"holding\n"
+        finally:
+            process.kill()
+            with trio.move_on_after(5, shield=True):
+                await process.wait()
+                for pipe in (process.stdin, process.stdout):
+                    assert pipe is not None
+                    await pipe.aclose()
+        assert store.lock_path.exists()  # left by the killed writer
+        started = trio.current_time()
+        await store.update(lambda state: state.update(x=1))
+        took = trio.current_time() - started
+    assert took < LOCK_TIMEOUT
+    assert load(state_path) == {"x": 1}
 
 
 @pytest.mark.slow
