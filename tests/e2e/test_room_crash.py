@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -31,8 +32,10 @@ import trio
 from letagents_trio import (
     AgentSession,
     HolderStatus,
-    HoldPolicy,
+    ProcessConnector,
     RoomClient,
+    SSEConnector,
+    WebSocketConnector,
     open_connection_manager,
 )
 from letagents_trio.room_server import SQLiteStore
@@ -50,9 +53,9 @@ PER_TRANSPORT: Final = 100
 # Of each transport, the sessions whose goodbye the room hears before it freezes.
 HEARD: Final = 20
 HOST: Final = "phost_" + "a" * 32
-POLICIES: Final = {
-    "sse": HoldPolicy(transport="sse"),
-    "websocket": HoldPolicy(transport="websocket"),
+CONNECTORS: Final[dict[str, Callable[[RoomClient], ProcessConnector]]] = {
+    "sse": SSEConnector,
+    "websocket": WebSocketConnector,
 }
 
 
@@ -75,7 +78,7 @@ async def register_all(url: str, count: int) -> list[AgentSession]:
 async def hold_then_leave(
     url: str,
     sessions: list[AgentSession],
-    policy: HoldPolicy,
+    connector: Callable[[RoomClient], ProcessConnector],
     held: trio.Event,
     leave: trio.Event,
 ) -> None:
@@ -83,7 +86,7 @@ async def hold_then_leave(
     goodbye (the manager's bounded one) when ``leave`` is set."""
     async with (
         RoomClient(url, owner_token=OWNER_TOKEN) as client,
-        open_connection_manager(client, policy=policy) as manager,
+        open_connection_manager(client, connector=connector(client)) as manager,
     ):
         holders = [manager.hold(session) for session in sessions]
         for holder in holders:
@@ -96,11 +99,11 @@ async def held_by(
     nursery: trio.Nursery,
     url: str,
     sessions: list[AgentSession],
-    policy: HoldPolicy,
+    connector: Callable[[RoomClient], ProcessConnector],
     leave: trio.Event,
 ) -> None:
     held = trio.Event()
-    nursery.start_soon(hold_then_leave, url, sessions, policy, held, leave)
+    nursery.start_soon(hold_then_leave, url, sessions, connector, held, leave)
     await held.wait()
 
 
@@ -122,15 +125,15 @@ async def test_a_room_killed_mid_goodbye_closes_every_connection_when_it_starts_
             sessions = await register_all(room.url, 2 * PER_TRANSPORT)
             groups = {
                 name: sessions[i * PER_TRANSPORT : (i + 1) * PER_TRANSPORT]
-                for i, name in enumerate(POLICIES)
+                for i, name in enumerate(CONNECTORS)
             }
             heard, unheard = trio.Event(), trio.Event()
             async with trio.open_nursery() as late:
                 for name, group in groups.items():
-                    await held_by(late, room.url, group[HEARD:], POLICIES[name], unheard)
+                    await held_by(late, room.url, group[HEARD:], CONNECTORS[name], unheard)
                 async with trio.open_nursery() as early:
                     for name, group in groups.items():
-                        await held_by(early, room.url, group[:HEARD], POLICIES[name], heard)
+                        await held_by(early, room.url, group[:HEARD], CONNECTORS[name], heard)
                     heard.set()  # their goodbye reaches a running room
                 room.process.send_signal(signal.SIGSTOP)
                 unheard.set()  # theirs reaches a frozen one, bounded by the exit deadline
