@@ -114,6 +114,19 @@ class ProcessStream(Protocol):
         """
         ...
 
+    @property
+    def exit_answer_expected(self) -> bool:
+        """Whether the room answers an exit sent over this stream (it said so as it opened)."""
+        ...
+
+    @property
+    def exit_recorded(self) -> bool | None:
+        """The room's answer to the exit sent over this stream, once it came (else None).
+
+        A stream whose room answers ends its iteration once the answer came.
+        """
+        ...
+
     async def aclose(self) -> None:
         """Close the connection (a reader waiting on it wakes and ends).
 

@@ -30,6 +30,7 @@ second announcement sends nothing). Each holder knows how to leave
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
@@ -62,7 +63,10 @@ class ExitAnnouncement:
     Attributes:
         session_id: the session announced.
         connection_id: the ``process_connection_id`` sent (None when no stream was open).
-        recorded: the room's answer; None when no answer came.
+        recorded: the room's answer, which confirms the exit: to the POST, or
+            to an exit frame over a WebSocket whose room acknowledges exits.
+            None when no answer came: an error, the deadline, or an exit over
+            a socket whose room does not acknowledge exits (sent, unconfirmed).
         error: why no answer came (``"deadline"``, ``"HTTP 503"``, ``"unreachable"``), if so.
         finished_at: when it finished, in seconds on trio's clock.
     """
@@ -102,6 +106,8 @@ class Goodbye:
             else trio.CapacityLimiter(policy.exit_concurrency)
         )
         self._results: dict[str, ExitAnnouncement] = {}
+        # Until when the room's answer to an exit over a stream is awaited.
+        self._answer_by = math.inf
         # Empty until the goodbye has ended; then one announcement per session held.
         self.report: tuple[ExitAnnouncement, ...] = ()
 
@@ -120,13 +126,15 @@ class Goodbye:
             ``exit_deadline``); cancelled, it still makes its report.
         """
         budget = UnwindBudget(deadline)
+        self._answer_by = deadline - self._policy.exit_deadline * (1 - ANSWER_SHARE)
         try:
             with budget.scope:
                 async with trio.open_nursery() as nursery:
-                    left = await self._leave_now(nursery, budget)
+                    left, answering = await self._leave_now(nursery, budget)
                     # Only then are the holders stopped: their unwinding (each closes
                     # its stream) never delays an exit still to be written.
                     await _for_each(left, _stop)
+                    await self._answers(answering, nursery, budget)
         finally:
             now = trio.current_time()
             self.report = tuple(
@@ -165,24 +173,53 @@ class Goodbye:
             _summary(self.report),
         )
 
-    async def _leave_now(self, nursery: trio.Nursery, budget: UnwindBudget) -> list[ProcessHolder]:
+    async def _leave_now(
+        self, nursery: trio.Nursery, budget: UnwindBudget
+    ) -> tuple[list[ProcessHolder], list[tuple[ProcessHolder, str | None]]]:
         """Write every exit that can go at once; start a leaving task for each other holder.
 
-        Returns the holders whose exit went at once (over their open sockets).
+        Returns the holders whose exit went at once (over their open sockets),
+        apart from those whose room answers such an exit (with the connection
+        each named), whose answer is still to come.
         """
         left: list[ProcessHolder] = []
+        answering: list[tuple[ProcessHolder, str | None]] = []
 
         def leave(item: tuple[ProcessHolder, str | None]) -> None:
             holder, connection_id = item
-            if holder.leave_now():
-                left.append(holder)
-                self._finished(holder.session, connection_id, None, None)
-            else:
+            if not holder.leave_now():
                 budget.exit_started()
                 nursery.start_soon(self._leave, holder, connection_id, budget)
+            elif holder.exit_answer_expected:
+                answering.append(item)
+            else:
+                left.append(holder)
+                self._finished(holder.session, connection_id, None, None)
 
         await _for_each(self._held, leave)
-        return left
+        return left, answering
+
+    async def _answers(
+        self,
+        answering: list[tuple[ProcessHolder, str | None]],
+        nursery: trio.Nursery,
+        budget: UnwindBudget,
+    ) -> None:
+        """Wait for the rooms' answers to exits sent at once, until ``_answer_by``.
+
+        Each answered holder has stopped by itself; every exit not answered
+        by then is POSTed instead (its holder's :meth:`leave`), in what is left
+        of the deadline.
+        """
+        for holder, _ in answering:
+            await holder.wait_exit_answer(self._answer_by)
+        for holder, connection_id in answering:
+            recorded = holder.exit_recorded
+            if recorded is None:
+                budget.exit_started()
+                nursery.start_soon(self._leave, holder, connection_id, budget)
+            else:
+                self._finished(holder.session, connection_id, recorded, None)
 
     async def _leave(
         self, holder: ProcessHolder, connection_id: str | None, budget: UnwindBudget
@@ -190,10 +227,10 @@ class Goodbye:
         """One holder's :meth:`~letagents_trio.ProcessHolder.leave`, reported."""
         try:
             if self._limiter is None:
-                recorded, error = await holder.leave(), None
+                recorded, error = await holder.leave(answer_by=self._answer_by), None
             else:
                 async with self._limiter:
-                    recorded, error = await holder.leave(), None
+                    recorded, error = await holder.leave(answer_by=self._answer_by), None
         except ApiError as exc:
             recorded, error = None, f"HTTP {exc.status}"
         except RoomUnreachable:
@@ -239,6 +276,10 @@ def _summary(report: tuple[ExitAnnouncement, ...]) -> str:
         counts[kind] = counts.get(kind, 0) + 1
     return ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "none held"
 
+
+# The part of the exit deadline spent waiting for the rooms' answers to exits
+# sent over open streams; the rest is for POSTing those not answered by then.
+ANSWER_SHARE: Final = 0.5
 
 # Sessions taken between two checkpoints by the goodbye's loops: over ten
 # thousand sessions, neither holds the run loop for more than a few milliseconds.

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, final
@@ -197,6 +198,8 @@ class ProcessHolder:
         self._leaving = False
         # Set once leave() has begun: one exit per holder.
         self._left = False
+        # The room's answer to an exit sent over the stream, once it ended.
+        self._exit_recorded: bool | None = None
         self._status = HolderStatus.CONNECTING
         opening.started()
         self._status_lot = trio.lowlevel.ParkingLot()
@@ -320,19 +323,25 @@ class ProcessHolder:
             and stream.send_exit_nowait(connection_id)
         )
 
-    async def leave(self) -> bool | None:
+    async def leave(self, *, answer_by: float = math.inf) -> bool | None:
         """Close the stream, then announce the exit naming the connection it held.
 
         A transport with an exit of its own sends it over the open stream and
-        then closes it. Otherwise the stream is closed, and the exit POSTed.
-        With no connection named (no stream open, or the room has not named
-        it yet), the holder is stopped and waited for first: the room records
-        such an exit only once it has seen the close (PROTOCOL §2.2). The
-        holder stops either way.
+        then closes it; when the room answers such an exit (it said so as the
+        stream opened), its answer is awaited until ``answer_by``, and an exit
+        not answered by then is POSTed as well. Otherwise the stream is
+        closed, and the exit POSTed. With no connection named (no stream
+        open, or the room has not named it yet), the holder is stopped and
+        waited for first: the room records such an exit only once it has
+        seen the close (PROTOCOL §2.2). The holder stops either way.
+
+        Args:
+            answer_by: until when (trio's clock) to wait for the room's answer
+                to an exit sent over the stream.
 
         Returns:
             Whether the room recorded the exit; None when it went over the
-            stream itself (the room does not answer it).
+            stream itself and the room gives no answer.
 
         Raises:
             ApiError: the room refused the POSTed exit.
@@ -354,12 +363,40 @@ class ProcessHolder:
             # stream closes, first.
             self.stop("process exit")
             await self.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
-        else:
-            sent = await stream.send_exit(connection_id)
+        elif await stream.send_exit(connection_id):
+            if stream.exit_answer_expected:
+                recorded = await self.wait_exit_answer(answer_by)
+                if recorded is not None:
+                    return recorded
             await stream.aclose()
-            if sent:
+            if not stream.exit_answer_expected:
                 return None
+        else:
+            await stream.aclose()
         return await self._connector.announce_exit(self._session, connection_id)
+
+    @property
+    def exit_answer_expected(self) -> bool:
+        """Whether the room answers an exit sent over the open stream (it said so as it opened)."""
+        return self._stream is not None and self._stream.exit_answer_expected
+
+    @property
+    def exit_recorded(self) -> bool | None:
+        """The room's answer to the exit sent over the stream, once the stream has ended."""
+        return self._exit_recorded
+
+    async def wait_exit_answer(self, until: float) -> bool | None:
+        """Wait until the room answers the exit sent over the stream, or ``until``.
+
+        Returns:
+            :attr:`exit_recorded`: the room's answer, or None when none came in time.
+
+        Cancellation:
+            A checkpoint; cancelling it changes nothing about the holder.
+        """
+        with trio.move_on_at(until):
+            await self.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
+        return self._exit_recorded
 
     def _begin_leaving(self) -> None:
         """From now on the holder never retries, and its manager no longer holds it."""
@@ -461,6 +498,7 @@ class ProcessHolder:
                                 return Outcome.ENDED, "ended event"
                     finally:
                         self._stream = None
+                        self._exit_recorded = stream.exit_recorded
                     return Outcome.DROPPED, "stream end"
             except AttemptRejected as exc:
                 return exc.outcome, exc.detail

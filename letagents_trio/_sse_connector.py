@@ -172,6 +172,16 @@ class _SSEStream:
         """Never: SSE has no exit of its own (the holder POSTs it)."""
         return False
 
+    @property
+    def exit_answer_expected(self) -> bool:
+        """Never: SSE has no exit of its own."""
+        return False
+
+    @property
+    def exit_recorded(self) -> bool | None:
+        """None: SSE has no exit of its own."""
+        return None
+
     async def send_exit(self, connection_id: str) -> bool:
         """Never: SSE has no exit of its own (the holder POSTs it).
 

@@ -126,6 +126,11 @@ class ProcessSocket:
         # stopped after the exit (see _leave) waits on _close_waiter meanwhile.
         self._closed = False
         self._close_waiter: trio.Event | None = None
+        # The room said (in its open frame) that it acknowledges exits; the
+        # connection the exit named, and the room's answer once it came.
+        self.exit_ack = False
+        self._exit_names: str | None = None
+        self.exit_recorded: bool | None = None
 
     def __aiter__(self) -> ProcessSocket:
         return self
@@ -144,6 +149,12 @@ class ProcessSocket:
                 if not self.leaving:
                     raise
             if self.leaving:
+                if self.exit_ack and data and not self._closed:
+                    # The room answers the exit: its acknowledgement, or its close.
+                    self._ws.receive_data(data)
+                    if self._answered():
+                        raise StopAsyncIteration
+                    continue
                 await self._leave(answered=bool(data))
             if data:
                 self._ws.receive_data(data)
@@ -167,8 +178,11 @@ class ProcessSocket:
             if isinstance(event, TextMessage):
                 text = self._message(event)
                 if text is not None:
-                    kind, named = _server_frame(text)
-                    connection_id = named or connection_id
+                    kind, frame = _server_frame(text)
+                    if kind == "open":
+                        named = _protocol.connection_id_or_none(frame.get("connection_id"))
+                        connection_id = named or connection_id
+                        self.exit_ack = self.exit_ack or frame.get("exit_ack") is True
                     ended = ended or kind == "ended"
             elif isinstance(event, BytesMessage):
                 # Not part of the protocol: counted against the limits, then dropped.
@@ -282,6 +296,7 @@ class ProcessSocket:
         if self.leaving or self._finished or self._ws.state is not ConnectionState.OPEN:
             return None
         self.leaving = True
+        self._exit_names = connection_id
         if connection_id is not None and connection_id == self.connection_id:
             return self._exit
         return _exit_frames(connection_id)
@@ -338,7 +353,9 @@ class ProcessSocket:
         Cancellation:
             A checkpoint; under the caller's exit deadline.
         """
-        sent = self._write_now(connection_id, close=True)
+        # A room that acknowledges the exit answers before the close: the
+        # close waits for the socket's close, after the answer.
+        sent = self._write_now(connection_id, close=not self.exit_ack)
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
@@ -354,7 +371,12 @@ class ProcessSocket:
             data, self._close_frame = self._unsent + self._close_frame, b""
         elif sent is None:
             frames = self._exit_bytes(connection_id)
-            data = b"".join(frames) if frames is not None else b""
+            if frames is None:
+                data = b""
+            elif self.exit_ack:
+                data, self._close_frame = frames
+            else:
+                data = b"".join(frames)
         else:
             data = b""
         self._unsent = b""
@@ -368,6 +390,32 @@ class ProcessSocket:
                 return False
         self._exit_written = True
         return True
+
+    def _answered(self) -> bool:
+        """Read the room's answer to the exit from what it sent; whether the iteration is over.
+
+        Over once the room acknowledged the exit (:attr:`exit_recorded`, for
+        the connection the exit named) or closed; pings are not answered now.
+        """
+        for event in self._ws.events():
+            if isinstance(event, TextMessage):
+                text = self._message(event)
+                kind, frame = _server_frame(text) if text is not None else (None, {})
+                recorded = frame.get("recorded")
+                if (
+                    kind == "exit_recorded"
+                    and isinstance(recorded, bool)
+                    and frame.get("process_connection_id") == self._exit_names
+                ):
+                    self.exit_recorded = recorded
+            elif isinstance(event, CloseConnection):
+                self._finished = True
+        return self.exit_recorded is not None or self._finished
+
+    @property
+    def exit_answer_expected(self) -> bool:
+        """Whether the room answers an exit sent over this socket (``exit_ack`` when it opened)."""
+        return self.exit_ack
 
     async def _leave(self, *, answered: bool) -> NoReturn:
         """The reader woke after the exit began: end the iteration, now or once the socket closes.
@@ -441,16 +489,14 @@ class ProcessSocket:
         return close_now(self._stream)
 
 
-def _server_frame(text: str) -> tuple[str | None, str | None]:
-    """The ``event`` of a server text frame and the connection id it names, if any."""
+def _server_frame(text: str) -> tuple[str | None, dict[str, object]]:
+    """The ``event`` of a server text frame, and the frame's fields (empty when not JSON)."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
         logger.debug("ignoring a process-socket frame that is not JSON")
-        return None, None
+        return None, {}
     if not isinstance(value, dict):
-        return None, None
+        return None, {}
     event = value.get("event")
-    kind = event if isinstance(event, str) else None
-    named = _protocol.connection_id_or_none(value.get("connection_id")) if kind == "open" else None
-    return kind, named
+    return (event if isinstance(event, str) else None), value

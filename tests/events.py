@@ -73,6 +73,14 @@ class ScriptedStream:
         await trio.lowlevel.checkpoint()
         return False
 
+    @property
+    def exit_answer_expected(self) -> bool:
+        return False
+
+    @property
+    def exit_recorded(self) -> bool | None:
+        return None
+
     async def aclose(self) -> None:
         self.closed.set()
         await trio.lowlevel.checkpoint()

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
     from trio.testing import MockClock
 
+    from letagents_trio.testing._fake_room import SocketExitAnswers
+
 EXIT_PATH = re.compile(r"/rooms/.+/agent-sessions/[^/]+/process/exit")
 MANAGER_LOG = "letagents_trio.manager"
 
@@ -424,12 +426,13 @@ async def test_exits_waiting_their_turn_keep_time_for_their_unwinding_too(
 async def test_holders_keep_no_time_only_exits_do(
     autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
 ) -> None:
-    """Over a WebSocket an exit is a frame on its open socket, with no answer to wait for."""
+    """Over a WebSocket an exit is a frame on its open socket, answered over it: nothing
+    waits for a POST's answer, so no time is kept for one (the POSTs are black-holed)."""
     fake_room.black_hole_exits = True
     opened: list[str] = []
     ended, report = await goodbye_at_ten(fake_room, 32, allowed, opened, websocket=True)
     assert ended == 10
-    assert {(a.recorded, a.error) for a in report} == {(None, None)}
+    assert {(a.recorded, a.error) for a in report} == {(True, None)}
     # Each names the connection its frame named.
     assert sorted(a.connection_id or "" for a in report) == sorted(opened)
 
@@ -739,11 +742,20 @@ async def test_a_holder_replaced_by_a_new_token_stops_saying_so(
     ]
 
 
+@pytest.mark.parametrize(
+    ("answers", "recorded", "detail"),
+    [("answered", True, "recorded"), ("not offered", None, "sent over the socket")],
+)
 async def test_a_websocket_goodbye_stops_its_holder_for_the_process_exit(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    answers: SocketExitAnswers,
+    recorded: bool | None,
+    detail: str,
 ) -> None:
-    """The socket is closed by the connector, not by the holder: the manager still
-    stops the holder, and says why."""
+    """The exit goes over the socket (confirmed by a room that answers it): the
+    holder stops for the process exit, and says why."""
+    fake_room.socket_exit_answers = answers
     session = await fake_room.add_worker()
     async with (
         fake_room.client() as client,
@@ -760,9 +772,11 @@ async def test_a_websocket_goodbye_stops_its_holder_for_the_process_exit(
                 for e in drain(events)
                 if e.kind in (EventKind.EXIT, EventKind.STOPPED)
             }
-    assert [(a.connection_id, a.recorded, a.error) for a in report] == [(connection_id, None, None)]
+    assert [(a.connection_id, a.recorded, a.error) for a in report] == [
+        (connection_id, recorded, None)
+    ]
     assert ends == {
-        (1, EventKind.EXIT, connection_id, "sent over the socket"),
+        (1, EventKind.EXIT, connection_id, detail),
         (1, EventKind.STOPPED, None, "process exit"),
     }
 

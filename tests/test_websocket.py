@@ -234,8 +234,9 @@ async def test_exit_goes_over_the_socket_naming_its_connection(
             assert connection_id is not None
             report = await manager.announce_exits()
         assert trio.current_time() == 2
+    # The room acknowledged the exit over the socket: recorded, confirmed.
     assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
-        (connection_id, None, None, 2)
+        (connection_id, True, None, 2)
     ]
     assert [(e.session_id, e.body, e.time) for e in fake_room.exits] == [
         (session.session_id, {"event": "exit", "process_connection_id": connection_id}, 2)
@@ -350,7 +351,7 @@ async def test_a_holder_leaves_over_an_in_memory_socket_with_a_task(
             assert (holder.status, fake_room.exits) == (HolderStatus.OPEN, [])
             with manager.subscribe() as events:
                 with trio.fail_after(1):
-                    assert await holder.leave() is None
+                    assert await holder.leave() is True  # the room acknowledged it
                 await trio.sleep(1)
                 # The reader saw its socket close after the exit frame: a stop,
                 # not a drop, so no CLOSED event and no new attempt.
@@ -419,7 +420,7 @@ async def test_auto_uses_the_socket_where_the_room_has_it(
             assert not connector.uses_sse(session)
             report = await manager.announce_exits()
     assert len(fake_room.process_requests(session.session_id)) == 1
-    assert [(a.recorded, a.error) for a in report] == [(None, None)]
+    assert [(a.recorded, a.error) for a in report] == [(True, None)]
     assert fake_room.exits[0].body["event"] == "exit"
 
 
@@ -441,7 +442,7 @@ async def test_a_mixed_process_says_every_goodbye_within_one_deadline(
             report = await manager.announce_exits()
         assert trio.current_time() - started <= 1.5
     by_session = {a.session_id: a for a in report}
-    assert [by_session[s.session_id].recorded for s in sockets] == [None] * 20
+    assert [by_session[s.session_id].recorded for s in sockets] == [True] * 20
     assert all(by_session[s.session_id].recorded is True for s in streams)
     assert all(a.error is None for a in report)
     for s in sockets + streams:
@@ -470,7 +471,7 @@ async def test_a_black_holed_post_does_not_hold_up_the_sockets(
     report = manager.exit_report
     assert report is not None
     assert [(a.session_id, a.recorded, a.error) for a in report] == [
-        (on_socket.session_id, None, None),
+        (on_socket.session_id, True, None),
         (on_stream.session_id, None, "deadline"),
     ]
     row = fake_room.room.session(on_socket.session_id)
@@ -489,4 +490,52 @@ async def test_the_exit_log_line_says_the_exits_went_over_the_sockets(
                 await manager.hold(session).wait_status(HolderStatus.OPEN)
             await trio.sleep(1)
     messages = [r.getMessage() for r in caplog.records if r.name == "letagents_trio.manager"]
-    assert messages == ["announced 2 exits in 0 ms: 2 sent over the socket"]
+    assert messages == ["announced 2 exits in 0 ms: 2 recorded"]
+
+
+# --- the room's acknowledgement of the exit (issue 30 row 2) ----------------------------------
+
+
+async def test_an_exit_the_room_does_not_answer_in_time_is_posted_as_well(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The room offered to acknowledge exits, then lost the frame (as one that
+    crashed): at half the exit deadline the exit is POSTed, and that is recorded."""
+    fake_room.socket_exit_answers = "withheld"
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        async with websocket_manager(client) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+            connection_id = holder.connection_id
+            report = await manager.announce_exits()
+    assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
+        (connection_id, True, None, 1.75)
+    ]
+    [post] = fake_room.requests_to("POST", EXIT_PATH)
+    assert post.time == 1.75
+    assert post.body == {
+        "agent_session_id": session.session_id,
+        "agent_session_token": session.session_token,
+        "process_connection_id": connection_id,
+    }
+
+
+async def test_a_room_that_offers_no_acknowledgement_is_not_waited_on(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """As fastroom.mjs or a room from before acknowledgements: sent, unconfirmed, at once."""
+    fake_room.socket_exit_answers = "not offered"
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        async with websocket_manager(client) as manager:
+            await manager.hold(session).wait_status(HolderStatus.OPEN)
+            await trio.sleep(1)
+            report = await manager.announce_exits()
+            assert trio.current_time() == 1
+    assert [(a.recorded, a.error) for a in report] == [(None, None)]
+    assert fake_room.requests_to("POST", EXIT_PATH) == []
+    row = fake_room.room.session(session.session_id)
+    assert row is not None
+    assert row.process_connection_id == "exited"

@@ -1180,3 +1180,85 @@ async def test_a_refused_upgrade_closes_a_stream_close_now_cannot_close() -> Non
             with pytest.raises(AttemptRejected):
                 await read_all(WebSocketConnector(client), SESSION)
     assert stream.closed
+
+
+# --- the room's acknowledgement of the exit (issue 30 row 2) -----------------------------
+
+
+def ack(recorded: bool, connection_id: str | None = "conn-1") -> TextMessage:
+    return TextMessage(
+        data=json.dumps(
+            {
+                "event": "exit_recorded",
+                "process_connection_id": connection_id,
+                "recorded": recorded,
+            },
+            separators=(",", ":"),
+        )
+    )
+
+
+OPEN_WITH_ACK = TextMessage(data='{"event":"open","connection_id":"conn-1","exit_ack":true}')
+
+
+async def test_a_room_that_offers_acks_says_so_in_its_open_frame(
+    autojump_clock: MockClock,
+) -> None:
+    socket, room = open_socket()
+    assert socket.exit_answer_expected is False
+    with trio.fail_after(1):
+        await room.send(TextMessage(data='{"event":"open","connection_id":"conn-0"}'))
+        await anext(socket)
+        assert socket.exit_answer_expected is False  # fastroom.mjs, an older room
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+    assert socket.exit_answer_expected is True
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+async def test_the_acknowledgement_ends_the_iteration_with_the_rooms_answer(
+    autojump_clock: MockClock, recorded: bool
+) -> None:
+    """The exit goes alone (the room answers before any close); its answer ends the
+    reader, with what the room said (R5's ``recorded``)."""
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(OPEN_WITH_ACK)
+        assert await anext(socket) == StreamNews(connection_id="conn-1")
+        assert await socket.send_exit("conn-1") is True
+        assert await room.heard() == EXIT_EVENTS[:1]  # no close yet
+        assert socket.exit_recorded is None
+        await room.send(Ping(payload=b"p"), ack(recorded))
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)
+    assert socket.exit_recorded is recorded
+
+
+async def test_an_acknowledgement_for_another_connection_is_not_this_exits(
+    autojump_clock: MockClock,
+) -> None:
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+        assert await socket.send_exit("conn-1") is True
+        await room.send(ack(True, "conn-other"), CloseConnection(code=1000))
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)  # the room's close ends it, unanswered
+    assert socket.exit_recorded is None
+
+
+async def test_a_room_that_closes_instead_of_answering_leaves_the_exit_unconfirmed(
+    autojump_clock: MockClock,
+) -> None:
+    """A room whose storage refused the exit closes (1011) without an answer."""
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+        assert socket.send_exit_nowait("conn-1") is False  # in memory: not at once
+        assert await socket.send_exit("conn-1") is True
+        await room.send(CloseConnection(code=1011))
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)
+    assert socket.exit_recorded is None

@@ -29,6 +29,7 @@ __all__ = [
     "Receive",
     "Send",
     "bearer_token",
+    "capture_answer",
     "json_or_none",
     "read_body",
     "send_answer",
@@ -110,3 +111,30 @@ async def until_disconnected(receive: Receive) -> None:
     """Wait until the client goes away (``http.disconnect``)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+async def capture_answer(
+    app: Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]],
+    scope: MutableMapping[str, Any],
+    receive: Receive,
+) -> Answer:
+    """Let ``app`` answer the request to the end, keeping its answer instead of sending it.
+
+    Cancellation:
+        A checkpoint per message the app sends; cancelled, the answer is lost.
+    """
+    status = 500
+    headers: list[tuple[bytes, bytes]] = []
+    chunks: list[bytes] = []
+
+    async def capture(message: Message) -> None:
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+            headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
+        elif message["type"] == "http.response.body":
+            chunks.append(bytes(message.get("body", b"")))
+        await trio.lowlevel.checkpoint()
+
+    await app(scope, receive, capture)
+    return Answer(status=status, headers=headers, body=b"".join(chunks))

@@ -49,7 +49,7 @@ import re
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, final
+from typing import Any, Literal, final
 from urllib.parse import unquote
 
 import trio
@@ -73,6 +73,7 @@ from ._asgi import (
     Receive,
     Send,
     bearer_token,
+    capture_answer,
     json_or_none,
     read_body,
     send_answer,
@@ -81,6 +82,8 @@ from ._asgi import (
 from ._records import CANNED_ANSWERS, ExitRecord, ProcessMode, RequestRecord
 from ._rules import JSON_HEADERS, Rule, RuleBuilder, json_bytes, path_regex
 from ._transport import StreamingASGITransport
+
+SocketExitAnswers = Literal["answered", "withheld", "not offered"]
 
 __all__ = ["FakeRoom", "open_fake_room", "register_worker"]
 
@@ -114,6 +117,12 @@ class FakeRoom:
         slow_headers: the delay of ``ProcessMode.SLOW``, in seconds.
         websocket: whether the room accepts the WebSocket upgrade (else 404).
         rooms_without_websocket: room ids whose upgrades are refused with 404.
+        socket_exit_answers: what the room does with an exit frame on a
+            socket: ``"answered"`` (the reference room: recorded, then
+            acknowledged), ``"withheld"`` (acknowledgement offered as the
+            socket opened, but the frame lost and never answered, as by a
+            room that crashed), or ``"not offered"`` (recorded, no
+            acknowledgement offered or sent, as by a room before they were).
     """
 
     def __init__(
@@ -133,6 +142,7 @@ class FakeRoom:
         self.exits: list[ExitRecord] = []
         self.black_hole_exits = False
         self.exit_delay = 0.0
+        self.socket_exit_answers: SocketExitAnswers = "answered"
         self.slow_headers = 30.0
         self._default_mode = ProcessMode.SERVED
         self._modes: dict[str, ProcessMode] = {}
@@ -361,20 +371,34 @@ class FakeRoom:
         if mode is ProcessMode.SLOW:
             await trio.sleep(self.slow_headers)
 
+        answers = self.socket_exit_answers
+
         async def watched() -> MutableMapping[str, Any]:
-            message = await receive()
-            text = message.get("text")
-            body = exit_body(text) if isinstance(text, str) else None
-            if body is not None:
+            while True:
+                message = await receive()
+                text = message.get("text")
+                body = exit_body(text) if isinstance(text, str) else None
+                if body is None:
+                    return message
                 self.exits.append(
                     ExitRecord(
                         time=trio.current_time(), session_id=session_id, body=body, recorded=None
                     )
                 )
                 self._note()
-            return message
+                if answers != "withheld":
+                    return message
 
-        await self._inner(scope, watched, send)
+        async def answering(message: MutableMapping[str, Any]) -> None:
+            text = message.get("text")
+            if answers == "not offered" and isinstance(text, str):
+                if '"event":"exit_recorded"' in text:
+                    await trio.lowlevel.checkpoint()
+                    return
+                message = {**message, "text": text.replace(',"exit_ack":true', "")}
+            await send(message)
+
+        await self._inner(scope, watched, answering)
 
     async def _room_answers(
         self,
@@ -406,21 +430,7 @@ class FakeRoom:
         receive: Receive,
     ) -> Answer:
         """Let the room answer to the end, keeping its answer instead of sending it."""
-        status = 500
-        headers: list[tuple[bytes, bytes]] = []
-        chunks: list[bytes] = []
-
-        async def capture(message: MutableMapping[str, Any]) -> None:
-            nonlocal status, headers
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
-            elif message["type"] == "http.response.body":
-                chunks.append(bytes(message.get("body", b"")))
-            await trio.lowlevel.checkpoint()
-
-        await self._room_answers(request, raw_path, scope, receive, capture)
-        return Answer(status=status, headers=headers, body=b"".join(chunks))
+        return await capture_answer(partial(self._room_answers, request, raw_path), scope, receive)
 
     async def _process(
         self, session_id: str, scope: MutableMapping[str, Any], receive: Receive, send: Send
@@ -468,22 +478,8 @@ class FakeRoom:
             return
         # The room's answer is kept until the exit is on record, as a real room
         # commits before it answers: a client that has its answer finds it here.
-        status = 500
-        headers: list[tuple[bytes, bytes]] = []
-        chunks: list[bytes] = []
-
-        async def capture(message: MutableMapping[str, Any]) -> None:
-            nonlocal status, headers
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
-            elif message["type"] == "http.response.body":
-                chunks.append(bytes(message.get("body", b"")))
-            await trio.lowlevel.checkpoint()
-
-        await self._inner(scope, receive, capture)
-        raw = b"".join(chunks)
-        reply = json_or_none(raw)
+        answer = await capture_answer(self._inner, scope, receive)
+        reply = json_or_none(answer.body)
         if isinstance(reply, dict):
             recorded = reply.get("recorded")
         self.exits.append(
@@ -497,7 +493,7 @@ class FakeRoom:
         self._note()
         if self.exit_delay:
             await trio.sleep(self.exit_delay)
-        await send_answer(send, Answer(status=status, headers=headers, body=raw))
+        await send_answer(send, answer)
 
 
 async def register_worker(

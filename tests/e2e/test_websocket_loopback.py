@@ -89,9 +89,10 @@ async def test_hold_and_exit_over_a_hypercorn_socket() -> None:
                     report = await manager.announce_exits()
                     assert trio.current_time() - started < 1.0
             # Sent at once over the plain socket (the holder's leave_now),
-            # and reported naming the connection its frame named.
+            # acknowledged by the room, and reported naming the connection its
+            # frame named.
             assert [(a.connection_id, a.recorded, a.error) for a in report] == [
-                (connection_id, None, None)
+                (connection_id, True, None)
             ]
             row = room.session(session.session_id)
             assert row is not None
@@ -157,7 +158,7 @@ async def test_a_goodbye_over_sockets_leaves_no_reference_cycles() -> None:
         gc.set_debug(0)
         gc.garbage.clear()
     assert report is not None
-    assert [(a.recorded, a.error) for a in report] == [(None, None)] * 20
+    assert [(a.recorded, a.error) for a in report] == [(True, None)] * 20
     assert kept == []
 
 
@@ -207,7 +208,7 @@ async def test_a_goodbye_over_sockets_spawns_no_task_and_wakes_each_holder_once(
                 trio.lowlevel.remove_instrument(steps)
                 report = manager.exit_report
             assert report is not None
-            assert [(a.recorded, a.error) for a in report] == [(None, None)] * 20
+            assert [(a.recorded, a.error) for a in report] == [(True, None)] * 20
             for session in sessions:
                 row = room.session(session.session_id)
                 assert row is not None
@@ -246,7 +247,7 @@ async def test_a_websocket_through_a_proxy_holds_and_exits(
                     assert row.process_connection_id == holder.connection_id
             nursery.cancel_scope.cancel()
     assert manager.exit_report is not None
-    assert [(a.recorded, a.error) for a in manager.exit_report] == [(None, None)]
+    assert [(a.recorded, a.error) for a in manager.exit_report] == [(True, None)]
     row = room.session(session.session_id)
     assert row is not None
     assert row.process_connection_id == "exited"
