@@ -63,7 +63,8 @@ nitpick_ignore_regex = [
         r"py:.*",
         r"(local_owner_slug|local_host_id|detect_runtime_label"
         r"|default_local_chat_path|message_cursor|register_tools|_exit_now"
-        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL|ConfigError)",
+        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL|ConfigError"
+        r"|Accounts|MessageBoard|GuidelinesBoard|TaskBoard|KnowledgeBoard)",
     ),
     # Napoleon reads "Returns: X (y: z)" lines as a type.
     (r"py:class", r"(The stream handle|the connection is recorded)"),

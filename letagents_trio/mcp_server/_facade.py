@@ -1,4 +1,4 @@
-"""The worker_id facade and the results every MCP tool shares (PROTOCOL §5.1, §6.6).
+"""The worker_id facade, the arguments and the results every MCP tool shares (§5.1, §6.6).
 
 **Who a tool acts as.** In the profiles ``interactive_desktop`` and
 ``autonomous_mcp_worker`` every room tool except ``register_agent_session``
@@ -14,15 +14,23 @@ other profiles ``worker_id`` is not part of any schema (see ``_tools.py``).
 bearer, no ``worker_id`` and no ``agent_session_id`` (or the marker
 ``worker_bearer``) the call acts as the marker session, and every request
 carries the bearer alone: no session headers, whoever the call acts as
-(``buildAgentDeliveryHeaders``). In supervised mode no request is sent at all
-(this server has no supervisor bridge to borrow a credential from). A *write*
-(``send_message``) in owner mode must act as a worker session
-(``requireWorkerAgentSession``): the owner's own call is refused in a hosted
-room, as a controller's session is.
+(``buildAgentDeliveryHeaders``; the host layer's ``RoomWork.credentials`` is
+where that is chosen). In supervised mode no request is sent at all (this
+server has no supervisor bridge to borrow a credential from).
 
-**One room call** (:func:`call_as`): ``method /rooms/{room}/{route}`` with the
-session's credentials (``RoomClient`` records an ended session on a 401,
-§5.7), bounded for long polls; or, in a room the chat-storage settings mark
+**Writes need a worker.** A tool that writes to a room (a message, a status,
+a task change, a lease action, a record) runs only as a registered worker
+session (``requireWorkerAgentSession``): in owner mode, with neither
+``worker_id`` nor ``agent_session_id``, it fails with the Node client's text
+(``WORKER_SESSION_REQUIRED_TEXT``) before
+anything is sent; a controller session fails with
+``WORKER_KIND_REQUIRED_TEXT``. In a local
+room every write needs a worker session.
+
+**One room call** (:func:`call_as`): the tool's ``remote`` call, made with the
+host layer's :class:`~letagents_trio.workers._room_work.RoomWork` as an
+:class:`~letagents_trio.workers._room_work.Acting` (the room, and the session
+the call speaks for); or, in a room the chat-storage settings mark
 ``local``, the tool's local answer inside the same guard, with no HTTP.
 
 **The result**: compact JSON text. Expected failures (a worker rule, a room
@@ -41,17 +49,18 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar, final
 
 import attrs
 import trio
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
+from pydantic import Field
 
-from .._client import encode_room_path
-from .._errors import LetAgentsError, RoomUnreachable, WorkerError
+from .._errors import LetAgentsError, LocalChatError, WorkerError
 from .._redact import redact
 from ..workers._legacy import WORKER_BEARER_SESSION_ID
+from ..workers._room_work import Acting
 from ..workers._wire import (
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     WORKER_KIND_REQUIRED_TEXT,
@@ -65,29 +74,49 @@ if TYPE_CHECKING:
     from .._session import AgentSession
     from ..workers._handles import WorkerHandles
     from ..workers._local_chat import LocalChat
+    from ..workers._room_work import RoomWork
     from ..workers._state import LocalStateStore
     from ._config import ServerConfig
 
 __all__ = [
     "NO_ROOM_TEXT",
     "LocalCall",
+    "RoomId",
     "ServerState",
+    "SessionId",
     "ToolContext",
     "ToolFn",
     "Who",
+    "WorkerId",
     "blank",
     "call_as",
     "expected_errors",
     "failed",
+    "guarded_json",
+    "local_refusal",
     "ok",
     "recheck",
+    "require_worker",
     "server_state",
 ]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("letagents_trio.mcp_server")
 
 # Our own text (upstream's default-room lookup has no equivalent here).
 NO_ROOM_TEXT: Final = "Pass room_id, or the worker_id of a worker registered in this process."
+
+# --- the arguments every room tool takes (descriptions are part of the schema) -----------
+
+RoomId = Annotated[str | None, Field(description="Room ID. Optional with worker_id.")]
+WorkerId = Annotated[
+    str | None,
+    Field(description="This chat's worker handle (worker_ + 32 hex), from register_agent_session."),
+]
+SessionId = Annotated[
+    str | None, Field(description="Legacy: a registered agent session id. Prefer worker_id.")
+]
 
 
 @final
@@ -102,6 +131,7 @@ class ServerState:
         manager: the connection manager holding process connections.
         handles: the worker handles (registration, the facade's guard).
         chat: the local rooms' chat (one per server; closed when the lifespan ends).
+        work: the room-work routes (messages, the board, memory), over ``client``.
     """
 
     config: ServerConfig
@@ -110,6 +140,7 @@ class ServerState:
     manager: ConnectionManager
     handles: WorkerHandles
     chat: LocalChat
+    work: RoomWork
 
 
 ToolContext = Context[ServerState, Any]
@@ -136,13 +167,20 @@ def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None
     return redacted
 
 
+def guarded_json(
+    state: ServerState, payload: object, *sessions: AgentSession | None, pretty: bool = False
+) -> str:
+    """``payload`` as compact JSON (``pretty``: indented by 2), guarded against the owner
+    token and the sessions' tokens."""
+    raw = json.dumps(payload, indent=2, ensure_ascii=False) if pretty else _compact(payload)
+    return _guard(raw, state, sessions)
+
+
 def ok(
     state: ServerState, payload: object, *sessions: AgentSession | None, pretty: bool = False
 ) -> CallToolResult:
-    """A successful result: ``payload`` as compact JSON (``pretty``: indented by 2), guarded
-    against the call's tokens."""
-    raw = json.dumps(payload, indent=2, ensure_ascii=False) if pretty else _compact(payload)
-    text = _guard(raw, state, sessions)
+    """A successful result: ``payload`` as :func:`guarded_json` writes it."""
+    text = guarded_json(state, payload, *sessions, pretty=pretty)
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 
@@ -254,28 +292,49 @@ async def recheck(state: ServerState, who: Who, room: str, session: AgentSession
             raise WorkerError(CONNECTION_REPLACED_OR_DISCONNECTED_TEXT)
 
 
-LocalCall = Callable[[str, "AgentSession | None"], Awaitable[Any]]
+def require_worker(session: AgentSession | None) -> AgentSession:
+    """``session`` when it is a worker's: writes need one (the Node client's rule).
+
+    Raises:
+        WorkerError: ``WORKER_SESSION_REQUIRED_TEXT`` without a session,
+            ``WORKER_KIND_REQUIRED_TEXT`` for a controller's.
+    """
+    if session is None:
+        raise WorkerError(WORKER_SESSION_REQUIRED_TEXT)
+    if session.session_kind != "worker":
+        raise WorkerError(WORKER_KIND_REQUIRED_TEXT)
+    return session
+
+
+LocalCall = Callable[[str, "AgentSession | None"], Awaitable[T]]
 """How a tool answers in a local room: ``(room_id, session or None) -> answer``."""
+
+
+def local_refusal(text: str) -> LocalCall[Any]:
+    """A local answer that refuses with ``text`` (what local rooms do not keep)."""
+
+    async def refuse(room: str, session: AgentSession | None) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise LocalChatError(text)
+
+    return refuse
 
 
 async def call_as(
     state: ServerState,
     who: Who,
-    method: str,
-    route: str,
     *,
-    local: LocalCall,
-    body: object = None,
-    abort_ms: int | None = None,
+    remote: Callable[[Acting], Awaitable[T]],
+    local: LocalCall[T],
     write: bool = False,
-) -> tuple[str, AgentSession | None, Any]:
-    """One room call under the facade: ``method /rooms/{room}/{route}``, or ``local``.
+) -> tuple[str, AgentSession | None, T]:
+    """One room call under the facade: ``remote`` as the resolved :class:`Acting`, or ``local``.
 
-    Returns ``(room_id, session or None, the answer)``. ``body`` is sent as
-    JSON; with ``abort_ms`` the call is abandoned after that many
-    milliseconds. In a local room nothing is sent: ``local(room, session)``
-    answers instead, inside the same guard. A ``write`` in a hosted room, in
-    owner mode, must act as a worker session.
+    Returns ``(room_id, session or None, the answer)``. With ``write``, in
+    owner mode or a local room, only a worker session may make the call
+    (:func:`require_worker`), checked before anything is sent or written. In a
+    local room nothing is sent: ``local(room, session)`` answers instead, inside
+    the same guard.
 
     Raises:
         WorkerError: the facade's rules refused the call (a write without a
@@ -290,25 +349,12 @@ async def call_as(
     """
     async with _acting(state, who) as (room, session):
         if state.handles.is_local_room(room):
+            if write:
+                require_worker(session)
             return room, session, await local(room, session)
         mode = state.config.mode
         if mode == SUPERVISED:
             raise WorkerError(SUPERVISED_CREDENTIAL_TEXT)
         if write and mode == OWNER:
-            if session is None:
-                raise WorkerError(WORKER_SESSION_REQUIRED_TEXT)
-            if session.session_kind != "worker":
-                raise WorkerError(WORKER_KIND_REQUIRED_TEXT)
-        path = f"/rooms/{encode_room_path(room)}/{route}"
-        sent = None if mode == WORKER else session  # the bearer is the whole credential
-        if abort_ms is None:  # an ordinary call: the client's own deadline
-            return room, session, await state.client.call(method, path, json=body, session=sent)
-        # A long poll keeps its own deadline, instead of the client's.
-        with trio.move_on_after(abort_ms / 1000) as scope:
-            return (
-                room,
-                session,
-                await state.client.call(method, path, json=body, session=sent, bounded=False),
-            )
-    assert scope.cancelled_caught
-    raise RoomUnreachable(f"The room did not answer the long poll within {abort_ms} ms.")
+            require_worker(session)
+        return room, session, await remote(Acting(room_id=room, session=session))

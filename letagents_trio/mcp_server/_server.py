@@ -2,9 +2,16 @@
 
 :func:`create_server` builds a :class:`LetAgentsMCPServer` (the SDK's
 ``MCPServer``) from a :class:`ServerConfig`: the tools of
-:func:`register_tools`, the readiness resource, and a lifespan that owns the
-connection manager. Nothing is global: two servers in one process share
-nothing but the state file.
+:func:`register_tools`, the readiness resource, the ``room_messages``
+resource (``letagents://rooms/{room_id}/messages``: a room's newest messages,
+as ``read_messages`` answers them, read as the one worker this server holds
+in that room, else as the owner), and a lifespan that owns the connection
+manager. Nothing is global: two servers in one process share nothing but the
+state file.
+
+Arguments a tool's schema refuses are answered as an ``isError`` result that
+names each field and what is wrong with it (:func:`arguments_refused_text`),
+never the validator's report.
 
 The lifespan, entered by the SDK around each served connection, opens in order
 the local rooms' chat (:class:`~letagents_trio.LocalChat`, whose SQLite file is
@@ -44,21 +51,32 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, cast, final
 
 import trio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
 from .._client import RoomClient
+from .._errors import LetAgentsError
 from .._manager import open_connection_manager
 from .._version import __version__
+from ..workers._acting import held_session
 from ..workers._chat_storage import ChatStorage
 from ..workers._handles import WorkerHandles
 from ..workers._local_chat import LocalChat
+from ..workers._room_work import DEFAULT_READ, RoomWork
 from ..workers._state import LocalStateStore
 from ..workers._wire import MCP_SERVER_WORDING
 from ._config import ServerConfig
-from ._facade import ServerState
+from ._facade import (
+    ServerState,
+    ToolContext,
+    Who,
+    guarded_json,
+    server_state,
+)
+from ._message_tools import recent_messages
+from ._profiles import WORKER
 from ._stdio import claim_stdin
 from ._tools import register_tools, registered_tool_names
 
@@ -67,8 +85,11 @@ if TYPE_CHECKING:
     from mcp_types import CallToolResult, InputRequiredResult
 
 __all__ = [
+    "INSTRUCTIONS",
     "READINESS_RESOURCE_NAME",
     "READINESS_URI",
+    "ROOM_MESSAGES_NAME",
+    "ROOM_MESSAGES_URI",
     "SERVER_NAME",
     "LetAgentsMCPServer",
     "arguments_refused_text",
@@ -83,6 +104,18 @@ SERVER_NAME: Final = "letagents"
 # Upstream's readiness resource (PROTOCOL §5.1).
 READINESS_URI: Final = "letagents://runtime/readiness"
 READINESS_RESOURCE_NAME: Final = "runtime_readiness"
+# Upstream's room messages resource.
+ROOM_MESSAGES_URI: Final = "letagents://rooms/{room_id}/messages"
+ROOM_MESSAGES_NAME: Final = "room_messages"
+# What a host shows the agent about this server: the worker's loop, in brief.
+INSTRUCTIONS: Final = (
+    "LetAgents rooms: register this chat's worker with register_agent_session, keep its"
+    " worker_id, and pass it to every room tool. Then read get_room_guidelines and"
+    " get_room_memory, check get_board (claim only accepted tasks), and loop on"
+    " wait_for_messages with the last message you processed as after_message_id. Answer a"
+    " thread reply with send_thread_message on its thread_parent_id; say what you are doing"
+    " with post_status; ask people with request_human_input."
+)
 # The signals a host stops its MCP server with.
 SHUTDOWN_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 # The signal that forces an exit without waiting for the goodbye (the first
@@ -133,10 +166,7 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         super().__init__(
             SERVER_NAME,
             version=__version__,
-            instructions=(
-                "LetAgents rooms: register this chat's worker with register_agent_session,"
-                " keep its worker_id, and pass it to room tools."
-            ),
+            instructions=INSTRUCTIONS,
             lifespan=self._lifespan,
         )
         register_tools(self, config.profile, config.provider)
@@ -150,6 +180,18 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         )
         def runtime_readiness() -> str:
             return text
+
+        @self.resource(
+            ROOM_MESSAGES_URI,
+            name=ROOM_MESSAGES_NAME,
+            description=(
+                f"A room's newest {DEFAULT_READ} messages, as read_messages answers them: read"
+                " as the one worker this server holds in that room, else as the owner."
+            ),
+            mime_type="application/json",
+        )
+        async def room_messages(room_id: str, ctx: ToolContext) -> str:
+            return await _room_messages(server_state(ctx), room_id)
 
     def __repr__(self) -> str:
         return (
@@ -219,6 +261,8 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                         manager=manager,
                         handles=handles,
                         chat=chat,
+                        # With a worker bearer, the bearer alone is every call's credential.
+                        work=RoomWork(client, bearer_only=config.mode == WORKER),
                     )
                 finally:
                     logger.info(
@@ -266,6 +310,26 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                                 )
                         logger.info("stdin closed: stopping")
                 watching.cancel_scope.cancel(reason="the goodbye is over")
+
+
+async def _room_messages(state: ServerState, room_id: str) -> str:
+    """The ``room_messages`` resource's text, read as the worker held there, else the owner.
+
+    Raises:
+        ResourceError: the room, the state file or a rule refused the read (its text).
+    """
+    try:
+        snapshot = state.store.read()
+        held = held_session(snapshot.data, state.handles.pinned, room_id)
+        who = Who(
+            room_id=room_id,
+            agent_session_id=None if held is None else held.session_id,
+            worker_id=None,
+        )
+        payload, session = await recent_messages(state, who, DEFAULT_READ)
+    except LetAgentsError as exc:
+        raise ResourceError(str(exc)) from None
+    return guarded_json(state, payload, session)
 
 
 async def _watch_signals(signals: AsyncIterator[int], serving: trio.CancelScope) -> None:

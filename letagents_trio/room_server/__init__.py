@@ -20,20 +20,22 @@ try:
     from ._config import RoomConfig as RoomConfig
     from ._room import Room as Room
     from ._room import RoomStatistics as RoomStatistics
+    from ._rows import Account as Account
+    from ._rows import GuidelinesRow as GuidelinesRow
+    from ._rows import KnowledgeRow as KnowledgeRow
+    from ._rows import LeaseRow as LeaseRow
+    from ._rows import MessageRow as MessageRow
+    from ._rows import SessionRow as SessionRow
+    from ._rows import TaskRow as TaskRow
     from ._serve import serve_room as serve_room
-    from ._store import Account as Account
-    from ._store import GuidelinesRow as GuidelinesRow
-    from ._store import LeaseRow as LeaseRow
+    from ._sqlite import SQLiteStore as SQLiteStore
     from ._store import MemoryStore as MemoryStore
-    from ._store import MessageRow as MessageRow
     from ._store import RoomStore as RoomStore
-    from ._store import SessionRow as SessionRow
-    from ._store import SQLiteStore as SQLiteStore
-    from ._store import TaskRow as TaskRow
     from ._streams import CloseMode as CloseMode
     from ._streams import ProcessStream as ProcessStream
     from ._wire import Credentials as Credentials
     from ._wire import Reply as Reply
+    from ._work import RoomWork as RoomWork
 except ModuleNotFoundError as _error:
     # Without its extra: one plain line naming it and how to install it.
     raise _missing_extra(_error, what="letagents_trio.room_server", extra="room") from None
@@ -43,6 +45,7 @@ __all__ = [
     "CloseMode",
     "Credentials",
     "GuidelinesRow",
+    "KnowledgeRow",
     "LeaseRow",
     "MemoryStore",
     "MessageRow",
@@ -53,6 +56,7 @@ __all__ = [
     "RoomConfig",
     "RoomStatistics",
     "RoomStore",
+    "RoomWork",
     "SQLiteStore",
     "SessionRow",
     "SystemClock",

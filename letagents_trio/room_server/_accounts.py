@@ -23,6 +23,10 @@ A room's admins (:meth:`Accounts.is_admin`) are the account that created it
 any owner may register an agent in any room, and that must not make it the
 room's admin. A room's *participants* are its admins and the accounts that own
 a session (live or ended) in it.
+
+The room's work routes (the board, memory, requests for people) are called by
+an :class:`Actor` (:meth:`Accounts.actor`): an agent, by its session
+credentials, or a person, one of the room's admins by a bearer alone.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from .._protocol import (
     WORKER_REQUIRED_TEXT,
 )
 from ._registration import MAX_ACTOR_KEY_CHARS
-from ._store import Account, RoomRow
+from ._rows import Account, RoomRow
 from ._store_errors import StoreWriteError
 from ._wire import (
     OWNER_AUTH_TEXT,
@@ -62,9 +66,10 @@ from ._wire import (
 
 if TYPE_CHECKING:
     from ._clock import RoomClock
-    from ._store import RoomStore, SessionRow
+    from ._rows import SessionRow
+    from ._store import RoomStore
 
-__all__ = ["AGENT_NAME_REQUIRED_TEXT", "Accounts", "account_id", "agent_identity"]
+__all__ = ["AGENT_NAME_REQUIRED_TEXT", "Accounts", "Actor", "account_id", "agent_identity"]
 
 # Ours (upstream's text was not read, PROTOCOL.md §9.7).
 AGENT_NAME_REQUIRED_TEXT: Final = "name is required"
@@ -101,6 +106,42 @@ def _login_of(tokens: Mapping[str, str], bearer: str | None) -> str | None:
         if hmac.compare_digest(token.encode("utf-8"), bearer.encode("utf-8")):
             found = login
     return found
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Actor:
+    """Who calls a work route: an agent (``session`` is its row) or a person (no session).
+
+    Attributes:
+        label: how the room names the caller: the agent's actor label, or the login.
+        account_id: the owner account behind the caller.
+        session: the agent's session row; ``None`` for a person.
+    """
+
+    label: str
+    account_id: str
+    session: SessionRow | None = None
+
+    @property
+    def person(self) -> bool:
+        """True for a person (the room's admin, no agent session)."""
+        return self.session is None
+
+    @property
+    def agent_key(self) -> str | None:
+        """The agent's key, or ``None`` for a person."""
+        return None if self.session is None else self.session.agent_key
+
+    @property
+    def instance_id(self) -> str | None:
+        """The agent's instance id, if it has one."""
+        return None if self.session is None else self.session.agent_instance_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The agent's session id, or ``None`` for a person."""
+        return None if self.session is None else self.session.session_id
 
 
 @final
@@ -198,6 +239,18 @@ class Accounts:
         if not self.is_admin(room_id, account):
             refuse(403, refusal)
         return account
+
+    def actor(
+        self, room_id: str, creds: Credentials, not_admin_text: str, *, reading: bool = False
+    ) -> Actor:
+        """Who calls a work route, or refuse: an agent by its session credentials (a worker
+        session when it writes), else a person who is one of the room's admins."""
+        if creds.session_id or creds.session_token:
+            row = self.authenticate(room_id, creds, worker_only=not reading, reading=reading)
+            label = row.actor_label or row.display_name
+            return Actor(label=label, account_id=row.owner_account_id, session=row)
+        account = self.room_admin(room_id, creds.owner_token, not_admin_text)
+        return Actor(label=account.login, account_id=account.account_id)
 
     def require_room(self, room_id: str) -> None:
         """Refuse 404 unless the room exists (it does from its first registration on)."""

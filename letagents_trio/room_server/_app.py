@@ -13,16 +13,20 @@ oldest body still arriving when ``config.max_pending_bodies`` more arrive 503
 (so slow-body attackers cannot hold every file descriptor, nor lock
 legitimate clients out), malformed JSON, a non-object, an integer past
 Python's digit limit or a lone surrogate (but in guidelines, whose rule strips
-it) 400, an unknown path 404, a known path with the wrong method 405; a write
-the storage refused 507 when it is full, else 503 (``_wire.storage_refusal``:
-nothing was written); and an unexpected exception is logged and answered 500
-(a bug, never a reaction to input).
+it) 400, an unknown path 404 ``{"error": "Cannot GET /that/path"}``, a known
+path with the wrong method 405 with the same text (Express's words for a route
+it lacks: the Node client reads either as "this room has no such route",
+``isMissingRouteError``); a write the storage refused 507 when it is full, else
+503 (``_wire.storage_refusal``: nothing was written); and an unexpected
+exception is logged and answered 500 (a bug, never a reaction to input).
 
 Room ids may contain ``/`` (``owner/repo``): each ``/``-separated segment is
 percent-decoded on its own, and a pattern's ``{room+}`` takes every segment
 between ``/rooms/`` and the route's fixed tail, so ``/rooms/owner/repo/messages``
-is room ``owner/repo``. No two patterns end alike, so the table's order does not
-matter.
+is room ``owner/repo``. A path two patterns fit (``/rooms/r/tasks/memory``:
+room ``r`` and task ``memory``, or room ``r/tasks`` and its memory) takes the
+first in the table; the table lists every pattern whose tail is all fixed text
+before those that end in a parameter.
 
 The process stream (R4) is a raw ASGI response with its own nursery: one task
 watches ``receive()`` for ``http.disconnect`` and closes the stream as
@@ -40,7 +44,6 @@ any other path with 404.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final, final
@@ -50,6 +53,8 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from ._body import BadRequest, BodyGate, header, parse_json
+from ._knowledge import ATTENTION, MEMORY
 from ._store_errors import StoreWriteError
 from ._websocket import key_refusal, refuse_upgrade, serve_process_socket
 from ._wire import Credentials, Reply, storage_refusal
@@ -71,12 +76,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # A process-stream write that cannot be handed on within this long means the
 # consumer stopped reading: drop it (upstream's SSE drain timeout).
 SSE_DRAIN_TIMEOUT: Final = 10.0
-# A body still arriving this long after its headers is late: when too many are
-# arriving, the late ones may be evicted. A client sends its body at once.
-SLOW_BODY_GRACE: Final = 1.0
-# A body over the limit is read to its end (and dropped) before the 413 when it
-# ends within this many times the limit; a longer one is answered mid-body.
-DRAIN_FACTOR: Final = 4
 # Response headers of the process stream, exactly as upstream sends them (§3).
 PROCESS_STREAM_HEADERS: Final = (
     (b"content-type", b"text/event-stream"),
@@ -88,14 +87,8 @@ _SESSION_ID_KEY: Final = SESSION_ID_HEADER.lower().encode("latin-1")
 _SESSION_TOKEN_KEY: Final = SESSION_TOKEN_HEADER.lower().encode("latin-1")
 
 
-class _BadRequest(Exception):
-    def __init__(self, status: int, error: str) -> None:
-        super().__init__(error)
-        self.reply = Reply(status=status, body={"error": error})
-
-
 async def _send_reply(send: Send, reply: Reply) -> None:
-    body = json.dumps(reply.body, separators=(",", ":")).encode("utf-8")
+    body = reply.body_bytes()
     headers = [
         (b"content-type", b"application/json; charset=utf-8"),
         (b"cache-control", b"no-store"),
@@ -108,125 +101,14 @@ async def _send_reply(send: Send, reply: Reply) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
-        if bytes(key).lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
-@final
-@attrs.define(eq=False)
-class _BodyGate:
-    """How request bodies are read: a size limit, a deadline, and a room-wide count.
-
-    A body over ``limit`` answers 413, but only once the rest of it has been
-    read and dropped (up to ``DRAIN_FACTOR`` times the limit, within the same
-    deadline): answering mid-body left the server writing the answer while
-    the client still wrote the body, which hypercorn logged as a
-    ``BusyResourceError``.
-    """
-
-    limit: int
-    timeout: float
-    max_pending: int
-    # The bodies arriving now, oldest first: when each began, and its read's cancel scope.
-    pending: dict[int, tuple[float, trio.CancelScope]] = attrs.field(factory=dict)
-    evicted: set[int] = attrs.field(factory=set)
-
-    async def read(self, scope: Scope, receive: Receive) -> bytes:
-        declared = _header(scope, b"content-length")
-        drain_limit = DRAIN_FACTOR * self.limit
-        # ASCII digits only: "²".isdigit() holds, but int("²") raises.
-        if (
-            declared is not None
-            and declared.isascii()
-            and declared.isdigit()
-            and (len(declared) > len(str(drain_limit)) or int(declared) > drain_limit)
-        ):
-            raise _BadRequest(413, f"Request body is too large: at most {self.limit} bytes.")
-        now = trio.current_time()
-        while len(self.pending) >= self.max_pending:
-            # Full: the oldest body still arriving goes, never the newcomer. A
-            # client sends its body right after the headers, so the oldest is
-            # an attacker's; refusing newcomers would refuse everyone. But only
-            # once it is late: a process saying goodbye sends thousands of
-            # exits at once, and each body follows its headers within moments.
-            oldest, (began, victim) = next(iter(self.pending.items()))
-            if now - began < SLOW_BODY_GRACE:
-                break
-            del self.pending[oldest]
-            self.evicted.add(oldest)
-            victim.cancel(reason="too many request bodies arriving")
-        reading = trio.CancelScope(deadline=now + self.timeout)
-        key = id(reading)
-        self.pending[key] = (now, reading)
-        try:
-            with reading:
-                return await self._receive(receive)
-            if key in self.evicted:
-                raise _BadRequest(503, "Too many request bodies are arriving; try again.")
-            raise _BadRequest(408, "Request body took too long to arrive.")
-        finally:
-            self.pending.pop(key, None)
-            self.evicted.discard(key)
-
-    async def _receive(self, receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _BadRequest(400, "Client went away.")
-            chunk = bytes(message.get("body", b""))
-            size += len(chunk)
-            more = bool(message.get("more_body", False))
-            if size > self.limit:
-                if more and size <= DRAIN_FACTOR * self.limit:
-                    chunks.clear()  # read the rest and drop it, then answer
-                    continue
-                raise _BadRequest(413, f"Request body is too large: at most {self.limit} bytes.")
-            chunks.append(chunk)
-            if not more:
-                return b"".join(chunks)
-
-
-def _parse_json(raw: bytes, *, lone_surrogates: bool = False) -> dict[str, Any]:
-    """The body as a JSON object, or 400.
-
-    Valid JSON that no rule can use is refused here too: integers past
-    Python's 4,300-digit conversion limit (``ValueError``), nesting past the
-    parser's depth (``RecursionError``), and lone surrogates (``"\\ud800"``
-    is valid JSON, but no store, log or answer can encode the string), unless
-    ``lone_surrogates``: a route whose rule removes them (the guidelines, as
-    the letagents API does) takes them.
-    """
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
-        raise _BadRequest(400, "Request body must be valid JSON.") from None
-    if not isinstance(value, dict):
-        raise _BadRequest(400, "Request body must be a JSON object.")
-    if lone_surrogates:
-        return value
-    if b"\\u" in raw or not raw.isascii():  # how a surrogate can get in (UTF-16 too)
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise _BadRequest(400, "Request body must not contain lone surrogates.") from None
-    return value
-
-
 def _credentials(scope: Scope, body: Mapping[str, Any] | None = None) -> Credentials:
-    authorization = _header(scope, b"authorization")
+    authorization = header(scope, b"authorization")
     owner_token: str | None = None
     if authorization is not None:
         scheme, _, value = authorization.partition(" ")
         owner_token = value.strip() if scheme.lower() == "bearer" else ""
-    session_id = _header(scope, _SESSION_ID_KEY)
-    session_token = _header(scope, _SESSION_TOKEN_KEY)
+    session_id = header(scope, _SESSION_ID_KEY)
+    session_token = header(scope, _SESSION_TOKEN_KEY)
     if body is not None:
         if session_id is None and isinstance(body.get("agent_session_id"), str):
             session_id = body["agent_session_id"]
@@ -237,10 +119,25 @@ def _credentials(scope: Scope, body: Mapping[str, Any] | None = None) -> Credent
     )
 
 
-def _segments(scope: Scope) -> list[str] | None:
+# A path shown in a 404 or 405 is cut here: it is the caller's, not ours to echo at length.
+_MAX_SHOWN_PATH: Final = 256
+
+
+def _path(scope: Scope) -> str:
+    """The request's path as sent (percent-encoded), without a query."""
     raw = scope.get("raw_path")
-    path = bytes(raw).decode("latin-1") if raw else str(scope.get("path", ""))
-    path = path.split("?", 1)[0]
+    return (bytes(raw).decode("latin-1") if raw else str(scope.get("path", ""))).split("?", 1)[0]
+
+
+def _missing(method: str, scope: Scope) -> dict[str, str]:
+    """The body for a route this room lacks, in Express's words (``Cannot GET /x``)."""
+    path = _path(scope)[:_MAX_SHOWN_PATH]
+    shown = method if method.isascii() and method.isalpha() and len(method) <= 16 else "REQUEST"
+    return {"error": f"Cannot {shown} {path}"}
+
+
+def _segments(scope: Scope) -> list[str] | None:
+    path = _path(scope)
     if not path.startswith("/"):
         return None
     try:
@@ -266,7 +163,7 @@ class _Request:
     receive: Receive
     send: Send
     params: Mapping[str, str]
-    gate: _BodyGate
+    gate: BodyGate
 
     def query(self, name: str) -> str | None:
         found = parse_qs(bytes(self.scope.get("query_string", b"")).decode("latin-1"))
@@ -274,7 +171,7 @@ class _Request:
 
     async def body(self, *, lone_surrogates: bool = False) -> dict[str, Any]:
         raw = await self.gate.read(self.scope, self.receive)
-        return _parse_json(raw, lone_surrogates=lone_surrogates)
+        return parse_json(raw, lone_surrogates=lone_surrogates)
 
     def credentials(self, body: Mapping[str, Any] | None = None) -> Credentials:
         return _credentials(self.scope, body)
@@ -349,14 +246,20 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         body = await r.body()
         return room.disconnect(r.params["room"], r.params["session"], r.credentials(body))
 
+    work = room.work
+
     def list_messages(r: _Request) -> Reply:
-        return room.list_messages(
-            r.params["room"], r.credentials(), after=r.query("after"), limit=r.query("limit")
+        return work.messages.read(
+            r.params["room"],
+            r.credentials(),
+            after=r.query("after"),
+            limit=r.query("limit"),
+            before=r.query("before"),
         )
 
     async def send_message(r: _Request) -> Reply:
         body = await r.body()
-        return room.send_message(r.params["room"], r.credentials(body), body)
+        return work.messages.send(r.params["room"], r.credentials(body), body)
 
     async def poll(r: _Request) -> Reply | None:
         return await _poll(room, r)
@@ -365,24 +268,55 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         return room.process_statistics(r.params["room"], r.credentials().owner_token)
 
     def get_guidelines(r: _Request) -> Reply:
-        return room.room_guidelines(r.params["room"], r.credentials())
+        return work.guidelines.get(r.params["room"], r.credentials())
 
     async def put_guidelines(r: _Request) -> Reply:
         # The letagents API strips a lone surrogate from guidelines and saves.
         body = await r.body(lone_surrogates=True)
-        return room.set_room_guidelines(r.params["room"], r.credentials(body), body)
+        return work.guidelines.put(r.params["room"], r.credentials(body), body)
+
+    def list_tasks(r: _Request) -> Reply:
+        return work.tasks.board(
+            r.params["room"],
+            r.credentials(),
+            status=r.query("status"),
+            open_only=r.query("open") == "true",
+            limit=r.query("limit"),
+            after=r.query("after"),
+        )
 
     async def create_task(r: _Request) -> Reply:
         body = await r.body()
-        return room.create_task(r.params["room"], r.credentials(body), body)
+        return work.tasks.create(r.params["room"], r.credentials(body), body)
 
-    async def take_lease(r: _Request) -> Reply:
-        body = await r.body()
-        return room.take_lease(r.params["room"], r.params["task"], r.credentials(body), body)
+    def get_task(r: _Request) -> Reply:
+        return work.tasks.get(r.params["room"], r.params["task"], r.credentials())
 
-    async def release_lease(r: _Request) -> Reply:
+    async def patch_task(r: _Request) -> Reply:
         body = await r.body()
-        return room.release_lease(r.params["room"], r.params["lease"], r.credentials(body))
+        return work.tasks.patch(r.params["room"], r.params["task"], r.credentials(body), body)
+
+    async def lease_action(r: _Request) -> Reply:
+        body = await r.body()
+        return work.tasks.lease_action(
+            r.params["room"], r.params["task"], r.credentials(body), body
+        )
+
+    def knowledge_routes(kind: str) -> dict[str, Handler]:
+        def read(r: _Request) -> Reply:
+            return work.knowledge.read(r.params["room"], kind, r.credentials())
+
+        async def post(r: _Request) -> Reply:
+            body = await r.body()
+            return work.knowledge.post(r.params["room"], kind, r.credentials(body), body)
+
+        return {"GET": read, "POST": post}
+
+    async def respond(r: _Request) -> Reply:
+        body = await r.body()
+        return work.knowledge.respond(
+            r.params["room"], r.params["record"], r.credentials(body), body
+        )
 
     sessions = "/rooms/{room+}/agent-sessions"
     return (
@@ -390,17 +324,21 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/agents", {"POST": register_identity}),
         _Route("/health", {"GET": health}),
         _Route("/healthz", {"GET": health}),
-        _Route(sessions, {"POST": register}),
-        _Route(sessions + "/{session}/process", {"GET": process_stream}),
-        _Route(sessions + "/{session}/process/exit", {"POST": exit_process}),
-        _Route(sessions + "/{session}/disconnect", {"POST": disconnect}),
         _Route("/rooms/{room+}/messages", {"GET": list_messages, "POST": send_message}),
         _Route("/rooms/{room+}/messages/poll", {"GET": poll}),
         _Route("/rooms/{room+}/agent-guidelines", {"GET": get_guidelines, "PUT": put_guidelines}),
         _Route("/rooms/{room+}/process-statistics", {"GET": process_statistics}),
-        _Route("/rooms/{room+}/tasks", {"POST": create_task}),
-        _Route("/rooms/{room+}/tasks/{task}/leases", {"POST": take_lease}),
-        _Route("/rooms/{room+}/leases/{lease}/release", {"POST": release_lease}),
+        _Route("/rooms/{room+}/tasks", {"GET": list_tasks, "POST": create_task}),
+        _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
+        _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
+        # Patterns with a parameter after the room come last (see the module docstring).
+        _Route(sessions, {"POST": register}),
+        _Route(sessions + "/{session}/process", {"GET": process_stream}),
+        _Route(sessions + "/{session}/process/exit", {"POST": exit_process}),
+        _Route(sessions + "/{session}/disconnect", {"POST": disconnect}),
+        _Route("/rooms/{room+}/tasks/{task}/lease-action", {"POST": lease_action}),
+        _Route("/rooms/{room+}/attention/{record}/respond", {"POST": respond}),
+        _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
     )
 
 
@@ -438,7 +376,7 @@ async def _poll(room: Room, r: _Request) -> Reply | None:
             nursery.cancel_scope.cancel(reason="poll client went away")
 
         nursery.start_soon(_watch_disconnect, r.receive, gone)
-        reply = await room.poll_messages(
+        reply = await room.work.messages.poll(
             r.params["room"], r.credentials(), after=r.query("after"), wait_ms=r.query("timeout")
         )
         nursery.cancel_scope.cancel(reason="poll answered")
@@ -455,7 +393,7 @@ def create_app(room: Room) -> ASGIApp:
         An ASGI 3 application; it also answers the lifespan protocol.
     """
     config = room.config
-    gate = _BodyGate(config.max_body_bytes, config.body_timeout, config.max_pending_bodies)
+    gate = BodyGate(config.max_body_bytes, config.body_timeout, config.max_pending_bodies)
     routes = _routes(room)
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
@@ -464,11 +402,12 @@ def create_app(room: Room) -> ASGIApp:
             params = None if segments is None else candidate.match(segments)
             if params is None:
                 continue
-            handler = candidate.handlers.get(str(scope.get("method", "GET")).upper())
+            method = str(scope.get("method", "GET")).upper()
+            handler = candidate.handlers.get(method)
             if handler is None:
                 allow = ", ".join(candidate.handlers)
                 reply: Reply | None = Reply(
-                    status=405, body={"error": "Method not allowed"}, headers={"Allow": allow}
+                    status=405, body=_missing(method, scope), headers={"Allow": allow}
                 )
             else:
                 answer = handler(_Request(scope, receive, send, params, gate))
@@ -476,7 +415,8 @@ def create_app(room: Room) -> ASGIApp:
             if reply is not None:
                 await _send_reply(send, reply)
             return
-        await _send_reply(send, Reply(status=404, body={"error": "Not found"}))
+        method = str(scope.get("method", "GET")).upper()
+        await _send_reply(send, Reply(status=404, body=_missing(method, scope)))
 
     async def lifespan(receive: Receive, send: Send) -> None:
         while True:
@@ -496,7 +436,7 @@ def create_app(room: Room) -> ASGIApp:
         refusal = key_refusal(scope)
         if refusal is not None or params is None:
             await receive()  # websocket.connect
-            not_found = Reply(status=404, body={"error": "Not found"})
+            not_found = Reply(status=404, body=_missing("GET", scope))
             await refuse_upgrade(scope, receive, send, refusal or not_found)
             return
         await serve_process_socket(
@@ -532,7 +472,7 @@ def create_app(room: Room) -> ASGIApp:
 
         try:
             await route(scope, receive, tracking_send)
-        except _BadRequest as bad:
+        except BadRequest as bad:
             if not started:
                 await _send_reply(tracking_send, bad.reply)
         except StoreWriteError as refused:  # logged by the store

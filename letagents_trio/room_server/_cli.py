@@ -57,7 +57,8 @@ from ._owner_tokens import (
 )
 from ._room import Room
 from ._serve import serve_room
-from ._store import MemoryStore, RoomStore, SQLiteStore
+from ._sqlite import SQLiteStore
+from ._store import MemoryStore, RoomStore
 
 __all__ = ["DEFAULT_DB_PATH", "build_parser", "is_loopback", "main"]
 

@@ -45,14 +45,15 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from ..workers._names import js_trim
-from ._store import GuidelinesRow
+from ._rows import GuidelinesRow
 from ._wire import OWNER_AUTH_TEXT, Credentials, Refusal, Reply, iso, refuse
 
 if TYPE_CHECKING:
     from ._accounts import Accounts
     from ._clock import RoomClock
     from ._messages import MessageBoard
-    from ._store import Account, RoomStore
+    from ._rows import Account
+    from ._store import RoomStore
 
 __all__ = [
     "GUIDELINES_NOTE",

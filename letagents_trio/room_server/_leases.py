@@ -1,17 +1,28 @@
-"""Tasks and leases (minimal, PROTOCOL.md §7.3, §7.5): request checks and lease rules.
+"""Task leases: the work lease a claim takes, lease actions, and adoption (§7.3, §7.5).
 
-A task is a title in a room; a lease is a session's hold on a task, of a kind
-(``work`` by default), active until released or expired. One active lease per
-(task, kind): taking one another session holds answers 409, taking one again
-returns it. The liveness notices name a session's active ``work`` leases
-(:func:`work_task_ids`). A registration adopts leases its owner's ended
-sessions left (:func:`adopts`, §7.3): the same agent instance always does;
-once the old process has exited, the same agent key does, and so does a
-same-named non-durable holder's ``work`` lease whose agent key has no live
-session left. ``room_admin`` ends pass nothing on.
+A lease is a session's hold on a task, of a kind (``work``), active until it is
+released, revoked or expires. The board never takes a lease on request: a
+claim of an accepted task takes a new work lease for the claiming session
+(:func:`new_work_lease`), as the letagents API does, and at most one work lease
+of a task is active. The liveness notices name a session's active work leases
+(:func:`work_task_ids`).
 
-The checks and rules are pure functions of rows, bodies and the time; the
-:class:`TaskBoard` authenticates the calls, applies them and stores the rows.
+Lease actions (``POST …/tasks/{t}/lease-action``, :func:`parse_lease_action`,
+:func:`choose_target`): ``release`` gives the task's active work lease back (the
+task returns to ``accepted`` while it was being worked); ``handoff`` passes it
+to another live worker session, reachable in the room, which gets a fresh work
+lease (the task is then ``assigned`` to it). The holder may act on its own
+lease; anyone else must be the room's admin, and then the lease is revoked,
+not released. The texts and codes are the letagents API's.
+
+Adoption (:func:`adopts`): a registration adopts the active leases its owner's
+ended sessions left. The same agent instance always does; once the old process
+has exited, the same agent key does, and so does a same-named non-durable
+holder's ``work`` lease whose agent key has no live session left.
+``room_admin`` ends pass nothing on.
+
+Everything here is a pure function of rows and the time;
+:class:`~._taskboard.TaskBoard` applies them.
 """
 
 from __future__ import annotations
@@ -22,107 +33,78 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
-from .._protocol import MAX_MESSAGE_CHARS
 from ..workers._names import is_durable_worker_id, name_key
-from ._store import END_REASON_ROOM_ADMIN, LeaseRow, TaskRow
-from ._wire import Credentials, Refusal, Reply, iso, refuse
+from ._rows import END_REASON_ROOM_ADMIN, LeaseRow
+from ._tasks import LEASE_RECOVERY_STATUSES
+from ._wire import iso, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Accounts
-    from ._clock import RoomClock
-    from ._store import RoomStore, SessionRow
+    from ._accounts import Actor
+    from ._rows import SessionRow, TaskRow
 
 __all__ = [
-    "ALREADY_LEASED_CODE",
-    "ALREADY_LEASED_TEXT",
-    "BAD_LEASE_KIND_TEXT",
-    "BAD_TTL_TEXT",
-    "LEASE_NOT_FOUND_TEXT",
-    "NOT_LEASE_HOLDER_TEXT",
-    "TASK_NOT_FOUND_TEXT",
-    "TITLE_REQUIRED_TEXT",
-    "TaskBoard",
-    "active_lease",
+    "ACTION_TEXT",
+    "MISSING_LEASE_CODE",
+    "MISSING_LEASE_TEXT",
+    "NOT_HOLDER_TEXT",
+    "STALE_REFERENCE_CODE",
+    "TARGET_REQUIRED_TEXT",
+    "WORK",
+    "LeaseAction",
     "adopted",
     "adopts",
+    "choose_target",
+    "ended_lease",
     "lease_json",
-    "new_lease",
-    "new_task",
-    "parse_lease_request",
-    "task_json",
-    "task_title",
+    "new_work_lease",
+    "parse_lease_action",
+    "work_lease",
     "work_task_ids",
 ]
 
-# Texts of our own (upstream's were not read, PROTOCOL.md §9.7).
-TITLE_REQUIRED_TEXT: Final = "title is required"
-TASK_NOT_FOUND_TEXT: Final = "Task not found"
-LEASE_NOT_FOUND_TEXT: Final = "Lease not found"
-BAD_LEASE_KIND_TEXT: Final = "kind must be a non-empty string"
-BAD_TTL_TEXT: Final = "ttl_ms must be a positive integer"
-NOT_LEASE_HOLDER_TEXT: Final = "Only the lease holder can release it."
-ALREADY_LEASED_TEXT: Final = "Task is already leased."
-ALREADY_LEASED_CODE: Final = "task_already_leased"
-# A lease kind is a short label, not a document.
-_MAX_KIND_CHARS: Final = 64
-# About 35 years: a ttl beyond this is a mistake, and bounded it stays an integer.
-_MAX_TTL_MS: Final = 2**40
-# The kind of lease liveness notices are about, and the default one.
+# The kind of lease claims take and liveness notices are about.
 WORK: Final = "work"
+# The letagents API's texts and codes.
+ACTION_TEXT: Final = "action must be 'release' or 'handoff'"
+MISSING_LEASE_TEXT: Final = "No active work lease exists for this task"
+MISSING_LEASE_CODE: Final = "coordination_missing_lease"
+STALE_REFERENCE_CODE: Final = "coordination_stale_lease_reference"
+TARGET_REQUIRED_TEXT: Final = "target_actor_key is required for handoff"
+TARGET_SESSION_CODE: Final = "coordination_target_session_required"
+TARGET_UNREACHABLE_CODE: Final = "coordination_target_session_unreachable"
+INVALID_STATUS_CODE: Final = "coordination_invalid_task_status"
+# Ours: the reference room's 403 for a lease action by someone else's agent.
+NOT_HOLDER_TEXT: Final = (
+    "Only the holder of this task's work lease, or the room's admins as people, can release"
+    " or hand it off."
+)
+# A reason, a key or an id is a short label, not a document.
+_MAX_LABEL_CHARS: Final = 512
 
 
-def task_title(body: Mapping[str, Any]) -> str:
-    """The title a task creation carries, or refuse 400."""
-    title = body.get("title")
-    if not isinstance(title, str) or not title.strip() or len(title) > MAX_MESSAGE_CHARS:
-        refuse(400, TITLE_REQUIRED_TEXT)
-    return title
-
-
-def parse_lease_request(body: Mapping[str, Any]) -> tuple[str, int | None]:
-    """The kind (``work`` when absent) and optional ``ttl_ms`` of a lease request, or refuse 400."""
-    kind = body.get("kind", WORK)
-    if not isinstance(kind, str) or not kind or len(kind) > _MAX_KIND_CHARS:
-        refuse(400, BAD_LEASE_KIND_TEXT)
-    ttl = body.get("ttl_ms")
-    if ttl is not None and (
-        isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= _MAX_TTL_MS
-    ):
-        refuse(400, BAD_TTL_TEXT)
-    return kind, ttl
-
-
-def new_task(room_id: str, title: str, *, session_id: str, now: int) -> TaskRow:
-    """A new task row, created by ``session_id``."""
-    return TaskRow(
-        task_id="task_" + uuid.uuid4().hex,
-        room_id=room_id,
-        title=title,
-        created_at=now,
-        created_by_session_id=session_id,
-    )
-
-
-def new_lease(
-    task: TaskRow, kind: str, *, session_id: str, now: int, ttl_ms: int | None
-) -> LeaseRow:
-    """A new lease (epoch 1) on ``task`` for ``session_id``, expiring after ``ttl_ms`` if given."""
+def new_work_lease(task: TaskRow, actor: Actor, *, now: int, pr_url: str | None) -> LeaseRow:
+    """The work lease a claim takes: the claiming session's, on ``task`` (epoch 1)."""
     return LeaseRow(
-        lease_id="lease_" + uuid.uuid4().hex,
+        lease_id="tl_" + uuid.uuid4().hex,
         room_id=task.room_id,
         task_id=task.task_id,
-        kind=kind,
-        session_id=session_id,
-        epoch=1,
+        kind=WORK,
+        agent_session_id=actor.session_id,
+        agent_key=actor.agent_key or "",
+        agent_instance_id=actor.instance_id,
+        actor_label=actor.label,
+        created_by=actor.label,
+        output_intent=task.title,
+        pr_url=pr_url,
         created_at=now,
-        expires_at=None if ttl_ms is None else now + ttl_ms,
+        updated_at=now,
     )
 
 
-def active_lease(leases: Iterable[LeaseRow], task_id: str, kind: str, now: int) -> LeaseRow | None:
-    """The active lease of that kind on the task, if any (there is at most one)."""
+def work_lease(leases: Iterable[LeaseRow], task_id: str, now: int) -> LeaseRow | None:
+    """The task's active work lease, if any (there is at most one)."""
     for lease in leases:
-        if lease.task_id == task_id and lease.kind == kind and lease.active(now):
+        if lease.task_id == task_id and lease.kind == WORK and lease.active(now):
             return lease
     return None
 
@@ -132,140 +114,159 @@ def work_task_ids(leases: Iterable[LeaseRow], session_id: str, now: int) -> list
     held = [
         lease
         for lease in leases
-        if lease.session_id == session_id and lease.kind == WORK and lease.active(now)
+        if lease.agent_session_id == session_id and lease.kind == WORK and lease.active(now)
     ]
     held.sort(key=lambda lease: (lease.created_at, lease.lease_id))
     return [lease.task_id for lease in held]
 
 
-@final
-@attrs.define(eq=False)
-class TaskBoard:
-    """Every room's tasks and leases, behind authenticated calls.
-
-    Args:
-        store: the room's rows.
-        clock: the room's clock (epoch ms).
-        accounts: authenticates the calls.
-    """
-
-    store: RoomStore
-    clock: RoomClock
-    accounts: Accounts
-
-    def create(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
-        """Create a task (``{"title": ...}``)."""
-        try:
-            self.accounts.require_room(room_id)
-            row = self.accounts.authenticate(room_id, creds, worker_only=False)
-            title = task_title(body)
-        except Refusal as refusal:
-            return refusal.reply
-        task = new_task(room_id, title, session_id=row.session_id, now=self.clock.now_ms())
-        self.store.put_task(task)
-        return Reply(status=201, body=task_json(task))
-
-    def take(
-        self, room_id: str, task_id: str, creds: Credentials, body: Mapping[str, Any]
-    ) -> Reply:
-        """Take a lease on a task, or get back the one the session holds; 409 if another does."""
-        try:
-            self.accounts.require_room(room_id)
-            row = self.accounts.authenticate(room_id, creds)
-            task = self.store.get_task(task_id)
-            if task is None or task.room_id != room_id:
-                refuse(404, TASK_NOT_FOUND_TEXT)
-            kind, ttl = parse_lease_request(body)
-        except Refusal as refusal:
-            return refusal.reply
-        now = self.clock.now_ms()
-        held = active_lease(self.store.room_leases(room_id), task_id, kind, now)
-        if held is not None and held.session_id == row.session_id:
-            return Reply(status=200, body=lease_json(held))
-        if held is not None:
-            return Reply(
-                status=409, body={"error": ALREADY_LEASED_TEXT, "code": ALREADY_LEASED_CODE}
-            )
-        lease = new_lease(task, kind, session_id=row.session_id, now=now, ttl_ms=ttl)
-        self.store.put_lease(lease)
-        return Reply(status=201, body=lease_json(lease))
-
-    def release(self, room_id: str, lease_id: str, creds: Credentials) -> Reply:
-        """The holder gives a lease back (again: no change)."""
-        try:
-            self.accounts.require_room(room_id)
-            row = self.accounts.authenticate(room_id, creds)
-            lease = self.store.get_lease(lease_id)
-            if lease is None or lease.room_id != room_id:
-                refuse(404, LEASE_NOT_FOUND_TEXT)
-            if lease.session_id != row.session_id:
-                refuse(403, NOT_LEASE_HOLDER_TEXT)
-        except Refusal as refusal:
-            return refusal.reply
-        if lease.released_at is None:
-            lease = attrs.evolve(lease, released_at=self.clock.now_ms())
-            self.store.put_lease(lease)
-        return Reply(status=200, body=lease_json(lease))
-
-    def adopt(
-        self, row: SessionRow, before: SessionRow | None, *, exited: Callable[[SessionRow], bool]
-    ) -> list[LeaseRow]:
-        """Move to the new session ``row`` the active leases it adopts (:func:`adopts`).
-
-        Args:
-            row: the session just registered (stored).
-            before: the row it was, when a durable worker's row was kept.
-            exited: whether a holder's process has exited, seen by the registrant.
-        """
-        now = self.clock.now_ms()
-        adopted_leases: list[LeaseRow] = []
-        live_keys = {s.agent_key for s in self.store.room_sessions(row.room_id) if s.live}
-        for lease in self.store.room_leases(row.room_id):
-            if not lease.active(now):
-                continue
-            holder = (
-                before
-                if before is not None and lease.session_id == before.session_id
-                else self.store.get_session(lease.session_id)
-            )
-            if holder is None or not adopts(lease, holder, row, live_keys=live_keys, exited=exited):
-                continue
-            moved = adopted(lease, row.session_id)
-            self.store.put_lease(moved)
-            adopted_leases.append(moved)
-        return adopted_leases
-
-    def work_task_ids(self, session_id: str) -> list[str]:
-        """Task ids of the active work leases a session holds, oldest lease first."""
-        row = self.store.get_session(session_id)
-        if row is None:
-            return []
-        return work_task_ids(self.store.room_leases(row.room_id), session_id, self.clock.now_ms())
-
-
-def task_json(task: TaskRow) -> dict[str, Any]:
-    """The JSON of a created task."""
-    return {
-        "task_id": task.task_id,
-        "room_id": task.room_id,
-        "title": task.title,
-        "created_at": iso(task.created_at),
-    }
+def ended_lease(lease: LeaseRow, *, holder: bool, reason: str, now: int) -> LeaseRow:
+    """The lease given back by its holder (``released``) or taken by an admin (``revoked``)."""
+    return attrs.evolve(
+        lease,
+        status="released" if holder else "revoked",
+        revoked_reason=None if holder else reason,
+        updated_at=now,
+    )
 
 
 def lease_json(lease: LeaseRow) -> dict[str, Any]:
-    """The JSON of a lease."""
+    """A lease as the letagents API shows it."""
     return {
-        "lease_id": lease.lease_id,
+        "id": lease.lease_id,
         "room_id": lease.room_id,
         "task_id": lease.task_id,
         "kind": lease.kind,
-        "session_id": lease.session_id,
+        "status": lease.status,
+        "agent_key": lease.agent_key,
+        "agent_instance_id": lease.agent_instance_id,
+        "agent_session_id": lease.agent_session_id,
+        "actor_label": lease.actor_label,
         "epoch": lease.epoch,
-        "created_at": iso(lease.created_at),
+        "branch_ref": lease.branch_ref,
+        "pr_url": lease.pr_url,
+        "output_intent": lease.output_intent,
         "expires_at": iso(lease.expires_at),
-        "released_at": iso(lease.released_at),
+        "last_heartbeat_at": None,
+        "revoked_reason": lease.revoked_reason,
+        "created_by": lease.created_by,
+        "created_at": iso(lease.created_at),
+        "updated_at": iso(lease.updated_at),
     }
+
+
+# --- lease actions -------------------------------------------------------------------------
+
+
+def _label(body: Mapping[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip()[:_MAX_LABEL_CHARS]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LeaseAction:
+    """A checked lease-action body."""
+
+    action: str
+    lease_id: str | None
+    reason: str | None
+    target_key: str | None
+    target_instance_id: str | None
+    target_session_id: str | None
+
+
+def parse_lease_action(body: Mapping[str, Any]) -> LeaseAction:
+    """Check a ``POST …/lease-action`` body, or refuse 400."""
+    action = body.get("action")
+    if action not in ("release", "handoff"):
+        refuse(400, ACTION_TEXT)
+    parsed = LeaseAction(
+        action=str(action),
+        lease_id=_label(body, "lease_id"),
+        reason=_label(body, "reason"),
+        target_key=_label(body, "target_actor_key"),
+        target_instance_id=_label(body, "target_actor_instance_id"),
+        target_session_id=_label(body, "target_agent_session_id"),
+    )
+    if parsed.action == "handoff" and parsed.target_key is None:
+        refuse(400, TARGET_REQUIRED_TEXT)
+    return parsed
+
+
+def check_lease(active: LeaseRow | None, named: str | None) -> LeaseRow:
+    """The task's active work lease, the one the action names if it names one; or refuse 409."""
+    if active is None:
+        refuse(409, MISSING_LEASE_TEXT, code=MISSING_LEASE_CODE)
+    if named is not None and named != active.lease_id:
+        refuse(
+            409,
+            f"Lease {named} is no longer the active work lease for this task",
+            code=STALE_REFERENCE_CODE,
+        )
+    return active
+
+
+def choose_target(
+    action: LeaseAction,
+    task: TaskRow,
+    sessions: Iterable[SessionRow],
+    reachable: Callable[[str], bool],
+) -> SessionRow:
+    """The live worker session a handoff goes to, or refuse 409 (the letagents API's rules).
+
+    ``sessions`` are the room's; the target is the one of the target key named
+    by id, else by instance, else the only one; it must be ``reachable``.
+    """
+    key = action.target_key
+    live = [s for s in sessions if s.live and s.session_kind == "worker" and s.agent_key == key]
+    if action.target_session_id is not None:
+        chosen = [s for s in live if s.session_id == action.target_session_id]
+        missing = (
+            f"No active worker session exists for target actor_key {key}"
+            f" and target_agent_session_id {action.target_session_id}"
+        )
+    elif action.target_instance_id is not None:
+        chosen = [s for s in live if s.agent_instance_id == action.target_instance_id]
+        if len(chosen) > 1:
+            refuse(
+                409,
+                f"Multiple active worker sessions exist for target actor_key {key} and"
+                f" target_actor_instance_id {action.target_instance_id};"
+                " target_agent_session_id is required",
+                code=TARGET_SESSION_CODE,
+            )
+        missing = (
+            f"No active worker session exists for target actor_key {key}"
+            f" and target_actor_instance_id {action.target_instance_id}"
+        )
+    else:
+        if len(live) > 1:
+            refuse(
+                409,
+                f"Multiple active worker sessions exist for target actor_key {key};"
+                " target_agent_session_id is required",
+                code=TARGET_SESSION_CODE,
+            )
+        chosen = live
+        missing = f"No active worker session exists for target actor_key {key}"
+    if not chosen:
+        refuse(409, missing, code=TARGET_SESSION_CODE)
+    target = chosen[0]
+    if not reachable(target.session_id):
+        refuse(
+            409,
+            f"Target worker session {target.session_id} is not reachable in this room",
+            code=TARGET_UNREACHABLE_CODE,
+        )
+    if task.status not in LEASE_RECOVERY_STATUSES:
+        refuse(409, f"Cannot hand off a task in {task.status} status", code=INVALID_STATUS_CODE)
+    return target
+
+
+# --- adoption (§7.3) ----------------------------------------------------------------------
 
 
 def adopts(
@@ -298,17 +299,22 @@ def adopts(
     if not exited(holder):
         return False
     return same_identity or (
-        lease.kind == "work"
+        lease.kind == WORK
         and not is_durable_worker_id(holder.agent_instance_id)
         and name_key(holder.display_name) == name_key(row.display_name)
         and holder.agent_key not in live_keys
     )
 
 
-def adopted(lease: LeaseRow, session_id: str) -> LeaseRow:
-    """The lease moved to ``session_id``; a work lease's epoch moves on."""
+def adopted(lease: LeaseRow, row: SessionRow, *, now: int) -> LeaseRow:
+    """The lease moved to the session ``row`` (it binds that session's identity now);
+    a work lease's epoch moves on."""
     return attrs.evolve(
         lease,
-        session_id=session_id,
-        epoch=lease.epoch + 1 if lease.kind == "work" else lease.epoch,
+        agent_session_id=row.session_id,
+        agent_key=row.agent_key,
+        agent_instance_id=row.agent_instance_id,
+        actor_label=row.actor_label,
+        epoch=lease.epoch + 1 if lease.kind == WORK else lease.epoch,
+        updated_at=now,
     )

@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._clock import RoomClock
-    from ._leases import TaskBoard
     from ._messages import MessageBoard
-    from ._store import MessageRow, RoomStore, SessionRow
+    from ._rows import MessageRow, SessionRow
+    from ._store import RoomStore
+    from ._taskboard import TaskBoard
 
 __all__ = [
     "OFFLINE_ANNOUNCE_MAX_AGE_MS",

@@ -1,10 +1,17 @@
 """Messages (R7, R8) and the delivery connection a long poll stands for.
 
 Request checks are pure functions that return the parsed value or refuse
-(:func:`parse_cursor`, :func:`parse_page_size`, :func:`parse_wait_ms`,
-:func:`message_text`); the :class:`MessageBoard` authenticates, stores, and
-wakes the room's open polls (one :class:`~letagents_trio._util.Notifier` per
-room with a poll waiting).
+(:func:`parse_cursor`, :func:`parse_before`, :func:`parse_page_size`,
+:func:`parse_wait_ms`, :func:`message_text`); the :class:`MessageBoard`
+authenticates, stores, renders messages with their thread (the rules of
+:mod:`._threads`), and wakes the room's open polls (one
+:class:`~letagents_trio._util.Notifier` per room with a poll waiting).
+
+Reading. ``GET …/messages?after=`` pages forward from a cursor (oldest first);
+``?before=latest`` is the room's newest page and ``?before=<id>`` the page
+just older than that message, each still oldest first, with ``has_older``
+(and ``has_more``, the same) saying whether older messages remain, as the
+letagents API answers them.
 
 Delivery (§7.1): an open poll of a session, and the 12 s after the last one
 closed, count as an open delivery connection for the presence rules.
@@ -31,7 +38,18 @@ from .._protocol import (
 )
 from .._util import Notifier
 from ._presence import AGENT_DELIVERY_LINGERS_MS
-from ._store import MessageRow
+from ._rows import MessageRow
+from ._threads import (
+    REPLY_TO_INVALID_TEXT,
+    REPLY_TO_MISSING_TEXT,
+    THREAD_ROOT_INVALID_TEXT,
+    THREAD_ROOT_MISSING_TEXT,
+    message_ref,
+    reference_json,
+    root_of,
+    thread_json,
+    thread_of,
+)
 from ._wire import Credentials, Refusal, Reply, iso, refuse
 
 if TYPE_CHECKING:
@@ -40,16 +58,18 @@ if TYPE_CHECKING:
     from ._store import RoomStore
 
 __all__ = [
+    "BAD_BEFORE_TEXT",
     "BAD_LIMIT_TEXT",
     "BAD_TIMEOUT_TEXT",
     "DEFAULT_POLL_TIMEOUT_MS",
     "LIVENESS_SENDER",
     "LIVENESS_SOURCE",
+    "PERSON_SOURCE",
     "Deliveries",
     "MessageBoard",
     "message_json",
     "message_text",
-    "page_json",
+    "parse_before",
     "parse_cursor",
     "parse_page_size",
     "parse_wait_ms",
@@ -57,6 +77,10 @@ __all__ = [
 
 BAD_TIMEOUT_TEXT: Final = "timeout must be a number of milliseconds"
 BAD_LIMIT_TEXT: Final = "limit must be a positive integer"
+# Ours: a ``before`` that is neither ``latest`` nor a message id.
+BAD_BEFORE_TEXT: Final = "before must be a message id or latest"
+# The ``before`` that asks for the room's newest page.
+LATEST: Final = "latest"
 # Poll timeout when the request names none, in the room's milliseconds.
 DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
 # Cursors longer than this are no message id (and would not fit the store's integer).
@@ -64,28 +88,32 @@ _MAX_CURSOR_DIGITS: Final = 18
 # Room notices (liveness, §7.5) are posted as the room itself, marked as such.
 LIVENESS_SENDER: Final = "letagents"
 LIVENESS_SOURCE: Final = "agent_liveness"
+# Messages people post (an admin answering a request) are marked as the browser's.
+PERSON_SOURCE: Final = "browser"
 
 
-def message_json(message: MessageRow) -> dict[str, Any]:
-    """The JSON of a message."""
+def message_json(
+    message: MessageRow,
+    *,
+    reply: MessageRow | None = None,
+    thread: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON of a message, with what it answers (``reply``) and its thread's summary."""
+    created = iso(message.created_at)
     return {
         "id": str(message.message_id),
         "room_id": message.room_id,
         "sender": message.sender,
         "text": message.text,
-        "created_at": iso(message.created_at),
+        "created_at": created,
+        "timestamp": created,
         "agent_session_id": message.agent_session_id,
         "source": message.source,
         "prompt_kind": message.prompt_kind,
-    }
-
-
-def page_json(room_id: str, found: Sequence[MessageRow], limit: int) -> dict[str, Any]:
-    """One page: the first ``limit`` of ``found``, fetched as ``limit + 1`` for ``has_more``."""
-    return {
-        "messages": [message_json(m) for m in found[:limit]],
-        "has_more": len(found) > limit,
-        "room_id": room_id,
+        "reply_to": None if reply is None else reference_json(reply),
+        "thread_root_id": str(root_of(message)),
+        "thread_reply_to_id": None if message.reply_to_id is None else str(message.reply_to_id),
+        "thread": thread,
     }
 
 
@@ -96,6 +124,19 @@ def parse_cursor(after: str | None) -> int:
     if not (after.isascii() and after.isdigit()) or len(after) > _MAX_CURSOR_DIGITS:
         refuse(400, BAD_CURSOR_TEXT)
     return int(after)
+
+
+def parse_before(before: str | None) -> int | None:
+    """The message id a backward read starts below; ``None`` for ``latest``, or refuse 400."""
+    if before == LATEST:
+        return None
+    if (
+        not before
+        or not (before.isascii() and before.isdigit())
+        or len(before) > _MAX_CURSOR_DIGITS
+    ):
+        refuse(400, BAD_BEFORE_TEXT)
+    return int(before)
 
 
 def parse_page_size(limit: str | None) -> int:
@@ -190,31 +231,89 @@ class MessageBoard:
     deliveries: Deliveries = attrs.field(init=False, factory=Deliveries)
     _changed: dict[str, Notifier] = attrs.field(init=False, factory=dict)
 
+    def _add(self, message: MessageRow) -> MessageRow:
+        """Store a message and wake its room's polls."""
+        stored = self.store.add_message(message)
+        self.wake(message.room_id)
+        return stored
+
     def wake(self, room_id: str) -> None:
         """Let the room's open polls re-check (a message came, or a session ended)."""
         changed = self._changed.get(room_id)
         if changed is not None:
             changed.notify()
 
+    def render(self, room_id: str, rows: Sequence[MessageRow]) -> list[dict[str, Any]]:
+        """The JSON of ``rows``, each with what it answers and its thread's summary."""
+        rendered = []
+        summaries: dict[int, dict[str, Any] | None] = {}
+        for row in rows:
+            reply = None
+            if row.reply_to_id is not None:
+                reply = self.store.get_message(room_id, row.reply_to_id)
+            root = root_of(row)
+            if root not in summaries:
+                count, latest = self.store.thread_replies(room_id, root)
+                summaries[root] = thread_json(root, count, latest) if count else None
+            rendered.append(message_json(row, reply=reply, thread=summaries[root]))
+        return rendered
+
+    def _page(
+        self, room_id: str, found: Sequence[MessageRow], limit: int, *, older: bool = False
+    ) -> dict[str, Any]:
+        """One page of ``limit`` messages, fetched as ``limit + 1`` to say whether there is
+        more (newer ones; with ``older``, older ones, which come first)."""
+        more = len(found) > limit
+        rows = (found[1:] if older else found[:limit]) if more else found
+        page: dict[str, Any] = {
+            "messages": self.render(room_id, rows),
+            "has_more": more,
+            "room_id": room_id,
+        }
+        if older:
+            page["has_older"] = more
+        return page
+
+    def _referenced(self, room_id: str, number: int | None, missing_text: str) -> MessageRow | None:
+        if number is None:
+            return None
+        found = self.store.get_message(room_id, number)
+        if found is None:
+            refuse(400, missing_text)
+        return found
+
     def send(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
-        """R8: post a chat message as the session."""
+        """R8: post a chat message as the session, in the thread ``reply_to`` or
+        ``thread_root_id`` name (the rules of :mod:`._threads`)."""
         try:
             self.accounts.require_room(room_id)
             row = self.accounts.authenticate(room_id, creds, worker_only=False)
             text = message_text(body)
+            reply = self._referenced(
+                room_id,
+                message_ref(body, "reply_to", REPLY_TO_INVALID_TEXT),
+                REPLY_TO_MISSING_TEXT,
+            )
+            named = self._referenced(
+                room_id,
+                message_ref(body, "thread_root_id", THREAD_ROOT_INVALID_TEXT),
+                THREAD_ROOT_MISSING_TEXT,
+            )
+            thread_root = thread_of(reply, named)
         except Refusal as refusal:
             return refusal.reply
-        message = self.store.add_message(
+        message = self._add(
             MessageRow(
                 room_id=room_id,
                 sender=row.display_name,
                 text=text,
                 created_at=self.clock.now_ms(),
                 agent_session_id=row.session_id,
+                reply_to_id=None if reply is None else reply.message_id,
+                thread_root_id=thread_root,
             )
         )
-        self.wake(room_id)
-        return Reply(status=201, body=message_json(message))
+        return Reply(status=201, body=self.render(room_id, [message])[0])
 
     def post_notice(
         self, room_id: str, text: str, *, dedupe_id: str, source: str, prompt_kind: str | None
@@ -222,7 +321,7 @@ class MessageBoard:
         """Post a notice as ``letagents`` once per dedupe id; ``None`` if already posted."""
         if self.store.message_by_dedupe_id(room_id, dedupe_id) is not None:
             return None
-        message = self.store.add_message(
+        return self._add(
             MessageRow(
                 room_id=room_id,
                 sender=LIVENESS_SENDER,
@@ -233,22 +332,49 @@ class MessageBoard:
                 dedupe_id=dedupe_id,
             )
         )
-        self.wake(room_id)
-        return message
+
+    def post_person(
+        self, room_id: str, text: str, *, sender: str, reply_to: int | None
+    ) -> MessageRow:
+        """Post a person's message (a room admin's, ``source: browser``), perhaps as a
+        reply to a message of the room (one that is gone is not answered)."""
+        reply = None if reply_to is None else self.store.get_message(room_id, reply_to)
+        return self._add(
+            MessageRow(
+                room_id=room_id,
+                sender=sender,
+                text=text,
+                created_at=self.clock.now_ms(),
+                source=PERSON_SOURCE,
+                reply_to_id=None if reply is None else reply.message_id,
+                thread_root_id=None if reply is None else root_of(reply),
+            )
+        )
 
     def read(
-        self, room_id: str, creds: Credentials, *, after: str | None, limit: str | None
+        self,
+        room_id: str,
+        creds: Credentials,
+        *,
+        after: str | None,
+        limit: str | None,
+        before: str | None = None,
     ) -> Reply:
-        """One page of messages after a cursor."""
+        """One page of messages: after a cursor, or with ``before`` the newest ones
+        (``latest``) or those just older than a message."""
         try:
             self.accounts.require_room(room_id)
             self.accounts.authenticate(room_id, creds, worker_only=False, reading=True)
-            cursor = parse_cursor(after)
             size = parse_page_size(limit)
+            if before is not None:
+                below = parse_before(before)
+                found = self.store.messages_before(room_id, below, size + 1)
+                return Reply(status=200, body=self._page(room_id, found, size, older=True))
+            cursor = parse_cursor(after)
         except Refusal as refusal:
             return refusal.reply
         found = self.store.messages_after(room_id, cursor, size + 1)
-        return Reply(status=200, body=page_json(room_id, found, size))
+        return Reply(status=200, body=self._page(room_id, found, size))
 
     async def poll(
         self, room_id: str, creds: Credentials, *, after: str | None, wait_ms: str | None
@@ -286,4 +412,4 @@ class MessageBoard:
             if not changed.waiting:
                 self._changed.pop(room_id, None)
         found = self.store.messages_after(room_id, cursor, DEFAULT_MESSAGE_PAGE + 1)
-        return Reply(status=200, body=page_json(room_id, found, DEFAULT_MESSAGE_PAGE))
+        return Reply(status=200, body=self._page(room_id, found, DEFAULT_MESSAGE_PAGE))

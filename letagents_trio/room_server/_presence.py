@@ -50,7 +50,7 @@ from .. import _protocol
 from ..workers._names import is_durable_worker_id, name_key
 
 if TYPE_CHECKING:
-    from ._store import SessionRow
+    from ._rows import SessionRow
 
 
 def _ms(seconds: float) -> int:

@@ -67,7 +67,7 @@ from ._presence import (
     name_comes_free_at,
     name_wait_ms,
 )
-from ._store import Account, LeaseRow, SessionRow
+from ._rows import Account, LeaseRow, SessionRow
 from ._wire import Reply, opt_str, projection, refuse, token_matches
 
 __all__ = [

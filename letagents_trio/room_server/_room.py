@@ -6,24 +6,25 @@ values; the rules live beside :class:`Room`, so the HTTP app,
 pure rules of one concern (functions of rows, bodies and times, tested without
 I/O) and, where the concern keeps state, the small part that applies them:
 
-* ``_accounts``: owner accounts (R1, R2) and session authentication
-  (:class:`~._accounts.Accounts`);
+* ``_accounts``: owner accounts (R1, R2), session authentication and who calls
+  a work route (:class:`~._accounts.Accounts`, :class:`~._accounts.Actor`);
 * ``_registration``: body checks, naming and the hand-over plan (R3, §7.3);
 * ``_presence``: has a session's process exited, is it gone (§7.2);
 * ``_streams``: process streams, their evidence and announced exits (R4, R5;
   :class:`~._streams.StreamRegistry`);
-* ``_messages``: messages, long polls and delivery connections (R7, R8;
-  :class:`~._messages.MessageBoard`);
-* ``_leases``: tasks, leases and lease adoption (:class:`~._leases.TaskBoard`);
 * ``_liveness``: offline and recovery notices (§7.5;
   :class:`~._liveness.LivenessSweep`);
-* ``_guidelines``: each room's agent guidelines (:class:`~._guidelines.GuidelinesBoard`);
+* the room's work (:class:`~._work.RoomWork`, the route table calls it
+  directly): ``_messages`` and ``_threads`` (messages, threads, long polls and
+  delivery connections, R7, R8), ``_guidelines``, ``_tasks`` and ``_leases``
+  (the board's rules) with ``_taskboard`` (the board), and ``_knowledge``
+  (memory and requests for people);
 * ``_wire``: :class:`~._wire.Credentials`, :class:`~._wire.Reply`, refusals,
-  row JSON.
+  row JSON; ``_rows``, ``_store`` and ``_sqlite``: the rows and where they live.
 
 ``Room`` builds the parts over one store and clock, owns the registration
 locks, runs a registration from its rules, ends sessions (which touches
-streams and polls), and answers every route with a thin public method.
+streams and polls), and answers the session routes with thin public methods.
 
 Consistency. The room runs on one trio thread and its store calls are
 synchronous, so a read-check-write sequence with no ``await`` in it is atomic:
@@ -42,7 +43,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, NoReturn, final
+from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import attrs
 import trio
@@ -53,26 +54,28 @@ from .._protocol import (
     SESSION_ID_REQUIRED_TEXT,
     SESSION_NOT_FOUND_TEXT,
 )
-from . import _leases, _messages, _registration
+from . import _registration
 from ._accounts import Accounts
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
-from ._guidelines import GuidelinesBoard
 from ._liveness import LivenessSweep
 from ._presence import SessionEvidence, evidence_of, exited
-from ._store import (
+from ._rows import (
     END_REASON_DISCONNECT,
     END_REASON_NAME_HANDOVER,
     END_REASON_REPLACED,
     Account,
-    LeaseRow,
     MessageRow,
     RoomRow,
-    RoomStore,
     SessionRow,
 )
 from ._store_errors import StoreWriteError
 from ._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
+from ._work import RoomWork
+
+if TYPE_CHECKING:
+    from ._store import RoomStore
+
 from ._wire import (
     ROOM_NOT_FOUND_TEXT,
     Credentials,
@@ -118,6 +121,10 @@ class Room:
             room never reads the environment: its entry point does).
 
     The five are set once: the room's parts hold them.
+
+    Attributes:
+        work: the parts that serve the room's work routes (messages,
+            guidelines, the board, memory and requests).
     """
 
     store: RoomStore = attrs.field(on_setattr=attrs.setters.frozen)
@@ -129,12 +136,10 @@ class Room:
         factory=dict, repr=False, on_setattr=attrs.setters.frozen
     )
     config: RoomConfig = attrs.field(factory=RoomConfig, on_setattr=attrs.setters.frozen)
+    work: RoomWork = attrs.field(init=False)
     _accounts: Accounts = attrs.field(init=False)
     _streams: StreamRegistry = attrs.field(init=False)
-    _board: _messages.MessageBoard = attrs.field(init=False)
-    _tasks: _leases.TaskBoard = attrs.field(init=False)
     _liveness: LivenessSweep = attrs.field(init=False)
-    _guidelines: GuidelinesBoard = attrs.field(init=False)
     _locks: dict[str, trio.Lock] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -147,17 +152,19 @@ class Room:
             heartbeat_interval=config.heartbeat_interval,
             refresh_interval=config.refresh_interval,
         )
-        self._board = _messages.MessageBoard(store, clock, accounts, poll_max_ms=config.poll_max_ms)
-        self._tasks = _leases.TaskBoard(store, clock, accounts)
-        self._guidelines = GuidelinesBoard(store, clock, accounts, self._board)
+        self.work = RoomWork.build(
+            store,
+            clock,
+            accounts,
+            poll_max_ms=config.poll_max_ms,
+            reachable=lambda sid: self.reachable(sid, self.now_ms()),
+        )
         self._liveness = LivenessSweep(
             store,
             clock,
-            self._board,
-            self._tasks,
-            reachable=lambda sid, now: (
-                self._streams.holds(sid) or self.delivery_connected(sid, now)
-            ),
+            self.work.messages,
+            self.work.tasks,
+            reachable=self.reachable,
             grace_ms=config.liveness_notice_after_ms,
         )
 
@@ -179,7 +186,7 @@ class Room:
         """Return a snapshot of the open streams and polls."""
         return RoomStatistics(
             open_process_streams=self._streams.count(),
-            open_polls=self._board.deliveries.open_polls(),
+            open_polls=self.work.messages.deliveries.open_polls(),
         )
 
     def process_statistics(self, room_id: str, owner_token: str | None) -> Reply:
@@ -208,7 +215,11 @@ class Room:
     def delivery_connected(self, session_id: str, now: int | None = None) -> bool:
         """True while a poll of the session is open, or closed less than 12 s ago."""
         now = self.now_ms() if now is None else now
-        return self._board.deliveries.connected(session_id, now)
+        return self.work.messages.deliveries.connected(session_id, now)
+
+    def reachable(self, session_id: str, now: int) -> bool:
+        """Whether the session can be reached now: a held process stream, or delivery."""
+        return self._streams.holds(session_id) or self.delivery_connected(session_id, now)
 
     def evidence(self, row: SessionRow, now: int | None = None) -> SessionEvidence:
         """Return the presence evidence of a session row (§7.1)."""
@@ -320,7 +331,7 @@ class Room:
         )
         self.store.put_session(row)
         observer = req.process_host_id
-        adopted = self._tasks.adopt(
+        adopted = self.work.tasks.adopt(
             row,
             plan.rotate,
             exited=lambda s: exited(self.evidence(s, now), now=now, observer_host_id=observer),
@@ -344,7 +355,7 @@ class Room:
     def _session_ended(self, row: SessionRow) -> None:
         """After an end is stored: tell held streams and wake the session's polls."""
         self._streams.close(row.session_id, "ended")
-        self._board.wake(row.room_id)
+        self.work.messages.wake(row.room_id)
 
     def end_session(self, session_id: str, *, reason: str | None = None) -> SessionRow | None:
         """End a live session and tell its held process streams (``event: ended``).
@@ -440,54 +451,7 @@ class Room:
         body = {"room_id": room_id, "agent_session": projection(row), "delivery_session": None}
         return Reply(status=200, body=body)
 
-    # --- messages (R7, R8) ----------------------------------------------------------------
-
-    @staticmethod
-    def message_json(message: MessageRow) -> dict[str, Any]:
-        """The JSON of a message."""
-        return _messages.message_json(message)
-
-    def send_message(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
-        """``POST /rooms/{room}/messages``: post a chat message as the session."""
-        return self._board.send(room_id, creds, body)
-
-    def post_notice(
-        self,
-        room_id: str,
-        text: str,
-        *,
-        dedupe_id: str,
-        source: str = _messages.LIVENESS_SOURCE,
-        prompt_kind: str | None = "auto",
-    ) -> MessageRow | None:
-        """Post a room notice as ``letagents`` once per dedupe id; ``None`` if already posted."""
-        return self._board.post_notice(
-            room_id, text, dedupe_id=dedupe_id, source=source, prompt_kind=prompt_kind
-        )
-
-    def list_messages(
-        self, room_id: str, creds: Credentials, *, after: str | None, limit: str | None = None
-    ) -> Reply:
-        """``GET /rooms/{room}/messages?after=…``: one page of messages after a cursor."""
-        return self._board.read(room_id, creds, after=after, limit=limit)
-
-    async def poll_messages(
-        self, room_id: str, creds: Credentials, *, after: str | None, wait_ms: str | None
-    ) -> Reply:
-        """``GET /rooms/{room}/messages/poll`` (R7): wait for messages after a cursor.
-
-        Waits up to ``min(timeout, poll cap)`` ms (30 000 when no timeout is
-        given) and returns as soon as a message after ``after`` exists or the
-        session ends. While it waits, and for 12 s after, the session counts as
-        having an open delivery connection.
-
-        Cancellation:
-            A checkpoint. Cancelled (the client went away), the poll stops
-            counting as open; the 12 s linger starts then.
-        """
-        return await self._board.poll(room_id, creds, after=after, wait_ms=wait_ms)
-
-    # --- admins and guidelines ---------------------------------------------------------------
+    # --- admins -------------------------------------------------------------------------------
 
     def grant_admin(self, room_id: str, login: str) -> None:
         """Make ``login``'s account an admin of ``room_id`` (the room is made if new).
@@ -497,44 +461,9 @@ class Room:
         """
         self._accounts.grant_admin(room_id, login, self.now_ms())
 
-    def room_guidelines(self, room_id: str, creds: Credentials) -> Reply:
-        """``GET /rooms/{room}/agent-guidelines``: for the room's agents and participants."""
-        return self._guidelines.get(room_id, creds)
-
-    def set_room_guidelines(
-        self, room_id: str, creds: Credentials, body: Mapping[str, Any]
-    ) -> Reply:
-        """``PUT /rooms/{room}/agent-guidelines``: an admin signed in as a person sets them."""
-        return self._guidelines.put(room_id, creds, body)
-
-    # --- tasks and leases (minimal) ---------------------------------------------------------
-
-    @staticmethod
-    def lease_json(lease: LeaseRow) -> dict[str, Any]:
-        """The JSON of a lease."""
-        return _leases.lease_json(lease)
-
-    def create_task(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
-        """``POST /rooms/{room}/tasks``: create a task (``{"title": ...}``)."""
-        return self._tasks.create(room_id, creds, body)
-
-    def take_lease(
-        self, room_id: str, task_id: str, creds: Credentials, body: Mapping[str, Any]
-    ) -> Reply:
-        """``POST /rooms/{room}/tasks/{task}/leases``: take a lease (default kind ``work``).
-
-        ``ttl_ms`` (optional, positive) makes the lease expire. One active lease
-        per (task, kind): taking a lease another session holds answers 409.
-        """
-        return self._tasks.take(room_id, task_id, creds, body)
-
-    def release_lease(self, room_id: str, lease_id: str, creds: Credentials) -> Reply:
-        """``POST /rooms/{room}/leases/{lease}/release``: the holder gives a lease back."""
-        return self._tasks.release(room_id, lease_id, creds)
-
     def active_work_task_ids(self, session_id: str) -> list[str]:
         """Task ids of the active work leases a session holds, oldest lease first."""
-        return self._tasks.work_task_ids(session_id)
+        return self.work.tasks.work_task_ids(session_id)
 
     # --- liveness notices (§7.5) ------------------------------------------------------------
 

@@ -73,7 +73,8 @@ from ._wire import Credentials, Refusal, Reply, refuse
 if TYPE_CHECKING:
     from ._accounts import Accounts
     from ._clock import RoomClock
-    from ._store import RoomStore, SessionRow
+    from ._rows import SessionRow
+    from ._store import RoomStore
 
 __all__ = [
     "SSE_FORM",

@@ -137,7 +137,7 @@ async def refuse_upgrade(
     if HTTP_RESPONSE_EXTENSION not in (scope.get("extensions") or {}):
         await send({"type": "websocket.close", "code": NORMAL_CLOSURE})
         return
-    body = json.dumps(reply.body, separators=(",", ":")).encode("utf-8")
+    body = reply.body_bytes()
     headers = [
         (b"content-type", b"application/json; charset=utf-8"),
         (b"content-length", str(len(body)).encode("ascii")),

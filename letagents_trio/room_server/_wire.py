@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
@@ -25,7 +26,7 @@ import attrs
 from .._protocol import BUSY_TEXT, format_iso
 
 if TYPE_CHECKING:
-    from ._store import SessionRow
+    from ._rows import SessionRow
     from ._store_errors import StoreWriteError
 
 __all__ = [
@@ -72,6 +73,15 @@ class Reply:
     status: int
     body: Mapping[str, Any]
     headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    def body_bytes(self) -> bytes:
+        """The body as compact JSON in UTF-8, as Express writes it (``→`` stays ``→``);
+        escaped to ASCII only should a string hold a lone surrogate, which UTF-8
+        cannot carry."""
+        try:
+            return json.dumps(self.body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(self.body, separators=(",", ":")).encode("ascii")
 
 
 @final

@@ -13,7 +13,9 @@ worker: that is an error of its own (the connection was replaced), not just
 
 Both are pure functions of their arguments (no I/O, no clock). :func:`act_as`
 runs them around a room call, before it and again after it, over a snapshot
-the worker handles supply.
+the worker handles supply. :func:`held_session` answers a call that names only
+a room (an MCP resource has no ``worker_id``): the one live worker session
+this process holds there, if it holds exactly one.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from .._session import AgentSession
     from ._wire import HostWording
 
-__all__ = ["Target", "act_as", "acting_session", "resolve_target"]
+__all__ = ["Target", "act_as", "acting_session", "held_session", "resolve_target"]
 
 
 @final
@@ -132,6 +134,40 @@ def acting_session(
     if not same_token(pin.session_token, stored.session_token):
         raise WorkerError(CONNECTION_REPLACED_TEXT)
     return stored
+
+
+def held_session(
+    data: Mapping[str, Any], pinned: Callable[[str], AgentSession | None], room_id: str
+) -> AgentSession | None:
+    """The one live worker session this process holds in ``room_id``, or ``None``.
+
+    "Holds" as :func:`acting_session` means it: a worker's current session in
+    the room, stored and live, no registration pending, pinned here with the
+    stored token. None when there is no such session, or more than one.
+    """
+    found: list[AgentSession] = []
+    workers = mapping_at(data, "mcp_workers") or {}
+    pins = {}
+    for worker_id in workers:
+        record = worker_record(data, str(worker_id))
+        rooms = mapping_at(record, "rooms") if record is not None else None
+        room = mapping_at(rooms, room_id) if rooms is not None else None
+        session_id = room.get("session_id") if room is not None else None
+        pin = pinned(session_id) if isinstance(session_id, str) else None
+        if pin is not None:
+            pins[pin.session_id] = pin
+            try:
+                held = acting_session(
+                    data,
+                    pins,
+                    Target(worker_id=str(worker_id), room_id=room_id),
+                    allow_ended=False,
+                )
+            except WorkerError:  # replaced by another process: not held here
+                held = None
+            if held is not None:
+                found.append(held)
+    return found[0] if len(found) == 1 else None
 
 
 @asynccontextmanager

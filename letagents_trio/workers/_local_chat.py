@@ -502,6 +502,37 @@ class LocalChat:
         cursor, size = after or 0, _clamp_limit(limit)
         return await self._run(lambda conn: self._page_now(conn, room_id, cursor, size))
 
+    async def latest(self, room_id: str, *, limit: int = DEFAULT_MESSAGE_PAGE) -> dict[str, Any]:
+        """``room_id``'s newest ``limit`` messages, oldest of them first (the room's
+        ``before=latest`` page).
+
+        Returns:
+            ``{"messages": [...], "has_more": bool, "has_older": bool, "room_id": room_id}``;
+            ``has_older`` (and ``has_more``, the same) says older messages remain.
+
+        Raises:
+            LocalChatBusy, LocalChatUnavailable: as :meth:`read`.
+
+        Cancellation:
+            A checkpoint; a read has nothing to undo.
+        """
+        size = _clamp_limit(limit)
+
+        def newest(conn: sqlite3.Connection) -> dict[str, Any]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE room_id = ? ORDER BY id DESC LIMIT ?",
+                (room_id, size + 1),
+            ).fetchall()
+            older = len(rows) > size
+            return {
+                "messages": [_message_json(row) for row in reversed(rows[:size])],
+                "has_more": older,
+                "has_older": older,
+                "room_id": room_id,
+            }
+
+        return await self._run(newest)
+
     async def wait(
         self,
         room_id: str,

@@ -38,24 +38,30 @@ def recover(name: str) -> dict[str, Any]:
 
 
 async def take_work_lease(base_url: str, store: LocalStateStore, session_id: str) -> str:
-    """Create a task and take its work lease as ``session_id``; return the task id.
+    """Create a task, accept it as the room's admin, and claim it (which takes its work
+    lease) as ``session_id``; return the task id.
 
     Cancellation:
-        A checkpoint; cancelled, the task may exist without its lease.
+        A checkpoint; cancelled, the task may exist unclaimed.
     """
     session = store.stored_session(session_id)
     assert session is not None
-    headers = {
-        "Authorization": f"Bearer {OWNER_TOKEN}",
+    owner = {"Authorization": f"Bearer {OWNER_TOKEN}"}
+    worker = {
+        **owner,
         _protocol.SESSION_ID_HEADER: session.session_id,
         _protocol.SESSION_TOKEN_HEADER: session.session_token,
     }
-    async with httpx2.AsyncClient(base_url=base_url, headers=headers) as http:
-        task = await http.post(f"/rooms/{ROOM}/tasks", json={"title": "the work"})
+    async with httpx2.AsyncClient(base_url=base_url) as http:
+        task = await http.post(f"/rooms/{ROOM}/tasks", json={"title": "the work"}, headers=worker)
         assert task.status_code == 201, task.text
-        task_id: str = task.json()["task_id"]
-        lease = await http.post(f"/rooms/{ROOM}/tasks/{task_id}/leases", json={"kind": "work"})
-        assert lease.status_code in (200, 201), lease.text
+        task_id: str = task.json()["id"]
+        path = f"/rooms/{ROOM}/tasks/{task_id}"
+        accepted = await http.patch(path, json={"status": "accepted"}, headers=owner)
+        assert accepted.status_code == 200, accepted.text
+        claim = {"status": "assigned", "assignee": session.extra["actor_label"]}
+        claimed = await http.patch(path, json=claim, headers=worker)
+        assert claimed.status_code == 200, claimed.text
     return task_id
 
 

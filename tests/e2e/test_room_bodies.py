@@ -18,7 +18,7 @@ from typing import Final
 import pytest
 import trio
 
-from letagents_trio.room_server._app import DRAIN_FACTOR
+from letagents_trio.room_server._body import DRAIN_FACTOR
 from letagents_trio.room_server._config import MAX_BODY_BYTES
 
 from ..room_server.helpers import OWNER_TOKEN

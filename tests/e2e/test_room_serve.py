@@ -32,6 +32,7 @@ from ..room_server.helpers import (
     EPOCH,
     OWNER_TOKEN,
     ROOM,
+    claimed_task,
     open_process,
     owner_headers,
     registered,
@@ -185,14 +186,7 @@ async def test_sqlite_restart_keeps_rooms_sessions_messages_and_leases(
     ):
         session = await registered(client, registration(name="Keeper"))
         await say(client, session, "before restart")
-        r = await client.post(
-            f"/rooms/{ROOM}/tasks", json={"title": "t"}, headers=session_headers(session)
-        )
-        task = r.json()["task_id"]
-        r = await client.post(
-            f"/rooms/{ROOM}/tasks/{task}/leases", json={}, headers=session_headers(session)
-        )
-        assert r.status_code == 201
+        task, _ = await claimed_task(client, session)
         async with open_process(client, session) as reader:
             assert await reader.next() == ": connected"
             first.close_all_process_streams()  # the restart: a silent close

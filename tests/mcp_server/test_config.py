@@ -18,6 +18,7 @@ from letagents_trio.mcp_server._main import (
     configure_logging,
     runtime_contract,
 )
+from letagents_trio.mcp_server._tools import ROOM_TOOLS
 from letagents_trio.workers import LocalChat, LocalStateStore
 from letagents_trio.workers._chat_storage import ChatStorage
 
@@ -128,6 +129,11 @@ async def test_runtime_contract_flag_prints_the_supervised_surfaces() -> None:
     assert printed == runtime_contract()
     assert result.stdout == json.dumps(printed, separators=(",", ":")).encode() + b"\n"
     assert set(printed["profiles"]) == {"supervised_mcp_polling", "cursor_supervised_room_turn"}
+    polling = printed["profiles"]["supervised_mcp_polling"]["tools"]
+    turn = printed["profiles"]["cursor_supervised_room_turn"]["tools"]
+    assert set(ROOM_TOOLS) <= set(polling) & set(turn)
+    assert "register_agent_session" not in polling
+    assert ("wait_for_messages" in polling, "wait_for_messages" in turn) == (True, False)
 
 
 @pytest.mark.parametrize("raw", ["not a url", "localhost:3001", "ftp://room", "http://"])

@@ -22,11 +22,13 @@ import trio.testing
 from mcp import Client
 
 from letagents_trio.mcp_server import create_server
-from letagents_trio.mcp_server._tools import LOCAL_GUIDELINES_TEXT, LOCAL_SENDER_TEXT
+from letagents_trio.mcp_server._message_tools import LOCAL_GUIDELINES_TEXT, LOCAL_THREAD_TEXT
+from letagents_trio.mcp_server._task_tools import LOCAL_BOARD_TEXT
 from letagents_trio.workers._local_chat import BAD_CURSOR_TEXT
 from letagents_trio.workers._wire import (
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     CONNECTION_REPLACED_TEXT,
+    WORKER_SESSION_REQUIRED_TEXT,
 )
 
 from .helpers import call_error, call_ok, config_for, register, text_of
@@ -64,7 +66,8 @@ def local_requests(fake_room: FakeRoom) -> list[str]:
 async def test_local_room_tools_use_the_local_chat_never_http(
     autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
 ) -> None:
-    """Send, read, wait, guidelines and disconnect in a local room: SQLite, no request."""
+    """Send, read, wait, status, guidelines and disconnect in a local room: SQLite, no
+    request; threads, the board, memory and requests answer the local-room texts."""
     server = local_server(fake_room, tmp_path, poll_max_ms=60_000)
     with trio.fail_after(100):
         async with Client(server, mode="legacy") as client:
@@ -82,11 +85,15 @@ async def test_local_room_tools_use_the_local_chat_never_http(
             read = await call_ok(client, "read_messages", {"worker_id": worker_id})
             assert [m["text"] for m in read["messages"]] == ["hi"]
             assert read["last_observed_message_id"] == sent["id"]
-            # A message past the cursor: the wait answers at once.
+            # A message past the cursor: the wait answers at once; so does a wait
+            # without a cursor, with the newest messages.
             start = trio.current_time()
-            args = {"worker_id": worker_id, "after_message_id": "0"}
-            waited = await call_ok(client, "wait_for_messages", args)
-            assert [m["text"] for m in waited["messages"]] == ["hi"]
+            for args in (
+                {"worker_id": worker_id, "after_message_id": "0"},
+                {"worker_id": worker_id},
+            ):
+                waited = await call_ok(client, "wait_for_messages", args)
+                assert [m["text"] for m in waited["messages"]] == ["hi"]
             assert trio.current_time() == start
             # None: the wait lasts exactly the clamped timeout, then answers empty.
             args = {"worker_id": worker_id, "after_message_id": sent["id"], "timeout": 2_500}
@@ -99,13 +106,31 @@ async def test_local_room_tools_use_the_local_chat_never_http(
             }
             assert trio.current_time() == start + 2.5
             # The owner may read a local room without a worker, not send to it.
-            args = {"room_id": LOCAL_ROOM, "after_message_id": "0"}
-            owner_read = await call_ok(client, "read_messages", args)
+            owner_read = await call_ok(client, "read_messages", {"room_id": LOCAL_ROOM})
             assert [m["id"] for m in owner_read["messages"]] == [sent["id"]]
             args = {"room_id": LOCAL_ROOM, "text": "x"}
-            assert await call_error(client, "send_message", args) == LOCAL_SENDER_TEXT
+            assert await call_error(client, "send_message", args) == WORKER_SESSION_REQUIRED_TEXT
             args = {"worker_id": worker_id, "after_message_id": "latest"}
-            assert await call_error(client, "read_messages", args) == BAD_CURSOR_TEXT
+            assert await call_error(client, "wait_for_messages", args) == BAD_CURSOR_TEXT
+            # A status is a message; the local chat keeps no threads and no board.
+            status = await call_ok(
+                client, "post_status", {"worker_id": worker_id, "status": "on it"}
+            )
+            assert (status["status_posted"], status["sender"]) == ("on it", "Juniper")
+            newest = await call_ok(client, "read_messages", {"worker_id": worker_id, "limit": 1})
+            assert [m["text"] for m in newest["messages"]] == ["[status] on it"]
+            assert newest["truncated"] is True
+            args = {"worker_id": worker_id, "text": "re", "thread_parent_id": sent["id"]}
+            assert await call_error(client, "send_message", args) == LOCAL_THREAD_TEXT
+            for tool, extra in (
+                ("get_board", {}),
+                ("add_task", {"title": "t"}),
+                ("claim_task", {"task_id": "task_1"}),
+                ("get_room_memory", {}),
+                ("get_human_requests", {}),
+            ):
+                error = await call_error(client, tool, {"worker_id": worker_id, **extra})
+                assert error == LOCAL_BOARD_TEXT, tool
             args = {"worker_id": worker_id}
             assert await call_error(client, "get_room_guidelines", args) == LOCAL_GUIDELINES_TEXT
             ended = await call_ok(client, "disconnect_agent_session", {"worker_id": worker_id})

@@ -24,7 +24,7 @@ from mcp import Client
 from letagents_trio.mcp_server import ServerConfig, create_server
 from letagents_trio.mcp_server._config import ConfigError
 from letagents_trio.mcp_server._main import runtime_contract
-from letagents_trio.mcp_server._tools import registered_tool_names
+from letagents_trio.mcp_server._tools import ROOM_TOOLS, registered_tool_names
 from letagents_trio.workers._wire import (
     SUPERVISED_TEXT,
     WORKER_KIND_REQUIRED_TEXT,
@@ -138,26 +138,16 @@ def test_each_profile_serves_its_surface() -> None:
 def test_the_runtime_contract_is_derived_from_the_registration_path() -> None:
     """Node ``runtime-contract.ts``: ``supervised_mcp_polling`` with provider ``codex``,
     and the key ``cursor_supervised_room_turn`` for the room turn under ``cursor``."""
+    room = sorted(ROOM_TOOLS)
     assert runtime_contract() == {
         "format": 1,
         "profiles": {
             "supervised_mcp_polling": {
                 "contract": "custodial_polling_v1",
-                "tools": [
-                    "get_room_guidelines",
-                    "read_messages",
-                    "send_message",
-                    "wait_for_messages",
-                ],
+                "tools": sorted([*room, "wait_for_messages"]),
             },
             "cursor_supervised_room_turn": {
-                "tools": [
-                    "complete_room_turn",
-                    "get_room_guidelines",
-                    "read_messages",
-                    "send_message",
-                    "set_reply_thread",
-                ]
+                "tools": sorted([*room, "complete_room_turn", "set_reply_thread"])
             },
         },
     }

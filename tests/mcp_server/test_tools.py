@@ -36,10 +36,42 @@ from .helpers import (
 ROOM_TOOLS = (
     "disconnect_agent_session",
     "get_room_guidelines",
-    "read_messages",
+    "get_room_memory",
+    "remember_room_fact",
+    "request_human_input",
+    "get_human_requests",
+    "post_status",
+    "add_task",
+    "get_board",
+    "claim_task",
+    "update_task",
+    "complete_task",
+    "release_task_lease",
+    "handoff_task_lease",
     "send_message",
+    "send_thread_message",
+    "read_messages",
     "wait_for_messages",
 )
+# What each tool needs besides whom it acts as.
+REQUIRED: dict[str, dict[str, object]] = {
+    "send_message": {"text": "x"},
+    "send_thread_message": {"text": "x", "thread_parent_id": "1"},
+    "post_status": {"status": "s"},
+    "add_task": {"title": "t"},
+    "claim_task": {"task_id": "task_1"},
+    "update_task": {"task_id": "task_1"},
+    "complete_task": {"task_id": "task_1"},
+    "release_task_lease": {"task_id": "task_1"},
+    "handoff_task_lease": {"task_id": "task_1", "target_agent_key": "owner/x"},
+    "remember_room_fact": {"client_id": "c1234567", "category": "term", "title": "t", "body": "b"},
+    "request_human_input": {
+        "client_id": "c1234567",
+        "category": "question",
+        "title": "t",
+        "body": "b",
+    },
+}
 BOTH_TEXT = "Choose worker_id or agent_session_id, not both."
 NO_CONNECTION_TEXT = (
     "This worker has no current connection in this process."
@@ -159,11 +191,11 @@ async def test_facade_refuses_both_ids_and_needs_a_room(
             session_id = registered["agent_session"]["session_id"]
             for tool in ROOM_TOOLS:
                 args = {"worker_id": registered["worker_id"], "agent_session_id": session_id}
-                if tool == "send_message":
-                    args["text"] = "x"
+                args.update(REQUIRED.get(tool, {}))
                 assert await call_error(client, tool, args) == BOTH_TEXT, tool
             assert "room_id" in await call_error(client, "send_message", {"text": "x"})
-    assert not any(r.path.endswith("/messages") for r in fake_room.requests)
+    work = ("/messages", "/tasks", "/memory", "/attention", "/agent-guidelines")
+    assert not any(r.path.endswith(work) for r in fake_room.requests)
 
 
 async def test_legacy_session_id_of_a_worker_is_guarded(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from letagents_trio.mcp_server import create_server
-from letagents_trio.mcp_server._tools import clamp_poll_timeout, poll_abort_after
+from letagents_trio.mcp_server._wait_tool import clamp_poll_timeout, poll_abort_after
 from letagents_trio.testing import FakeRoom, open_fake_room
 
 from .helpers import ROOM, call_ok, config_for, register

@@ -174,6 +174,33 @@ async def say(client: httpx2.AsyncClient, session: dict[str, Any], text: str = "
     assert r.status_code == 201, r.text
 
 
+async def claimed_task(
+    client: httpx2.AsyncClient,
+    session: dict[str, Any],
+    title: str = "t",
+    *,
+    room: str = ROOM,
+    owner: str = OWNER_TOKEN,
+) -> tuple[str, dict[str, Any]]:
+    """A task the session created, the owner (the room's admin) accepted and the session
+    claimed; return its id and the work lease the claim took."""
+    tasks = f"/rooms/{room}/tasks"
+    r = await client.post(tasks, json={"title": title}, headers=session_headers(session, owner))
+    assert r.status_code == 201, r.text
+    task_id: str = r.json()["id"]
+    r = await client.patch(
+        f"{tasks}/{task_id}", json={"status": "accepted"}, headers=owner_headers(owner)
+    )
+    assert r.status_code == 200, r.text
+    claim = {"status": "assigned", "assignee": session["actor_label"]}
+    r = await client.patch(
+        f"{tasks}/{task_id}", json=claim, headers=session_headers(session, owner)
+    )
+    assert r.status_code == 200, r.text
+    (lease,) = r.json()["active_leases"]
+    return task_id, lease
+
+
 async def announce_exit(client: httpx2.AsyncClient, session: dict[str, Any]) -> bool:
     """Post the process exit (no connection id) and return ``recorded``."""
     r = await client.post(

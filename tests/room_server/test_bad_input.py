@@ -26,11 +26,24 @@ SESSION_ROUTES = [
     ("POST", "messages"),
     ("GET", "messages/poll?timeout=1000"),
     ("POST", "tasks"),
+    ("PATCH", "tasks/task_1"),
+    ("POST", "tasks/task_1/lease-action"),
+    ("POST", "memory"),
+    ("POST", "attention"),
 ]
 
 
 def snapshot(room: Room) -> list[Any]:
-    return [attrs.asdict(s) for r in room.store.room_ids() for s in room.store.room_sessions(r)]
+    """Every row a request could change: sessions, tasks, leases, knowledge, messages."""
+    store = room.store
+    rows: list[Any] = []
+    for r in store.room_ids():
+        rows.extend(store.room_sessions(r))
+        rows.extend(store.tasks_page(r, after=0, limit=1000, statuses=None))
+        rows.extend(store.active_leases(r))
+        rows.extend(store.room_knowledge(r, "memory") + store.room_knowledge(r, "attention"))
+        rows.extend(store.messages_after(r, 0, 1000))
+    return [attrs.asdict(row) for row in rows]
 
 
 @pytest.mark.parametrize(("method", "route"), SESSION_ROUTES)
@@ -81,8 +94,9 @@ async def test_ids_over_routing_bounds_are_4xx(
     for path in (
         f"/rooms/{ROOM}/agent-sessions/{huge}/process",
         f"/rooms/{'r' * 1000}/messages",
-        f"/rooms/{ROOM}/tasks/{huge}/leases",
-        f"/rooms/{ROOM}/leases/{huge}/release",
+        f"/rooms/{ROOM}/tasks/{huge}",
+        f"/rooms/{ROOM}/tasks/{huge}/lease-action",
+        f"/rooms/{ROOM}/attention/{huge}/respond",
         "/rooms/%ZZ/messages",
         "/rooms/%FF%FE/messages",
         "/rooms//messages",
@@ -142,8 +156,11 @@ async def test_random_registration_bodies_never_500(
                 "messages",
                 "poll",
                 "tasks",
-                "leases",
-                "release",
+                "task_1",
+                "lease-action",
+                "memory",
+                "attention",
+                "respond",
                 "disconnect",
                 "agents",
                 "me",
@@ -155,7 +172,7 @@ async def test_random_registration_bodies_never_500(
         ),
         max_size=7,
     ),
-    method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+    method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE"]),
 )
 async def test_random_paths_never_500(segments: list[str], method: str) -> None:
     room = Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: "owner"})

@@ -1,20 +1,34 @@
-"""Tasks and leases (the minimal model) and lease adoption at registration (§7.3)."""
+"""Work leases: the claim that takes one, lease actions, and adoption at registration (§7.3).
+
+Route tests over the real app (both stores, ``autojump_clock``); the pure
+rules of :mod:`letagents_trio.room_server._leases` at the end.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import pytest
 import trio
 
-from letagents_trio.room_server._leases import adopted, adopts
-from letagents_trio.room_server._store import LeaseRow, SessionRow
+from letagents_trio.room_server import RoomStore, SQLiteStore
+from letagents_trio.room_server._leases import (
+    adopted,
+    adopts,
+    choose_target,
+    parse_lease_action,
+)
+from letagents_trio.room_server._rows import LeaseRow, SessionRow, TaskRow
+from letagents_trio.room_server._wire import Refusal
 
 from .helpers import (
     ROOM,
     announce_exit,
+    claimed_task,
     drop,
     hold,
+    owner_headers,
     registered,
     registration,
     session_headers,
@@ -28,52 +42,151 @@ if TYPE_CHECKING:
     from letagents_trio.room_server import Room
 
 
-async def new_task(client: httpx2.AsyncClient, session: dict[str, Any], title: str = "t") -> str:
-    r = await client.post(
-        f"/rooms/{ROOM}/tasks", json={"title": title}, headers=session_headers(session)
-    )
-    assert r.status_code == 201, r.text
-    task_id: str = r.json()["task_id"]
-    return task_id
+def action_path(task_id: str) -> str:
+    return f"/rooms/{ROOM}/tasks/{task_id}/lease-action"
 
 
-async def take(
-    client: httpx2.AsyncClient, session: dict[str, Any], task_id: str, kind: str = "work"
+async def act(
+    client: httpx2.AsyncClient, headers: dict[str, str], task_id: str, **body: Any
 ) -> httpx2.Response:
-    return await client.post(
-        f"/rooms/{ROOM}/tasks/{task_id}/leases",
-        json={"kind": kind},
-        headers=session_headers(session),
-    )
+    return await client.post(action_path(task_id), json=body, headers=headers)
 
 
-async def test_take_and_release_a_work_lease(
+async def test_a_claim_takes_the_work_lease_and_its_holder_releases_it(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
     a = await registered(client, registration(name="A"))
     b = await registered(client, registration(name="B"))
-    task = await new_task(client, a)
-    r = await take(client, a, task)
-    assert r.status_code == 201
-    lease = r.json()
-    assert (lease["task_id"], lease["kind"], lease["epoch"]) == (task, "work", 1)
-    assert (await take(client, a, task)).status_code == 200  # already mine
-    r = await take(client, b, task)
-    assert (r.status_code, r.json()["code"]) == (409, "task_already_leased")
+    task, lease = await claimed_task(client, a)
+    assert (lease["task_id"], lease["kind"], lease["status"], lease["epoch"]) == (
+        task,
+        "work",
+        "active",
+        1,
+    )
+    assert (lease["agent_session_id"], lease["agent_key"]) == (a["session_id"], a["agent_key"])
+    assert lease["id"].startswith("tl_")
     assert room.active_work_task_ids(a["session_id"]) == [task]
-    r = await client.post(
-        f"/rooms/{ROOM}/leases/{lease['lease_id']}/release", json={}, headers=session_headers(b)
-    )
+    # Another agent's lease is not its to give back.
+    r = await act(client, session_headers(b), task, action="release")
     assert r.status_code == 403
-    r = await client.post(
-        f"/rooms/{ROOM}/leases/{lease['lease_id']}/release", json={}, headers=session_headers(a)
+    assert "holder" in r.json()["error"]
+    # A stale lease reference is refused, naming the lease.
+    r = await act(client, session_headers(a), task, action="release", lease_id="tl_old")
+    assert (r.status_code, r.json()) == (
+        409,
+        {
+            "error": "Lease tl_old is no longer the active work lease for this task",
+            "code": "coordination_stale_lease_reference",
+        },
     )
-    assert r.status_code == 200
-    assert r.json()["released_at"] is not None
+    r = await act(client, session_headers(a), task, action="release", lease_id=lease["id"])
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert (answer["action"], answer["new_lease"]) == ("release", None)
+    assert (answer["released_lease"]["id"], answer["released_lease"]["status"]) == (
+        lease["id"],
+        "released",
+    )
+    assert answer["task"]["status"] == "accepted"  # back on the board, unassigned
+    assert answer["task"]["assignee"] is None
+    assert answer["task"]["active_leases"] == []
     assert room.active_work_task_ids(a["session_id"]) == []
-    assert (await take(client, b, task)).status_code == 201
-    r = await take(client, b, "task_nope")
+    # Nothing left to release.
+    r = await act(client, session_headers(a), task, action="release")
+    assert (r.status_code, r.json()) == (
+        409,
+        {
+            "error": "No active work lease exists for this task",
+            "code": "coordination_missing_lease",
+        },
+    )
+
+
+async def test_the_rooms_admin_revokes_and_hands_off(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    task, lease = await claimed_task(client, a)
+    # B is not reachable (no stream, no poll): no handoff to it.
+    handoff = {"action": "handoff", "target_actor_key": b["agent_key"]}
+    r = await act(client, owner_headers(), task, **handoff)
+    assert (r.status_code, r.json()["code"]) == (409, "coordination_target_session_unreachable")
+    await nursery.start(hold, client, b)
+    r = await act(client, owner_headers(), task, **handoff, reason="A is on leave")
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["released_lease"]["status"] == "revoked"  # not the holder: revoked
+    assert answer["released_lease"]["revoked_reason"] == "A is on leave"
+    new = answer["new_lease"]
+    assert (new["agent_session_id"], new["epoch"], new["created_by"]) == (
+        b["session_id"],
+        1,
+        "owner",
+    )
+    assert (answer["task"]["status"], answer["task"]["assignee_agent_key"]) == (
+        "assigned",
+        b["agent_key"],
+    )
+    assert room.active_work_task_ids(b["session_id"]) == [task]
+    assert lease["id"] != new["id"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "text"),
+    [
+        ({"action": "steal"}, 400, "action must be 'release' or 'handoff'"),
+        ({"action": "handoff"}, 400, "target_actor_key is required for handoff"),
+    ],
+)
+async def test_bad_lease_actions_are_400(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    body: dict[str, Any],
+    status: int,
+    text: str,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task, _ = await claimed_task(client, a)
+    r = await act(client, session_headers(a), task, **body)
+    assert (r.status_code, r.json()) == (status, {"error": text})
+    r = await act(client, session_headers(a), "task_99", action="release")
     assert (r.status_code, r.json()) == (404, {"error": "Task not found"})
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_a_claim_whose_lease_the_storage_refuses_changes_nothing(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, store: RoomStore
+) -> None:
+    """The claim's two writes (the task, its work lease) are one transaction: the
+    lease refused, the task stays accepted and unassigned, and the answer says so."""
+    a = await registered(client, registration(name="A"))
+    tasks = f"/rooms/{ROOM}/tasks"
+    r = await client.post(tasks, json={"title": "t"}, headers=session_headers(a))
+    task = r.json()["id"]
+    r = await client.patch(f"{tasks}/{task}", json={"status": "accepted"}, headers=owner_headers())
+    assert r.status_code == 200, r.text
+    assert isinstance(store, SQLiteStore)
+    store._db.execute(  # the task's UPDATE goes through; the lease's INSERT is refused
+        "CREATE TRIGGER refuse_leases BEFORE INSERT ON task_leases"
+        " BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+    )
+    claim = {"status": "assigned", "assignee": a["actor_label"]}
+    r = await client.patch(f"{tasks}/{task}", json=claim, headers=session_headers(a))
+    assert (r.status_code, r.json()["code"]) == (503, "storage_unavailable")
+    r = await client.get(f"{tasks}/{task}", headers=session_headers(a))
+    assert (r.json()["status"], r.json()["assignee"], r.json()["active_leases"]) == (
+        "accepted",
+        None,
+        [],
+    )
+    store._db.execute("DROP TRIGGER refuse_leases")
+    r = await client.patch(f"{tasks}/{task}", json=claim, headers=session_headers(a))
+    assert (r.status_code, r.json()["status"]) == (200, "assigned")
 
 
 async def test_a_durable_worker_adopts_its_own_leases_on_return(
@@ -81,8 +194,7 @@ async def test_a_durable_worker_adopts_its_own_leases_on_return(
 ) -> None:
     instance = worker_id()
     a = await registered(client, registration(name="A", instance=instance))
-    task = await new_task(client, a)
-    lease = (await take(client, a, task)).json()
+    task, lease = await claimed_task(client, a)
     r = await client.post(
         f"/rooms/{ROOM}/agent-sessions/{a['session_id']}/disconnect",
         json={"agent_session_id": a["session_id"], "agent_session_token": a["session_token"]},
@@ -90,11 +202,11 @@ async def test_a_durable_worker_adopts_its_own_leases_on_return(
     assert r.status_code == 200
     back = await registered(client, registration(name="A", instance=instance, replace=a))
     assert back["adopted_task_leases"] == [
-        {"lease_id": lease["lease_id"], "task_id": task, "kind": "work"}
+        {"lease_id": lease["id"], "task_id": task, "kind": "work"}
     ]
-    stored = room.store.get_lease(lease["lease_id"])
+    stored = room.store.get_lease(lease["id"])
     assert stored is not None
-    assert (stored.session_id, stored.epoch) == (back["session_id"], 2)
+    assert (stored.agent_session_id, stored.epoch) == (back["session_id"], 2)
     again = await registered(client, registration(name="A", instance=instance, replace=back))
     assert "adopted_task_leases" not in again  # held by a live session: nothing to adopt
 
@@ -107,9 +219,13 @@ async def test_an_exited_legacy_holders_work_passes_with_its_name(
 ) -> None:
     body = registration(name="Builder", instance="legacy-1", actor="owner/legacy-one")
     old = await registered(client, body)
-    task = await new_task(client, old)
-    lease = (await take(client, old, task)).json()
-    review = (await take(client, old, task, kind="review")).json()
+    task, lease = await claimed_task(client, old)
+    review = attrs.evolve(
+        room.store.get_lease(lease["id"]) or pytest.fail("no lease"),
+        lease_id="tl_review",
+        kind="review",
+    )
+    room.store.put_lease(review)
     await drop(await nursery.start(hold, client, old))
     assert await announce_exit(client, old)
     new = await registered(
@@ -118,11 +234,14 @@ async def test_an_exited_legacy_holders_work_passes_with_its_name(
     assert new["display_name"] == "Builder"
     # Work leases only: the review lease stays with the ended holder.
     assert new["adopted_task_leases"] == [
-        {"lease_id": lease["lease_id"], "task_id": task, "kind": "work"}
+        {"lease_id": lease["id"], "task_id": task, "kind": "work"}
     ]
-    kept = room.store.get_lease(review["lease_id"])
+    kept = room.store.get_lease("tl_review")
     assert kept is not None
-    assert kept.session_id == old["session_id"]
+    assert kept.agent_session_id == old["session_id"]
+    moved = room.store.get_lease(lease["id"])
+    assert moved is not None
+    assert (moved.agent_key, moved.agent_instance_id) == ("owner/legacy-two", "legacy-2")
 
 
 async def test_admin_ended_and_other_durable_holders_pass_nothing(
@@ -132,8 +251,7 @@ async def test_admin_ended_and_other_durable_holders_pass_nothing(
     nursery: trio.Nursery,
 ) -> None:
     durable = await registered(client, registration(name="Keeper"))
-    task = await new_task(client, durable)
-    await take(client, durable, task)
+    await claimed_task(client, durable)
     await drop(await nursery.start(hold, client, durable))
     assert await announce_exit(client, durable)
     other = await registered(client, registration(name="Keeper"))
@@ -141,14 +259,13 @@ async def test_admin_ended_and_other_durable_holders_pass_nothing(
     assert "adopted_task_leases" not in other  # ... a durable holder's work does not
     instance = worker_id()
     admin = await registered(client, registration(name="Admin", instance=instance))
-    task2 = await new_task(client, admin)
-    await take(client, admin, task2)
+    await claimed_task(client, admin, "t2")
     room.end_session(admin["session_id"], reason="room_admin")
     back = await registered(client, registration(name="Admin", instance=instance, replace=admin))
     assert "adopted_task_leases" not in back
 
 
-# --- the pure adoption rule (§7.3) ------------------------------------------------------------
+# --- the pure rules ---------------------------------------------------------------------------
 
 NEW = SessionRow(
     session_id="new",
@@ -161,7 +278,14 @@ NEW = SessionRow(
 )
 OLD = attrs.evolve(NEW, session_id="old", ended_at=1)
 WORK = LeaseRow(
-    lease_id="l", room_id=ROOM, task_id="t", kind="work", session_id="old", epoch=1, created_at=0
+    lease_id="l",
+    room_id=ROOM,
+    task_id="task_1",
+    kind="work",
+    agent_session_id="old",
+    agent_key="owner/a",
+    created_at=0,
+    updated_at=0,
 )
 
 
@@ -195,7 +319,38 @@ def test_another_instance_adopts_once_the_old_process_exited() -> None:
 
 
 def test_an_adopted_work_lease_moves_to_the_next_epoch() -> None:
-    moved = adopted(WORK, "new")
-    assert (moved.session_id, moved.epoch) == ("new", 2)
+    moved = adopted(WORK, NEW, now=5)
+    assert (moved.agent_session_id, moved.epoch, moved.updated_at) == ("new", 2, 5)
     other = attrs.evolve(WORK, kind="review")
-    assert adopted(other, "new").epoch == 1
+    assert adopted(other, NEW, now=5).epoch == 1
+
+
+TASK = TaskRow(room_id=ROOM, number=1, title="t", status="in_progress", created_at=0, updated_at=0)
+B1 = attrs.evolve(NEW, session_id="b1", agent_key="owner/b", agent_instance_id="i1")
+B2 = attrs.evolve(B1, session_id="b2", agent_instance_id="i2")
+
+
+def target(sessions: list[SessionRow], task: TaskRow = TASK, **body: str) -> str:
+    action = parse_lease_action({"action": "handoff", "target_actor_key": "owner/b", **body})
+    try:
+        return choose_target(action, task, sessions, lambda sid: sid != "b2").session_id
+    except Refusal as refusal:
+        return str(refusal.reply.body["error"])
+
+
+def test_a_handoff_target_is_one_live_reachable_worker_of_the_key() -> None:
+    assert target([B1]) == "b1"
+    assert target([]) == "No active worker session exists for target actor_key owner/b"
+    assert target([B1, B2]) == (
+        "Multiple active worker sessions exist for target actor_key owner/b;"
+        " target_agent_session_id is required"
+    )
+    assert target([B1, B2], target_agent_session_id="b1") == "b1"
+    assert target([B1, B2], target_actor_instance_id="i1") == "b1"
+    assert target([B1, B2], target_actor_instance_id="i2") == (
+        "Target worker session b2 is not reachable in this room"
+    )
+    assert target([attrs.evolve(B1, ended_at=1)]).startswith("No active worker session")
+    assert target([B1], attrs.evolve(TASK, status="accepted")) == (
+        "Cannot hand off a task in accepted status"
+    )

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio.room_server import MemoryStore, Room, RoomConfig, TrioClock
+from letagents_trio.room_server import Credentials, MemoryStore, Room, RoomConfig, TrioClock
 from letagents_trio.room_server._liveness import (
     announceable,
     format_offline_duration,
@@ -17,9 +17,9 @@ from letagents_trio.room_server._liveness import (
     offline_text,
     recovery_notice,
 )
-from letagents_trio.room_server._store import SessionRow
+from letagents_trio.room_server._rows import SessionRow
 
-from .helpers import EPOCH, OWNER_TOKEN, ROOM, drop, hold, registered, registration, session_headers
+from .helpers import EPOCH, OWNER_TOKEN, ROOM, claimed_task, drop, hold, registered, registration
 
 if TYPE_CHECKING:
     import httpx2
@@ -35,17 +35,7 @@ async def worker_with_work(
     client: httpx2.AsyncClient, *, tasks: int = 1
 ) -> tuple[dict[str, Any], list[str]]:
     s = await registered(client, registration(name="Builder"))
-    ids = []
-    for i in range(tasks):
-        r = await client.post(
-            f"/rooms/{ROOM}/tasks", json={"title": f"t{i}"}, headers=session_headers(s)
-        )
-        task_id = r.json()["task_id"]
-        r = await client.post(
-            f"/rooms/{ROOM}/tasks/{task_id}/leases", json={}, headers=session_headers(s)
-        )
-        assert r.status_code == 201
-        ids.append(task_id)
+    ids = [(await claimed_task(client, s, f"t{i}"))[0] for i in range(tasks)]
     return s, ids
 
 
@@ -117,8 +107,12 @@ async def test_the_periodic_sweep_posts_at_the_grace(
     body = registration(name="Builder")
     created = await room.register(OWNER_TOKEN, ROOM, body)
     session = dict(created.body)
-    task = room.create_task(ROOM, _creds(session), {"title": "t"}).body["task_id"]
-    assert room.take_lease(ROOM, task, _creds(session), {}).status == 201
+    tasks = room.work.tasks
+    task = tasks.create(ROOM, _creds(session), {"title": "t"}).body["id"]
+    admin = Credentials(owner_token=OWNER_TOKEN)
+    assert tasks.patch(ROOM, task, admin, {"status": "accepted"}).status == 200
+    claim = {"status": "assigned", "assignee": session["actor_label"]}
+    assert tasks.patch(ROOM, task, _creds(session), claim).status == 200
     await trio.sleep(60)
     await trio.testing.wait_all_tasks_blocked()
     assert room.store.messages_after(ROOM, 0, 10) == []  # the sweep at 60 s: too early
@@ -129,9 +123,7 @@ async def test_the_periodic_sweep_posts_at_the_grace(
     assert "has been offline for 2m while holding" in notice.text
 
 
-def _creds(session: dict[str, Any]) -> Any:
-    from letagents_trio.room_server import Credentials
-
+def _creds(session: dict[str, Any]) -> Credentials:
     return Credentials(session_id=session["session_id"], session_token=session["session_token"])
 
 

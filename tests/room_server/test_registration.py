@@ -11,7 +11,7 @@ import trio.testing
 from letagents_trio.room_server import _registration
 from letagents_trio.room_server._presence import Holder, evidence_of
 from letagents_trio.room_server._registration import Plan, parse_registration, plan_registration
-from letagents_trio.room_server._store import Account, SessionRow
+from letagents_trio.room_server._rows import Account, SessionRow
 from letagents_trio.room_server._wire import Refusal, hash_token
 from letagents_trio.workers._wire import (
     PUBLIC_SESSION_FIELDS,

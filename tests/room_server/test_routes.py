@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -45,7 +46,11 @@ def route(path: str) -> _Route:
             "/rooms/agent-sessions/s1/process",
             None,
         ),
-        ("/rooms/{room+}/tasks/{task}/leases", "/rooms/r/tasks//leases", {"room": "r", "task": ""}),
+        (
+            "/rooms/{room+}/tasks/{task}/lease-action",
+            "/rooms/r/tasks//lease-action",
+            {"room": "r", "task": ""},
+        ),
     ],
 )
 def test_a_pattern_matches_whole_paths_and_names_their_parts(
@@ -77,3 +82,34 @@ async def test_a_known_path_with_another_method_is_405_and_says_which(
 ) -> None:
     r = await client.request(method, path, headers=owner_headers())
     assert (r.status_code, r.headers.get("allow")) == (status, allow)
+
+
+# The Node client's isMissingRouteError: a 404 or 405 whose body says so.
+NODE_MISSING_ROUTE = re.compile(
+    r"Cannot (GET|POST|PATCH)|Not Found|Cannot GET \/rooms|Cannot POST \/rooms", re.IGNORECASE
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("PATCH", "/rooms/r/messages", 405),
+        ("POST", "/rooms/r/tasks/task_1", 405),
+        ("GET", "/rooms/r/board-settings", 404),
+        ("GET", "/rooms/r/tasks/task_1/review-lease-action", 404),
+        ("POST", "/nowhere?x=1", 404),
+    ],
+)
+async def test_a_missing_route_says_so_as_the_node_client_reads_it(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    method: str,
+    path: str,
+    status: int,
+) -> None:
+    """404 or 405 with Express's ``Cannot <METHOD> <path>``, so Node skips instead of failing."""
+    r = await client.request(method, path, headers=owner_headers())
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert error == f"Cannot {method} {path.split('?')[0]}"
+    assert NODE_MISSING_ROUTE.search(error)

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, create_app
-from letagents_trio.room_server._app import SLOW_BODY_GRACE
+from letagents_trio.room_server._body import SLOW_BODY_GRACE
 from letagents_trio.room_server._config import BODY_TIMEOUT, MAX_BODY_BYTES
 
 from .helpers import OWNER_TOKEN, ROOM, owner_headers

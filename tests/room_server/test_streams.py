@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from letagents_trio.room_server._store import SessionRow
+from letagents_trio.room_server._rows import SessionRow
 from letagents_trio.room_server._streams import (
     ProcessStream,
     closed_at_start,

@@ -211,15 +211,13 @@ async def test_12_resuming_an_ended_worker_returns_adopted_leases_once_and_never
             room_id=ROOM, registration_key="K1", display_name="Juniper"
         )
         async with p.handles.acting_as(worker_id=juniper.worker_id) as session:
-            task = await p.client.call(
-                "POST", f"/rooms/{ROOM}/tasks", json={"title": "task 7"}, session=session
-            )
-            lease = await p.client.call(
-                "POST",
-                f"/rooms/{ROOM}/tasks/{task['task_id']}/leases",
-                json={"kind": "work"},
-                session=session,
-            )
+            tasks = f"/rooms/{ROOM}/tasks"
+            task = await p.client.call("POST", tasks, json={"title": "task 7"}, session=session)
+            task_path = f"{tasks}/{task['id']}"
+            await p.client.call("PATCH", task_path, json={"status": "accepted"})  # the admin
+            claim = {"status": "assigned", "assignee": session.extra["actor_label"]}
+            claimed = await p.client.call("PATCH", task_path, json=claim, session=session)
+            (lease,) = claimed["active_leases"]
         fake_room.end(juniper.session.session_id)
         with pytest.raises(ApiError):
             await p.send("still there?", worker_id=juniper.worker_id)
@@ -229,7 +227,7 @@ async def test_12_resuming_an_ended_worker_returns_adopted_leases_once_and_never
         assert again.worker_id == juniper.worker_id
         assert again.session.session_id == juniper.session.session_id
         assert again.adopted_task_leases == (
-            {"lease_id": lease["lease_id"], "task_id": task["task_id"], "kind": "work"},
+            {"lease_id": lease["id"], "task_id": task["id"], "kind": "work"},
         )
         assert b"adopted_task_leases" not in read_bytes(path)
         await p.send("carrying on", worker_id=juniper.worker_id)

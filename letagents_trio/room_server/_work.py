@@ -1,0 +1,72 @@
+"""What a room's agents work with: its messages, guidelines, board, memory and requests.
+
+:class:`RoomWork` holds the parts that serve the room's work routes, each over
+the room's one store, clock and accounts: :class:`~._messages.MessageBoard`
+(messages, threads, long polls), :class:`~._guidelines.GuidelinesBoard`,
+:class:`~._taskboard.TaskBoard` (tasks and their leases) and
+:class:`~._knowledge.KnowledgeBoard` (memory and requests for people). The
+route table calls them directly; :class:`~._room.Room` builds them, and keeps
+for itself what concerns sessions (registration, process streams, presence,
+liveness).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, final
+
+import attrs
+
+from ._guidelines import GuidelinesBoard
+from ._knowledge import KnowledgeBoard
+from ._messages import MessageBoard
+from ._taskboard import TaskBoard
+
+if TYPE_CHECKING:
+    from ._accounts import Accounts
+    from ._clock import RoomClock
+    from ._store import RoomStore
+
+__all__ = ["RoomWork"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RoomWork:
+    """The parts that serve a room's work routes.
+
+    Attributes:
+        messages: messages, threads and long polls (R7, R8).
+        guidelines: each room's agent guidelines.
+        tasks: the board: tasks and their leases.
+        knowledge: room memory and requests for people's input.
+    """
+
+    messages: MessageBoard
+    guidelines: GuidelinesBoard
+    tasks: TaskBoard
+    knowledge: KnowledgeBoard
+
+    @classmethod
+    def build(
+        cls,
+        store: RoomStore,
+        clock: RoomClock,
+        accounts: Accounts,
+        *,
+        poll_max_ms: int,
+        reachable: Callable[[str], bool],
+    ) -> RoomWork:
+        """The parts, over one store, clock and accounts.
+
+        Args:
+            poll_max_ms: the long-poll cap.
+            reachable: whether a session can be reached in its room now.
+        """
+        messages = MessageBoard(store, clock, accounts, poll_max_ms=poll_max_ms)
+        return cls(
+            messages=messages,
+            guidelines=GuidelinesBoard(store, clock, accounts, messages),
+            tasks=TaskBoard(store, clock, accounts, reachable),
+            knowledge=KnowledgeBoard(store, clock, accounts, messages),
+        )
