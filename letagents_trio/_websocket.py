@@ -141,7 +141,9 @@ class WebSocketConnector:
         client: the room client whose URL, credentials and stack are used
             (and whose ``POST …/process/exit`` is the goodbye's fallback).
         ping_interval: the client pings after hearing nothing for this long
-            (seconds on trio's clock; 10 by default).
+            (seconds on trio's clock; 20 by default, longer than the 15 s
+            between the room's own pings, so a room that pings is never
+            pinged back).
         pong_timeout: a socket that stays silent this long after the
             client's ping counts as dropped (5 by default).
         max_message_bytes: the largest message the room may send (1 MiB by

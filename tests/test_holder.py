@@ -230,9 +230,9 @@ async def test_counters_are_independent_and_reset_only_on_open(
 async def test_silence_drops_exactly_45_seconds_after_the_last_byte(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore, both_transports: str
 ) -> None:
-    # A WebSocket sees the dead peer sooner: its ping at 10 s goes unanswered
-    # for the 5 s pong timeout.
-    dead_at, detail = (45, "silence") if both_transports == "sse" else (15, "unreachable")
+    # A WebSocket sees the dead peer sooner: its ping at 20 s (longer than the
+    # room's 15 s between pings) goes unanswered for the 5 s pong timeout.
+    dead_at, detail = (45, "silence") if both_transports == "sse" else (25, "unreachable")
     session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.SILENT)
     async with managed(fake_room, state) as manager:
