@@ -43,7 +43,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, final
 from urllib.parse import quote
@@ -52,7 +52,7 @@ import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
-from ._http import Answer, HTTPFailure, Opener, Response, choose_stack
+from ._http import HTTPFailure, Opener, Response, choose_stack
 from ._redact import redact
 from ._refusals import WORKER_CREDENTIAL_KEYS, StateHooks, after_refusal, path_of, read_answer
 from ._util import is_http_url
@@ -340,8 +340,11 @@ class RoomClient:
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
 
-        One exit of :meth:`announce_exits`: on a connection kept alive from
-        an earlier exit when one is idle, else on a new one.
+        Each exit goes out on a connection of its own while it waits for its
+        answer: over the lean path, an idle one kept alive from an earlier
+        exit, else a new one (never behind another request), so exits asked
+        at once are in flight at once, and a fast room's connections serve
+        the next ones.
 
         Args:
             session: the session whose process is gone.
@@ -358,70 +361,19 @@ class RoomClient:
             A checkpoint; cancelled mid-way, the room may or may not have
             recorded the exit. Callers bound it with a deadline.
         """
-        results: list[bool | ApiError | RoomUnreachable] = []
-        await self.announce_exits(
-            [(session, connection_id)], lambda _, result: results.append(result)
-        )
-        [result] = results
-        if isinstance(result, bool):
-            return result
-        raise result
-
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        """Announce many exits at once (``POST …/process/exit`` each), each answer as it comes.
-
-        Over the lean path they go pipelined over a few kept-alive connections
-        (:class:`~letagents_trio._http._pool.KeepAlivePool`): the room has
-        every exit as soon as it reads them, however slowly it answers.
-        ``answered(index, result)`` is called once per exit: whether the room
-        recorded it, or the :class:`ApiError` or :class:`RoomUnreachable` it
-        failed with (the 401 rules of PROTOCOL §5.7 applied first).
-
-        Raises:
-            RoomUnreachable: none can be sent at all (an unusable proxy).
-
-        Cancellation:
-            A checkpoint; cancelled, the exits not answered yet are never
-            reported (the room may have recorded them). Callers bound it with
-            a deadline.
-        """
-        bodies = [_exit_body(session, connection_id) for session, connection_id in exits]
-        urls = [self.session_url(session, "/process/exit") for session, _ in exits]
-        owner_token = self._owner_token
-        requests = [
-            (
-                "POST",
-                url,
-                list(self._headers(session, json_body=True, owner_token=owner_token).items()),
-                _dumps(body),
+        url = self.session_url(session, "/process/exit")
+        body = _exit_body(session, connection_id)
+        fields = self._headers(session, json_body=True, owner_token=self._owner_token)
+        try:
+            reply = await self._stack.exchange(
+                "POST", url, list(fields.items()), _dumps(body), max_body=MAX_EXIT_ANSWER_BYTES
             )
-            for (session, _), url, body in zip(exits, urls, bodies, strict=True)
-        ]
-
-        async def reply(index: int, result: Answer | HTTPFailure) -> None:
-            url, session, body = urls[index], exits[index][0], bodies[index]
-            outcome: bool | ApiError | RoomUnreachable
-            if isinstance(result, HTTPFailure):
-                outcome = RoomUnreachable(f"POST {path_of(url)} failed: {result}")
-                outcome.__cause__ = result
-            else:
-                text = result.body.decode("utf-8", "replace")
-                retry_after = result.header("Retry-After")
-                try:
-                    answer = await self._answer(
-                        "POST", url, result.status, text, retry_after, session, body
-                    )
-                except (ApiError, RoomUnreachable) as exc:
-                    outcome = exc
-                else:
-                    outcome = isinstance(answer, Mapping) and answer.get("recorded") is True
-            answered(index, outcome)
-
-        await self._stack.exchange_many(requests, max_body=MAX_EXIT_ANSWER_BYTES, answered=reply)
+        except HTTPFailure as exc:
+            raise RoomUnreachable(f"POST {path_of(url)} failed: {exc}") from exc
+        text = reply.body.decode("utf-8", "replace")
+        retry_after = reply.header("Retry-After")
+        answer = await self._answer("POST", url, reply.status, text, retry_after, session, body)
+        return isinstance(answer, Mapping) and answer.get("recorded") is True
 
     # --- generic calls -----------------------------------------------------------
 

@@ -15,10 +15,9 @@ inside the holder's own cancel scope, and gets a :class:`ProcessStream`:
 * leaving (the goodbye): a transport that can carry the exit itself (a
   WebSocket) sends it over the stream (:meth:`ProcessStream.send_exit`, or
   :meth:`ProcessStream.send_exit_nowait` with no checkpoint at all); otherwise
-  the holder closes the stream (:meth:`ProcessStream.close_nowait` or
-  :meth:`ProcessStream.aclose`) and its exit is announced with the
-  connector's :meth:`ProcessConnector.announce_exits` (``POST …/process/exit``,
-  PROTOCOL §2.1 R5; the goodbye sends thousands in one batch). Either way the stream may be
+  the holder closes the stream (:meth:`ProcessStream.aclose`) and announces
+  its exit with the connector's :meth:`ProcessConnector.announce_exit`
+  (``POST …/process/exit``, PROTOCOL §2.1 R5). Either way the stream may be
   closed from the goodbye's task while the holder's task reads it: the reader
   then ends, and the holder, which knows it is leaving, stops instead of
   retrying. A connector raises nothing special for that.
@@ -31,7 +30,7 @@ extension (:class:`~letagents_trio.WebSocketConnector`,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol, final
 
@@ -40,7 +39,6 @@ import attrs
 from ._errors import LetAgentsError
 
 if TYPE_CHECKING:
-    from ._errors import ApiError, RoomUnreachable
     from ._policy import Outcome
     from ._session import AgentSession
 
@@ -93,18 +91,6 @@ class ProcessStream(Protocol):
         Cancellation:
             A checkpoint (the wait for bytes); cancelled, the stream is no
             longer usable and the connector's block closes it.
-        """
-        ...
-
-    @property
-    def carries_exit(self) -> bool:
-        """Whether an exit can go over the stream itself (a WebSocket), or is POSTed (SSE)."""
-        ...
-
-    def close_nowait(self) -> bool:
-        """Close the connection now, without a checkpoint; False when only :meth:`aclose` can.
-
-        A reader waiting on it wakes and ends. Safe from another task than the reader's.
         """
         ...
 
@@ -164,19 +150,15 @@ class ProcessConnector(Protocol):
         """
         ...
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        """Tell the room these processes are gone (``POST …/process/exit`` each).
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """Tell the room this process is gone (``POST …/process/exit``); whether it recorded it.
 
-        ``answered(index, result)`` is called once per exit, as its answer
-        comes: whether the room recorded it, or the error it failed with.
+        Raises:
+            ApiError: the room refused the announcement.
+            RoomUnreachable: it could not be sent.
 
         Cancellation:
             Called under the goodbye's shielded deadline, which cancels it
-            when the deadline passes; the room may or may not have recorded
-            the exits not answered yet.
+            when the deadline passes; the room may or may not have recorded it.
         """
         ...

@@ -39,11 +39,9 @@ import trio
 
 from ._errors import ApiError, RoomUnreachable
 from ._events import EventKind, HolderEvent
-from ._http._pool import LANES
 from ._unwind import UnwindBudget
 
 if TYPE_CHECKING:
-    from ._connector import ProcessConnector
     from ._holder import ProcessHolder
     from ._policy import HoldPolicy
     from ._session import AgentSession
@@ -86,8 +84,6 @@ class Goodbye:
 
     Args:
         holders: every holder held when the goodbye began.
-        connector: the manager's connector, whose ``announce_exits`` POSTs
-            the exits of streams closed at once, in one batch.
         policy: the manager's policy (``exit_deadline``, ``exit_concurrency``).
         emit: where each session's ``EXIT`` event goes.
     """
@@ -96,14 +92,12 @@ class Goodbye:
         self,
         holders: Sequence[ProcessHolder],
         *,
-        connector: ProcessConnector,
         policy: HoldPolicy,
         emit: Callable[[HolderEvent], None],
     ) -> None:
         # Each with the connection it held as the goodbye began, for the report.
         self._held = [(holder, holder.held_connection_id) for holder in holders]
         self._sessions = len(holders)
-        self._connector = connector
         self._policy = policy
         self._emit = emit
         self._limiter = (
@@ -136,12 +130,7 @@ class Goodbye:
         try:
             with budget.scope:
                 async with trio.open_nursery() as nursery:
-                    left, answering, posting = await self._leave_now(nursery, budget)
-                    if posting:
-                        # One batch, pipelined over at most LANES connections:
-                        # its unwinding is a task per connection still waiting.
-                        budget.batch_started(len(posting), min(len(posting), LANES))
-                        nursery.start_soon(self._post, posting, budget)
+                    left, answering = await self._leave_now(nursery, budget)
                     # Only then are the holders stopped: their unwinding (each closes
                     # its stream) never delays an exit still to be written.
                     await _for_each(left, _stop)
@@ -186,62 +175,29 @@ class Goodbye:
 
     async def _leave_now(
         self, nursery: trio.Nursery, budget: UnwindBudget
-    ) -> tuple[
-        list[ProcessHolder],
-        list[tuple[ProcessHolder, str | None]],
-        list[tuple[ProcessHolder, str | None]],
-    ]:
-        """Begin every holder's leaving at once; start a task for each that cannot.
+    ) -> tuple[list[ProcessHolder], list[tuple[ProcessHolder, str | None]]]:
+        """Write every exit that can go at once; start a leaving task for each other holder.
 
-        Returns the holders whose exit went at once over their open sockets
-        (apart from those whose room answers such an exit, returned second
-        with the connection each named), and the holders whose stream was
-        closed at once for their exit to be POSTed in one batch (third).
+        Returns the holders whose exit went at once (over their open sockets),
+        apart from those whose room answers such an exit (with the connection
+        each named), whose answer is still to come.
         """
         left: list[ProcessHolder] = []
         answering: list[tuple[ProcessHolder, str | None]] = []
-        posting: list[tuple[ProcessHolder, str | None]] = []
-        batch = self._limiter is None
 
         def leave(item: tuple[ProcessHolder, str | None]) -> None:
             holder, connection_id = item
-            if holder.leave_now():
-                if holder.exit_answer_expected:
-                    answering.append(item)
-                else:
-                    left.append(holder)
-                    self._finished(holder.session, connection_id, None, None)
-            elif batch and holder.close_now():
-                posting.append(item)
-            else:
+            if not holder.leave_now():
                 budget.exit_started()
                 nursery.start_soon(self._leave, holder, connection_id, budget)
+            elif holder.exit_answer_expected:
+                answering.append(item)
+            else:
+                left.append(holder)
+                self._finished(holder.session, connection_id, None, None)
 
         await _for_each(self._held, leave)
-        return left, answering, posting
-
-    async def _post(
-        self, posting: list[tuple[ProcessHolder, str | None]], budget: UnwindBudget
-    ) -> None:
-        """POST the exits of the streams closed at once, in one batch; report each as answered."""
-
-        def answered(index: int, result: bool | ApiError | RoomUnreachable) -> None:
-            holder, connection_id = posting[index]
-            if isinstance(result, bool):
-                self._finished(holder.session, connection_id, result, None)
-            else:
-                self._finished(holder.session, connection_id, None, _error(result))
-            budget.batch_answered()
-
-        exits = [(holder.session, connection_id) for holder, connection_id in posting]
-        try:
-            await self._connector.announce_exits(exits, answered)
-        except (ApiError, RoomUnreachable) as exc:
-            # The batch as a whole failed (no request could be sent): every
-            # exit not answered yet is reported with the error.
-            for index, (holder, _) in enumerate(posting):
-                if holder.session.session_id not in self._results:
-                    answered(index, exc)
+        return left, answering
 
     async def _answers(
         self,
@@ -275,8 +231,10 @@ class Goodbye:
             else:
                 async with self._limiter:
                     recorded, error = await holder.leave(answer_by=self._answer_by), None
-        except (ApiError, RoomUnreachable) as exc:
-            recorded, error = None, _error(exc)
+        except ApiError as exc:
+            recorded, error = None, f"HTTP {exc.status}"
+        except RoomUnreachable:
+            recorded, error = None, "unreachable"
         holder.stop("process exit")
         self._finished(holder.session, connection_id, recorded, error)
         budget.exit_ended()
@@ -308,11 +266,6 @@ class Goodbye:
                 detail=error or _EXIT_DETAILS[recorded],
             )
         )
-
-
-def _error(exc: ApiError | RoomUnreachable) -> str:
-    """How a failed exit reads in the report: ``HTTP 503``, or ``unreachable``."""
-    return f"HTTP {exc.status}" if isinstance(exc, ApiError) else "unreachable"
 
 
 def _summary(report: tuple[ExitAnnouncement, ...]) -> str:

@@ -58,7 +58,7 @@ import attrs
 import trio
 
 from ._connector import AttemptRejected, ProcessConnector, ProcessStream
-from ._errors import ApiError, RoomUnreachable, StreamProtocolError
+from ._errors import RoomUnreachable, StreamProtocolError
 from ._events import EventKind, HolderEvent
 from ._policy import HoldPolicy, Outcome
 from ._session import AgentSession
@@ -323,28 +323,6 @@ class ProcessHolder:
             and stream.send_exit_nowait(connection_id)
         )
 
-    def close_now(self) -> bool:
-        """Begin leaving; close the stream at once for an exit to be POSTed, if it can.
-
-        For the goodbye of thousands of sessions over a transport whose exit
-        is POSTed (SSE): where it returns True the stream held on a named
-        connection is closed, with no task and no checkpoint, and the goodbye
-        then POSTs the exit naming that connection with every other's, in
-        one batch (:meth:`~letagents_trio.ProcessConnector.announce_exits`).
-        The holder, leaving, stops by itself as its reader wakes. False having
-        done nothing :meth:`leave` could not follow: no stream open on a named
-        connection, a stream that carries its own exit, or one that cannot be
-        closed without a checkpoint.
-        """
-        self._begin_leaving()
-        stream, connection_id = self._stream, self._held_connection_id
-        return (
-            stream is not None
-            and connection_id is not None
-            and not stream.carries_exit
-            and stream.close_nowait()
-        )
-
     async def leave(self, *, answer_by: float = math.inf) -> bool | None:
         """Close the stream, then announce the exit naming the connection it held.
 
@@ -395,22 +373,7 @@ class ProcessHolder:
                 return None
         else:
             await stream.aclose()
-        return await self._announce(connection_id)
-
-    async def _announce(self, connection_id: str | None) -> bool:
-        """POST this session's exit alone (a batch of one) and return whether it was recorded.
-
-        Raises:
-            ApiError: the room refused it.
-            RoomUnreachable: it could not be sent.
-        """
-        results: list[bool | ApiError | RoomUnreachable] = []
-        exits = [(self._session, connection_id)]
-        await self._connector.announce_exits(exits, lambda _, result: results.append(result))
-        [result] = results
-        if isinstance(result, bool):
-            return result
-        raise result
+        return await self._connector.announce_exit(self._session, connection_id)
 
     @property
     def exit_answer_expected(self) -> bool:

@@ -295,10 +295,7 @@ class ConnectionManager:
             return self._goodbye.report
         started = trio.current_time()
         self._goodbye = goodbye = Goodbye(
-            list(self._holders.values()),
-            connector=self._connector,
-            policy=self.policy,
-            emit=self._emit,
+            list(self._holders.values()), policy=self.policy, emit=self._emit
         )
         self._holders.clear()
         if self._goodbye_pause is not None:

@@ -38,10 +38,7 @@ from ._policy import Outcome
 from ._sse import SSEDecoder, is_event_stream
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
     from ._client import RoomClient
-    from ._errors import ApiError
     from ._http import Response
     from ._session import AgentSession
 
@@ -171,15 +168,6 @@ class _SSEStream:
         self._done = True
         return any(event.event == _ENDED_EVENT for event in self._decoder.close())
 
-    @property
-    def carries_exit(self) -> bool:
-        """Never: the exit is POSTed."""
-        return False
-
-    def close_nowait(self) -> bool:
-        """Close the connection now (a socket close); False when only :meth:`aclose` can."""
-        return self._response is None or self._response.close_nowait()
-
     def send_exit_nowait(self, connection_id: str) -> bool:
         """Never: SSE has no exit of its own (the holder POSTs it)."""
         return False
@@ -244,16 +232,12 @@ class SSEConnector:
         """
         return _SSEStream(self._client, session, self._max_event_bytes)
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        """POST the exits, many at once.
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """POST the exit, for a session without an open stream.
 
-        See :meth:`RoomClient.announce_exits <letagents_trio.RoomClient.announce_exits>`.
+        See :meth:`RoomClient.announce_exit <letagents_trio.RoomClient.announce_exit>`.
 
         Cancellation:
             A checkpoint; callers bound it with the exit deadline.
         """
-        await self._client.announce_exits(exits, answered)
+        return await self._client.announce_exit(session, connection_id)

@@ -58,22 +58,15 @@ class UnwindBudget:
         self._deadline = deadline
         self._allowance = unwind_allowance() if allowance is None else allowance
         self._running = 0
-        # A batch's exits not answered yet, and the connections they are on.
-        self._batched = 0
-        self._lanes = 0
         self.scope = trio.CancelScope(deadline=deadline)
 
     def __repr__(self) -> str:
-        return f"<UnwindBudget running={self.running} exits_deadline={self.scope.deadline!r}>"
+        return f"<UnwindBudget running={self._running} exits_deadline={self.scope.deadline!r}>"
 
     @property
     def running(self) -> int:
-        """Tasks that would have to unwind if they were cancelled now.
-
-        One per exit announced by a task of its own; for a batch, one per
-        connection still waiting for an answer (at most one per exit).
-        """
-        return self._running + min(self._batched, self._lanes)
+        """Exits that would have to unwind if they were cancelled now."""
+        return self._running
 
     def exit_started(self) -> None:
         """A task announcing one exit was started."""
@@ -85,15 +78,5 @@ class UnwindBudget:
         self._running -= 1
         self._update()
 
-    def batch_started(self, exits: int, lanes: int) -> None:
-        """A batch of ``exits`` was started, spread over ``lanes`` connections."""
-        self._batched, self._lanes = exits, lanes
-        self._update()
-
-    def batch_answered(self) -> None:
-        """One exit of the batch has its answer (or its error)."""
-        self._batched -= 1
-        self._update()
-
     def _update(self) -> None:
-        self.scope.deadline = self._deadline - self._allowance * self.running
+        self.scope.deadline = self._deadline - self._allowance * self._running

@@ -48,10 +48,7 @@ from ._sse_connector import SSEConnector
 from ._ws_socket import ProcessSocket
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
     from ._client import RoomClient
-    from ._errors import ApiError, RoomUnreachable
     from ._http import Response
     from ._session import AgentSession
 
@@ -195,19 +192,15 @@ class WebSocketConnector:
             max_event_bytes=self._max_message_bytes,
         )
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        """POST the exits of sessions without a socket that took theirs.
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """POST the exit, for a session without an open socket.
 
-        See :meth:`RoomClient.announce_exits <letagents_trio.RoomClient.announce_exits>`.
+        See :meth:`RoomClient.announce_exit <letagents_trio.RoomClient.announce_exit>`.
 
         Cancellation:
             A checkpoint; callers bound it with the exit deadline.
         """
-        await self.client.announce_exits(exits, answered)
+        return await self.client.announce_exit(session, connection_id)
 
 
 @final
@@ -270,14 +263,10 @@ class AutoConnector:
                 stream = await stack.enter_async_context(self._sse.open(session))
             yield stream
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        """POST the exits of sessions without a socket that took theirs.
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        """POST the exit, for a session without an open stream.
 
         Cancellation:
             A checkpoint; callers bound it with the exit deadline.
         """
-        await self._websocket.announce_exits(exits, answered)
+        return await self._websocket.announce_exit(session, connection_id)

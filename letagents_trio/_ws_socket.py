@@ -413,11 +413,6 @@ class ProcessSocket:
         return self.exit_recorded is not None or self._finished
 
     @property
-    def carries_exit(self) -> bool:
-        """Always: the exit frame goes over the socket."""
-        return True
-
-    @property
     def exit_answer_expected(self) -> bool:
         """Whether the room answers an exit sent over this socket (``exit_ack`` when it opened)."""
         return self.exit_ack
@@ -425,7 +420,7 @@ class ProcessSocket:
     async def _leave(self, *, answered: bool) -> NoReturn:
         """The reader woke after the exit began: end the iteration, now or once the socket closes.
 
-        - The socket was closed (:meth:`close_nowait`, by the holder leaving), or the
+        - The socket was closed (:meth:`close`, by the holder leaving), or the
           exit is written whole and nothing more can come (the room closed
           the socket, or it broke, or stayed silent past the ping deadline):
           the iteration ends here, and the holder, which is leaving, stops in
@@ -460,18 +455,18 @@ class ProcessSocket:
             parser.close()
 
     async def aclose(self) -> None:
-        """Close the socket: at once when it can be (:meth:`close_nowait`), else forcefully.
+        """Close the socket: at once when it can be (:meth:`close`), else forcefully.
 
         Idempotent, and safe from another task than the reader's.
 
         Cancellation:
-            Closes even when cancelled; a checkpoint only when :meth:`close_nowait`
+            Closes even when cancelled; a checkpoint only when :meth:`close`
             could not close the stream synchronously.
         """
-        if not self.close_nowait():
+        if not self.close():
             await trio.aclose_forcefully(self._stream)
 
-    def close_nowait(self) -> bool:
+    def close(self) -> bool:
         """Close the socket now, without a checkpoint; False when only the holder can.
 
         The reader waiting on it wakes, sees :attr:`leaving` and ends the

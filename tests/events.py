@@ -9,15 +9,11 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
     from letagents_trio import (
         AgentSession,
-        ApiError,
         HolderEvent,
         ProcessConnector,
         ProcessStream,
-        RoomUnreachable,
         StreamNews,
     )
 
@@ -44,12 +40,8 @@ class Delegating:
     def open(self, session: AgentSession) -> AbstractAsyncContextManager[ProcessStream]:
         return self.inner.open(session)
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        await self.inner.announce_exits(exits, answered)
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        return await self.inner.announce_exit(session, connection_id)
 
 
 class ScriptedStream:
@@ -73,14 +65,6 @@ class ScriptedStream:
             return self._news.pop(0)
         await self.closed.wait()
         raise StopAsyncIteration
-
-    @property
-    def carries_exit(self) -> bool:
-        return False
-
-    def close_nowait(self) -> bool:
-        self.closed.set()
-        return True
 
     def send_exit_nowait(self, connection_id: str) -> bool:
         return False

@@ -11,7 +11,7 @@ it run.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -19,11 +19,9 @@ import trio.testing
 
 from letagents_trio import (
     AgentSession,
-    ApiError,
     HolderStatus,
     HoldPolicy,
     ProcessConnector,
-    RoomUnreachable,
     SSEConnector,
     open_connection_manager,
 )
@@ -224,13 +222,9 @@ class Watching(Delegating):
         super().__init__(inner)
         self.seen: list[bool] = []
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        self.seen.extend(gc.isenabled() for _ in exits)
-        await super().announce_exits(exits, answered)
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        self.seen.append(gc.isenabled())
+        return await super().announce_exit(session, connection_id)
 
 
 async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends(

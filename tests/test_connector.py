@@ -474,11 +474,7 @@ async def test_the_exit_is_posted_naming_the_connection(connection_id: str | Non
     log: list[object] = []
     with trio.fail_after(10):
         async with connector_for(exit_recorder(log)) as connector:
-            answers: list[object] = []
-            await connector.announce_exits(
-                [(SESSION, connection_id)], lambda index, result: answers.append((index, result))
-            )
-            assert answers == [(0, True)]
+            assert await connector.announce_exit(SESSION, connection_id) is True
     assert log == [exit_post(connection_id)]
 
 

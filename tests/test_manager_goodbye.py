@@ -14,7 +14,7 @@ import math
 import re
 import weakref
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING
@@ -25,7 +25,6 @@ import trio.testing
 
 from letagents_trio import (
     AgentSession,
-    ApiError,
     ConnectionManager,
     EventKind,
     ExitAnnouncement,
@@ -36,7 +35,6 @@ from letagents_trio import (
     ProcessHolder,
     ProcessStream,
     RoomClient,
-    RoomUnreachable,
     SSEConnector,
     StreamNews,
     WebSocketConnector,
@@ -499,13 +497,9 @@ class RecordingConnector(Delegating):
         async with self.inner.open(session) as stream:
             yield stream
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
-        self.log.extend(f"exit {session.session_id}" for session, _ in exits)
-        await super().announce_exits(exits, answered)
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        self.log.append(f"exit {session.session_id}")
+        return await super().announce_exit(session, connection_id)
 
 
 class RecordingState:
@@ -620,11 +614,7 @@ class LeavesWithABug:
         await trio.lowlevel.checkpoint()
         yield _BuggyStream(StreamNews(connection_id="conn-1"))
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         raise AssertionError("the goodbye failed before any exit")
 
 
@@ -697,15 +687,10 @@ class EndingConnector:
         await trio.lowlevel.checkpoint()
         yield EndingNews(self.end)
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         await trio.lowlevel.checkpoint()
-        for index, (_, connection_id) in enumerate(exits):
-            self.goodbyes.append(connection_id)
-            answered(index, True)
+        self.goodbyes.append(connection_id)
+        return True
 
 
 async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
@@ -857,11 +842,7 @@ class _LeavesAtOnce:
         await trio.lowlevel.checkpoint()
         yield _AtOnce(self, f"conn-{session.session_id}")
 
-    async def announce_exits(
-        self,
-        exits: Sequence[tuple[AgentSession, str | None]],
-        answered: Callable[[int, bool | ApiError | RoomUnreachable], object],
-    ) -> None:
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         raise AssertionError("every exit went at once")
 
 
@@ -904,65 +885,3 @@ async def test_every_exit_sent_at_once_goes_before_any_holder_is_stopped(
     assert {(a.recorded, a.error) for a in report} == {(None, None)}
     assert {h.status for h in connector.holders} == {HolderStatus.STOPPED}
     assert stopped == ["process exit"] * 600
-
-
-# --- SSE exits in one batch (issue 31) ------------------------------------------------------
-
-
-class _TasksSpawned(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.names.append(task.name)
-
-
-async def test_an_sse_goodbye_closes_every_stream_at_once_and_posts_the_exits_in_one_batch(
-    autojump_clock: MockClock, fake_room: FakeRoom
-) -> None:
-    """No task per session: each holder's stream is closed in the goodbye's loop
-    (``close_now``) and every exit goes out in one batch, each naming its connection."""
-    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(40)]
-    spawned = _TasksSpawned()
-    async with fake_room.client() as client:
-        async with open_connection_manager(client) as manager:
-            ids = await open_holders(manager, sessions)
-            await trio.sleep(1)
-            trio.lowlevel.add_instrument(spawned)
-            report = await manager.announce_exits()
-            trio.lowlevel.remove_instrument(spawned)
-            assert trio.current_time() == 1
-    assert not any("Goodbye._leave" in name for name in spawned.names)
-    assert sorted(a.connection_id or "" for a in report) == sorted(ids)
-    assert {(a.recorded, a.error) for a in report} == {(True, None)}
-    assert sorted(e.process_connection_id or "" for e in fake_room.exits) == sorted(ids)
-    # One request per exit (a connection each, at 40), none retried.
-    assert len(fake_room.requests_to("POST", EXIT_PATH)) == 40
-
-
-async def test_close_now_is_for_a_stream_on_a_named_connection_without_an_exit_of_its_own(
-    autojump_clock: MockClock, fake_room: FakeRoom
-) -> None:
-    session = await fake_room.add_worker()
-    async with fake_room.client() as client:
-        async with open_connection_manager(client, connector=WebSocketConnector(client)) as m:
-            ws = m.hold(session)
-            await ws.wait_status(HolderStatus.OPEN)
-            await trio.sleep(1)
-            assert ws.close_now() is False  # a WebSocket carries its own exit
-    other = await fake_room.add_worker(display_name="Other")
-    fake_room.set_process_mode(ProcessMode.UNKNOWN)
-    async with fake_room.client() as client:
-        async with open_connection_manager(client) as m:
-            waiting = m.hold(other)
-            await waiting.wait_status(HolderStatus.WAITING)
-            assert waiting.close_now() is False  # no stream open
-    fake_room.set_process_mode(ProcessMode.SERVED)
-    async with fake_room.client() as client:
-        async with open_connection_manager(client) as m:
-            sse = m.hold(other)
-            await sse.wait_status(HolderStatus.OPEN)
-            await trio.sleep(1)
-            assert sse.close_now() is True
-            await sse.wait_status(HolderStatus.STOPPED)  # it stops by itself
-            assert other.session_id not in m.holders  # and is no longer held

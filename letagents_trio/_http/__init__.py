@@ -40,12 +40,12 @@ header).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 from urllib.request import getproxies
 
 from ._httpx import HTTPXStack
-from ._lean import LeanStack, Request
+from ._lean import LeanStack
 from ._net import NetworkOpener
 from ._pool import Answer
 from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
@@ -65,7 +65,6 @@ __all__ = [
     "Opener",
     "Origin",
     "Prefixed",
-    "Request",
     "Response",
     "Stack",
     "choose_stack",
@@ -106,10 +105,6 @@ class Response(Protocol):
         Raises:
             RuntimeError: the server did not switch protocols.
         """
-        ...
-
-    def close_nowait(self) -> bool:
-        """Close the connection now, without a checkpoint; False when only :meth:`aclose` can."""
         ...
 
     async def aclose(self) -> None:
@@ -154,22 +149,6 @@ class Stack(Protocol):
 
         Cancellation:
             A checkpoint; cancelled, its connection is closed.
-        """
-        ...
-
-    async def exchange_many(
-        self,
-        requests: Sequence[Request],
-        *,
-        max_body: int,
-        answered: Callable[[int, Answer | HTTPFailure], Awaitable[None]],
-    ) -> None:
-        """Send many requests that may be sent twice; hand over each answer as it comes.
-
-        ``answered(index, answer_or_failure)`` is awaited once per request.
-
-        Cancellation:
-            A checkpoint; cancelled, the answers not read yet are never handed over.
         """
         ...
 

@@ -12,7 +12,7 @@ wrapped as a trio stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -24,14 +24,10 @@ from ._request import HTTPFailure
 if TYPE_CHECKING:
     import httpx2
 
-    from ._lean import Request
-
 __all__ = ["HTTPXStack"]
 
 # Bytes asked for per read of an upgraded stream, as the lean path reads.
 _READ_SIZE: Final = 65_536
-# The most requests of a batch in flight at once through httpx2.
-CONCURRENT: Final = 64
 
 
 # What a read of a stream closed (or broken) under it raises below httpx2.
@@ -118,10 +114,6 @@ class _HTTPXResponse:
             raise RuntimeError(f"HTTP {self.status} did not switch protocols")
         return _UpgradedStream(stream)
 
-    def close_nowait(self) -> bool:
-        """Never: httpx2 closes a response only by awaiting it."""
-        return False
-
     async def aclose(self) -> None:
         # A read under way in another task fails as the response closes, and
         # that ends the iterator; between reads it is closed here.
@@ -186,37 +178,6 @@ class HTTPXStack:
         finally:
             await response.aclose()
         return Answer(response.status, tuple(response.headers), bytes(data))
-
-    async def exchange_many(
-        self,
-        requests: Sequence[Request],
-        *,
-        max_body: int,
-        answered: Callable[[int, Answer | HTTPFailure], Awaitable[None]],
-    ) -> None:
-        """Send many requests at once, at most :data:`CONCURRENT` at a time (httpx2 pools them).
-
-        Raises:
-            RoomUnreachable: the client's httpx2 client cannot be made (an
-                unusable proxy): no request is sent.
-
-        Cancellation:
-            A checkpoint; cancelled, the answers not read yet are never handed over.
-        """
-        self._http_client()  # an unusable proxy fails the batch here, as a whole
-        limiter = trio.CapacityLimiter(CONCURRENT)
-
-        async def one(index: int, request: Request) -> None:
-            async with limiter:
-                try:
-                    result: Answer | HTTPFailure = await self.exchange(*request, max_body=max_body)
-                except HTTPFailure as failure:
-                    result = failure
-            await answered(index, result)
-
-        async with trio.open_nursery() as nursery:
-            for index, request in enumerate(requests):
-                nursery.start_soon(one, index, request)
 
     async def aclose(self) -> None:
         """Nothing of its own to close: the client closes its httpx2 client.

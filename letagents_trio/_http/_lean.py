@@ -2,18 +2,17 @@
 
 A stream (``GET …/process``, or its WebSocket upgrade) is one request on a
 connection of its own (:func:`~._request.start_request`). Exits go through a
-:class:`~._pool.KeepAlivePool` per origin: kept-alive connections, and a
-goodbye's many exits pipelined over a few of them.
+:class:`~._pool.KeepAlivePool` per origin: on a connection an earlier exit
+was answered on when one is idle, else on a new one, never behind another
+request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from typing import final
 
 import h11
-import trio
 
 from ._pool import Answer, KeepAlivePool
 from ._request import (
@@ -26,10 +25,7 @@ from ._request import (
     start_request,
 )
 
-__all__ = ["LeanStack", "Request"]
-
-# One request of a batch: method, URL, header fields, body.
-Request = tuple[str, str, Sequence[tuple[str, str]], bytes]
+__all__ = ["LeanStack"]
 
 
 @final
@@ -74,65 +70,18 @@ class LeanStack:
         Cancellation:
             A checkpoint; cancelled, its connection is closed.
         """
-        origin, data = _serialized((method, url, headers, body))
-        return await self._pool(origin).exchange(data, max_body=max_body)
-
-    async def exchange_many(
-        self,
-        requests: Sequence[Request],
-        *,
-        max_body: int,
-        answered: Callable[[int, Answer | HTTPFailure], Awaitable[None]],
-    ) -> None:
-        """Send many requests that may be sent twice, pipelined over a few connections.
-
-        See :meth:`KeepAlivePool.exchange_many <._pool.KeepAlivePool.exchange_many>`;
-        a request h11 refuses to serialize fails alone, and requests to
-        different origins go to each origin's pool.
-
-        Cancellation:
-            A checkpoint; cancelled, the answers not read yet are never handed over.
-        """
-        by_origin: dict[Origin, tuple[list[int], list[bytes]]] = {}
-        for index, request in enumerate(requests):
-            try:
-                origin, data = _serialized(request)
-            except HTTPFailure as failure:
-                await answered(index, failure)
-                continue
-            indices, datas = by_origin.setdefault(origin, ([], []))
-            indices.append(index)
-            datas.append(data)
-        async with trio.open_nursery() as nursery:
-            for origin, (indices, datas) in by_origin.items():
-                try:
-                    pool = self._pool(origin)
-                except HTTPFailure as failure:
-                    for index in indices:
-                        await answered(index, failure)
-                    continue
-
-                async def answered_at(
-                    at: int, result: Answer | HTTPFailure, indices: list[int] = indices
-                ) -> None:
-                    await answered(indices[at], result)
-
-                nursery.start_soon(
-                    partial(
-                        pool.exchange_many,
-                        datas,
-                        max_body=max_body,
-                        answered=answered_at,
-                    )
-                )
-
-    def _pool(self, origin: Origin) -> KeepAlivePool:
+        origin, target = split_url(url)
+        try:
+            data = request_bytes(origin, target, method, headers, body)
+        except h11.LocalProtocolError:
+            # h11's message would quote the field, and fields hold credentials.
+            raise HTTPFailure("LocalProtocolError") from None
         pool = self._pools.get(origin)
         if pool is None:
             if self._closed:
                 raise HTTPFailure("the stack is closed")
             pool = self._pools[origin] = KeepAlivePool(self.opener, origin)
-        return pool
+        return await pool.exchange(data, max_body=max_body)
 
     async def aclose(self) -> None:
         """Close the exits' idle connections; later exits fail.
@@ -144,18 +93,3 @@ class LeanStack:
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             await pool.aclose()
-
-
-def _serialized(request: Request) -> tuple[Origin, bytes]:
-    """A request's origin and bytes (h11 checks every field).
-
-    Raises:
-        HTTPFailure: a field h11 refuses (``LocalProtocolError``; h11's message
-            would quote the field, and fields hold credentials).
-    """
-    method, url, headers, body = request
-    origin, target = split_url(url)
-    try:
-        return origin, request_bytes(origin, target, method, headers, body)
-    except h11.LocalProtocolError:
-        raise HTTPFailure("LocalProtocolError") from None

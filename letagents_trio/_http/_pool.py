@@ -1,42 +1,36 @@
-"""Requests that may be sent twice, over kept-alive HTTP/1.1 connections to one origin.
+"""Requests over kept-alive HTTP/1.1 connections to one origin, one at a time each.
 
-The goodbye announces thousands of exits at once. A connection of its own for
-each, opened and closed, costs a socket, a connect, a task and a close per
-exit, and at ten thousand sessions that is more than the exit deadline
-allows. A :class:`KeepAlivePool` sends them instead over a few connections,
-**pipelined**:
+The goodbye asks thousands of exits of the room at once. A connection of its
+own for each, opened and closed, costs a socket, a connect and a close, and
+at ten thousand sessions that is a large part of the process's last second
+and a half. A :class:`KeepAlivePool` keeps the connections a request is
+answered on, and the next request takes one of them when it is free:
 
-* :meth:`KeepAlivePool.exchange_many` spreads its requests over at most
-  :data:`LANES` connections (kept-alive idle ones first, else new ones), one
-  request each while there are no more than that, and otherwise several,
-  written in one go without waiting for answers; the answers come back in
-  order on each connection, and each is handed to the caller as it is read.
-  HTTP/1.1 allows this, and a server that handles its requests as they
-  arrive (Node's, which the letagents API runs on, records each exit when it
-  reads it and only queues the answers) records every exit at once, however
-  slowly it answers, or whether it answers at all;
-* a connection that the room closes early (``Connection: close``, or broken
-  after some answers) leaves the rest of its share to a new connection; one
-  kept alive that the room had closed while idle fails before any answer, and
-  its share goes out once more on a new one; a request whose answer breaks
-  the rules (too large, too many informational answers) fails alone, and the
-  rest go on a new connection. A new connection that fails before any
-  answer fails its whole share. Every loop ends an answer or a failure
-  further on, so a lane never spins;
-* a connection whose answers all came back, and that the room keeps open,
-  joins the idle ones (at most ``keep``); the next requests take it.
+* a request is written on an idle kept-alive connection (the most recently
+  used: likeliest still open), else on a new one. A connection carries one
+  request at a time and is never written ahead of an answer (no pipelining):
+  a room that takes its time over an answer, or never gives it, must not
+  hold back the requests behind it, and HTTP/1.1 servers answer one request
+  at a time per connection (Node's among them). So requests asked at once
+  are all in flight at once, each on its own connection, which is what a
+  room slow to answer needs; a fast room frees connections as quickly as
+  they are asked for;
+* once answered, the connection goes back to the idle ones, unless the room
+  said it closes it, or ``keep`` are idle already (then it is closed);
+* a kept-alive connection the room closed while it was idle fails the next
+  request written on it before any byte of an answer: that request goes out
+  once more, on a new connection. A request that fails on a new connection
+  fails.
+  Only requests that may be sent twice belong here: a replayed exit changes
+  nothing (PROTOCOL R5).
 
-:meth:`KeepAlivePool.exchange` is one request on its own (a batch of one).
-Only requests that may be sent twice belong here: a replayed exit changes
-nothing (PROTOCOL R5). Requests are bytes serialized by the caller
+Requests are bytes serialized by the caller
 (:func:`~letagents_trio._http._request.request_bytes`). Nothing here has a
-timeout: the caller bounds each call.
+timeout: the caller bounds each :meth:`KeepAlivePool.exchange`.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, final
 
 import attrs
@@ -55,21 +49,11 @@ from ._request import (
 )
 from ._sockio import READ_SIZE, close_now, read_some
 
-__all__ = ["LANES", "Answer", "KeepAlivePool"]
+__all__ = ["Answer", "KeepAlivePool"]
 
 # Idle connections kept by default: enough for a burst of exits asked a few
 # hundred at a time to find connections free rather than open new ones.
 KEEP_IDLE: Final = 256
-# The most connections one batch spreads over. Up to this many exits each go
-# on a connection of their own, all in flight at once, which suits any room,
-# however it reads and however slowly it answers; beyond it, each connection
-# carries several, pipelined: a few connections and tasks for thousands of
-# exits, each recorded as soon as the room reads it (a server that reads one
-# request only once it has answered the one before, and answers slowly, then
-# records a lane's next exit only after that answer).
-LANES: Final = 1024
-
-Answered = Callable[[int, "Answer | HTTPFailure"], Awaitable[None]]
 
 
 @final
@@ -91,42 +75,38 @@ class Answer:
 class _Connection:
     stream: trio.abc.Stream
     conn: h11.Connection
-    # Whether it was kept alive from earlier requests (then its first failure may be stale).
+    # Whether an answer was read on it: if not, it is new.
     reused: bool = False
-    # Whether a byte of an answer was read on it since it was written to.
-    heard: bool = False
 
 
-class _Refused(Exception):
-    """One answer broke the rules (its request fails alone): the failure's kind."""
+class _TooLarge(Exception):
+    """An answer body over the pool's cap."""
+
+
+class _TooManyInformational(Exception):
+    """More informational (1xx) answers than :data:`~._request.MAX_INFORMATIONAL`."""
 
 
 @final
 class KeepAlivePool:
-    """Requests to ``origin`` over kept-alive connections; many at once pipelined.
+    """Requests to ``origin`` over kept-alive connections, each used by one request at a time.
 
     Args:
         opener: where the connections come from.
         origin: the origin every request goes to.
         keep: the most idle connections kept open.
-        lanes: the most connections one batch spreads over.
     """
 
-    def __init__(
-        self, opener: Opener, origin: Origin, *, keep: int = KEEP_IDLE, lanes: int = LANES
-    ) -> None:
+    def __init__(self, opener: Opener, origin: Origin, *, keep: int = KEEP_IDLE) -> None:
         if keep < 0:
             raise ValueError(f"keep must not be negative, got {keep}")
-        if lanes < 1:
-            raise ValueError(f"lanes must be at least 1, got {lanes}")
         self._opener = opener
         self._origin = origin
         self._keep = keep
-        self._lanes = lanes
         self._idle: list[_Connection] = []
         self._closed = False
-        # What h11 is told was sent, once per answer expected: the bytes went
-        # out already, serialized ahead; h11 only needs to expect the answer.
+        # What h11 is told was sent: the bytes went out already, serialized
+        # ahead; h11 only needs to expect one answer for each request.
         self._stand_in = h11.Request(
             method="POST", target="/", headers=[("Host", origin.authority), ("Content-Length", "0")]
         )
@@ -146,41 +126,12 @@ class KeepAlivePool:
             A checkpoint. Cancelled, the connection is closed; the room may
             have acted on the request.
         """
-        results: list[Answer | HTTPFailure] = []
-
-        async def keep(index: int, result: Answer | HTTPFailure) -> None:
-            results.append(result)
-            await trio.lowlevel.checkpoint()
-
-        await self.exchange_many([data], max_body=max_body, answered=keep)
-        [result] = results
-        if isinstance(result, HTTPFailure):
-            raise result
-        return result
-
-    async def exchange_many(
-        self, requests: Sequence[bytes], *, max_body: int, answered: Answered
-    ) -> None:
-        """Send serialized requests pipelined over a few connections; hand over each answer.
-
-        ``answered(index, answer_or_failure)`` is awaited once per request, as
-        its answer is read (or its request has failed: an
-        :class:`HTTPFailure`), in order on each connection.
-
-        Cancellation:
-            A checkpoint. Cancelled, every connection still waiting is closed
-            (the room may have acted on each request written), and the
-            requests not answered yet are never handed over.
-        """
-        lanes = min(self._lanes, len(requests))
-        if lanes == 1:
-            await self._lane(requests, range(len(requests)), max_body, answered)
-            await trio.lowlevel.checkpoint()
-            return
-        async with trio.open_nursery() as nursery:
-            for lane in range(lanes):
-                share = range(lane, len(requests), lanes)
-                nursery.start_soon(self._lane, requests, share, max_body, answered)
+        if self._idle:
+            try:
+                return await self._exchange_on(self._idle.pop(), data, max_body)
+            except _Stale:
+                pass  # the room closed it while idle: once more, on a new one
+        return await self._exchange_on(await self._connect(), data, max_body)
 
     async def aclose(self) -> None:
         """Close the idle connections; later exchanges fail.
@@ -194,53 +145,6 @@ class KeepAlivePool:
             await _close(connection)
         await trio.lowlevel.checkpoint()
 
-    async def _lane(
-        self, requests: Sequence[bytes], share: Sequence[int], max_body: int, answered: Answered
-    ) -> None:
-        """One connection's share of a batch: written at once, answers read in order.
-
-        A new connection is taken for what a closed or broken one left.
-        """
-        remaining = deque(share)
-        while remaining:
-            if self._idle:
-                connection = self._idle.pop()
-            else:
-                try:
-                    connection = await self._connect()
-                except HTTPFailure as failure:
-                    await _fail_all(remaining, failure, answered)
-                    return
-            reused, usable = connection.reused, False
-            connection.heard = False
-            try:
-                await connection.stream.send_all(b"".join(requests[i] for i in remaining))
-                while remaining:
-                    try:
-                        answer: Answer | HTTPFailure = await self._read_answer(connection, max_body)
-                    except _Refused as refused:
-                        answer = HTTPFailure(str(refused))  # fails alone
-                    usable = not isinstance(answer, HTTPFailure) and self._next_cycle(connection)
-                    await answered(remaining.popleft(), answer)
-                    if not usable:
-                        break  # the room closes it, or it is unusable: the rest go on a new one
-            except NETWORK_ERRORS as exc:
-                usable = False
-                broken = HTTPFailure(failure_kind(exc))
-                if connection.heard:
-                    # Broken mid-answer: the room had that request, which fails;
-                    # the rest go out again on a new connection.
-                    await answered(remaining.popleft(), broken)
-                elif not reused:
-                    await _fail_all(remaining, broken, answered)
-                    return
-                # Else stale (closed by the room while idle): all again, on a new one.
-            finally:
-                if usable and not remaining and not self._closed and len(self._idle) < self._keep:
-                    self._idle.append(connection)
-                elif not close_now(connection.stream):
-                    await trio.aclose_forcefully(connection.stream)
-
     async def _connect(self) -> _Connection:
         if self._closed:
             raise HTTPFailure("the pool is closed")
@@ -251,60 +155,74 @@ class KeepAlivePool:
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         return _Connection(stream, conn)
 
-    async def _read_answer(self, connection: _Connection, max_body: int) -> Answer:
-        """Read the next answer on ``connection`` (written already, as serialized bytes).
+    async def _exchange_on(self, connection: _Connection, data: bytes, max_body: int) -> Answer:
+        """Write ``data`` on ``connection``, read the answer, keep or close the connection.
 
         Raises:
-            _Refused: the answer is over ``max_body``, or comes after too many
-                informational ones (the connection is then unusable).
-            h11.ProtocolError, trio.BrokenResourceError, OSError: the network
-                failed, or the room closed without an answer.
-
-        Cancellation:
-            A checkpoint; the connection is left unusable.
+            _Stale: a kept-alive connection broke before any byte of the answer.
         """
-        conn, stream = connection.conn, connection.stream
-        conn.send(self._stand_in)
-        conn.send(h11.EndOfMessage())
-        head: h11.Response | None = None
-        body = bytearray()
-        informational = 0
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                data = await read_some(stream, READ_SIZE)
-                connection.heard = connection.heard or bool(data)
-                conn.receive_data(data)
-            elif isinstance(event, h11.Response):
-                head = event
-            elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > max_body:
-                    raise _Refused("BodyTooLarge")
-            elif isinstance(event, h11.EndOfMessage):
-                assert head is not None
-                return Answer(head.status_code, tuple(head.headers), bytes(body))
-            elif isinstance(event, h11.InformationalResponse):
-                informational += 1
-                if informational > MAX_INFORMATIONAL:
-                    raise _Refused("TooManyInformational")
-            else:
-                # ConnectionClosed: the room closed it without an answer.
-                raise h11.RemoteProtocolError("server disconnected without an answer")
-
-    def _next_cycle(self, connection: _Connection) -> bool:
-        """Ready ``connection`` for its next answer; False when the room closes it."""
         conn = connection.conn
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+        stream = connection.stream
+        got_bytes = False
+        try:
+            try:
+                await stream.send_all(data)
+                conn.send(self._stand_in)
+                conn.send(h11.EndOfMessage())
+                head: h11.Response | None = None
+                body = bytearray()
+                informational = 0
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        chunk = await read_some(stream, READ_SIZE)
+                        got_bytes = got_bytes or bool(chunk)
+                        conn.receive_data(chunk)
+                    elif isinstance(event, h11.Response):
+                        head = event
+                    elif isinstance(event, h11.Data):
+                        body += event.data
+                        if len(body) > max_body:
+                            raise _TooLarge
+                    elif isinstance(event, h11.EndOfMessage):
+                        break
+                    elif isinstance(event, h11.InformationalResponse):
+                        informational += 1
+                        if informational > MAX_INFORMATIONAL:
+                            raise _TooManyInformational
+                    else:
+                        # ConnectionClosed: the room closed it without an answer.
+                        raise h11.RemoteProtocolError("server disconnected without an answer")
+            except BaseException:
+                # Failed, too large or cancelled: the connection's state is unknown.
+                if not close_now(stream):
+                    await trio.aclose_forcefully(stream)
+                raise
+        except _TooLarge:
+            raise HTTPFailure("BodyTooLarge") from None
+        except _TooManyInformational:
+            raise HTTPFailure("TooManyInformational") from None
+        except NETWORK_ERRORS as exc:
+            if connection.reused and not got_bytes:
+                raise _Stale from exc
+            raise HTTPFailure(failure_kind(exc)) from exc
+        assert head is not None
+        connection.reused = True
+        if (
+            conn.our_state is h11.DONE
+            and conn.their_state is h11.DONE
+            and not self._closed
+            and len(self._idle) < self._keep
+        ):
             conn.start_next_cycle()
-            connection.reused = True
-            return True
-        return False
+            self._idle.append(connection)
+        else:
+            await _close(connection)
+        return Answer(head.status_code, tuple(head.headers), bytes(body))
 
 
-async def _fail_all(remaining: deque[int], failure: HTTPFailure, answered: Answered) -> None:
-    while remaining:
-        await answered(remaining.popleft(), failure)
+class _Stale(Exception):
+    """A kept-alive connection broke before any of its answer: the room closed it idle."""
 
 
 async def _close(connection: _Connection) -> None:

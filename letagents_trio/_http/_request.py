@@ -159,7 +159,7 @@ class HTTP1Response:
     def __repr__(self) -> str:
         return f"<HTTP1Response status={self.status}>"
 
-    def close_nowait(self) -> bool:
+    def close(self) -> bool:
         """Close the connection now, without a checkpoint, when the stream allows it.
 
         Returns:
