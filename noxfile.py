@@ -12,7 +12,7 @@ folder into ``mutants/<module>/mutants/``, mutates the one file there and runs
 each mutant against the tests that call the mutated function, one worker at a
 time. The session then prints, per module, the raw score, the score over the
 mutants that change behaviour (the survivors judged equivalent are listed, with
-why, in docs/testing.md) and the diff of every other survivor.
+why, in docs/mutation.md) and the diff of every other survivor.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
 # forever) fails it after 15 s of wall time, where each test takes under one.
 MUTATION_PYTEST_ARGS = ("-m", "not slow and not load", "--timeout=15")
 # Where the survivors judged equivalent are listed, each with why.
-EQUIVALENT_MUTANTS_DOC = Path("docs/testing.md")
+EQUIVALENT_MUTANTS_DOC = Path("docs/mutation.md")
 # A conftest.py at the root of mutmut's copy: it stops the run if pytest (or the
 # pytest11 entry point of an installed letagents-trio) imported the package from
 # anywhere but the mutated copy, which would make every mutant survive unseen.
@@ -259,7 +259,7 @@ def _mutation_folder(module: str) -> Path:
 
 
 def _equivalent_mutants() -> set[str]:
-    """The names of the survivors judged equivalent, as docs/testing.md lists them."""
+    """The names of the survivors judged equivalent, as docs/mutation.md lists them."""
     text = EQUIVALENT_MUTANTS_DOC.read_text(encoding="utf-8")
     return set(re.findall(r"`(letagents_trio\.[^`\s]+__mutmut_\d+)`", text))
 
