@@ -4,8 +4,10 @@ Each session installs the project with the extras its programs import and one
 PEP 735 dependency group from pyproject.toml, so the lists of tools and of
 dependencies live in one place.
 
-``nox -s mutate [-- _sse ...]`` (on demand, never in CI) is mutation testing of
-the core with mutmut: each module runs in its own folder ``mutants/<module>/``
+``nox -s mutate [-- _sse room_server/_presence ...]`` (on demand, never in CI)
+is mutation testing with mutmut of the core, the reference room's rule modules
+and the host layer's pure modules: each module runs in its own folder
+``mutants/<module>/`` (``mutants/room_server._presence/`` for a sub-package's)
 holding links to the package and the tests and a pyproject.toml that tells
 mutmut which one file to mutate and which tests exercise it. mutmut copies that
 folder into ``mutants/<module>/mutants/``, mutates the one file there and runs
@@ -164,9 +166,14 @@ _WEBSOCKET_TESTS = (
     "tests/test_holder*.py",
     "tests/test_manager*.py",
 )
-# The core modules under mutation testing, each with the test files (globs)
-# that exercise it; mutmut then runs each mutant against those of their tests
-# that call the mutated function.
+# The reference room's tests: every rule is reached through its routes (the
+# FakeRoom's tests serve the same room behind the fault layer).
+_ROOM_TESTS = ("tests/room_server/test_*.py", "tests/testing/test_*.py")
+# The host layer's tests: records, handles and the state file.
+_WORKER_TESTS = ("tests/workers/test_*.py",)
+# The modules under mutation testing (paths under letagents_trio/, without
+# ".py"), each with the test files (globs) that exercise it; mutmut then runs
+# each mutant against those of their tests that call the mutated function.
 MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_sse": ("tests/test_sse.py", "tests/test_hostile_streams.py"),
     "_policy": ("tests/test_policy.py",),
@@ -197,6 +204,21 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_pool": ("tests/test_http_pool.py", "tests/test_client_bounds.py", "tests/test_connector.py"),
     "_unwind": ("tests/test_manager*.py",),
     "_collector": ("tests/test_collector.py", "tests/test_manager*.py"),
+    # The reference room's rules: which session keeps a name, who is present,
+    # leases, liveness, guidelines and the process streams.
+    "room_server/_registration": _ROOM_TESTS,
+    "room_server/_presence": _ROOM_TESTS,
+    "room_server/_leases": _ROOM_TESTS,
+    "room_server/_liveness": _ROOM_TESTS,
+    "room_server/_guidelines": _ROOM_TESTS,
+    "room_server/_streams": _ROOM_TESTS,
+    # The host layer's pure modules: the records of the state file, the
+    # acting worker, names and codenames (the room allocates with them too),
+    # and the state file's lock.
+    "workers/_records": _WORKER_TESTS,
+    "workers/_acting": _WORKER_TESTS,
+    "workers/_names": (*_WORKER_TESTS, *_ROOM_TESTS),
+    "workers/_statelock": _WORKER_TESTS,
 }
 # Scale tests (thousands of sessions, seconds each) would run against every
 # mutant of the goodbye; the unit tests assert the same promises in milliseconds.
@@ -230,9 +252,14 @@ TIMEOUT_EXIT_CODES = frozenset({24, -24, 152, 255, 36})
 VERDICTS = {0: "survived", 5: "no tests", 33: "no tests", None: "not checked"}
 
 
+def _folder(module: str) -> Path:
+    """``mutants/<module>/``, one level down for every module (``room_server._presence``)."""
+    return Path("mutants") / module.replace("/", ".")
+
+
 def _mutation_folder(module: str) -> Path:
     """Lay out ``mutants/<module>/`` for one mutmut run over ``letagents_trio/<module>.py``."""
-    folder = Path("mutants") / module
+    folder = _folder(module)
     # A fresh copy each run: mutmut keeps a verdict while the function is
     # unchanged, so a survivor would stay one after a test that kills it.
     shutil.rmtree(folder / "mutants", ignore_errors=True)
@@ -288,7 +315,7 @@ def _mutation_report(session: nox.Session, module: str, folder: Path) -> str:
     judged = len(codes) - len(equivalent)
     score = 100.0 * caught / max(1, judged)
     return (
-        f"{module:<11} {raw:5.1f} % raw ({caught}/{len(codes)}: {killed} killed, {timeouts} "
+        f"{module:<26} {raw:5.1f} % raw ({caught}/{len(codes)}: {killed} killed, {timeouts} "
         f"timeouts, {len(missed)} missed)  {score:5.1f} % behaviour ({caught}/{judged}, "
         f"{len(equivalent)} equivalent)"
     )
@@ -296,7 +323,7 @@ def _mutation_report(session: nox.Session, module: str, folder: Path) -> str:
 
 @nox.session
 def mutate(session: nox.Session) -> None:
-    """Mutation testing of the core, module by module (``-- _sse _policy`` picks some).
+    """Mutation testing, module by module (``-- _sse workers/_names`` picks some).
 
     ``-- --report [modules]`` prints the last run's scores and misses again
     (after editing the list of equivalent survivors) without running mutmut.
@@ -313,7 +340,7 @@ def mutate(session: nox.Session) -> None:
     table = []
     for module in modules:
         if report_only:
-            folder = Path("mutants") / module
+            folder = _folder(module)
         else:
             folder = _mutation_folder(module)
             with session.chdir(folder):
