@@ -494,6 +494,29 @@ async def test_seniority_the_older_live_worker_keeps_a_shared_name(
     assert old2["display_name"] == NAME
 
 
+async def test_seniority_the_older_live_worker_keeps_a_shared_name_while_the_younger_holds_it(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    # §8.5.9, the other order: the older registers again first, while the
+    # younger (live, not gone) still shares its name. The older keeps the name
+    # and ends no one; the younger, registering next, is the one moved on.
+    old_instance, young_instance = worker_id(), worker_id()
+    old = await registered(client, registration(name=NAME, instance=old_instance))
+    await trio.sleep(1)
+    young = await registered(client, registration(name="Other", instance=young_instance))
+    room.store.put_session(
+        attrs.evolve(row(room, young), display_name=NAME, assigned_base_display_name=NAME)
+    )
+    old2 = await registered(client, registration(name=NAME, instance=old_instance, replace=old))
+    assert (old2["session_id"], old2["display_name"]) == (old["session_id"], NAME)
+    assert row(room, young).live
+    young2 = await registered(
+        client, registration(name=NAME, instance=young_instance, replace=young)
+    )
+    assert (young2["session_id"], young2["display_name"] != NAME) == (young["session_id"], True)
+    assert live_names(room) == sorted([NAME, young2["display_name"]])
+
+
 async def test_seniority_ties_break_by_session_id(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:

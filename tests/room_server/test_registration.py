@@ -309,6 +309,37 @@ async def test_registration_refusals(
     assert room.store.room_sessions(ROOM) == []
 
 
+@pytest.mark.parametrize(
+    ("field", "bound", "prefix"),
+    [
+        # MAX_ACTOR_KEY_CHARS, MAX_INSTANCE_ID_CHARS, MAX_DISPLAY_NAME_CHARS (room-server.md).
+        ("actor_key", 256, "owner/"),
+        ("agent_instance_id", 128, "instance-"),
+        ("display_name", 128, ""),
+        ("requested_base_display_name", 128, ""),
+    ],
+)
+async def test_identity_bounds_take_exactly_their_length_and_refuse_one_more(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    field: str,
+    bound: int,
+    prefix: str,
+) -> None:
+    at_bound = prefix + "x" * (bound - len(prefix))
+    r = await register(client, dict(registration(), **{field: at_bound + "x"}))
+    assert (r.status_code, r.json()["code"]) == (400, "agent_identity_too_long")
+    assert room.store.room_sessions(ROOM) == []
+    got = await registered(client, dict(registration(), **{field: at_bound}))
+    stored = room.session(got["session_id"])
+    assert stored is not None
+    if field == "actor_key":
+        assert stored.agent_key == at_bound
+    elif field == "agent_instance_id":
+        assert stored.agent_instance_id == at_bound
+
+
 async def test_registration_needs_an_owner(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
