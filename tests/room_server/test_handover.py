@@ -301,6 +301,22 @@ async def test_same_host_close_threshold_and_the_one_wait(
     assert row(room, holder).ended_at is not None
 
 
+async def test_a_worker_registering_again_never_waits_for_its_own_closed_stream(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    nursery: trio.Nursery,
+) -> None:
+    # The one wait skips the registrant's own (agent key, instance) rows: its
+    # own stream, closed a moment ago on its host, is no holder to wait for.
+    instance = worker_id()
+    holder = await registered(client, registration(name=NAME, instance=instance))
+    await drop(await nursery.start(hold, client, holder))
+    start = trio.current_time()
+    again = await registered(client, registration(name=NAME, instance=instance, replace=holder))
+    assert trio.current_time() == start
+    assert (again["session_id"], again["display_name"]) == (holder["session_id"], NAME)
+
+
 async def test_exit_with_a_lingering_delivery_waits_for_close_plus_12_s(
     autojump_clock: trio.testing.MockClock,
     client: httpx2.AsyncClient,

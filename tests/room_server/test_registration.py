@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -145,6 +146,7 @@ async def test_201_body_of_a_durable_worker(
     assert data["actor_label"] == "FieldMeadow | owner's agent | Claude Code"
     assert data["created_at"] == "2027-01-15T08:00:00.000Z"
     assert data["host_id"] == "host_a"
+    assert data["owner_label"] == "owner"  # the owner's login
     row = room.session(data["session_id"])
     assert row is not None
     assert row.agent_heard_at == EPOCH
@@ -476,3 +478,120 @@ def test_the_plan_takes_over_a_gone_holder_of_the_same_owner_and_codenames_past_
     kept = _planned(body, [held], releasable=False)
     assert kept.name != "Alpha"
     assert (kept.base, kept.takeover) == ("Alpha", ())
+
+
+def test_ended_non_durable_workers_and_controllers_hold_no_name() -> None:
+    # §7.3 holders: live worker sessions, and durable workers even ended.
+    ended_legacy = _row(
+        registration(name="Alpha"), "s0", "Alpha", agent_instance_id="legacy-1", ended_at=NOW
+    )
+    controller = _row(registration(name="Alpha"), "s1", "Alpha", session_kind="controller")
+    ended_durable = _row(registration(name="Alpha"), "s2", "Alpha", ended_at=NOW)
+    body = registration(name="Alpha")
+    assert _planned(body, [ended_legacy, controller]).name == "Alpha"
+    assert _planned(body, [ended_legacy, controller, ended_durable]).name != "Alpha"
+
+
+def test_the_one_wait_is_for_the_name_on_the_durable_workers_own_row() -> None:
+    # A durable worker registering again waits for the holders of the name its
+    # own (agent key, instance) row first asked for, whatever it sends now.
+    body = registration(name="Whatever")
+    req = parse_registration(ACCOUNT, body)
+    own = _row(body, "s2", "RiverValley", assigned_base_display_name="Alpha")
+    same_key = _row(body, "s0", "Beta", agent_instance_id=worker_id())
+    same_instance = _row(body, "s1", "Gamma", agent_key="owner/another")
+    rows = [same_key, same_instance, own]
+    assert _registration.wanted_name(req, rows) == "Alpha"
+    unassigned = attrs.evolve(own, assigned_base_display_name=None)
+    assert _registration.wanted_name(req, [same_key, same_instance, unassigned]) == "RiverValley"
+    assert _registration.wanted_name(req, [same_key, same_instance]) == "Whatever"
+
+
+# --- choose_name: who holds a name (§7.3) ------------------------------------------------
+
+
+def _choose(
+    body: dict[str, Any],
+    others: list[SessionRow],
+    *,
+    rotate: SessionRow | None = None,
+    gone: frozenset[str] = frozenset(),
+) -> _registration.NameChoice:
+    """The name ``body`` gets among ``others`` (in session-id order, as the room reads them)."""
+    return _registration.choose_name(
+        parse_registration(ACCOUNT, body),
+        rotate=rotate,
+        others=others,
+        sessions=[*others, *([rotate] if rotate is not None else [])],
+        releasable=lambda s: s.session_id in gone,
+        max_offset=1024,
+    )
+
+
+def _holding(session_id: str, name: str, **change: Any) -> SessionRow:
+    """A live durable worker of the owner (another agent) holding ``name``."""
+    return _row(registration(name=name), session_id, name, **change)
+
+
+def test_the_name_asked_for_is_the_display_name_else_the_requested_base() -> None:
+    body = dict(registration(name="Alpha"), requested_base_display_name="Beta")
+    assert _choose(body, []).name == "Alpha"
+    del body["display_name"]
+    assert _choose(body, []).name == "Beta"
+
+
+def test_a_name_passes_only_when_every_holder_of_it_may_release_it() -> None:
+    body = registration(name="Alpha")
+    gone, present = _holding("s0", "Alpha"), _holding("s1", "Alpha")
+    kept = _choose(body, [gone, present], gone=frozenset({"s0"}))
+    assert (kept.name != "Alpha", kept.takeover) == (True, ())
+    taken = _choose(body, [gone, present], gone=frozenset({"s0", "s1"}))
+    assert (taken.name, taken.takeover) == ("Alpha", (gone, present))
+
+
+def test_seniority_an_older_live_holder_still_holds_after_a_younger_one_is_passed_over() -> None:
+    # The rotating worker is the middle one: the younger holder (first in
+    # session-id order) is passed over, the older still holds the name.
+    body = registration(name="Alpha")
+    rotate = _row(body, "s5", "Alpha", created_at=5)
+    younger = _holding("s0", "Alpha", created_at=10)
+    older = _holding("s9", "Alpha", created_at=0)
+    assert _choose(body, [younger, older], rotate=rotate).name != "Alpha"
+    alone = _choose(body, [younger], rotate=rotate)
+    assert (alone.name, alone.takeover) == ("Alpha", ())
+
+
+def test_only_live_holders_contest_a_durable_workers_current_name() -> None:
+    body = registration(name="Alpha")
+    rotate = _row(body, "s5", "Alpha")
+    ended = _holding("s0", "Alpha", ended_at=NOW)  # a durable holder, ended, not gone
+    assert _choose(body, [ended], rotate=rotate) == _registration.NameChoice(
+        name="Alpha", base="Alpha"
+    )
+
+
+def test_a_gone_live_holder_of_a_durable_workers_current_name_is_taken_over() -> None:
+    # The worker was given RiverValley because Alpha, asked for first, was
+    # held; Alpha still is, and RiverValley's other holder is gone: taken over.
+    body = registration(name="Alpha")
+    rotate = _row(body, "s5", "RiverValley", assigned_base_display_name="Alpha")
+    alpha = _holding("s0", "Alpha")
+    sharer = _holding("s1", "RiverValley")
+    choice = _choose(body, [alpha, sharer], rotate=rotate, gone=frozenset({"s1"}))
+    assert choice == _registration.NameChoice(
+        name="RiverValley", base="Alpha", takeover=(sharer,)
+    )
+
+
+def test_names_reserved_by_agent_keys_are_other_live_agents_last_segments() -> None:
+    river = registration(name="River", actor="owner/river")
+    # Another live agent's key reserves its last segment, however many segments.
+    team = _holding("s0", "Someone", agent_key="owner/team/river")
+    assert _choose(river, [team]).name != "River"
+    assert _choose(registration(name="Team"), [team]).name == "Team"
+    # An ended agent's key reserves nothing.
+    ended = _holding("s0", "Someone", agent_key="owner/river", ended_at=NOW)
+    assert _choose(registration(name="River"), [ended]).name == "River"
+    # Nor does the registrant's own key, when it registers again.
+    own = _row(river, "s5", "River")
+    assert _choose(river, [], rotate=own).name == "River"
