@@ -213,6 +213,23 @@ async def test_durable_without_proof_is_409(
     assert r.status_code == 409
 
 
+async def test_a_wrong_replacement_proof_is_409_naming_the_live_session_if_any(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    instance = worker_id()
+    first = await registered(client, registration(instance=instance))
+    wrong = dict(first, session_token=connection_token())
+    r = await register(client, registration(instance=instance, replace=wrong))
+    assert (r.status_code, r.json()["active_session_id"]) == (409, first["session_id"])
+    room.end_session(first["session_id"])
+    r = await register(client, registration(instance=instance, replace=wrong))
+    assert (r.status_code, r.json()["code"], r.json()["active_session_id"]) == (
+        409,
+        "agent_instance_already_active",
+        None,
+    )
+
+
 async def test_lost_response_retry_of_an_ended_row_is_409(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
