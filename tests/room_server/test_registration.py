@@ -239,6 +239,7 @@ async def test_lost_response_retry_of_an_ended_row_is_409(
     r = await register(client, body)
     assert r.status_code == 409
     assert r.json()["code"] == "agent_instance_already_active"
+    assert r.json()["active_session_id"] == first["session_id"]
 
 
 async def test_non_durable_instance_replacement(
@@ -522,6 +523,29 @@ def test_the_one_wait_is_for_the_name_on_the_durable_workers_own_row() -> None:
     unassigned = attrs.evolve(own, assigned_base_display_name=None)
     assert _registration.wanted_name(req, [same_key, same_instance, unassigned]) == "RiverValley"
     assert _registration.wanted_name(req, [same_key, same_instance]) == "Whatever"
+
+
+LEGACY_INSTANCE = "3f0c9f57-6f44-4a55-9e0e-3d0c1c4f2a11"
+
+
+def test_a_non_durable_instance_is_stale_100_s_after_it_was_last_seen_else_created() -> None:
+    body = registration(instance=LEGACY_INSTANCE, actor="owner/legacy")
+    asked = {k: v for k, v in body.items() if k != "connection_token"}
+    seen = _row(body, "s0", "Alpha", created_at=NOW - 200_000, last_seen_at=NOW - 99_999)
+    with pytest.raises(Refusal):
+        _planned(asked, [seen])
+    never_seen = attrs.evolve(seen, created_at=NOW - 100_000, last_seen_at=None)
+    assert _planned(asked, [never_seen]).replace == (never_seen,)
+    with pytest.raises(Refusal):
+        _planned(asked, [attrs.evolve(never_seen, created_at=NOW - 99_999)])
+
+
+def test_an_instance_is_its_agent_keys_own_another_key_with_that_id_is_not() -> None:
+    body = registration(instance=LEGACY_INSTANCE, actor="owner/legacy")
+    asked = {k: v for k, v in body.items() if k != "connection_token"}
+    another = _row(body, "s0", "Alpha", agent_key="owner/another", last_seen_at=NOW)
+    plan = _planned(asked, [another])
+    assert (plan.replace, plan.rotate, plan.retry) == ((), None, None)
 
 
 # --- choose_name: who holds a name (§7.3) ------------------------------------------------
