@@ -525,6 +525,17 @@ def test_the_one_wait_is_for_the_name_on_the_durable_workers_own_row() -> None:
     assert _registration.wanted_name(req, [same_key, same_instance]) == "Whatever"
 
 
+@pytest.mark.parametrize(
+    ("sent", "kind"),
+    [("controller", "controller"), ("worker", "worker"), ("robot", "worker"), (None, "worker")],
+)
+def test_a_session_is_a_controller_when_it_says_so_else_a_worker(
+    sent: str | None, kind: str
+) -> None:
+    body = dict(registration(), session_kind=sent)
+    assert parse_registration(ACCOUNT, body).session_kind == kind
+
+
 LEGACY_INSTANCE = "3f0c9f57-6f44-4a55-9e0e-3d0c1c4f2a11"
 
 
