@@ -536,6 +536,19 @@ def test_a_session_is_a_controller_when_it_says_so_else_a_worker(
     assert parse_registration(ACCOUNT, body).session_kind == kind
 
 
+def test_the_registration_liveness_is_kept_field_by_field() -> None:
+    liveness = {
+        "host_id": "host_a",
+        "host_kind": "machine",
+        "host_label": "laptop",
+        "liveness_capability": "process_connection",
+        "tool_bridge_id": "bridge-1",
+    }
+    body = dict(registration(), registration_liveness=liveness)
+    req = parse_registration(ACCOUNT, body)
+    assert {field: getattr(req, field) for field in liveness} == liveness
+
+
 LEGACY_INSTANCE = "3f0c9f57-6f44-4a55-9e0e-3d0c1c4f2a11"
 
 
