@@ -24,6 +24,7 @@ from letagents_trio.room_server._presence import (
     Holder,
     Registrant,
     SessionEvidence,
+    evidence_of,
     exited,
     gone,
     gone_soon_at,
@@ -31,6 +32,7 @@ from letagents_trio.room_server._presence import (
     name_comes_free_at,
     name_wait_ms,
 )
+from letagents_trio.room_server._store import SessionRow
 
 NOW = 1_700_000_000_000
 SECOND = 1_000
@@ -510,3 +512,31 @@ def test_name_wait_is_at_least_the_margin() -> None:
     assert name_wait_ms(NOW - 5 * SECOND, now=NOW) == 500
     assert name_wait_ms(NOW, now=NOW) == 500
     assert name_wait_ms(NOW + 15_000, now=NOW) == 15_500
+
+
+def test_a_rows_evidence_is_its_presence_columns() -> None:
+    row = SessionRow(
+        session_id="s1",
+        room_id="room",
+        token_hash="not-a-token",
+        agent_key="owner/worker-1",
+        agent_instance_id=DURABLE_ID,
+        process_seen_at=NOW - 5 * SECOND,
+        process_connection_id="conn-1",
+        process_disconnected_at=NOW - 4 * SECOND,
+        process_host_id="host_a",
+        agent_heard_at=NOW - 3 * SECOND,
+        last_seen_at=NOW - 2 * SECOND,
+        ended_at=NOW - SECOND,
+    )
+    assert evidence_of(row, delivery_connected=True) == SessionEvidence(
+        process_seen_at=NOW - 5 * SECOND,
+        process_connection_id="conn-1",
+        process_disconnected_at=NOW - 4 * SECOND,
+        process_host_id="host_a",
+        agent_heard_at=NOW - 3 * SECOND,
+        last_seen_at=NOW - 2 * SECOND,
+        ended_at=NOW - SECOND,
+        delivery_connected=True,
+        agent_instance_id=DURABLE_ID,
+    )
