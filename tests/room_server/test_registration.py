@@ -643,9 +643,7 @@ def test_a_gone_live_holder_of_a_durable_workers_current_name_is_taken_over() ->
     alpha = _holding("s0", "Alpha")
     sharer = _holding("s1", "RiverValley")
     choice = _choose(body, [alpha, sharer], rotate=rotate, gone=frozenset({"s1"}))
-    assert choice == _registration.NameChoice(
-        name="RiverValley", base="Alpha", takeover=(sharer,)
-    )
+    assert choice == _registration.NameChoice(name="RiverValley", base="Alpha", takeover=(sharer,))
 
 
 def test_names_reserved_by_agent_keys_are_other_live_agents_last_segments() -> None:
