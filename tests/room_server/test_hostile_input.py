@@ -214,6 +214,8 @@ async def exercise(store: RoomStore, params: dict[str, Any]) -> None:
                 assert r.status_code < 500, (method, url, content[:200])
 
 
+# 300 examples, each with its own store: over 10 s with SQLite.
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @settings(
     max_examples=300,

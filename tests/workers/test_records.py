@@ -554,6 +554,21 @@ def test_a_worker_acts_only_through_its_pinned_live_current_session() -> None:
         acting_session(replaced, pin(live), target, allow_ended=False)
 
 
+def test_a_worker_whose_record_room_or_session_is_gone_has_no_acting_session() -> None:
+    # The check after a room call reads the file afresh: another process may
+    # have removed any part of the record meanwhile.
+    live = session_json("s1", "token")
+    target = Target(worker_id=WORKER, room_id=ROOM)
+    no_worker = state_with(session=live)
+    del no_worker["mcp_workers"][WORKER]
+    no_rooms = state_with(session=live)
+    del no_rooms["mcp_workers"][WORKER]["rooms"]
+    no_session = state_with(session=live)
+    del no_session["agent_sessions"]["s1"]
+    for state in (no_worker, no_rooms, no_session):
+        assert acting_session(state, pin(live), target, allow_ended=True) is None
+
+
 def test_a_legacy_session_acts_while_it_is_stored_and_live() -> None:
     record = session_json("legacy", "t", agent_instance_id="old-agent")
     state = {"agent_sessions": {"legacy": record}}
