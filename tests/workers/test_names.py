@@ -300,6 +300,7 @@ def test_actor_label_is_display_owner_attribution_and_ide(
         ("Claude Scout", "claude-code", False),
         ("FieldMeadow", None, False),
         ("agent 2", None, False),
+        ("xxxx", None, False),  # no IDE label adds no word of its own
     ],
 )
 def test_is_generic_name_when_every_token_names_only_the_runtime(
