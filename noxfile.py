@@ -328,7 +328,8 @@ def mutate(session: nox.Session) -> None:
     ``-- --report [modules]`` prints the last run's scores and misses again
     (after editing the list of equivalent survivors) without running mutmut.
     """
-    install(session, "mutate", extras=("testing",))
+    # Every extra, as the tests session: the room's tests import the MCP server too.
+    install(session, "mutate", extras=ALL_EXTRAS)
     args = list(session.posargs)
     report_only = "--report" in args
     modules = [arg for arg in args if arg != "--report"] or list(MUTATION_TARGETS)
