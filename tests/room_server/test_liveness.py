@@ -180,3 +180,67 @@ def test_only_live_unsupervised_workers_are_announced() -> None:
     assert not announceable(attrs.evolve(QUIET, ended_at=1))
     assert not announceable(attrs.evolve(QUIET, supervisor_grant_id="g"))
     assert not announceable(attrs.evolve(QUIET, session_kind="controller"))
+
+
+@pytest.mark.parametrize("latest", ["last_seen_at", "agent_heard_at", "process_seen_at"])
+def test_offline_counts_from_the_latest_sign_of_the_agent(latest: str) -> None:
+    signs = {"last_seen_at": 1_000, "agent_heard_at": 2_000, "process_seen_at": 3_000}
+    row = attrs.evolve(QUIET, **{**signs, latest: 9_000})
+    assert offline_notice(row, ["t1"], 9_000 + GRACE - 1, grace_ms=GRACE) is None
+    assert offline_notice(row, ["t1"], 9_000 + GRACE, grace_ms=GRACE) is not None
+
+
+def test_offline_notices_go_out_until_exactly_60_min() -> None:
+    assert offline_notice(QUIET, ["t1"], 5_000 + 3_600_000, grace_ms=GRACE) is not None
+    assert offline_notice(QUIET, ["t1"], 5_000 + 3_600_001, grace_ms=GRACE) is None
+
+
+def test_a_recovery_in_the_same_ms_as_its_outage_is_announced_once() -> None:
+    same = attrs.evolve(QUIET, offline_announced_at=9_000, recovery_announced_at=9_000)
+    assert recovery_notice(same, 9_000) is None
+
+
+def test_the_task_list_names_three_tasks_whole_and_counts_the_rest() -> None:
+    three = offline_text("Builder", GRACE, ["a", "b", "c"])
+    assert three.startswith("[status] Builder has been offline for 30m while holding a, b, c. It")
+    four = offline_text("Builder", GRACE, ["a", "b", "c", "d"])
+    assert four.startswith("[status] Builder has been offline for 30m while holding a, b, c and 1")
+
+
+async def test_a_recovery_is_recorded_on_the_row(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    s, _ = await worker_with_work(client)
+    await drop(await nursery.start(hold, client, s))
+    await trio.sleep(1800)
+    assert len(room.sweep_liveness()) == 1
+    await trio.sleep(60)
+    await nursery.start(hold, client, s)
+    assert len(room.sweep_liveness()) == 1
+    row = room.session(s["session_id"])
+    assert row is not None
+    assert (row.offline_announced_at, row.recovery_announced_at) == (
+        EPOCH + 1_800_000,
+        EPOCH + 1_860_000,
+    )
+
+
+async def test_the_sweep_goes_on_past_sessions_it_does_not_announce(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    s, _ = await worker_with_work(client)
+    await drop(await nursery.start(hold, client, s))
+    quiet = room.session(s["session_id"])
+    assert quiet is not None
+    # Before it in session-id order: a controller, and a worker holding no work.
+    room.store.put_session(attrs.evolve(quiet, session_id="!0", session_kind="controller"))
+    room.store.put_session(attrs.evolve(quiet, session_id="!1"))
+    await trio.sleep(1800)
+    (notice,) = room.sweep_liveness()
+    assert notice.dedupe_id == f"agent_liveness:offline:{s['session_id']}:{EPOCH}"
