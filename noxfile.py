@@ -229,12 +229,19 @@ MUTATION_PYTEST_ARGS = ("-m", "not slow and not load", "--timeout=15")
 EQUIVALENT_MUTANTS_DOC = Path("docs/mutation.md")
 # A conftest.py at the root of mutmut's copy: it stops the run if pytest (or the
 # pytest11 entry point of an installed letagents-trio) imported the package from
-# anywhere but the mutated copy, which would make every mutant survive unseen.
+# anywhere but the mutated copy, which would make every mutant survive unseen,
+# and lifts hypothesis's deadline, which a loaded machine misses at random.
 MUTATION_GUARD = """\
 from pathlib import Path
 
 import letagents_trio
 import letagents_trio._pytest_plugin
+from hypothesis import settings
+
+# A mutant is judged by what the tests assert, not by how fast hypothesis's
+# examples run on a loaded machine.
+settings.register_profile("mutation", deadline=None)
+settings.load_profile("mutation")
 
 
 def pytest_configure(config):
@@ -264,7 +271,8 @@ def _mutation_folder(module: str) -> Path:
     # unchanged, so a survivor would stay one after a test that kills it.
     shutil.rmtree(folder / "mutants", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("letagents_trio", "tests"):
+    # The docs too: tests read the commands and names the pages give.
+    for name in ("letagents_trio", "tests", "docs"):
         link = folder / name
         if not link.is_symlink():
             link.symlink_to(Path("..", "..", name), target_is_directory=True)
@@ -272,7 +280,7 @@ def _mutation_folder(module: str) -> Path:
     settings = {
         "source_paths": ["letagents_trio"],
         "only_mutate": [f"letagents_trio/{module}.py"],
-        "also_copy": ["conftest.py"],
+        "also_copy": ["conftest.py", "docs"],
         "pytest_add_cli_args_test_selection": sorted(
             str(path) for pattern in MUTATION_TARGETS[module] for path in Path().glob(pattern)
         ),
