@@ -6,6 +6,8 @@ The scenarios of several processes sharing the lock are in ``test_state.py``.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import subprocess
 import sys
 import time
@@ -14,9 +16,14 @@ from pathlib import Path
 import pytest
 
 from letagents_trio._errors import StateLockTimeout
+from letagents_trio.workers import _statelock
 from letagents_trio.workers._statelock import (
     HOLD_LIMIT,
+    LOCK_STALE_AFTER,
+    _identify,
+    _Identity,
     _process_gone,
+    _remove_if_same,
     acquire_lock,
     sweep_leftovers,
 )
@@ -112,3 +119,126 @@ async def test_a_holder_writes_up_to_exactly_the_hold_limit(tmp_path: Path) -> N
     finally:
         held.release()
     assert not lock.exists()
+
+
+# --- breaking a lock: what is moved aside, and what is put back ---------------------------
+
+
+def test_a_lock_gone_before_it_is_broken_is_not_counted_as_broken(tmp_path: Path) -> None:
+    lock = tmp_path / "mcp-state.json.lock"
+    lock.write_bytes(b"123 judged\n")
+    judged = _identify(lock)
+    assert judged is not None
+    lock.unlink()  # released by its holder meanwhile
+    assert not _remove_if_same(lock, judged)
+
+
+def test_a_lock_taken_while_one_was_moved_aside_stays_and_the_moved_one_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "mcp-state.json.lock"
+    lock.write_bytes(b"123 judged\n")
+    judged = _identify(lock)
+    assert judged is not None
+    lock.unlink()
+    lock.write_bytes(b"456 fresh\n")  # what the rename will move aside
+    asides: list[Path] = []
+
+    def taken_meanwhile(path: Path) -> _Identity | None:
+        # Between the move and the put-back, a third process takes the free path.
+        asides.append(path)
+        lock.write_bytes(b"789 taker\n")
+        return real_identify(path)
+
+    real_identify = _statelock._identify
+    monkeypatch.setattr(_statelock, "_identify", taken_meanwhile)
+    assert not _remove_if_same(lock, judged)
+    assert lock.read_bytes() == b"789 taker\n"
+    assert sorted(tmp_path.iterdir()) == [lock]  # the moved fresh lock was dropped
+    # Named as a sweep finds it, should the breaker be killed before it deletes it.
+    (aside,) = asides
+    assert re.fullmatch(
+        rf"{re.escape(lock.name)}\.{os.getpid()}\.[0-9a-f]{{12}}\.broken", aside.name
+    )
+
+
+async def test_our_lock_is_owner_only_and_names_no_pid_space_where_none_is_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_statelock, "pid_space", lambda: None)
+    lock = tmp_path / "mcp-state.json.lock"
+    held = await acquire_lock(lock, time.time)
+    try:
+        assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+        assert re.fullmatch(rb"%d [0-9a-f]{16}\n" % os.getpid(), lock.read_bytes())
+    finally:
+        held.release()
+
+
+# --- the sweep, entry by entry ---------------------------------------------------------------
+
+
+class Listing(list[os.DirEntry[str]]):
+    """A folder's entries, as ``os.scandir`` gives them: iterable, and a context manager."""
+
+    def __enter__(self) -> Listing:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+def sorted_scandir(monkeypatch: pytest.MonkeyPatch, *, vanish_first: bool = False) -> None:
+    """Make the sweep see the folder in name order (and, if asked, lose its first entry)."""
+    real_scandir = os.scandir
+
+    def in_order(path: str | os.PathLike[str]) -> Listing:
+        with real_scandir(path) as entries:
+            listed = Listing(sorted(entries, key=lambda entry: entry.name))
+        if vanish_first:
+            os.unlink(listed[0].path)  # gone between the listing and its stat
+        return listed
+
+    monkeypatch.setattr(os, "scandir", in_order)
+
+
+def test_a_sweep_passes_over_what_it_cannot_judge_or_delete_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "mcp-state.json"
+    gone = dead_pid()
+    target = plant(tmp_path, "kept.json")
+    (tmp_path / f"{state.name}.{gone}.000000000000.tmp").symlink_to(target)  # first: not a file
+    stuck = plant(tmp_path, f"{state.name}.{gone}.000000000001.tmp")
+    swept = plant(tmp_path, f"{state.name}.{gone}.000000000002.tmp")
+    real_unlink = os.unlink
+
+    def refusing(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+        if Path(path) == stuck:
+            raise PermissionError(path)
+        real_unlink(path)
+
+    sorted_scandir(monkeypatch)
+    monkeypatch.setattr(os, "unlink", refusing)
+    assert sweep_leftovers(state, time.time) == 1
+    assert (stuck.exists(), swept.exists()) == (True, False)
+
+
+def test_a_sweep_passes_over_a_leftover_gone_before_its_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "mcp-state.json"
+    gone = dead_pid()
+    plant(tmp_path, f"{state.name}.{gone}.000000000000.tmp")
+    swept = plant(tmp_path, f"{state.name}.{gone}.000000000001.tmp")
+    sorted_scandir(monkeypatch, vanish_first=True)
+    assert sweep_leftovers(state, time.time) == 1
+    assert not swept.exists()
+
+
+def test_a_live_writers_leftover_is_swept_only_past_the_stale_age(tmp_path: Path) -> None:
+    state = tmp_path / "mcp-state.json"
+    leftover = plant(tmp_path, f"{state.name}.{os.getpid()}.0123456789ab.tmp")
+    written = os.stat(leftover).st_mtime
+    assert sweep_leftovers(state, lambda: written + LOCK_STALE_AFTER) == 0
+    assert sweep_leftovers(state, lambda: written + LOCK_STALE_AFTER + 0.001) == 1
