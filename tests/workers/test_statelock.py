@@ -5,6 +5,7 @@ The scenarios of several processes sharing the lock are in ``test_state.py``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -14,12 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from letagents_trio._errors import StateLockTimeout
 from letagents_trio.workers import _statelock
 from letagents_trio.workers._statelock import (
     HOLD_LIMIT,
+    LOCK_POLL_INTERVAL,
     LOCK_STALE_AFTER,
+    LOCK_TIMEOUT,
     _identify,
     _Identity,
     _process_gone,
@@ -242,3 +247,76 @@ def test_a_live_writers_leftover_is_swept_only_past_the_stale_age(tmp_path: Path
     written = os.stat(leftover).st_mtime
     assert sweep_leftovers(state, lambda: written + LOCK_STALE_AFTER) == 0
     assert sweep_leftovers(state, lambda: written + LOCK_STALE_AFTER + 0.001) == 1
+
+
+# --- taking the lock: the poll grid, the budget, a failed write ----------------------------
+
+
+def held_by_another(lock: Path) -> None:
+    """A fresh lock of a live holder we cannot judge (a Node client's: no content)."""
+    lock.write_bytes(b"")
+
+
+async def test_the_first_poll_is_one_interval_after_the_first_try(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    lock = tmp_path / "mcp-state.json.lock"
+    held_by_another(lock)
+    taken: list[float] = []
+
+    async def take() -> None:
+        (await acquire_lock(lock, time.time)).release()
+        taken.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(take)
+        await trio.sleep(0.01)
+        lock.unlink()
+    assert taken == [LOCK_POLL_INTERVAL]
+
+
+async def test_the_two_second_budget_counts_from_the_first_try_at_any_time(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    await trio.sleep(100)
+    lock = tmp_path / "mcp-state.json.lock"
+    held_by_another(lock)
+    with pytest.raises(StateLockTimeout):
+        await acquire_lock(lock, time.time)
+    assert trio.current_time() == 100 + LOCK_TIMEOUT
+
+
+async def test_a_lock_released_between_the_create_and_its_stat_is_retried_at_once(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "mcp-state.json.lock"
+    held_by_another(lock)
+    real_identify = _statelock._identify
+    looks: list[Path] = []
+
+    def released_meanwhile(path: Path) -> _Identity | None:
+        looks.append(path)
+        if len(looks) == 1:
+            path.unlink()  # its holder lets go just before we look at it
+            return None
+        return real_identify(path)
+
+    monkeypatch.setattr(_statelock, "_identify", released_meanwhile)
+    held = await acquire_lock(lock, time.time)
+    held.release()
+    assert trio.current_time() == 0
+
+
+async def test_a_lock_whose_content_cannot_be_written_is_removed_and_the_error_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = tmp_path / "mcp-state.json.lock"
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left") as caught:
+        await acquire_lock(lock, time.time)
+    assert caught.value.errno == errno.ENOSPC
+    assert not lock.exists()
