@@ -320,3 +320,38 @@ async def test_a_lock_whose_content_cannot_be_written_is_removed_and_the_error_r
         await acquire_lock(lock, time.time)
     assert caught.value.errno == errno.ENOSPC
     assert not lock.exists()
+
+
+# --- identifying a lock file -------------------------------------------------------------------
+
+
+def test_a_symlink_at_the_lock_path_is_never_followed(tmp_path: Path) -> None:
+    target = plant(tmp_path, "elsewhere.json")
+    lock = tmp_path / "mcp-state.json.lock"
+    lock.symlink_to(target)
+    with pytest.raises(OSError, match="Too many levels of symbolic links") as caught:
+        _identify(lock)
+    assert caught.value.errno == errno.ELOOP
+
+
+def test_an_unreadable_lock_is_identified_by_its_stat_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another user's lock: we may stat it, not open it.
+    lock = plant(tmp_path, "mcp-state.json.lock")
+    gone = plant(tmp_path, "gone.lock")
+    real_open = os.open
+
+    def refusing(path: str | os.PathLike[str], *args: object, **kwargs: object) -> int:
+        if Path(path) == gone:
+            gone.unlink()  # refused, then gone before its stat
+        if Path(path) in (lock, gone):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refusing)
+    seen = os.stat(lock)
+    assert _identify(lock) == _Identity(
+        seen.st_dev, seen.st_ino, seen.st_mtime_ns, seen.st_size, None
+    )
+    assert _identify(gone) is None
