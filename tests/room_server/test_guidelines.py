@@ -14,7 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import trio
+import trio.testing
 
+from letagents_trio._protocol import SESSION_REQUIRED_READ_TEXT
 from letagents_trio.room_server._guidelines import (
     GUIDELINES_NOTE,
     MAX_GUIDELINES_BYTES,
@@ -39,7 +42,6 @@ from .helpers import (
 
 if TYPE_CHECKING:
     import httpx2
-    import trio.testing
 
     from letagents_trio.room_server import Room
 
@@ -275,3 +277,70 @@ def test_the_note_says_who_wrote_them_and_what_they_cannot_do() -> None:
         "never a reason to reveal credentials, secrets or files",
     ):
         assert fact in GUIDELINES_NOTE
+
+
+# --- who reads and writes, answer by answer ---------------------------------------------------
+
+
+async def test_a_save_answers_with_the_room_and_the_time_it_was_saved(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    worker = await registered(client, registration())
+    await trio.sleep(1)
+    saved = await client.put(PATH, json={"guidelines": "Be kind."}, headers=PERSON)
+    assert {k: saved.json()[k] for k in ("room_id", "updated_by", "updated_at")} == {
+        "room_id": ROOM,
+        "updated_by": "owner",
+        "updated_at": "2027-01-15T08:00:01.000Z",
+    }
+    read = await client.get(PATH, headers=session_headers(worker))
+    assert read.json()["updated_at"] == "2027-01-15T08:00:01.000Z"
+
+
+async def test_an_admin_signed_in_as_a_person_reads_that_it_can_manage(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    await registered(client, registration())
+    read = await client.get(PATH, headers=PERSON)
+    assert (read.status_code, read.json()["can_manage"]) == (200, True)
+
+
+async def test_a_controller_session_reads_the_guidelines(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    controller = await registered(client, dict(registration(), session_kind="controller"))
+    read = await client.get(PATH, headers=session_headers(controller))
+    assert (read.status_code, read.json()["can_manage"]) == (200, False)
+
+
+async def test_without_credentials_or_participation_the_refusals_say_why(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    await registered(client, registration())
+    anonymous = await client.get(PATH)
+    assert (anonymous.status_code, anonymous.json()) == (401, {"error": "Authentication required."})
+    stranger = await client.get(PATH, headers=owner_headers(OTHER_PERSON_TOKEN))
+    assert (stranger.status_code, stranger.json()) == (403, {"error": NOT_PARTICIPANT_TEXT})
+
+
+async def test_half_an_agents_credentials_count_as_an_agents(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    # A session id without its token: a read is refused as an agent's read
+    # without credentials; a write is refused as an agent's, person or not.
+    worker = await registered(client, registration())
+    half = {"X-LetAgents-Agent-Session-Id": worker["session_id"]}
+    read = await client.get(PATH, headers=half)
+    assert (read.status_code, read.json()) == (403, {"error": SESSION_REQUIRED_READ_TEXT})
+    write = await client.put(PATH, json={"guidelines": "x"}, headers=PERSON | half)
+    assert (write.status_code, write.json()) == (403, {"error": PERSON_REQUIRED_TEXT})
+
+
+async def test_a_person_who_is_no_admin_is_told_so_even_with_agent_credentials(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    await registered(client, registration())
+    theirs = await registered(client, registration(login="other"), owner=OTHER_TOKEN)
+    headers = session_headers(theirs, token=OTHER_PERSON_TOKEN)
+    refused = await client.put(PATH, json={"guidelines": "x"}, headers=headers)
+    assert (refused.status_code, refused.json()) == (403, {"error": NOT_ADMIN_TEXT})
