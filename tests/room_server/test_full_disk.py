@@ -24,6 +24,8 @@ import trio.testing
 from letagents_trio.room_server import Room, RoomStore, SQLiteStore
 from letagents_trio.room_server._store import MessageRow, SessionRow
 from letagents_trio.room_server._store_errors import StoreWriteError
+from letagents_trio.room_server._streams import ProcessStream
+from letagents_trio.room_server._wire import Credentials
 
 from .helpers import (
     EPOCH,
@@ -196,3 +198,50 @@ async def test_a_held_stream_and_the_sweep_outlive_a_storage_that_refuses_writes
     row = room.session(session["session_id"])
     assert row is not None
     assert row.process_disconnected_at == EPOCH + 125_000  # its drop, once writes work
+
+
+async def test_a_room_starting_over_a_storage_that_refuses_writes_starts_and_says_nothing(
+    autojump_clock: trio.testing.MockClock,
+    room: Room,
+    store: RoomStore,
+    client: httpx2.AsyncClient,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The start's closing of connections left open is one transaction: refused,
+    the rows stay as they were and the room serves all the same."""
+    session = await registered(client, registration())
+    row = store.get_session(session["session_id"])
+    assert row is not None
+    left_open = attrs.evolve(row, process_seen_at=EPOCH, process_connection_id="c-left")
+    store.put_session(left_open)
+    read_only(store, True)
+    caplog.set_level(logging.WARNING, "letagents_trio.room_server")
+    await nursery.start(room.run)
+    assert "left open are closed" not in caplog.text
+    assert store.get_session(session["session_id"]) == left_open
+
+
+async def test_a_drop_the_storage_refuses_to_record_ends_the_stream_quietly(
+    autojump_clock: trio.testing.MockClock, room: Room, store: RoomStore
+) -> None:
+    reply = await room.register(OWNER_TOKEN, ROOM, registration())
+    session = dict(reply.body)
+    creds = Credentials(
+        owner_token=OWNER_TOKEN,
+        session_id=session["session_id"],
+        session_token=session["session_token"],
+    )
+    stream = room.open_process_stream(ROOM, session["session_id"], creds)
+    assert isinstance(stream, ProcessStream)
+    before = store.get_session(session["session_id"])
+
+    async def write(frame: bytes) -> None:
+        pass
+
+    read_only(store, True)
+    stream.close("dropped")
+    await room.run_process_stream(stream, write)  # returns: the refused write is not an error
+    read_only(store, False)
+    assert store.get_session(session["session_id"]) == before
+    assert room.process_streams(session["session_id"]) == []

@@ -118,3 +118,20 @@ async def test_a_connection_the_starting_room_already_holds_is_left_open(
         assert row is not None
         assert row.process_disconnected_at is None
         nursery.cancel_scope.cancel(reason="test over")
+
+
+async def test_a_restarted_room_says_how_many_connections_it_closed(
+    store: RoomStore,
+    autojump_clock: trio.testing.MockClock,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = restarted(store, EPOCH)
+    for i in range(2):
+        reply = await first.register(OWNER_TOKEN, ROOM, registration(name=f"W{i}", host=HOST))
+        row = store.get_session(reply.body["session_id"])
+        assert row is not None
+        store.put_session(attrs.evolve(row, process_seen_at=EPOCH, process_connection_id=f"c{i}"))
+    caplog.set_level(logging.WARNING, "letagents_trio.room_server")
+    await nursery.start(restarted(store, EPOCH + 60_000).run)
+    assert "room start: 2 process connection(s) left open are closed" in caplog.text

@@ -1,18 +1,34 @@
-"""_streams: the evidence a process stream leaves, as pure functions of a row and a time."""
+"""_streams: the evidence a process stream leaves (pure functions of a row and a time), how a
+stream is served, and the registry that holds them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import attrs
+import trio
+import trio.testing
 
 from letagents_trio.room_server._rows import SessionRow
 from letagents_trio.room_server._streams import (
+    SSE_FORM,
+    WEBSOCKET_FORM,
+    CloseMode,
     ProcessStream,
+    StreamForm,
     closed_at_start,
     dropped,
     exit_recorded,
     opened,
     refresh_outcome,
+    serve_stream,
 )
+from letagents_trio.room_server._wire import Credentials
+
+from .helpers import OWNER_TOKEN, ROOM, registration
+
+if TYPE_CHECKING:
+    from letagents_trio.room_server import Room
 
 ROW = SessionRow(session_id="s", room_id="r", token_hash="h", agent_heard_at=100)
 STREAM = ProcessStream(session_id="s", room_id="r", connection_id="c1")
@@ -87,3 +103,99 @@ def test_a_start_closes_a_connection_a_row_says_is_open_as_a_drop_now() -> None:
     ):
         assert untouched is not None
         assert closed_at_start(untouched, 900) is None
+
+
+def test_an_exit_of_an_ended_or_unknown_session_is_not_recorded() -> None:
+    current = opened(ROW, "c1", 200)
+    assert exit_recorded(attrs.evolve(current, ended_at=250), "c1", 300) is None
+    assert exit_recorded(None, "c1", 300) is None
+
+
+# --- serving a stream: what it writes, and how it closes ----------------------------------------
+
+
+async def served(
+    form: StreamForm, outcomes: list[CloseMode | None], *, for_s: float
+) -> tuple[list[bytes], ProcessStream]:
+    """Serve a stream in ``form`` for ``for_s`` seconds; each refresh takes the next outcome."""
+    stream = ProcessStream(session_id="s", room_id="r", connection_id="c1")
+    frames: list[bytes] = []
+
+    async def write(frame: bytes) -> None:
+        frames.append(frame)
+
+    def refresh(_: ProcessStream) -> CloseMode | None:
+        return outcomes.pop(0) if outcomes else None
+
+    with trio.move_on_after(for_s):
+        await serve_stream(
+            stream, write, form=form, heartbeat_interval=5, refresh_interval=30, refresh=refresh
+        )
+    return frames, stream
+
+
+async def test_a_websocket_stream_writes_no_heartbeat_of_its_own(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    frames, _ = await served(WEBSOCKET_FORM, [], for_s=61)
+    assert frames == [b'{"event":"open","connection_id":"c1","exit_ack":true}']
+
+
+async def test_a_refresh_that_finds_the_session_ended_writes_ended_and_closes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    frames, stream = await served(SSE_FORM, [None, "ended"], for_s=3600)
+    assert trio.current_time() == 60
+    assert stream.close_mode == "ended"
+    assert frames[-1] == b"event: ended\ndata: {}\n\n"
+    assert frames.count(b": heartbeat\n\n") == 11  # every 5 s until the refresh at 60 s
+
+
+# --- the registry, through the room ---------------------------------------------------------------
+
+
+def creds_of(session: dict[str, Any]) -> Credentials:
+    return Credentials(
+        owner_token=OWNER_TOKEN,
+        session_id=session["session_id"],
+        session_token=session["session_token"],
+    )
+
+
+async def test_a_session_is_held_while_any_of_its_streams_is(
+    autojump_clock: trio.testing.MockClock, room: Room, nursery: trio.Nursery
+) -> None:
+    session = dict((await room.register(OWNER_TOKEN, ROOM, registration())).body)
+    first = room.open_process_stream(ROOM, session["session_id"], creds_of(session))
+    second = room.open_process_stream(ROOM, session["session_id"], creds_of(session))
+    assert isinstance(first, ProcessStream)
+    assert isinstance(second, ProcessStream)
+
+    async def serve(stream: ProcessStream) -> None:
+        async def write(frame: bytes) -> None:
+            pass
+
+        await room.run_process_stream(stream, write)
+
+    nursery.start_soon(serve, first)
+    nursery.start_soon(serve, second)
+    await trio.sleep(30)  # the first, replaced, closes at its refresh
+    await trio.testing.wait_all_tasks_blocked()
+    assert first.close_mode == "replaced"
+    assert room.process_streams(session["session_id"]) == [second]
+    assert room.statistics().open_process_streams == 1
+    room.close_all_process_streams()
+    assert second.close_mode == "shutdown"
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.process_streams(session["session_id"]) == []
+
+
+async def test_an_exit_frame_over_the_held_socket_is_recorded_once(
+    autojump_clock: trio.testing.MockClock, room: Room
+) -> None:
+    session = dict((await room.register(OWNER_TOKEN, ROOM, registration())).body)
+    stream = room.open_process_stream(ROOM, session["session_id"], creds_of(session))
+    assert isinstance(stream, ProcessStream)
+    body = {"process_connection_id": stream.connection_id}
+    assert room.exit_over_socket(stream, body) is True
+    assert room.exit_over_socket(stream, body) is False
