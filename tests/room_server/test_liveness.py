@@ -184,7 +184,11 @@ def test_only_live_unsupervised_workers_are_announced() -> None:
 
 @pytest.mark.parametrize("latest", ["last_seen_at", "agent_heard_at", "process_seen_at"])
 def test_offline_counts_from_the_latest_sign_of_the_agent(latest: str) -> None:
-    signs = {"last_seen_at": 1_000, "agent_heard_at": 2_000, "process_seen_at": 3_000}
+    signs: dict[str, Any] = {
+        "last_seen_at": 1_000,
+        "agent_heard_at": 2_000,
+        "process_seen_at": 3_000,
+    }
     row = attrs.evolve(QUIET, **{**signs, latest: 9_000})
     assert offline_notice(row, ["t1"], 9_000 + GRACE - 1, grace_ms=GRACE) is None
     assert offline_notice(row, ["t1"], 9_000 + GRACE, grace_ms=GRACE) is not None

@@ -122,6 +122,7 @@ async def served(
     frames: list[bytes] = []
 
     async def write(frame: bytes) -> None:
+        await trio.lowlevel.checkpoint()
         frames.append(frame)
 
     def refresh(_: ProcessStream) -> CloseMode | None:

@@ -59,6 +59,7 @@ def test_a_worker_of_an_unreadable_scope_is_of_another_account_or_api(theirs: ob
 
 
 def test_an_operation_is_dropped_only_from_a_room_record_of_the_right_shape() -> None:
+    damaged: object
     for damaged in ([], "rooms", None):
         state = state_with(pending=OPERATION.to_json())
         state["mcp_workers"][WORKER]["rooms"] = damaged
