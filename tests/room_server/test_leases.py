@@ -6,6 +6,7 @@ rules of :mod:`letagents_trio.room_server._leases` at the end.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -13,16 +14,23 @@ import pytest
 import trio
 
 from letagents_trio.room_server import RoomStore, SQLiteStore
+from letagents_trio.room_server._accounts import Actor
 from letagents_trio.room_server._leases import (
     adopted,
     adopts,
     choose_target,
+    ended_lease,
+    lease_json,
+    new_work_lease,
     parse_lease_action,
+    work_lease,
+    work_task_ids,
 )
 from letagents_trio.room_server._rows import LeaseRow, SessionRow, TaskRow
 from letagents_trio.room_server._wire import Refusal
 
 from .helpers import (
+    EPOCH,
     ROOM,
     announce_exit,
     claimed_task,
@@ -354,3 +362,133 @@ def test_a_handoff_target_is_one_live_reachable_worker_of_the_key() -> None:
     assert target([B1], attrs.evolve(TASK, status="accepted")) == (
         "Cannot hand off a task in accepted status"
     )
+
+
+# --- the lease rules at their edges -----------------------------------------------------------
+
+
+def refusal(sessions: list[SessionRow], task: TaskRow = TASK, **body: str) -> tuple[int, Any]:
+    action = parse_lease_action({"action": "handoff", "target_actor_key": "owner/b", **body})
+    with pytest.raises(Refusal) as caught:
+        choose_target(action, task, sessions, lambda sid: sid != "b2")
+    return caught.value.reply.status, caught.value.reply.body
+
+
+def test_each_handoff_refusal_is_a_409_with_the_apis_text_and_code() -> None:
+    required, unreachable = (
+        "coordination_target_session_required",
+        ("coordination_target_session_unreachable"),
+    )
+    twin = attrs.evolve(B1, session_id="b3")  # the same instance as b1
+    missing = "No active worker session exists for target actor_key owner/b"
+    assert refusal([]) == (409, {"error": missing, "code": required})
+    assert refusal([B1], target_agent_session_id="b9") == (
+        409,
+        {"error": f"{missing} and target_agent_session_id b9", "code": required},
+    )
+    assert refusal([B1], target_actor_instance_id="i9") == (
+        409,
+        {"error": f"{missing} and target_actor_instance_id i9", "code": required},
+    )
+    assert refusal([B1, twin], target_actor_instance_id="i1") == (
+        409,
+        {
+            "error": "Multiple active worker sessions exist for target actor_key owner/b and"
+            " target_actor_instance_id i1; target_agent_session_id is required",
+            "code": required,
+        },
+    )
+    assert refusal([B1, B2]) == (
+        409,
+        {
+            "error": "Multiple active worker sessions exist for target actor_key owner/b;"
+            " target_agent_session_id is required",
+            "code": required,
+        },
+    )
+    assert refusal([B2]) == (
+        409,
+        {"error": "Target worker session b2 is not reachable in this room", "code": unreachable},
+    )
+    assert refusal([B1], attrs.evolve(TASK, status="accepted")) == (
+        409,
+        {
+            "error": "Cannot hand off a task in accepted status",
+            "code": "coordination_invalid_task_status",
+        },
+    )
+
+
+def test_a_tasks_work_lease_is_its_active_lease_of_kind_work() -> None:
+    expiring = attrs.evolve(WORK, expires_at=10)
+    review = attrs.evolve(WORK, lease_id="r", kind="review")
+    other_task = attrs.evolve(WORK, lease_id="o", task_id="task_2")
+    leases = [expiring, review, other_task]
+    assert work_lease(leases, "task_1", 9) == expiring
+    assert work_lease(leases, "task_1", 10) is None  # expired: the review lease is no work
+    assert work_task_ids(leases, "old", 9) == ["task_1", "task_2"]
+    assert work_task_ids(leases, "old", 10) == ["task_2"]
+
+
+def test_a_lease_ends_released_by_its_holder_or_revoked_by_an_admin() -> None:
+    released = ended_lease(WORK, holder=True, reason="done", now=9)
+    assert (released.status, released.revoked_reason, released.updated_at) == ("released", None, 9)
+    revoked = ended_lease(WORK, holder=False, reason="stuck", now=9)
+    assert (revoked.status, revoked.revoked_reason, revoked.updated_at) == ("revoked", "stuck", 9)
+
+
+def test_an_adopted_lease_binds_the_new_sessions_identity() -> None:
+    row = attrs.evolve(NEW, actor_label="Alpha | owner's agent | Claude Code")
+    moved = adopted(WORK, row, now=5)
+    assert (moved.agent_key, moved.agent_instance_id, moved.actor_label) == (
+        "owner/a",
+        "i1",
+        "Alpha | owner's agent | Claude Code",
+    )
+
+
+def test_a_claims_work_lease_and_how_it_is_shown() -> None:
+    claimer = attrs.evolve(B1, actor_label="Bee | owner's agent | Codex")
+    actor = Actor(label="Bee | owner's agent | Codex", account_id="acct", session=claimer)
+    lease = new_work_lease(TASK, actor, now=7, pr_url="https://example.test/pr/1")
+    assert re.fullmatch(r"tl_[0-9a-f]{32}", lease.lease_id)
+    assert lease == LeaseRow(
+        lease_id=lease.lease_id,
+        room_id=ROOM,
+        task_id=TASK.task_id,
+        kind="work",
+        agent_session_id="b1",
+        agent_key="owner/b",
+        agent_instance_id="i1",
+        actor_label="Bee | owner's agent | Codex",
+        created_by="Bee | owner's agent | Codex",
+        output_intent="t",
+        pr_url="https://example.test/pr/1",
+        created_at=7,
+        updated_at=7,
+    )
+    shown = lease_json(attrs.evolve(lease, expires_at=EPOCH, branch_ref="feature"))
+    assert shown == {
+        "id": lease.lease_id,
+        "room_id": ROOM,
+        "task_id": TASK.task_id,
+        "kind": "work",
+        "status": "active",
+        "agent_key": "owner/b",
+        "agent_instance_id": "i1",
+        "agent_session_id": "b1",
+        "actor_label": "Bee | owner's agent | Codex",
+        "epoch": 1,
+        "branch_ref": "feature",
+        "pr_url": "https://example.test/pr/1",
+        "output_intent": "t",
+        "expires_at": "2027-01-15T08:00:00.000Z",
+        "last_heartbeat_at": None,
+        "revoked_reason": None,
+        "created_by": "Bee | owner's agent | Codex",
+        "created_at": "1970-01-01T00:00:00.007Z",
+        "updated_at": "1970-01-01T00:00:00.007Z",
+    }
+    # A person's claim (no agent session) binds no agent key.
+    person = new_work_lease(TASK, Actor(label="owner", account_id="acct"), now=7, pr_url=None)
+    assert (person.agent_key, person.agent_session_id) == ("", None)
