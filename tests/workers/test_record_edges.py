@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from letagents_trio.workers import WorkerError
+from letagents_trio.workers._acting import held_session
 from letagents_trio.workers._names import AGENT_CODENAME_SPACE, CODENAME_WORDS, codename, name_key
 from letagents_trio.workers._records import (
     Operation,
@@ -205,3 +206,23 @@ def test_a_local_room_scans_the_whole_codename_space_then_takes_the_last_candida
         state["agent_sessions"][f"s{n}"] = session_json(f"s{n}", "t", display_name=name)
     record = store_local_session(state, WORKER, ROOM, OPERATION, facts())
     assert record["display_name"] == codename(f"{KEY}:{AGENT_CODENAME_SPACE}").display_name
+
+
+# --- the one worker held in a room ---------------------------------------------------------
+
+
+def test_the_worker_held_in_a_room_is_found_past_damaged_records_and_never_ended() -> None:
+    live = session_json("s1", "token")
+    state = state_with(session=live)
+    # Before ours in the file: a record that is no object, and one without rooms.
+    state["mcp_workers"] = {
+        "worker_" + "d" * 32: "damaged",
+        OTHER_WORKER: {"worker_id": OTHER_WORKER, "scope": SCOPE},
+        **state["mcp_workers"],
+    }
+    pins = pin(live)
+    held = held_session(state, pins.get, ROOM)
+    assert held is not None
+    assert held.session_id == "s1"
+    state["agent_sessions"]["s1"]["ended_at"] = NOW
+    assert held_session(state, pins.get, ROOM) is None
