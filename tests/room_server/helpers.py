@@ -17,6 +17,7 @@ from .paths import process_path
 if TYPE_CHECKING:
     import httpx2
 
+from letagents_trio.room_server._wire import Credentials
 from letagents_trio.workers._wire import durable_registration_body
 
 EPOCH: Final = 1_800_000_000_000
@@ -39,6 +40,13 @@ def connection_token() -> str:
 
 def owner_headers(token: str = OWNER_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def credentials(session: dict[str, Any], owner: str = OWNER_TOKEN) -> Credentials:
+    """A session's credentials, as the room reads them from a request (for direct calls)."""
+    return Credentials(
+        owner_token=owner, session_id=session["session_id"], session_token=session["session_token"]
+    )
 
 
 def session_headers(session: dict[str, Any], token: str = OWNER_TOKEN) -> dict[str, str]:

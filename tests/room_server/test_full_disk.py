@@ -25,12 +25,12 @@ from letagents_trio.room_server import Room, RoomStore, SQLiteStore
 from letagents_trio.room_server._store import MessageRow, SessionRow
 from letagents_trio.room_server._store_errors import StoreWriteError
 from letagents_trio.room_server._streams import ProcessStream
-from letagents_trio.room_server._wire import Credentials
 
 from .helpers import (
     EPOCH,
     OWNER_TOKEN,
     ROOM,
+    credentials,
     hold,
     owner_headers,
     register,
@@ -227,11 +227,7 @@ async def test_a_drop_the_storage_refuses_to_record_ends_the_stream_quietly(
 ) -> None:
     reply = await room.register(OWNER_TOKEN, ROOM, registration())
     session = dict(reply.body)
-    creds = Credentials(
-        owner_token=OWNER_TOKEN,
-        session_id=session["session_id"],
-        session_token=session["session_token"],
-    )
+    creds = credentials(session)
     stream = room.open_process_stream(ROOM, session["session_id"], creds)
     assert isinstance(stream, ProcessStream)
     before = store.get_session(session["session_id"])

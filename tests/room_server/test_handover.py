@@ -491,17 +491,25 @@ async def test_exhausted_names_are_409(
         )
 
 
-async def test_seniority_the_older_live_worker_keeps_a_shared_name(
-    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
-) -> None:
+async def sharing_a_name(
+    client: httpx2.AsyncClient, room: Room
+) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """Two live workers, the older first by 1 s, made to share NAME (as two racing rooms
+    could leave it): their instances and sessions."""
     old_instance, young_instance = worker_id(), worker_id()
     old = await registered(client, registration(name=NAME, instance=old_instance))
     await trio.sleep(1)
     young = await registered(client, registration(name="Other", instance=young_instance))
-    # Force a shared name (as two racing rooms could leave it).
     room.store.put_session(
         attrs.evolve(row(room, young), display_name=NAME, assigned_base_display_name=NAME)
     )
+    return old_instance, young_instance, old, young
+
+
+async def test_seniority_the_older_live_worker_keeps_a_shared_name(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    old_instance, young_instance, old, young = await sharing_a_name(client, room)
     young2 = await registered(
         client, registration(name=NAME, instance=young_instance, replace=young)
     )
@@ -516,13 +524,7 @@ async def test_seniority_the_older_live_worker_keeps_a_shared_name_while_the_you
     # §8.5.9, the other order: the older registers again first, while the
     # younger (live, not gone) still shares its name. The older keeps the name
     # and ends no one; the younger, registering next, is the one moved on.
-    old_instance, young_instance = worker_id(), worker_id()
-    old = await registered(client, registration(name=NAME, instance=old_instance))
-    await trio.sleep(1)
-    young = await registered(client, registration(name="Other", instance=young_instance))
-    room.store.put_session(
-        attrs.evolve(row(room, young), display_name=NAME, assigned_base_display_name=NAME)
-    )
+    old_instance, young_instance, old, young = await sharing_a_name(client, room)
     old2 = await registered(client, registration(name=NAME, instance=old_instance, replace=old))
     assert (old2["session_id"], old2["display_name"]) == (old["session_id"], NAME)
     assert row(room, young).live

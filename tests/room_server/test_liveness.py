@@ -211,15 +211,21 @@ def test_the_task_list_names_three_tasks_whole_and_counts_the_rest() -> None:
     assert four.startswith("[status] Builder has been offline for 30m while holding a, b, c and 1")
 
 
+async def gone_quiet_with_work(client: httpx2.AsyncClient, nursery: trio.Nursery) -> dict[str, Any]:
+    """A worker holding work whose stream dropped 30 min ago: its offline notice is due."""
+    s, _ = await worker_with_work(client)
+    await drop(await nursery.start(hold, client, s))
+    await trio.sleep(1800)
+    return s
+
+
 async def test_a_recovery_is_recorded_on_the_row(
     autojump_clock: trio.testing.MockClock,
     client: httpx2.AsyncClient,
     room: Room,
     nursery: trio.Nursery,
 ) -> None:
-    s, _ = await worker_with_work(client)
-    await drop(await nursery.start(hold, client, s))
-    await trio.sleep(1800)
+    s = await gone_quiet_with_work(client, nursery)
     assert len(room.sweep_liveness()) == 1
     await trio.sleep(60)
     await nursery.start(hold, client, s)
@@ -238,13 +244,11 @@ async def test_the_sweep_goes_on_past_sessions_it_does_not_announce(
     room: Room,
     nursery: trio.Nursery,
 ) -> None:
-    s, _ = await worker_with_work(client)
-    await drop(await nursery.start(hold, client, s))
+    s = await gone_quiet_with_work(client, nursery)
     quiet = room.session(s["session_id"])
     assert quiet is not None
     # Before it in session-id order: a controller, and a worker holding no work.
     room.store.put_session(attrs.evolve(quiet, session_id="!0", session_kind="controller"))
     room.store.put_session(attrs.evolve(quiet, session_id="!1"))
-    await trio.sleep(1800)
     (notice,) = room.sweep_liveness()
     assert notice.dedupe_id == f"agent_liveness:offline:{s['session_id']}:{EPOCH}"

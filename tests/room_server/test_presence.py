@@ -8,6 +8,7 @@ test says otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -515,28 +516,19 @@ def test_name_wait_is_at_least_the_margin() -> None:
 
 
 def test_a_rows_evidence_is_its_presence_columns() -> None:
+    columns: dict[str, Any] = {
+        "process_seen_at": NOW - 5 * SECOND,
+        "process_connection_id": "conn-1",
+        "process_disconnected_at": NOW - 4 * SECOND,
+        "process_host_id": "host_a",
+        "agent_heard_at": NOW - 3 * SECOND,
+        "last_seen_at": NOW - 2 * SECOND,
+        "ended_at": NOW - SECOND,
+        "agent_instance_id": DURABLE_ID,
+    }
     row = SessionRow(
-        session_id="s1",
-        room_id="room",
-        token_hash="not-a-token",
-        agent_key="owner/worker-1",
-        agent_instance_id=DURABLE_ID,
-        process_seen_at=NOW - 5 * SECOND,
-        process_connection_id="conn-1",
-        process_disconnected_at=NOW - 4 * SECOND,
-        process_host_id="host_a",
-        agent_heard_at=NOW - 3 * SECOND,
-        last_seen_at=NOW - 2 * SECOND,
-        ended_at=NOW - SECOND,
+        session_id="s1", room_id="room", token_hash="h", agent_key="owner/w", **columns
     )
     assert evidence_of(row, delivery_connected=True) == SessionEvidence(
-        process_seen_at=NOW - 5 * SECOND,
-        process_connection_id="conn-1",
-        process_disconnected_at=NOW - 4 * SECOND,
-        process_host_id="host_a",
-        agent_heard_at=NOW - 3 * SECOND,
-        last_seen_at=NOW - 2 * SECOND,
-        ended_at=NOW - SECOND,
-        delivery_connected=True,
-        agent_instance_id=DURABLE_ID,
+        delivery_connected=True, **columns
     )

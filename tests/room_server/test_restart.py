@@ -24,9 +24,8 @@ import trio.testing
 from letagents_trio.room_server import Room, RoomConfig, RoomStore, TrioClock
 from letagents_trio.room_server._presence import evidence_of, exited, gone
 from letagents_trio.room_server._streams import ProcessStream
-from letagents_trio.room_server._wire import Credentials
 
-from .helpers import EPOCH, OWNER_TOKEN, ROOM, registration
+from .helpers import EPOCH, OWNER_TOKEN, ROOM, credentials, registration
 
 if TYPE_CHECKING:
     import pytest
@@ -43,25 +42,31 @@ def restarted(store: RoomStore, at_ms: int) -> Room:
     )
 
 
+async def left_open(store: RoomStore, count: int) -> list[str]:
+    """The sessions a first room registered and left with their connections open."""
+    first = restarted(store, EPOCH)
+    sessions = []
+    for i in range(count):
+        reply = await first.register(OWNER_TOKEN, ROOM, registration(name=f"W{i}", host=HOST))
+        assert reply.status == 201, reply.body
+        sid = reply.body["session_id"]
+        row = store.get_session(sid)
+        assert row is not None
+        store.put_session(
+            attrs.evolve(row, process_seen_at=EPOCH, process_connection_id=f"c-{sid}")
+        )
+        sessions.append(sid)
+    return sessions
+
+
 async def test_a_restarted_room_closes_the_connections_it_no_longer_holds(
     store: RoomStore,
     autojump_clock: trio.testing.MockClock,
     nursery: trio.Nursery,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    first = restarted(store, EPOCH)
-    sessions = []
-    for i in range(4):
-        reply = await first.register(OWNER_TOKEN, ROOM, registration(name=f"W{i}", host=HOST))
-        assert reply.status == 201, reply.body
-        sessions.append(reply.body["session_id"])
     # What the first room left: four open connections; then one exited, one dropped, one ended.
-    for sid in sessions:
-        row = store.get_session(sid)
-        assert row is not None
-        store.put_session(
-            attrs.evolve(row, process_seen_at=EPOCH, process_connection_id=f"c-{sid}")
-        )
+    sessions = await left_open(store, 4)
     exited_id, dropped_id, ended_id, open_id = sessions
     row = store.get_session(exited_id)
     assert row is not None
@@ -106,11 +111,7 @@ async def test_a_connection_the_starting_room_already_holds_is_left_open(
     room = restarted(store, EPOCH)
     reply = await room.register(OWNER_TOKEN, ROOM, registration())
     session = dict(reply.body)
-    creds = Credentials(
-        owner_token=OWNER_TOKEN,
-        session_id=session["session_id"],
-        session_token=session["session_token"],
-    )
+    creds = credentials(session)
     assert isinstance(room.open_process_stream(ROOM, session["session_id"], creds), ProcessStream)
     async with trio.open_nursery() as nursery:
         await nursery.start(room.run)
@@ -126,12 +127,7 @@ async def test_a_restarted_room_says_how_many_connections_it_closed(
     nursery: trio.Nursery,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    first = restarted(store, EPOCH)
-    for i in range(2):
-        reply = await first.register(OWNER_TOKEN, ROOM, registration(name=f"W{i}", host=HOST))
-        row = store.get_session(reply.body["session_id"])
-        assert row is not None
-        store.put_session(attrs.evolve(row, process_seen_at=EPOCH, process_connection_id=f"c{i}"))
+    await left_open(store, 2)
     caplog.set_level(logging.WARNING, "letagents_trio.room_server")
     await nursery.start(restarted(store, EPOCH + 60_000).run)
     assert "room start: 2 process connection(s) left open are closed" in caplog.text

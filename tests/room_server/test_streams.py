@@ -3,7 +3,7 @@ stream is served, and the registry that holds them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -23,9 +23,8 @@ from letagents_trio.room_server._streams import (
     refresh_outcome,
     serve_stream,
 )
-from letagents_trio.room_server._wire import Credentials
 
-from .helpers import OWNER_TOKEN, ROOM, registration
+from .helpers import OWNER_TOKEN, ROOM, credentials, registration
 
 if TYPE_CHECKING:
     from letagents_trio.room_server import Room
@@ -155,20 +154,12 @@ async def test_a_refresh_that_finds_the_session_ended_writes_ended_and_closes(
 # --- the registry, through the room ---------------------------------------------------------------
 
 
-def creds_of(session: dict[str, Any]) -> Credentials:
-    return Credentials(
-        owner_token=OWNER_TOKEN,
-        session_id=session["session_id"],
-        session_token=session["session_token"],
-    )
-
-
 async def test_a_session_is_held_while_any_of_its_streams_is(
     autojump_clock: trio.testing.MockClock, room: Room, nursery: trio.Nursery
 ) -> None:
     session = dict((await room.register(OWNER_TOKEN, ROOM, registration())).body)
-    first = room.open_process_stream(ROOM, session["session_id"], creds_of(session))
-    second = room.open_process_stream(ROOM, session["session_id"], creds_of(session))
+    first = room.open_process_stream(ROOM, session["session_id"], credentials(session))
+    second = room.open_process_stream(ROOM, session["session_id"], credentials(session))
     assert isinstance(first, ProcessStream)
     assert isinstance(second, ProcessStream)
 
@@ -195,7 +186,7 @@ async def test_an_exit_frame_over_the_held_socket_is_recorded_once(
     autojump_clock: trio.testing.MockClock, room: Room
 ) -> None:
     session = dict((await room.register(OWNER_TOKEN, ROOM, registration())).body)
-    stream = room.open_process_stream(ROOM, session["session_id"], creds_of(session))
+    stream = room.open_process_stream(ROOM, session["session_id"], credentials(session))
     assert isinstance(stream, ProcessStream)
     body = {"process_connection_id": stream.connection_id}
     assert room.exit_over_socket(stream, body) is True
