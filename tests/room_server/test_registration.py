@@ -443,7 +443,13 @@ ACCOUNT = Account(account_id="acct_owner", login="owner")
 NOW = 1_000_000
 
 
-def _planned(body: dict[str, Any], sessions: list[SessionRow], *, releasable: bool = False) -> Plan:
+def _planned(
+    body: dict[str, Any],
+    sessions: list[SessionRow],
+    *,
+    releasable: bool = False,
+    proof: SessionRow | None = None,
+) -> Plan:
     def holder_of(row: SessionRow) -> Holder:
         # Gone (releasable) or present, as the test needs: no delivery, long silent.
         evidence = evidence_of(row, delivery_connected=not releasable)
@@ -454,7 +460,7 @@ def _planned(body: dict[str, Any], sessions: list[SessionRow], *, releasable: bo
         account=ACCOUNT,
         room_id=ROOM,
         sessions=sessions,
-        proof=None,
+        proof=proof,
         now=NOW,
         holder_of=holder_of,
         max_offset=1024,
@@ -564,6 +570,28 @@ def test_a_non_durable_instance_is_stale_100_s_after_it_was_last_seen_else_creat
         _planned(asked, [attrs.evolve(never_seen, created_at=NOW - 99_999)])
 
 
+def test_a_proven_replacement_still_judges_the_instances_other_live_rows() -> None:
+    body = registration(instance=LEGACY_INSTANCE, actor="owner/legacy")
+    proven = _row(body, "s0", "Alpha", token_hash=hash_token("proof"), last_seen_at=NOW)
+    stale = _row(body, "s1", "Alpha 2", token_hash=hash_token("t1"), last_seen_at=NOW - 100_000)
+    asked = {k: v for k, v in body.items() if k != "connection_token"}
+    asked |= {"replace_agent_session_id": "s0", "replace_agent_session_token": "proof"}
+    assert _planned(asked, [proven, stale], proof=proven).replace == (proven, stale)
+    recent = attrs.evolve(stale, last_seen_at=NOW - 99_999)
+    with pytest.raises(Refusal) as caught:
+        _planned(asked, [proven, recent], proof=proven)
+    assert caught.value.reply.body["active_session_id"] == "s1"
+
+
+def test_an_actor_key_of_the_login_and_a_slash_alone_is_not_owned() -> None:
+    with pytest.raises(Refusal) as caught:
+        parse_registration(ACCOUNT, dict(registration(), actor_key="owner/"))
+    assert (caught.value.reply.status, caught.value.reply.body) == (
+        403,
+        {"error": "actor_key is not owned by this account"},
+    )
+
+
 def test_an_instance_is_its_agent_keys_own_another_key_with_that_id_is_not() -> None:
     body = registration(instance=LEGACY_INSTANCE, actor="owner/legacy")
     asked = {k: v for k, v in body.items() if k != "connection_token"}
@@ -624,6 +652,14 @@ def test_seniority_an_older_live_holder_still_holds_after_a_younger_one_is_passe
     assert _choose(body, [younger, older], rotate=rotate).name != "Alpha"
     alone = _choose(body, [younger], rotate=rotate)
     assert (alone.name, alone.takeover) == ("Alpha", ())
+
+
+def test_an_ended_holder_passed_over_does_not_hide_a_live_one_behind_it() -> None:
+    body = registration(name="Alpha")
+    rotate = _row(body, "s5", "Alpha", created_at=5)
+    ended = _holding("s0", "Alpha", ended_at=NOW)  # first in session-id order
+    older = _holding("s1", "Alpha", created_at=0)
+    assert _choose(body, [ended, older], rotate=rotate).name != "Alpha"
 
 
 def test_only_live_holders_contest_a_durable_workers_current_name() -> None:
