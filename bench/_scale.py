@@ -38,6 +38,7 @@ __all__ = [
     "add_arguments",
     "add_note",
     "apply_defaults",
+    "fmt_ratio",
     "hold_idle",
     "note_foreign",
     "open_bound",
@@ -277,6 +278,13 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines + (["", *notes] if notes else []))
 
 
+def fmt_ratio(value: float | None, reference: float | None) -> str:
+    """``value / reference`` as ``0.42×``; a dash when either is missing or the reference is 0."""
+    if value is None or not reference:
+        return "—"
+    return f"{value / reference:.2f}×"
+
+
 def add_arguments(
     parser: argparse.ArgumentParser, *, idle_window: float, quick_idle_window: float
 ) -> None:
@@ -317,10 +325,13 @@ async def run_rows(
     args: argparse.Namespace,
     plan: Iterable[tuple[int, str, str]],
     run_row: Callable[[str, int, str], Awaitable[Row]],
+    *,
+    footer: Callable[[list[Row]], str] | None = None,
 ) -> None:
     """Run ``run_row(client, sessions, case)`` for each of ``plan`` (best of --retries
     while skewed by other load); print each row as JSON and, at the end (even when
-    stopped by a signal), the table; write ``--json``."""
+    stopped by a signal), the table and ``footer(rows)`` when it says something;
+    write ``--json``."""
     rows: list[Row] = []
     try:
         async with stopped_by_signals():
@@ -337,5 +348,9 @@ async def run_rows(
     finally:
         print()
         print(table(rows))
+        extra = footer(rows) if footer is not None else ""
+        if extra:
+            print()
+            print(extra)
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")

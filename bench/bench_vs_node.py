@@ -39,6 +39,10 @@ Cases: ``healthy``; ``slow`` (``--exit-delay-ms 800``: what a remote room
 answers, so only ``answered`` counts); ``blackhole`` (``--mode blackhole-exit``,
 exits received, never answered: the deadline must end the process).
 
+After the table, a second one gives each Python row's all open, RSS held and
+idle CPU as ratios to Node's row of the same N and case (when Node ran), the
+form the performance targets take.
+
     python bench/bench_vs_node.py [N ...] [--quick] [--no-node] [--cases healthy,slow]
         [--clients py,node] [--idle-window S] [--keepalive-ms MS] [--json FILE]
 
@@ -61,6 +65,7 @@ from _scale import (
     add_arguments,
     add_note,
     apply_defaults,
+    fmt_ratio,
     hold_idle,
     note_foreign,
     open_bound,
@@ -129,6 +134,27 @@ async def measure(child: Child, room: Room, row: Row) -> None:
         row.exit_span_s = status["last_exit_wall"] - term_wall
 
 
+def ratios(rows: list[Row]) -> str:
+    """Each Python row against Node's row of the same N and case, as the targets read.
+
+    Empty when no row has a Node row beside it.
+    """
+    node = {(r.sessions, r.case): r for r in rows if r.client == "node"}
+    lines = [
+        "| sessions | client | case | all open / Node's | RSS held / Node's | idle CPU / Node's |",
+        "|" + "---|" * 6,
+    ]
+    for r in rows:
+        ref = node.get((r.sessions, r.case))
+        if r.client == "node" or ref is None:
+            continue
+        lines.append(
+            f"| {r.sessions:,} | {r.client} | {r.case} | {fmt_ratio(r.open_s, ref.open_s)} "
+            f"| {fmt_ratio(r.rss_held, ref.rss_held)} | {fmt_ratio(r.idle_cpu_s, ref.idle_cpu_s)} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser, idle_window=10.0, quick_idle_window=2.0)
@@ -167,7 +193,7 @@ async def main(args: argparse.Namespace) -> None:
     async def one(client: str, sessions: int, case: str) -> Row:
         return await run_row(client, sessions, case, args, logs)
 
-    await run_rows(args, plan, one)
+    await run_rows(args, plan, one, footer=ratios)
 
 
 if __name__ == "__main__":
