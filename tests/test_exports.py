@@ -16,6 +16,8 @@ import __future__
 import enum
 import importlib
 import inspect
+import subprocess
+import sys
 import types
 from typing import Any
 
@@ -157,3 +159,20 @@ def test_the_lead_asked_for_these_core_names() -> None:
         "open_connection_manager",
     ):
         assert name in letagents_trio.__all__
+
+
+def test_importing_the_library_imports_no_test_framework() -> None:
+    """``import letagents_trio`` leaves ``trio.testing`` and pytest unloaded.
+
+    ``trio.testing`` imports pytest and with it some 170 modules: every
+    program that holds sessions would pay for them in memory and start-up
+    time. Run in a fresh interpreter, since this one has pytest loaded.
+    """
+    code = (
+        "import sys, letagents_trio, letagents_trio.workers\n"
+        "print(sorted(m for m in ('trio.testing', 'pytest', '_pytest') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip() == "[]"
