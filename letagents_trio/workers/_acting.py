@@ -30,7 +30,7 @@ import trio
 from .._errors import WorkerError
 from ._names import is_durable_worker_id
 from ._records import known_worker, same_token, stored_session, worker_record
-from ._state import mapping_at
+from ._stateparts import mapping_at
 from ._wire import (
     AMBIGUOUS_ROOM_TEXT,
     BOTH_TARGETS_TEXT,

@@ -95,7 +95,7 @@ from ._records import (
 )
 from ._registration import AccountCache, Owner, disconnect_at_room, no_sign_in
 from ._results import WorkerHandlesStatistics, WorkerRegistration
-from ._state import STATE_UNAVAILABLE_MESSAGE, iso_now
+from ._stateparts import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (
     BOTH_HANDLES_TEXT,
     CONTROLLER_TEXT,

@@ -44,7 +44,7 @@ import trio
 
 from .._errors import StateUnavailable
 from ._names import normalize_ide_label
-from ._state import STATE_UNAVAILABLE_MESSAGE
+from ._stateparts import STATE_UNAVAILABLE_MESSAGE
 
 if TYPE_CHECKING:
     from ._state import LocalStateStore

@@ -64,7 +64,7 @@ from ._names import (
 from ._records import read_leases, stored_session
 from ._registration import no_sign_in
 from ._results import WorkerRegistration
-from ._state import ensure_mapping, iso_now, mapping_at
+from ._stateparts import ensure_mapping, iso_now, mapping_at
 from ._wire import (
     EMBEDDER_WORDING,
     NO_CANONICAL_IDENTITY_TEXT,

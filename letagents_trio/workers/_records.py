@@ -40,7 +40,7 @@ from ._names import (
     is_durable_worker_id,
     name_key,
 )
-from ._state import ensure_mapping, mapping_at, session_in
+from ._stateparts import ensure_mapping, mapping_at, session_in
 from ._wire import (
     IN_PROGRESS_TEXT,
     NOT_CONFIRMED_TEXT,

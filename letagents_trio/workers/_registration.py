@@ -63,7 +63,7 @@ from ._records import (
     store_hosted_session,
     store_local_session,
 )
-from ._state import iso_now
+from ._stateparts import iso_now
 from ._wire import (
     ACCOUNT_UNVERIFIED_TEXT,
     DAMAGED_STATE_SIGN_IN_TEXT,

@@ -49,16 +49,13 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import attrs
 import trio
 
 from .._errors import StateError, StateLockTimeout, StateUnavailable
-from .._protocol import format_iso
-from .._session import AgentSession
 from ._names import is_durable_worker_id
 from ._nodejson import decode_json, encode_json, json_type
 from ._paths import STATE_FILE, letagents_file
@@ -71,27 +68,32 @@ from ._statelock import (
     acquire_lock,
     sweep_leftovers,
 )
+from ._stateparts import (
+    STATE_UNAVAILABLE_MESSAGE,
+    ensure_mapping,
+    iso_now,
+    mapping_at,
+    parse_iso,
+    session_in,
+)
+
+if TYPE_CHECKING:
+    from .._session import AgentSession
 
 __all__ = [
     "HOLD_LIMIT",
     "LOCK_POLL_INTERVAL",
     "LOCK_STALE_AFTER",
     "LOCK_TIMEOUT",
-    "STATE_UNAVAILABLE_MESSAGE",
     "LocalStateStore",
     "OwnerAuth",
     "StateSnapshot",
-    "ensure_mapping",
-    "iso_now",
-    "mapping_at",
 ]
 
 logger = logging.getLogger("letagents_trio.state")
 
 T = TypeVar("T")
 
-# The exact upstream text worker handles show for a damaged state file.
-STATE_UNAVAILABLE_MESSAGE: Final = "Worker state is unavailable; restore it before reconnecting."
 # Owner-only: the file holds the owner's token and session tokens.
 _FILE_MODE: Final = 0o600
 # 12 hex characters of randomness in temp names, as the Node client uses.
@@ -100,68 +102,6 @@ _TEMP_RANDOM_BYTES: Final = 6
 
 def _to_path(value: os.PathLike[str] | str | None) -> Path:
     return letagents_file(STATE_FILE) if value is None else Path(value)
-
-
-def iso_now(wall_clock: Callable[[], float] = time.time) -> str:
-    """The current time (from ``wall_clock``) as :func:`format_iso` writes it."""
-    return format_iso(wall_clock())
-
-
-def _parse_iso(text: str) -> float | None:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def mapping_at(parent: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    """The JSON object under ``key``, for reading.
-
-    Returns ``None`` when the key is absent *or* holds something other than an
-    object, so a wrong-typed part of a damaged file never crashes a reader.
-    """
-    value = parent.get(key)
-    return value if isinstance(value, dict) else None
-
-
-def ensure_mapping(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    """The JSON object under ``key``, for writing inside :meth:`LocalStateStore.update`.
-
-    Creates an empty object when the key is absent.
-
-    Raises:
-        StateUnavailable: the key holds something other than an object; it is
-            left as it is rather than replaced.
-    """
-    value = parent.get(key)
-    if value is None and key not in parent:
-        created: dict[str, Any] = {}
-        parent[key] = created
-        return created
-    if isinstance(value, dict):
-        return value
-    error = StateUnavailable(STATE_UNAVAILABLE_MESSAGE)
-    error.add_note(f"{key!r} in the state file is {json_type(value)}, not an object")
-    raise error
-
-
-def session_in(data: Mapping[str, Any], session_id: str) -> AgentSession | None:
-    """The session stored under ``agent_sessions[session_id]`` in ``data``, if well formed.
-
-    A missing, wrong-typed or malformed record reads as ``None``, as the Node
-    client's plain read gives an empty state then.
-    """
-    sessions = mapping_at(data, "agent_sessions")
-    record = None if sessions is None else mapping_at(sessions, session_id)
-    if record is None:
-        return None
-    try:
-        return AgentSession.from_json(record)
-    except ValueError:
-        return None
 
 
 @final
@@ -207,7 +147,7 @@ def _auth_expired(record: Mapping[str, Any], now: float) -> bool:
         return False
     # An unparseable expiry is not an expiry (JavaScript's NaN compares false);
     # the room will answer 401 if the token is void, which clears it.
-    deadline = _parse_iso(expires_at)
+    deadline = parse_iso(expires_at)
     return deadline is not None and deadline < now
 
 

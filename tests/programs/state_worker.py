@@ -52,7 +52,8 @@ from typing import Any
 import trio
 
 from letagents_trio._errors import StateLockTimeout
-from letagents_trio.workers._state import LocalStateStore, ensure_mapping
+from letagents_trio.workers._state import LocalStateStore
+from letagents_trio.workers._stateparts import ensure_mapping
 
 # The reader stops after this long even if the writers never finish.
 READ_GIVE_UP_SECONDS = 60.0

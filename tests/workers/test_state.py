@@ -39,14 +39,16 @@ from letagents_trio.workers._state import (
     LOCK_POLL_INTERVAL,
     LOCK_STALE_AFTER,
     LOCK_TIMEOUT,
-    STATE_UNAVAILABLE_MESSAGE,
     LocalStateStore,
     OwnerAuth,
+)
+from letagents_trio.workers._statelock import _identify, _remove_if_same, pid_space
+from letagents_trio.workers._stateparts import (
+    STATE_UNAVAILABLE_MESSAGE,
     ensure_mapping,
     iso_now,
     mapping_at,
 )
-from letagents_trio.workers._statelock import _identify, _remove_if_same, pid_space
 
 if TYPE_CHECKING:
     from letagents_trio._manager import HolderStateHooks
