@@ -158,6 +158,58 @@ class HolderStatistics:
     next_attempt_at: float | None
 
 
+async def _ours(still_ours: StillOurs, session: AgentSession) -> bool:
+    """The ``still_ours`` hook's answer for ``session``; a hook that fails says no."""
+    try:
+        return bool(await still_ours(session))
+    except Exception:
+        logger.warning(
+            "still_ours hook failed for %s; treating it as not ours",
+            session.session_id,
+            exc_info=True,
+        )
+        return False
+
+
+@final
+@attrs.define(eq=False)
+class _Tally:
+    """What a holder counts: attempts by outcome, opens, each outcome's retries since an open."""
+
+    retries: dict[Outcome, int] = attrs.Factory(lambda: dict.fromkeys(_RETRIED, 0))
+    attempts: dict[Outcome, int] = attrs.Factory(lambda: dict.fromkeys(Outcome, 0))
+    opens: int = 0
+    last_outcome: Outcome | None = None
+    opened_at: float | None = None
+    next_attempt_at: float | None = None
+
+    def opened(self) -> None:
+        """A stream opened: every backoff counter starts again."""
+        self.retries = dict.fromkeys(_RETRIED, 0)
+        self.opens += 1
+        self.opened_at = trio.current_time()
+
+    def closed(self, outcome: Outcome) -> None:
+        """An attempt ended with ``outcome``."""
+        self.attempts[outcome] += 1
+        self.last_outcome = outcome
+
+    def snapshot(
+        self, session_id: str, status: HolderStatus, connection_id: str | None
+    ) -> HolderStatistics:
+        """The holder's :class:`HolderStatistics`, frozen."""
+        return HolderStatistics(
+            session_id=session_id,
+            status=status,
+            connection_id=connection_id,
+            attempts=MappingProxyType(dict(self.attempts)),
+            opens=self.opens,
+            last_outcome=self.last_outcome,
+            opened_at=self.opened_at,
+            next_attempt_at=self.next_attempt_at,
+        )
+
+
 @final
 class ProcessHolder:
     """Holds the process connection of one worker session.
@@ -208,12 +260,7 @@ class ProcessHolder:
         # cleared only when an attempt ends on its own, never by cancellation,
         # so the exit announcement can name it however the holder was stopped.
         self._held_connection_id: str | None = None
-        self._counters = dict.fromkeys(_RETRIED, 0)
-        self._attempts = dict.fromkeys(Outcome, 0)
-        self._opens = 0
-        self._last_outcome: Outcome | None = None
-        self._opened_at: float | None = None
-        self._next_attempt_at: float | None = None
+        self._tally = _Tally()
         self._stop_reason = "stopped"
 
     def __repr__(self) -> str:
@@ -241,16 +288,7 @@ class ProcessHolder:
 
     def statistics(self) -> HolderStatistics:
         """A frozen snapshot of the holder's state and counts."""
-        return HolderStatistics(
-            session_id=self._session.session_id,
-            status=self._status,
-            connection_id=self._connection_id,
-            attempts=MappingProxyType(dict(self._attempts)),
-            opens=self._opens,
-            last_outcome=self._last_outcome,
-            opened_at=self._opened_at,
-            next_attempt_at=self._next_attempt_at,
-        )
+        return self._tally.snapshot(self._session.session_id, self._status, self._connection_id)
 
     async def wait_status(self, *statuses: HolderStatus) -> HolderStatus:
         """Wait until the holder's status is one of ``statuses``; return it.
@@ -308,12 +346,11 @@ class ProcessHolder:
         """Begin leaving; send the exit over the open stream at once if the transport can.
 
         From here on the holder never retries, and its exit names the
-        connection it holds now. For the goodbye of thousands of sessions:
-        where it returns True the exit is written, with no task and no
-        checkpoint of its own, and the goodbye then only has to :meth:`stop`
-        the holder (whose block closes the stream). False having done nothing
-        :meth:`leave` could not follow: no stream open on a named connection,
-        or a transport (SSE) or a socket that cannot write the exit at once.
+        connection it holds now. True: the exit is written, with no task and
+        no checkpoint, and the goodbye then only stops the holder. False,
+        having done nothing :meth:`leave` could not follow: no stream open on
+        a named connection, or a transport (SSE) or socket that cannot write
+        the exit at once.
         """
         self._begin_leaving()
         stream, connection_id = self._stream, self._held_connection_id
@@ -326,22 +363,16 @@ class ProcessHolder:
     async def leave(self, *, answer_by: float = math.inf) -> bool | None:
         """Close the stream, then announce the exit naming the connection it held.
 
-        A transport with an exit of its own sends it over the open stream and
-        then closes it; when the room answers such an exit (it said so as the
-        stream opened), its answer is awaited until ``answer_by``, and an exit
-        not answered by then is POSTed as well. Otherwise the stream is
-        closed, and the exit POSTed. With no connection named (no stream
-        open, or the room has not named it yet), the holder is stopped and
-        waited for first: the room records such an exit only once it has
-        seen the close (PROTOCOL §2.2). The holder stops either way.
-
-        Args:
-            answer_by: until when (trio's clock) to wait for the room's answer
-                to an exit sent over the stream.
+        A transport with an exit of its own sends it over the open stream
+        first; where the room answers such an exit (it said so as the stream
+        opened), the answer is awaited until ``answer_by`` (trio's clock) and
+        an exit not answered by then is POSTed as well. With no connection
+        named yet, the holder stops first: the room records such an exit only
+        once it has seen the close (PROTOCOL §2.2). The holder stops either way.
 
         Returns:
             Whether the room recorded the exit; None when it went over the
-            stream itself and the room gives no answer.
+            stream and the room gives no answer.
 
         Raises:
             ApiError: the room refused the POSTed exit.
@@ -349,8 +380,8 @@ class ProcessHolder:
             RuntimeError: this holder has left already (one exit per holder).
 
         Cancellation:
-            A checkpoint; the goodbye's deadline cancels it, and the room may
-            or may not have the exit.
+            A checkpoint; cancelled (the goodbye's deadline), the room may or
+            may not have the exit.
         """
         if self._left:
             raise RuntimeError(f"the holder of {self._session.session_id} has left already")
@@ -423,7 +454,7 @@ class ProcessHolder:
                 await self._loop()
         finally:
             self._connection_id = None
-            self._next_attempt_at = None
+            self._tally.next_attempt_at = None
             if self._status is not HolderStatus.ENDED:
                 self._set_status(HolderStatus.STOPPED)
                 self._event(EventKind.STOPPED, detail=self._stop_reason)
@@ -443,8 +474,7 @@ class ProcessHolder:
                 # Leaving, the exit still names the connection (the room ended
                 # the session as the goodbye began).
                 self._held_connection_id = None
-            self._attempts[outcome] += 1
-            self._last_outcome = outcome
+            self._tally.closed(outcome)
             self._event(EventKind.CLOSED, outcome=outcome, connection_id=closed_id, detail=detail)
             logger.info(
                 "process connection of %s: %s (%s)",
@@ -452,20 +482,21 @@ class ProcessHolder:
                 outcome.value,
                 detail,
             )
-            if outcome is Outcome.UNSUPPORTED and not self._counters[outcome]:
+            if outcome is Outcome.UNSUPPORTED and not self._tally.retries[outcome]:
                 schedule = ", ".join(f"{d:g}" for d in self._policy.unsupported_delays)
-                text = FORGOTTEN_TEXT if self._opens else NO_ROUTE_TEXT
+                text = FORGOTTEN_TEXT if self._tally.opens else NO_ROUTE_TEXT
                 logger.warning(text, self._session.session_id, detail, schedule)
             if outcome is Outcome.ENDED:
                 await self._end()
                 return
-            if outcome in (Outcome.REFUSED, Outcome.UNSUPPORTED) and not await self._ours():
+            refused = outcome in (Outcome.REFUSED, Outcome.UNSUPPORTED)
+            if refused and not await _ours(self._still_ours, self._session):
                 self._stop_reason = "no longer ours"
                 self._forget(self)
                 return
-            delay = self._policy.delay(outcome, self._counters[outcome])
+            delay = self._policy.delay(outcome, self._tally.retries[outcome])
             await self._backoff(outcome, delay)
-            self._counters[outcome] += 1
+            self._tally.retries[outcome] += 1
 
     async def _attempt(self) -> tuple[Outcome, str]:
         # At most policy.open_concurrency of the manager's attempts wait for the
@@ -514,24 +545,21 @@ class ProcessHolder:
     def _opened(self, stream: ProcessStream) -> None:
         self._stream = stream
         self._turns.release_on_behalf_of(self)
-        for outcome in _RETRIED:
-            self._counters[outcome] = 0
-        self._opens += 1
-        self._opened_at = trio.current_time()
+        self._tally.opened()
         self._set_status(HolderStatus.OPEN)
         self._event(EventKind.OPEN)
 
     async def _backoff(self, outcome: Outcome, delay: float) -> None:
-        self._next_attempt_at = trio.current_time() + delay
+        self._tally.next_attempt_at = trio.current_time() + delay
         self._set_status(HolderStatus.WAITING)
         self._event(EventKind.BACKOFF, outcome=outcome, delay=delay)
-        with trio.CancelScope(deadline=self._next_attempt_at) as scope:
+        with trio.CancelScope(deadline=self._tally.next_attempt_at) as scope:
             self._backoff_scope = scope
             try:
                 await trio.sleep_forever()
             finally:
                 self._backoff_scope = None
-        self._next_attempt_at = None
+        self._tally.next_attempt_at = None
 
     async def _end(self) -> None:
         self._forget(self)
@@ -541,17 +569,6 @@ class ProcessHolder:
             await self._on_ended(self._session)
         except Exception:
             logger.exception("on_ended hook failed for %s", self._session.session_id)
-
-    async def _ours(self) -> bool:
-        try:
-            return bool(await self._still_ours(self._session))
-        except Exception:
-            logger.warning(
-                "still_ours hook failed for %s; treating it as not ours",
-                self._session.session_id,
-                exc_info=True,
-            )
-            return False
 
     # --- bookkeeping --------------------------------------------------------------------
 
