@@ -74,6 +74,62 @@ def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
 
 
 @final
+class _Bounds:
+    """What the room may send on one socket: a message's bytes and pieces, pings per interval."""
+
+    def __init__(self, max_event_bytes: int, ping_interval: float) -> None:
+        self.max_event_bytes = max_event_bytes
+        self.ping_interval = ping_interval
+        # The message being received: its text pieces, its size in bytes, its pieces.
+        self._text: list[str] = []
+        self._message_bytes = 0
+        self._message_pieces = 0
+        # The room's pings in the current interval, and when that interval began.
+        self._pings = 0
+        self._pings_since = trio.current_time()
+
+    def message(self, event: TextMessage) -> str | None:
+        """The whole text of a message once its last piece is in, else None."""
+        self.count_piece(len(event.data.encode()), finished=event.message_finished)
+        self._text.append(event.data)
+        if not event.message_finished:
+            return None
+        text = "".join(self._text)
+        self._text.clear()
+        return text
+
+    def count_piece(self, size: int, *, finished: bool) -> None:
+        """Count one piece of a message, in bytes and in pieces, text or binary.
+
+        Raises:
+            StreamProtocolError: the message is over ``max_event_bytes`` bytes
+                or :data:`MAX_MESSAGE_PIECES` pieces (empty ones count too).
+        """
+        self._message_bytes += size
+        self._message_pieces += 1
+        if self._message_bytes > self.max_event_bytes:
+            raise StreamProtocolError("a message on the process socket is too large")
+        if self._message_pieces > MAX_MESSAGE_PIECES:
+            raise StreamProtocolError("a message on the process socket comes in too many pieces")
+        if finished:
+            self._message_bytes = self._message_pieces = 0
+
+    def count_ping(self) -> None:
+        """Count one of the room's pings.
+
+        Raises:
+            StreamProtocolError: more than :data:`MAX_PINGS_PER_INTERVAL` in
+                one ping interval.
+        """
+        now = trio.current_time()
+        if now - self._pings_since >= self.ping_interval:
+            self._pings, self._pings_since = 0, now
+        self._pings += 1
+        if self._pings > MAX_PINGS_PER_INTERVAL:
+            raise StreamProtocolError("the room floods the process socket with pings")
+
+
+@final
 class ProcessSocket:
     """One open process socket: the stream, its wsproto connection and its clock.
 
@@ -99,16 +155,9 @@ class ProcessSocket:
         self._ws = ws
         self._ping_interval = ping_interval
         self._pong_timeout = pong_timeout
-        self._max_event_bytes = max_event_bytes
         self._deadline = trio.current_time() + ping_interval
         self._awaiting_pong = False
-        # The message being received: its text pieces, its size in bytes, its pieces.
-        self._text: list[str] = []
-        self._message_bytes = 0
-        self._message_pieces = 0
-        # The room's pings in the current interval, and when that interval began.
-        self._pings = 0
-        self._pings_since = trio.current_time()
+        self._bounds = _Bounds(max_event_bytes, ping_interval)
         self._finished = False
         self._reply = b""
         # The part of the exit the kernel could not take at once (send_exit sends it).
@@ -176,7 +225,7 @@ class ProcessSocket:
         for event in self._ws.events():
             seen = True
             if isinstance(event, TextMessage):
-                text = self._message(event)
+                text = self._bounds.message(event)
                 if text is not None:
                     kind, frame = _server_frame(text)
                     if kind == "open":
@@ -186,9 +235,9 @@ class ProcessSocket:
                     ended = ended or kind == "ended"
             elif isinstance(event, BytesMessage):
                 # Not part of the protocol: counted against the limits, then dropped.
-                self._count_piece(len(event.data), finished=event.message_finished)
+                self._bounds.count_piece(len(event.data), finished=event.message_finished)
             elif isinstance(event, Ping):
-                self._count_ping()
+                self._bounds.count_ping()
                 if self._ws.state is ConnectionState.OPEN:
                     pong = self._ws.send(event.response())
             elif isinstance(event, CloseConnection):
@@ -204,46 +253,6 @@ class ProcessSocket:
             # Made now rather than at the goodbye, which writes thousands of them.
             self._exit = _exit_frames(connection_id)
         return StreamNews(connection_id=connection_id, ended=ended)
-
-    def _message(self, event: TextMessage) -> str | None:
-        """The whole text of a message once its last piece is in, else None."""
-        self._count_piece(len(event.data.encode()), finished=event.message_finished)
-        self._text.append(event.data)
-        if not event.message_finished:
-            return None
-        text = "".join(self._text)
-        self._text.clear()
-        return text
-
-    def _count_piece(self, size: int, *, finished: bool) -> None:
-        """Count one piece of a message, in bytes and in pieces, text or binary.
-
-        Raises:
-            StreamProtocolError: the message is over ``max_event_bytes`` bytes
-                or :data:`MAX_MESSAGE_PIECES` pieces (empty ones count too).
-        """
-        self._message_bytes += size
-        self._message_pieces += 1
-        if self._message_bytes > self._max_event_bytes:
-            raise StreamProtocolError("a message on the process socket is too large")
-        if self._message_pieces > MAX_MESSAGE_PIECES:
-            raise StreamProtocolError("a message on the process socket comes in too many pieces")
-        if finished:
-            self._message_bytes = self._message_pieces = 0
-
-    def _count_ping(self) -> None:
-        """Count one of the room's pings.
-
-        Raises:
-            StreamProtocolError: more than :data:`MAX_PINGS_PER_INTERVAL` in
-                one ping interval.
-        """
-        now = trio.current_time()
-        if now - self._pings_since >= self._ping_interval:
-            self._pings, self._pings_since = 0, now
-        self._pings += 1
-        if self._pings > MAX_PINGS_PER_INTERVAL:
-            raise StreamProtocolError("the room floods the process socket with pings")
 
     async def _receive(self) -> bytes:
         """Read one chunk, pinging after ``ping_interval`` of silence."""
@@ -399,7 +408,7 @@ class ProcessSocket:
         """
         for event in self._ws.events():
             if isinstance(event, TextMessage):
-                text = self._message(event)
+                text = self._bounds.message(event)
                 kind, frame = _server_frame(text) if text is not None else (None, {})
                 recorded = frame.get("recorded")
                 if (
