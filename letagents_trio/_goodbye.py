@@ -17,13 +17,19 @@ second announcement sends nothing). Each holder knows how to leave
    stream, then ``POST …/process/exit`` naming the connection it held;
 2. only once every exit that could go at once is written are those holders
    stopped, so that their unwinding never runs between two exits;
-3. the whole runs under the manager's ONE shielded deadline,
+3. exits sent at once to a room that answers them (it said so as the stream
+   opened) are waited for until :data:`ANSWER_SHARE` of the deadline, or
+   earlier when the holders still waiting need the rest to unwind; those
+   holders are stopped then, and their exits POSTed while one more still
+   unwinds by the deadline (an exit with no answer either way was sent:
+   reported unconfirmed);
+4. the whole runs under the manager's ONE shielded deadline,
    ``policy.exit_deadline``. Inside it, the exits still waiting for an answer
    are cancelled early enough for their own unwinding to end by that
    deadline (:mod:`letagents_trio._unwind`: each costs a task woken, frames
    unwound and a socket closed, and a black-holed room leaves thousands in
    flight);
-4. one :class:`ExitAnnouncement` per session is reported; failures are
+5. one :class:`ExitAnnouncement` per session is reported; failures are
    logged and reported, never raised.
 """
 
@@ -39,6 +45,7 @@ import trio
 
 from ._errors import ApiError, RoomUnreachable
 from ._events import EventKind, HolderEvent
+from ._holder import HolderStatus
 from ._unwind import UnwindBudget
 
 if TYPE_CHECKING:
@@ -106,6 +113,8 @@ class Goodbye:
             else trio.CapacityLimiter(policy.exit_concurrency)
         )
         self._results: dict[str, ExitAnnouncement] = {}
+        # The sessions whose exit went over their socket with no answer from the room.
+        self._sent: set[str] = set()
         # Until when the room's answer to an exit over a stream is awaited.
         self._answer_by = math.inf
         # Empty until the goodbye has ended; then one announcement per session held.
@@ -143,7 +152,7 @@ class Goodbye:
                     session_id=holder.session.session_id,
                     connection_id=connection_id,
                     recorded=None,
-                    error="deadline",
+                    error=None if holder.session.session_id in self._sent else "deadline",
                     finished_at=now,
                 )
                 for holder, connection_id in self._held
@@ -205,21 +214,39 @@ class Goodbye:
         nursery: trio.Nursery,
         budget: UnwindBudget,
     ) -> None:
-        """Wait for the rooms' answers to exits sent at once, until ``_answer_by``.
+        """Wait for the rooms' answers to exits sent at once; POST those not answered.
 
-        Each answered holder has stopped by itself; every exit not answered
-        by then is POSTed instead (its holder's :meth:`leave`), in what is left
-        of the deadline.
+        The wait ends at ``_answer_by``, or earlier when the holders waiting
+        need more than what is left after it to unwind. Each answered holder
+        has stopped by itself; every other is stopped then, its unwinding kept
+        time for, and its exit POSTed as well (its holder's :meth:`leave`)
+        while one more exit still unwinds by the deadline. An exit with no
+        answer from either went over its socket: it is reported as sent,
+        unconfirmed (``recorded`` None), not as cut by the deadline.
         """
-        for holder, _ in answering:
-            await holder.wait_exit_answer(self._answer_by)
+        # One deadline for the whole wait: past it, one wait is cancelled, not
+        # one for each holder still waiting.
+        with trio.move_on_at(min(self._answer_by, budget.unwind_by(len(answering)))):
+            for holder, _ in answering:
+                if holder.status not in _DONE:
+                    await holder.wait_status(*_DONE)
+        unanswered: list[tuple[ProcessHolder, str | None]] = []
         for holder, connection_id in answering:
             recorded = holder.exit_recorded
             if recorded is None:
-                budget.exit_started()
-                nursery.start_soon(self._leave, holder, connection_id, budget)
+                holder.stop("process exit")
+                unanswered.append((holder, connection_id))
+                self._sent.add(holder.session.session_id)
             else:
                 self._finished(holder.session, connection_id, recorded, None)
+        budget.reserve(len(unanswered))
+        posted = 0
+        while posted < len(unanswered) and budget.has_time():
+            budget.exit_started()
+            nursery.start_soon(self._leave, *unanswered[posted], budget)
+            posted += 1
+        for holder, connection_id in unanswered[posted:]:
+            self._finished(holder.session, connection_id, None, None)
 
     async def _leave(
         self, holder: ProcessHolder, connection_id: str | None, budget: UnwindBudget
@@ -305,6 +332,10 @@ _EXIT_DETAILS: dict[bool | None, str] = {
     False: "not recorded",
     None: "sent over the socket",
 }
+
+
+# A holder in one of these has closed its stream: its exit has its answer, or none comes.
+_DONE = (HolderStatus.ENDED, HolderStatus.STOPPED)
 
 
 def _stop(holder: ProcessHolder) -> None:

@@ -12,10 +12,16 @@ So the exits are cancelled early by what their unwinding will cost:
 ``deadline - allowance * (exits running)``. Each exit that gets its answer
 gives its share back (the cancellation moves later); each one started takes
 one (earlier). An exit in flight has reached the room, which records it on
-receipt: cancelling it a little early loses its answer, not the exit. The
-holders are not counted: cutting the goodbye short for them would leave exits
-unsent, which is worse than a late end. :data:`UNWIND_ALLOWANCE` is what one
-exit's unwinding costs (``docs/performance.md`` has the measurement).
+receipt: cancelling it a little early loses its answer, not the exit.
+
+Holders are counted only once their exit is sent and they wait for the
+room's answer to it (a WebSocket to a room that acknowledges exits): the wait
+ends by :meth:`UnwindBudget.unwind_by` for as many as wait, and those still
+waiting then are stopped and kept time for (:meth:`UnwindBudget.reserve`).
+Holders stopped before that are not counted: cutting the goodbye short for
+them would leave exits unsent, which is worse than a late end.
+:data:`UNWIND_ALLOWANCE` is what one exit's unwinding costs
+(``docs/performance.md`` has the measurement).
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class UnwindBudget:
         self._deadline = deadline
         self._allowance = unwind_allowance() if allowance is None else allowance
         self._running = 0
+        # Time kept for tasks that are not exits: holders stopped late.
+        self._reserved = 0
         self.scope = trio.CancelScope(deadline=deadline)
 
     def __repr__(self) -> str:
@@ -72,6 +80,19 @@ class UnwindBudget:
     def running(self) -> int:
         """Exits that would have to unwind if they were cancelled now."""
         return self._running
+
+    def unwind_by(self, count: int) -> float:
+        """The latest moment (trio time) from which ``count`` tasks still unwind by the deadline."""
+        return self._deadline - self._allowance * count
+
+    def reserve(self, count: int) -> None:
+        """Keep time for ``count`` tasks that are not exits to unwind (holders stopped late)."""
+        self._reserved += count
+        self._update()
+
+    def has_time(self) -> bool:
+        """Whether an exit started now could still unwind by the deadline, with all kept so far."""
+        return self.unwind_by(self._running + self._reserved + 1) > trio.current_time()
 
     def exit_started(self) -> None:
         """A task announcing one exit was started."""
@@ -84,4 +105,4 @@ class UnwindBudget:
         self._update()
 
     def _update(self) -> None:
-        self.scope.deadline = self._deadline - self._allowance * self._running
+        self.scope.deadline = self.unwind_by(self._running + self._reserved)

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast, final
 
 import pytest
 import trio
@@ -42,7 +42,7 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
-from letagents_trio._goodbye import _for_each
+from letagents_trio._goodbye import Goodbye, _for_each
 from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 
@@ -353,6 +353,78 @@ async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind
     assert ended == 10 + 1.5 - 0.5
     assert {(a.error, a.finished_at) for a in report} == {("deadline", 11.0)}
     assert len(fake_room.exits) == 32
+
+
+@final
+class UnansweredSocket:
+    """A holder whose exit went out over its socket at once, and whose room never answers it."""
+
+    held_connection_id = "connection"
+    exit_answer_expected = True
+    exit_recorded = None
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+        self.stopped_at: float | None = None
+        self.posted_at: float | None = None
+
+    status = HolderStatus.OPEN
+
+    def leave_now(self) -> bool:
+        return True
+
+    async def wait_status(self, *statuses: HolderStatus) -> None:
+        await trio.sleep_forever()
+
+    def stop(self, reason: str) -> None:
+        if self.stopped_at is None:
+            self.stopped_at = trio.current_time()
+
+    async def leave(self, *, answer_by: float) -> bool:
+        # Its stream was closed first: its POSTed exit follows the close.
+        assert self.stopped_at is not None
+        self.posted_at = trio.current_time()
+        await trio.lowlevel.checkpoint()
+        return True
+
+
+async def unanswered_goodbye(
+    fake_room: FakeRoom, count: int, policy: HoldPolicy
+) -> tuple[list[UnansweredSocket], tuple[ExitAnnouncement, ...]]:
+    """``count`` exits sent over sockets at t=10 and never answered, the deadline at 11.5."""
+    holders = [
+        UnansweredSocket(await fake_room.add_worker(display_name=f"W{i}")) for i in range(count)
+    ]
+    goodbye = Goodbye(cast("list[ProcessHolder]", holders), policy=policy, emit=lambda _: None)
+    await trio.sleep_until(10)
+    await goodbye.run(11.5)
+    return holders, goodbye.report
+
+
+async def test_the_wait_for_answers_ends_in_time_for_the_waiting_holders_to_unwind(
+    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
+) -> None:
+    """64 exits over sockets, none answered: at 1/64 s each the waiting holders
+    need a second to unwind, so the wait ends and they are stopped at 10.5
+    rather than at half the deadline (10.75); no POST could still unwind in
+    time, so none is sent: each exit is reported sent, unconfirmed."""
+    holders, report = await unanswered_goodbye(fake_room, 64, allowed)
+    assert trio.current_time() == 10.5
+    assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.5, None)}
+    assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, None, 10.5)}
+
+
+async def test_unanswered_exits_are_posted_while_their_unwinding_still_fits(
+    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
+) -> None:
+    """32 exits unanswered at half the deadline (10.75): their holders are stopped
+    then, keeping half a second (32/64) to unwind, and each POST 1/64 s more:
+    15 are POSTed, since 11.5 - (32 + 15) / 64 > 10.75 and one more would not fit."""
+    holders, report = await unanswered_goodbye(fake_room, 32, allowed)
+    assert trio.current_time() == 10.75
+    assert {h.stopped_at for h in holders} == {10.75}
+    assert [h.posted_at for h in holders] == [10.75] * 15 + [None] * 17
+    assert [(a.recorded, a.error) for a in report] == [(True, None)] * 15 + [(None, None)] * 17
 
 
 async def test_a_goodbye_with_nothing_held_says_so(
