@@ -66,7 +66,7 @@ from ._session import AgentSession
 if TYPE_CHECKING:
     from ._collector import OpeningBurst
 
-__all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder", "ineligibility"]
+__all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder"]
 
 logger = logging.getLogger("letagents_trio.holder")
 
@@ -110,26 +110,6 @@ class HolderStatus(enum.Enum):
 
     def __repr__(self) -> str:
         return f"HolderStatus.{self.name}"
-
-
-def ineligibility(session: AgentSession, *, owner_mode: bool) -> tuple[str, str] | None:
-    """Why no process connection is held for ``session`` (PROTOCOL §4.1), or None.
-
-    Only live worker sessions of hosted rooms with a token are held, and only
-    by a process acting for the owner (not under a worker bearer or supervisor).
-    Returns the rule's short code and a sentence naming it.
-    """
-    if not owner_mode:
-        return "not-owner", "this process does not act for the owner (a worker bearer is set)"
-    if session.session_kind != "worker":
-        return "not-a-worker", f"only worker sessions are held, not {session.session_kind!r}"
-    if session.ended_at:
-        return "ended", "the room ended the session"
-    if not session.session_token:
-        return "no-token", "the session has no token"
-    if session.is_local:
-        return "local-room", "local rooms have no process connection"
-    return None
 
 
 @final

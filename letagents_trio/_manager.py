@@ -35,7 +35,7 @@ from ._collector import CollectorPause, OpeningBurst
 from ._errors import IneligibleSession
 from ._events import HolderEvent
 from ._goodbye import ExitAnnouncement, Goodbye
-from ._holder import HolderStatus, ProcessHolder, ineligibility
+from ._holder import HolderStatus, ProcessHolder
 from ._policy import HoldPolicy
 from ._sse_connector import SSEConnector
 
@@ -53,6 +53,26 @@ __all__ = [
 ]
 
 logger = logging.getLogger("letagents_trio.manager")
+
+
+def ineligibility(session: AgentSession, *, owner_mode: bool) -> tuple[str, str] | None:
+    """Why no process connection is held for ``session`` (PROTOCOL §4.1), or None.
+
+    Only live worker sessions of hosted rooms with a token are held, and only
+    by a process acting for the owner (not under a worker bearer or supervisor).
+    Returns the rule's short code and a sentence naming it.
+    """
+    if not owner_mode:
+        return "not-owner", "this process does not act for the owner (a worker bearer is set)"
+    if session.session_kind != "worker":
+        return "not-a-worker", f"only worker sessions are held, not {session.session_kind!r}"
+    if session.ended_at:
+        return "ended", "the room ended the session"
+    if not session.session_token:
+        return "no-token", "the session has no token"
+    if session.is_local:
+        return "local-room", "local rooms have no process connection"
+    return None
 
 
 class HolderStateHooks(Protocol):

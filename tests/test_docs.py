@@ -414,5 +414,5 @@ def test_the_architecture_checks_see_a_missing_row_and_a_wrong_place() -> None:
     assert PACKAGE / "_manager.py" in _listed_modules()
     assert PACKAGE / "workers" / "_state.py" in _listed_modules()
     assert PACKAGE / "mcp_server" / "_tools.py" in _listed_modules()
-    assert _defines(PACKAGE / "_holder.py", "ineligibility")
-    assert not _defines(PACKAGE / "_holder.py", "is_eligible")
+    assert _defines(PACKAGE / "_manager.py", "ineligibility")
+    assert not _defines(PACKAGE / "_holder.py", "ineligibility")
