@@ -34,26 +34,13 @@ from .helpers import (
     supervised_config,
     text_of,
 )
-from .test_tools import REQUIRED
+from .test_tools import REQUIRED, WRITE_TOOLS
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from letagents_trio.testing import FakeRoom
 
-WRITE_TOOLS = (
-    "send_message",
-    "send_thread_message",
-    "post_status",
-    "add_task",
-    "claim_task",
-    "update_task",
-    "complete_task",
-    "release_task_lease",
-    "handoff_task_lease",
-    "remember_room_fact",
-    "request_human_input",
-)
 BEARER = "lasb_a-supervisors-worker-bearer"
 # Words of the validator's own report, which no tool result may show.
 VALIDATOR_WORDS = ("pydantic", "validation error", "input_value", "input_type", "Arguments\n")
