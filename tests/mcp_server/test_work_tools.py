@@ -150,6 +150,55 @@ async def test_one_workers_loop(
     } <= paths
 
 
+async def test_a_handoff_passes_the_lease_to_the_worker_the_agent_key_names(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """handoff_task_lease takes ``target_agent_key`` and sends it as the route's
+    ``target_actor_key`` (Node's ``src/mcp/server/tools/tasks/lease-tools.ts``; the route,
+    ``src/api/routes/rooms/tasks/lease-action.ts``, reads no other name): the task is
+    assigned to that worker with a fresh work lease, and the holder's is released."""
+    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+    with trio.fail_after(60):
+        async with Client(server, mode="legacy") as client:
+            a = (await register(client, "ka", "Alder"))["worker_id"]
+            birch = (await register(client, "kb", "Birch"))["agent_session"]
+            added = await call_ok(client, "add_task", {"worker_id": a, "title": "Fix the build"})
+            task_id = added["task"]["id"]
+            accept(fake_room, task_id)
+            claimed = await call_ok(client, "claim_task", {"worker_id": a, "task_id": task_id})
+            (lease,) = claimed["task"]["active_leases"]
+            args = {
+                "worker_id": a,
+                "task_id": task_id,
+                "target_agent_key": birch["agent_key"],
+                "lease_id": lease["id"],
+                "reason": "Birch knows the build",
+            }
+            handed = await call_ok(client, "handoff_task_lease", args)
+    assert (handed["action"], handed["task"]["status"]) == ("handoff", "assigned")
+    assert handed["task"]["assignee_agent_key"] == birch["agent_key"]
+    assert (handed["released_lease"]["id"], handed["released_lease"]["status"]) == (
+        lease["id"],
+        "released",  # the holder's own handoff: released, not revoked
+    )
+    new = handed["new_lease"]
+    assert (new["agent_key"], new["agent_session_id"]) == (
+        birch["agent_key"],
+        birch["session_id"],
+    )
+    (sent,) = [
+        r.body
+        for r in fake_room.requests
+        if (r.method, r.path) == ("POST", f"/rooms/{ROOM}/tasks/{task_id}/lease-action")
+    ]
+    assert sent == {
+        "action": "handoff",
+        "lease_id": lease["id"],
+        "reason": "Birch knows the build",
+        "target_actor_key": birch["agent_key"],
+    }
+
+
 async def test_read_messages_answers_the_newest_and_a_cursorless_wait_starts_there(
     autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
 ) -> None:
