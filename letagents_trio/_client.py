@@ -52,7 +52,7 @@ import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
-from ._http import HTTPFailure, Opener, Response, choose_stack
+from ._http import HTTPFailure, Opener, Response, choose_stack, failure_name
 from ._redact import redact
 from ._refusals import WORKER_CREDENTIAL_KEYS, StateHooks, after_refusal, path_of, read_answer
 from ._util import is_http_url
@@ -225,6 +225,10 @@ class RoomClient:
             except (ImportError, ValueError, httpx2.InvalidURL) as exc:
                 # The message is ours: a proxy URL can hold credentials.
                 raise RoomUnreachable(_UNUSABLE_PROXY) from exc
+            if self._transport is None:
+                from ._http._informational import bound_informational
+
+                bound_informational(self._http_client)
         return self._http_client
 
     def __repr__(self) -> str:
@@ -429,7 +433,7 @@ class RoomClient:
             except httpx2.RequestError as exc:
                 # TransportError, and DecodingError for a body that cannot be decoded.
                 raise RoomUnreachable(
-                    f"{method} {path_of(url)} failed: {type(exc).__name__}"
+                    f"{method} {path_of(url)} failed: {failure_name(exc)}"
                 ) from exc
         if raw is None:
             raise RoomUnreachable(f"{method} {path_of(url)}: no answer within {limit:g} s")

@@ -17,6 +17,11 @@
 5. **Architecture.** ``docs/architecture.md`` has a row for every module of the
    package, in the table of its layer, and every row of "Where each rule
    lives" names files that exist and, in parentheses, names those files define.
+6. **Plain Markdown.** The reading pages (every page of ``docs/`` but the Sphinx
+   site's own, and the README and CHANGELOG) read complete where Markdown is
+   rendered without Sphinx: no MyST role (``{class}`…```, ``{doc}`…```) and no
+   directive. The site's own pages keep theirs: ``index.md`` (the toctree),
+   ``changelog.md`` (it includes the CHANGELOG) and ``reference.md`` (autodoc).
 """
 
 from __future__ import annotations
@@ -416,3 +421,54 @@ def test_the_architecture_checks_see_a_missing_row_and_a_wrong_place() -> None:
     assert PACKAGE / "mcp_server" / "_tools.py" in _listed_modules()
     assert _defines(PACKAGE / "_manager.py", "ineligibility")
     assert not _defines(PACKAGE / "_holder.py", "ineligibility")
+
+
+# --- 6. plain Markdown --------------------------------------------------------------------
+
+# The pages that exist for the Sphinx site: its navigation, its copy of the
+# changelog, and the API reference autodoc generates.
+SITE_PAGES = frozenset({"index.md", "changelog.md", "reference.md"})
+_FENCED = re.compile(r"^(?P<fence>```+|~~~+)(?P<info>.*?)$.*?^(?P=fence)[ \t]*$", re.M | re.S)
+# A role outside code spans; a code span is matched first where one starts earlier.
+_ROLE_OR_CODE = re.compile(
+    r"(?P<role>\{[A-Za-z][\w:+-]*\}`[^`]+`)|(?P<code>(`+)[\s\S]*?(?<!`)\3(?!`))"
+)
+_COLON_DIRECTIVE = re.compile(r"^:::+\s*\{", re.MULTILINE)
+
+
+def sphinx_markup(text: str) -> list[str]:
+    """The MyST roles and directives in ``text``: what only Sphinx renders."""
+    found = [m["info"].strip() for m in _FENCED.finditer(text) if m["info"].strip()[:1] == "{"]
+    prose = _FENCED.sub("", text)
+    found += [m["role"] for m in _ROLE_OR_CODE.finditer(prose) if m["role"]]
+    found += [m.group(0) for m in _COLON_DIRECTIVE.finditer(prose)]
+    return found
+
+
+def reading_pages() -> list[Path]:
+    pages = [p for p in sorted(DOCS.glob("*.md")) if p.name not in SITE_PAGES]
+    return [*pages, ROOT / "README.md", ROOT / "CHANGELOG.md"]
+
+
+def test_the_reading_pages_hold_no_sphinx_markup() -> None:
+    markup = {
+        str(page.relative_to(ROOT)): found
+        for page in reading_pages()
+        if (found := sphinx_markup(page.read_text(encoding="utf-8")))
+    }
+    assert markup == {}
+
+
+def test_the_markup_scan_sees_roles_and_directives_but_not_code() -> None:
+    text = (
+        "See {class}`~letagents_trio.HoldPolicy` and {meth}`X.y\n<a.X.y>`, not `GET R/{t}`.\n"
+        "```{toctree}\nquickstart\n```\n```python\nx = {b}`\n```\n:::{note}\nhi\n:::\n"
+    )
+    assert sphinx_markup(text) == [
+        "{toctree}",
+        "{class}`~letagents_trio.HoldPolicy`",
+        "{meth}`X.y\n<a.X.y>`",
+        ":::{",
+    ]
+    assert {page.name for page in reading_pages()} >= {"cancellation.md", "README.md"}
+    assert sphinx_markup((DOCS / "reference.md").read_text(encoding="utf-8"))

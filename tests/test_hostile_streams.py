@@ -332,10 +332,12 @@ async def test_an_ended_event_cut_off_or_without_data_ends_at_once(
 async def test_a_byte_order_mark_mid_stream_hides_the_ended_event(
     autojump_clock: MockClock,
 ) -> None:
-    """A documented difference (``docs/process-connection.md``): Node finds the text
-    ``event: ended`` after a mid-stream U+FEFF (a substring); SSE keeps a BOM that is
-    not the stream's first character, so the field is ``\\ufeffevent`` and names no
-    event: the stream stays open and the session is not ended."""
+    """A documented difference (``docs/process-connection.md``): Node
+    (``runtime/process-connection.ts`` ``holdOnce``; ``process-connection.js`` in 0.12.31)
+    finds the text ``event: ended`` in its last 128 characters after a mid-stream U+FEFF
+    (``tail.includes``, a substring); SSE keeps a BOM that is not the stream's first
+    character, so the field is ``\\ufeffevent`` and names no event: the stream stays open
+    and the session is not ended."""
     ended: list[AgentSession] = []
     chunk = open_event("c1") + "\ufeffevent: ended\ndata: {}\n\n".encode()
     room = HostileRoom(chunks_then([chunk]))
@@ -351,10 +353,12 @@ async def test_a_byte_order_mark_mid_stream_hides_the_ended_event(
 async def test_an_open_event_without_its_blank_line_names_no_connection(
     autojump_clock: MockClock, then: str
 ) -> None:
-    """A documented difference: Node takes the id as soon as its pattern is in the
-    tail, so an exit sent while the stream is held names it; here an event without
-    its blank line never happened (E4): the exit names ``null``. Cut off by the end
-    of the stream, both drop and reopen after 1 s."""
+    """A documented difference: Node (``runtime/process-connection.ts`` ``holdOnce``;
+    ``process-connection.js`` in 0.12.31) takes the id as soon as its pattern
+    (``"connection_id":"<36 of [0-9a-f-]>"``) is in the tail after a read, so an exit sent
+    while the stream is held names it; here an event without its blank line never
+    happened (E4): the exit names ``null``. Cut off by the end of the stream, both drop
+    and reopen after 1 s."""
     cut = b'event: open\ndata: {"connection_id":"11111111-1111-4111-8111-111111111111"}'
     room = HostileRoom(chunks_then([b": connected\n\n" + cut], then=then))
     with trio.fail_after(60):

@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._http import LeanStack, Origin
+from letagents_trio._http import LeanStack, Origin, Stack
 from letagents_trio._http._request import MAX_INFORMATIONAL, HTTPFailure
 
 if TYPE_CHECKING:
@@ -40,18 +40,20 @@ class ScriptedOpener:
         return client
 
 
-async def _exit(stack: LeanStack) -> None:
-    await stack.exchange("POST", URL, [], b"{}", max_body=1024)
+async def send_exit(stack: Stack, url: str = URL) -> None:
+    """An exit's request, its answer read whole."""
+    await stack.exchange("POST", url, [], b"{}", max_body=1024)
 
 
-async def _stream(stack: LeanStack) -> None:
-    response = await stack.start("GET", URL, [], None)
+async def open_stream(stack: Stack, url: str = URL) -> None:
+    """A process stream's request, closed once its head is in."""
+    response = await stack.start("GET", url, [], None)
     await response.aclose()
 
 
-@pytest.mark.parametrize("send", [_exit, _stream], ids=["exit", "stream"])
+@pytest.mark.parametrize("send", [send_exit, open_stream], ids=["exit", "stream"])
 async def test_a_flood_of_informational_answers_fails_the_request(
-    autojump_clock: trio.testing.MockClock, send: Callable[[LeanStack], Awaitable[None]]
+    autojump_clock: trio.testing.MockClock, send: Callable[[Stack], Awaitable[None]]
 ) -> None:
     stack = LeanStack(ScriptedOpener(informational(MAX_INFORMATIONAL + 1) + ANSWER))
     with trio.fail_after(1), pytest.raises(HTTPFailure, match=r"^TooManyInformational$"):

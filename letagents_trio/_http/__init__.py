@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 from urllib.request import getproxies
 
-from ._httpx import HTTPXStack
+from ._httpx import HTTPXStack, failure_name
 from ._lean import LeanStack
 from ._net import NetworkOpener
 from ._pool import Answer
@@ -68,6 +68,7 @@ __all__ = [
     "Response",
     "Stack",
     "choose_stack",
+    "failure_name",
     "proxy_configured",
     "split_url",
 ]

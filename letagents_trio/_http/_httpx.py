@@ -8,6 +8,11 @@ sent (no read timeout: the holder owns silence); an exit is one request
 whose answer is read whole, within a cap; a WebSocket upgrade's raw stream
 is the ``network_stream`` that httpx2 hands over with a ``101`` answer,
 wrapped as a trio stream.
+
+**Informational answers.** httpcore2 counts none of the ``1xx`` heads it
+skips; the client's own transports get a network backend that does
+(:mod:`._informational`), and :func:`failure_name` names that failure as the
+lean path does.
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Final, final
 import trio
 
 from ._pool import Answer
-from ._request import HTTPFailure
+from ._request import TOO_MANY_INFORMATIONAL, HTTPFailure
 
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["HTTPXStack"]
+__all__ = ["HTTPXStack", "failure_name"]
 
 # Bytes asked for per read of an upgraded stream, as the lean path reads.
 _READ_SIZE: Final = 65_536
@@ -34,8 +39,15 @@ _READ_SIZE: Final = 65_536
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
+def failure_name(exc: BaseException) -> str:
+    """What failed, by type name, or ``TooManyInformational`` for a flood of 1xx heads."""
+    if str(exc) == TOO_MANY_INFORMATIONAL:
+        return TOO_MANY_INFORMATIONAL
+    return type(exc).__name__
+
+
 def _failure(exc: BaseException) -> HTTPFailure:
-    return HTTPFailure(type(exc).__name__)
+    return HTTPFailure(failure_name(exc))
 
 
 @final

@@ -39,7 +39,9 @@ from ._sockio import READ_SIZE, Prefixed, close_now, read_some
 
 __all__ = [
     "MAX_HEAD_BYTES",
+    "MAX_INFORMATIONAL",
     "NETWORK_ERRORS",
+    "TOO_MANY_INFORMATIONAL",
     "HTTP1Response",
     "HTTPFailure",
     "Opener",
@@ -57,6 +59,8 @@ MAX_HEAD_BYTES = 64 * 1024
 # server sends one or two (100 Continue, 103 Early Hints); a flood of them
 # is parsed without a checkpoint and would hold the loop.
 MAX_INFORMATIONAL = 8
+# The failure past them, on either path.
+TOO_MANY_INFORMATIONAL = "TooManyInformational"
 # Every lean request says who sends it, as httpx2 does for ordinary calls.
 USER_AGENT = f"letagents-trio/{__version__}"
 # What a stream's failure looks like from below: the network, TLS, or a peer
@@ -328,7 +332,7 @@ async def _exchange_head(
                     return event
                 informational += 1
                 if informational > MAX_INFORMATIONAL:
-                    raise HTTPFailure("TooManyInformational")
+                    raise HTTPFailure(TOO_MANY_INFORMATIONAL)
             else:
                 # ConnectionClosed before any answer: "server disconnected".
                 raise h11.RemoteProtocolError(f"no response ({type(event).__name__})")

@@ -104,7 +104,10 @@ def test_the_room_turn_is_accepted_with_its_flag(tmp_path: Path) -> None:
 
 
 def test_a_config_built_in_code_refuses_an_unknown_profile() -> None:
-    """A ``ServerConfig`` built in code accepted any profile string."""
+    """Node ``runtime/execution-profile.ts``: ``executionProfile`` takes only a value of
+    its ``EXECUTION_PROFILES`` list and throws on any other. A ``ServerConfig`` built in
+    code (no environment read) accepted any profile string; it refuses one as the
+    environment's reading does."""
     with pytest.raises(ConfigError):
         ServerConfig(profile="cursor_supervised_room_turn")
 

@@ -10,6 +10,7 @@ tests take ``autojump_clock`` and assert exact virtual times.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import trio
 from mcp import Client
 
 from letagents_trio.mcp_server import READINESS_URI, create_server
+from letagents_trio.mcp_server._profiles import CURSOR_PROVIDER, EXECUTION_PROFILES
 from letagents_trio.mcp_server._server import READINESS_RESOURCE_NAME
 from letagents_trio.mcp_server._tools import registered_tool_names
 from letagents_trio.room_server import GuidelinesRow
@@ -52,6 +54,20 @@ ROOM_TOOLS = (
     "send_thread_message",
     "read_messages",
     "wait_for_messages",
+)
+# The tools that write: each needs a worker session.
+WRITE_TOOLS = (
+    "send_message",
+    "send_thread_message",
+    "post_status",
+    "add_task",
+    "claim_task",
+    "update_task",
+    "complete_task",
+    "release_task_lease",
+    "handoff_task_lease",
+    "remember_room_fact",
+    "request_human_input",
 )
 # What each tool needs besides whom it acts as.
 REQUIRED: dict[str, dict[str, object]] = {
@@ -148,6 +164,53 @@ async def test_readiness_lists_exactly_the_registered_tools(
         separators=(",", ":"),
     )
     assert listed == registered_tool_names(profile, "codex")
+
+
+HOSTS_PAGE = Path(__file__).parents[2] / "docs" / "mcp-hosts.md"
+
+
+def tools_table() -> dict[str, list[str]]:
+    """The rows of docs/mcp-hosts.md's tool table: each tool's cells after its name."""
+    page = HOSTS_PAGE.read_text(encoding="utf-8")
+    table = page.split("\n| Tool | Arguments", 1)[1].split("\n\n", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in table.splitlines()[2:]:
+        name, *cells = (cell.strip() for cell in line.strip("|").split("|"))
+        assert name.startswith("`"), line
+        rows[name.strip("`")] = cells
+    return rows
+
+
+async def test_the_hosts_pages_tool_table_is_what_the_profiles_serve(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """docs/mcp-hosts.md lists each tool once, and exactly the tools served: the worker
+    profile's are the rows with a route, every profile's the rows from
+    get_room_guidelines to read_messages, all four profiles' together the whole table;
+    and the rows that need a session are the writes."""
+    served: dict[str, set[str]] = {}
+    with trio.fail_after(20):
+        for profile in EXECUTION_PROFILES:
+            if profile.startswith("supervised"):
+                config = supervised_config(fake_room, tmp_path, profile, provider=CURSOR_PROVIDER)
+            else:
+                config = config_for(fake_room, tmp_path, profile=profile)
+            async with Client(create_server(config, transport=fake_room.transport)) as client:
+                served[profile] = {tool.name for tool in (await client.list_tools()).tools}
+    rows = tools_table()
+    names = list(rows)
+    assert len(names) == len(set(names))
+    assert set(names) == set().union(*served.values())
+    routed = {name for name, cells in rows.items() if cells[1] != "none"}
+    assert served["autonomous_mcp_worker"] == served["interactive_desktop"] == routed
+    every = names[names.index("get_room_guidelines") : names.index("read_messages") + 1]
+    assert set(every) == set.intersection(*served.values())
+    page = HOSTS_PAGE.read_text(encoding="utf-8")
+    assert "from `get_room_guidelines` to `read_messages` below" in " ".join(page.split())
+    (profile_row,) = re.findall(r"^\| `LETAGENTS_EXECUTION_PROFILE` .*$", page, re.MULTILINE)
+    assert set(EXECUTION_PROFILES) <= set(re.findall(r"`(\w+)`", profile_row))
+    needs_session = {name for name, cells in rows.items() if cells[2] == "yes"}
+    assert needs_session == {*WRITE_TOOLS, "disconnect_agent_session"}
 
 
 async def test_register_send_wait_by_worker_id_alone(fake_room: FakeRoom, tmp_path: Path) -> None:

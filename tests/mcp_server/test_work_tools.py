@@ -10,6 +10,7 @@ never a validator's report, and changes nothing. Timing runs on
 from __future__ import annotations
 
 import json
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,29 +35,27 @@ from .helpers import (
     supervised_config,
     text_of,
 )
-from .test_tools import REQUIRED
+from .test_tools import REQUIRED, WRITE_TOOLS
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from letagents_trio.testing import FakeRoom
 
-WRITE_TOOLS = (
-    "send_message",
-    "send_thread_message",
-    "post_status",
-    "add_task",
-    "claim_task",
-    "update_task",
-    "complete_task",
-    "release_task_lease",
-    "handoff_task_lease",
-    "remember_room_fact",
-    "request_human_input",
-)
 BEARER = "lasb_a-supervisors-worker-bearer"
 # Words of the validator's own report, which no tool result may show.
 VALIDATOR_WORDS = ("pydantic", "validation error", "input_value", "input_type", "Arguments\n")
+
+
+@asynccontextmanager
+async def alder_and_birch(
+    fake_room: FakeRoom, tmp_path: Path
+) -> AsyncIterator[tuple[Client, dict[str, Any], dict[str, Any]]]:
+    """A server's SDK client with two workers registered, Alder and Birch: their answers."""
+    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+    async with Client(server, mode="legacy") as client:
+        yield client, await register(client, "ka", "Alder"), await register(client, "kb", "Birch")
 
 
 def accept(fake_room: FakeRoom, task_id: str) -> None:
@@ -70,11 +69,9 @@ async def test_one_workers_loop(
     autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     """Threads, the board, a claim through to review, status, memory, a request, a release."""
-    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
     with trio.fail_after(60):
-        async with Client(server, mode="legacy") as client:
-            a = (await register(client, "ka", "Alder"))["worker_id"]
-            b = (await register(client, "kb", "Birch"))["worker_id"]
+        async with alder_and_birch(fake_room, tmp_path) as (client, alder, birch):
+            a, b = alder["worker_id"], birch["worker_id"]
             # A posts; B answers in its thread; A's wait sees the reply with its root.
             posted = await call_ok(client, "send_message", {"worker_id": a, "text": "plan?"})
             root = posted["message"]["id"]
@@ -163,6 +160,53 @@ async def test_one_workers_loop(
     } <= paths
 
 
+async def test_a_handoff_passes_the_lease_to_the_worker_the_agent_key_names(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """handoff_task_lease takes ``target_agent_key`` and sends it as the route's
+    ``target_actor_key`` (Node's ``src/mcp/server/tools/tasks/lease-tools.ts``; the route,
+    ``src/api/routes/rooms/tasks/lease-action.ts``, reads no other name): the task is
+    assigned to that worker with a fresh work lease, and the holder's is released."""
+    with trio.fail_after(60):
+        async with alder_and_birch(fake_room, tmp_path) as (client, alder, registered):
+            a, birch = alder["worker_id"], registered["agent_session"]
+            added = await call_ok(client, "add_task", {"worker_id": a, "title": "Fix the build"})
+            task_id = added["task"]["id"]
+            accept(fake_room, task_id)
+            claimed = await call_ok(client, "claim_task", {"worker_id": a, "task_id": task_id})
+            (lease,) = claimed["task"]["active_leases"]
+            args = {
+                "worker_id": a,
+                "task_id": task_id,
+                "target_agent_key": birch["agent_key"],
+                "lease_id": lease["id"],
+                "reason": "Birch knows the build",
+            }
+            handed = await call_ok(client, "handoff_task_lease", args)
+    assert (handed["action"], handed["task"]["status"]) == ("handoff", "assigned")
+    assert handed["task"]["assignee_agent_key"] == birch["agent_key"]
+    assert (handed["released_lease"]["id"], handed["released_lease"]["status"]) == (
+        lease["id"],
+        "released",  # the holder's own handoff: released, not revoked
+    )
+    new = handed["new_lease"]
+    assert (new["agent_key"], new["agent_session_id"]) == (
+        birch["agent_key"],
+        birch["session_id"],
+    )
+    (sent,) = [
+        r.body
+        for r in fake_room.requests
+        if (r.method, r.path) == ("POST", f"/rooms/{ROOM}/tasks/{task_id}/lease-action")
+    ]
+    assert sent == {
+        "action": "handoff",
+        "lease_id": lease["id"],
+        "reason": "Birch knows the build",
+        "target_actor_key": birch["agent_key"],
+    }
+
+
 async def test_read_messages_answers_the_newest_and_a_cursorless_wait_starts_there(
     autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
 ) -> None:
@@ -222,11 +266,9 @@ async def test_bad_input_names_its_cause_and_changes_nothing(
 ) -> None:
     """Unknown task, a refused move, a lease not yours, empty or oversized text, a status not
     in the list: the room's status and its text, or the argument and what it must be."""
-    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
     with trio.fail_after(60):
-        async with Client(server, mode="legacy") as client:
-            a = (await register(client, "ka", "Alder"))["worker_id"]
-            b = (await register(client, "kb", "Birch"))["worker_id"]
+        async with alder_and_birch(fake_room, tmp_path) as (client, alder, birch):
+            a, b = alder["worker_id"], birch["worker_id"]
             task_id = (await call_ok(client, "add_task", {"worker_id": a, "title": "t"}))["task"][
                 "id"
             ]
