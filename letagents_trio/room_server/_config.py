@@ -59,9 +59,9 @@ MAX_PENDING_BODIES: Final = 256
 # descriptors, half of them. A client sends its request right after
 # connecting, so a legitimate one is counted for a moment only, but a burst of
 # thousands connecting at once (a room's restart under thousands of held
-# sessions) is thousands of such moments: a fixed 256 cut 261 of 3,000 process
-# sockets opened together on a room with 20,000 descriptors. Held process
-# streams, polls and bodies are never counted.
+# sessions) is thousands of such moments, which a fixed cap would cut
+# (docs/performance.md). Held process streams, polls and bodies are never
+# counted.
 MAX_SILENT_CONNECTIONS: Final = 256
 # Open-file limits above this (or none) count as this much for the default cap.
 _MOST_OPEN_FILES: Final = 1 << 20
