@@ -166,6 +166,16 @@ _WEBSOCKET_TESTS = (
     "tests/test_holder*.py",
     "tests/test_manager*.py",
 )
+# The tests of the lean HTTP/1.1 path: requests, the exits' kept-alive
+# connections, the seam that picks a stack, floods, and the client's bounds.
+_HTTP_TESTS = (
+    "tests/test_http_request.py",
+    "tests/test_http_pool.py",
+    "tests/test_http_stack.py",
+    "tests/test_http_floods.py",
+    "tests/test_client_bounds.py",
+    "tests/test_connector.py",
+)
 # The reference room's tests: every rule is reached through its routes (the
 # FakeRoom's tests serve the same room behind the fault layer).
 _ROOM_TESTS = ("tests/room_server/test_*.py", "tests/testing/test_*.py")
@@ -175,14 +185,20 @@ _WORKER_TESTS = ("tests/workers/test_*.py",)
 # ".py"), each with the test files (globs) that exercise it; mutmut then runs
 # each mutant against those of their tests that call the mutated function.
 MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
-    "_sse": ("tests/test_sse.py", "tests/test_hostile_streams.py"),
+    "_sse": ("tests/test_sse.py", "tests/test_hostile_streams.py", "tests/test_connector.py"),
     "_policy": ("tests/test_policy.py",),
-    "_connector": ("tests/test_connector.py", "tests/test_hostile_streams.py"),
+    # The SSE process stream; the goodbye's exits go through it too.
+    "_sse_connector": (
+        "tests/test_connector.py",
+        "tests/test_hostile_streams.py",
+        "tests/test_client.py",
+        "tests/test_manager*.py",
+    ),
     "_holder": (
         "tests/test_holder*.py",
         "tests/test_manager*.py",
         "tests/test_connector.py",
-        "tests/test_websocket.py",
+        "tests/test_websocket*.py",
         "tests/test_hostile_streams.py",
         # Holders opening in a burst, counted for the collector's pause.
         "tests/test_collector.py",
@@ -190,20 +206,22 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_manager": (
         "tests/test_manager*.py",
         "tests/test_holder*.py",
-        "tests/test_websocket.py",
+        "tests/test_websocket*.py",
         "tests/test_collector.py",
     ),
     "_goodbye": (
         "tests/test_manager*.py",
-        "tests/test_websocket.py",
+        "tests/test_websocket*.py",
         # Exits written at once (leave_now) need a plain socket: real loopback.
         "tests/e2e/test_websocket_loopback.py",
     ),
     "_websocket": _WEBSOCKET_TESTS,
     "_ws_socket": _WEBSOCKET_TESTS,
-    "_pool": ("tests/test_http_pool.py", "tests/test_client_bounds.py", "tests/test_connector.py"),
+    "_http/_pool": _HTTP_TESTS,
+    "_http/_request": _HTTP_TESTS,
+    "_http/_lean": _HTTP_TESTS,
     "_unwind": ("tests/test_manager*.py",),
-    "_collector": ("tests/test_collector.py", "tests/test_manager*.py"),
+    "_collector": ("tests/test_collector.py", "tests/test_holder_events.py", "tests/test_manager*.py"),
     # The reference room's rules: which session keeps a name, who is present,
     # leases, liveness, guidelines and the process streams.
     "room_server/_registration": _ROOM_TESTS,
