@@ -586,6 +586,7 @@ async def test_a_room_that_forgot_the_session_is_named_once_per_run_of_404s(
         fake_room.set_process_mode(ProcessMode.UNKNOWN)
         fake_room.drop(sid)
         await wait_attempts(fake_room, session, 4)  # the open, then 404s at 1, 11, 71
+        await trio.testing.wait_all_tasks_blocked()  # the last 404 judged too
         assert holder_warnings(caplog) == [
             f"process connection of {sid}: HTTP 404 from a room that served it before: the"
             " room no longer knows this session. A room restarted without its store"
@@ -604,12 +605,29 @@ async def test_a_404_before_any_open_names_the_address_or_the_route_once(
     fake_room.set_process_mode(ProcessMode.UNKNOWN)
     async with managed(fake_room, state) as manager:
         manager.hold(session)
+        await wait_attempts(fake_room, session, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        said_at_once = holder_warnings(caplog)  # at the first 404, not at a later one
         await wait_attempts(fake_room, session, 3)
-    assert holder_warnings(caplog) == [
+        await trio.testing.wait_all_tasks_blocked()
+    assert said_at_once == holder_warnings(caplog)
+    assert said_at_once == [
         f"process connection of {session.session_id}: HTTP 404: no process route for this"
         " session at this address (a wrong API URL, a room without the route, or one that"
         " does not know the session). Retrying after 10, 60, 300 s"
     ]
+
+
+async def test_a_holder_without_an_open_stream_expects_no_answer_to_an_exit(
+    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
+) -> None:
+    session = await stored_worker(fake_room, state)
+    fake_room.set_process_mode(ProcessMode.REFUSED)
+    async with managed(fake_room, state) as manager:
+        holder = manager.hold(session)
+        assert holder.exit_answer_expected is False
+        await holder.wait_status(HolderStatus.WAITING)
+        assert holder.exit_answer_expected is False
 
 
 async def test_refused_then_served_opens_fifteen_seconds_later(

@@ -9,6 +9,7 @@ transport, so times are exact: an attempt dropped at 0 is retried at exactly 1.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from contextlib import asynccontextmanager
@@ -233,6 +234,29 @@ async def test_an_oversized_event_is_a_protocol_error_at_the_policys_limit(
             )
             await holder.wait_status(HolderStatus.OPEN)
             assert trio.current_time() == 1
+
+
+async def test_a_broken_stream_is_a_warning_naming_the_session_and_its_drop_is_logged(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The protocol error says what the room sent; the attempt's end says its outcome."""
+    caplog.set_level(logging.INFO, logger="letagents_trio.holder")
+    line = b"data: " + b"y" * 1000 + b"\n"
+    room = HostileRoom(chunks_then([b": connected\n\n", *[line] * 5]), hold_open)
+    with trio.fail_after(60):
+        async with held(room, max_event_bytes=4096) as (_, events):
+            await next_event(events, EventKind.BACKOFF)
+    lines = [
+        (r.levelname, r.getMessage()) for r in caplog.records if r.name == "letagents_trio.holder"
+    ]
+    assert lines == [
+        (
+            "WARNING",
+            "process stream of wsess_h broke: event stream sent an event's data longer"
+            " than 4096 bytes (5004 bytes so far); the stream is refused",
+        ),
+        ("INFO", "process connection of wsess_h: dropped (protocol error)"),
+    ]
 
 
 async def test_an_event_of_many_empty_data_lines_is_bounded_too(

@@ -790,6 +790,57 @@ async def test_a_session_ended_as_the_goodbye_begins_still_says_goodbye_at_once(
     assert connector.goodbyes == ["conn-1"]
 
 
+class EndsOnItsExit(EndingNews):
+    """A stream whose room answers exits: it records the exit, then ends the session."""
+
+    def __init__(self) -> None:
+        super().__init__(trio.Event())
+        self.recorded: bool | None = None
+
+    async def send_exit(self, connection_id: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        self.recorded = True
+        self._end.set()
+        return True
+
+    @property
+    def exit_answer_expected(self) -> bool:
+        return True
+
+    @property
+    def exit_recorded(self) -> bool | None:
+        return self.recorded
+
+
+class EndsOnItsExitConnector(EndingConnector):
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
+        await trio.lowlevel.checkpoint()
+        yield EndsOnItsExit()
+
+
+async def test_a_session_the_room_ends_in_answer_to_its_exit_leaves_with_the_answer_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The holder ends rather than stops: its answer is in, so no wait until the answer time."""
+    session = await fake_room.add_worker()
+    connector = EndsOnItsExitConnector()
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, connector=connector) as manager,
+    ):
+        holder = manager.hold(session)
+        await holder.wait_status(HolderStatus.OPEN)
+        await trio.testing.wait_all_tasks_blocked()
+        report = await manager.announce_exits()
+        assert trio.current_time() == 0
+        assert holder.status is HolderStatus.ENDED
+    assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
+        ("conn-1", True, None, 0)
+    ]
+    assert connector.goodbyes == []  # answered over the stream: nothing POSTed
+
+
 async def test_a_holder_replaced_by_a_new_token_stops_saying_so(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
