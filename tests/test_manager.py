@@ -520,8 +520,10 @@ async def test_the_exit_report_is_on_the_manager_after_the_block_and_logged(
     assert report is not None
     assert sorted(a.session_id for a in report) == sorted(s.session_id for s in sessions)
     assert all(a.recorded for a in report)
-    messages = [r.getMessage() for r in caplog.records if r.name == "letagents_trio.manager"]
-    assert messages == ["announced 3 exits in 0 ms: 3 recorded"]
+    lines = [
+        (r.levelname, r.getMessage()) for r in caplog.records if r.name == "letagents_trio.manager"
+    ]
+    assert lines == [("INFO", "announced 3 exits in 0 ms: 3 recorded")]
 
 
 async def test_a_failing_assert_in_the_block_arrives_as_itself(

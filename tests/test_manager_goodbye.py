@@ -819,15 +819,17 @@ class EndsOnItsExitConnector(EndingConnector):
         yield EndsOnItsExit()
 
 
+@pytest.mark.parametrize("exit_concurrency", [None, 1])
 async def test_a_session_the_room_ends_in_answer_to_its_exit_leaves_with_the_answer_at_once(
-    autojump_clock: MockClock, fake_room: FakeRoom
+    autojump_clock: MockClock, fake_room: FakeRoom, exit_concurrency: int | None
 ) -> None:
     """The holder ends rather than stops: its answer is in, so no wait until the answer time."""
     session = await fake_room.add_worker()
     connector = EndsOnItsExitConnector()
+    policy = HoldPolicy(exit_concurrency=exit_concurrency)
     async with (
         fake_room.client() as client,
-        open_connection_manager(client, connector=connector) as manager,
+        open_connection_manager(client, connector=connector, policy=policy) as manager,
     ):
         holder = manager.hold(session)
         await holder.wait_status(HolderStatus.OPEN)
@@ -1005,6 +1007,49 @@ async def test_every_exit_sent_at_once_goes_before_any_holder_is_stopped(
                 stopped = [e.detail for e in drain(events) if e.kind is EventKind.STOPPED]
     assert connector.statuses_seen == {HolderStatus.OPEN}
     assert connector.left == [f"conn-{s.session_id}" for s in sessions]
-    assert {(a.recorded, a.error) for a in report} == {(None, None)}
+    assert [(a.connection_id, a.recorded, a.error) for a in report] == [
+        (f"conn-{s.session_id}", None, None) for s in sessions
+    ]
     assert {h.status for h in connector.holders} == {HolderStatus.STOPPED}
     assert stopped == ["process exit"] * 600
+
+
+class _UnansweredAtOnce(ScriptedStream):
+    """Written at once to a room that answers exits, which never answers this one."""
+
+    def send_exit_nowait(self, connection_id: str) -> bool:
+        return True
+
+    @property
+    def exit_answer_expected(self) -> bool:
+        return True
+
+
+class _PostsWhatWasNotAnswered(EndingConnector):
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
+        await trio.lowlevel.checkpoint()
+        yield _UnansweredAtOnce(StreamNews(connection_id="conn-1"))
+
+
+async def test_an_exit_written_at_once_and_not_answered_by_the_answer_time_is_posted(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Half the deadline waits for the room's answer; then the exit is POSTed, naming its
+    connection, in the half left."""
+    session = await fake_room.add_worker()
+    connector = _PostsWhatWasNotAnswered()
+    policy = HoldPolicy(exit_deadline=4)
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, connector=connector, policy=policy) as manager,
+    ):
+        holder = manager.hold(session)
+        await holder.wait_status(HolderStatus.OPEN)
+        await trio.testing.wait_all_tasks_blocked()
+        report = await manager.announce_exits()
+        assert trio.current_time() == 2
+    assert connector.goodbyes == ["conn-1"]
+    assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
+        ("conn-1", True, None, 2)
+    ]
