@@ -1,12 +1,16 @@
 """Helpers the core's tests share: reading a subscription, a connector that passes
-every call on."""
+every call on, scripted streams."""
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
+import gc
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
 import trio
+
+from letagents_trio import StreamNews
 
 if TYPE_CHECKING:
     from letagents_trio import (
@@ -14,7 +18,6 @@ if TYPE_CHECKING:
         HolderEvent,
         ProcessConnector,
         ProcessStream,
-        StreamNews,
     )
 
 
@@ -84,3 +87,23 @@ class ScriptedStream:
     async def aclose(self) -> None:
         self.closed.set()
         await trio.lowlevel.checkpoint()
+
+
+class SlowToUnwind:
+    """A connector whose streams take 0.1 s to close and say whether the collector ran then."""
+
+    def __init__(self) -> None:
+        self.collector_enabled_while_closing: list[bool] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[ScriptedStream]:
+        try:
+            yield ScriptedStream(StreamNews(connection_id=f"conn-{session.session_id}"))
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(0.1)
+            self.collector_enabled_while_closing.append(gc.isenabled())
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        return True

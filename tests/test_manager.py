@@ -6,8 +6,6 @@ import datetime
 import gc
 import json
 import math
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,14 +20,13 @@ from letagents_trio import (
     HolderStatus,
     HoldPolicy,
     SSEConnector,
-    StreamNews,
     open_connection_manager,
     serve_connection_manager,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers._state import LocalStateStore
 
-from .events import ScriptedStream, drain
+from .events import SlowToUnwind, drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -606,32 +603,12 @@ async def test_after_the_deadline_nothing_takes_time_at_thousands_of_sessions(
     assert {a.finished_at for a in report} == {started + 1.5}
 
 
-class _SlowToUnwind:
-    """A connector whose streams take 0.1 s to close and say whether the collector ran then."""
-
-    def __init__(self) -> None:
-        self.collector_enabled_while_closing: list[bool] = []
-
-    @asynccontextmanager
-    async def open(self, session: AgentSession) -> AsyncIterator[ScriptedStream]:
-        try:
-            yield ScriptedStream(StreamNews(connection_id=f"conn-{session.session_id}"))
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.sleep(0.1)
-            self.collector_enabled_while_closing.append(gc.isenabled())
-
-    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
-        await trio.lowlevel.checkpoint()
-        return True
-
-
 async def test_the_collector_is_paused_until_every_holder_has_unwound(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     """Opted in: holders unwinding after the goodbye are garbage too, no full passes then."""
     sessions = [await fake_room.add_worker(display_name=name) for name in ("A", "B")]
-    connector = _SlowToUnwind()
+    connector = SlowToUnwind()
     assert gc.isenabled()
     async with fake_room.client() as client:
         async with open_connection_manager(

@@ -46,7 +46,7 @@ from letagents_trio._goodbye import Goodbye, _for_each
 from letagents_trio._unwind import UnwindBudget
 from letagents_trio.testing import FakeRoom, ProcessMode
 
-from .events import Delegating, ScriptedStream, drain
+from .events import Delegating, ScriptedStream, SlowToUnwind, drain
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -624,6 +624,21 @@ async def test_serve_connection_manager_passes_each_option_on(
         # The black-holed exit ends at this policy's deadline (less its unwinding).
         assert trio.current_time() == 1 + 2.5
     assert connector.log == [f"open {sid}", f"open {sid}", f"exit {sid}"]
+
+
+@pytest.mark.parametrize(("options", "paused"), [({}, False), ({"pause_collector": True}, True)])
+async def test_serve_connection_manager_pauses_the_collector_only_when_asked(
+    autojump_clock: MockClock, fake_room: FakeRoom, options: dict[str, bool], paused: bool
+) -> None:
+    session = await fake_room.add_worker()
+    connector = SlowToUnwind()
+    async with fake_room.client() as client, trio.open_nursery() as nursery:
+        serve = partial(serve_connection_manager, client, connector=connector, **options)
+        manager = await nursery.start(serve)
+        await manager.hold(session).wait_status(HolderStatus.OPEN)
+        nursery.cancel_scope.cancel()
+    assert connector.collector_enabled_while_closing == [not paused]
+    assert gc.isenabled()
 
 
 async def test_serve_connection_manager_passes_owner_mode_on(
