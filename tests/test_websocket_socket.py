@@ -292,6 +292,8 @@ async def test_a_close_from_the_room_is_echoed_and_ends_the_stream_at_once(
         heard = await room.heard()
     pong: list[Event] = [Pong(payload=b"p")] if ping_first else []
     assert heard == [*pong, CloseConnection(code=1000, reason="")]
+    # Nothing after the close echo (wsproto would not show it).
+    assert len(room.raw) == client_frames_length(*pong, CloseConnection(code=1000, reason=""))
     assert not await socket.send_exit("conn-1")
 
 
@@ -756,6 +758,17 @@ async def test_the_exit_over_a_socket_is_written_at_once() -> None:
             assert not await socket.send_exit("conn-1")
         # Once: wsproto would not show a second copy after the close frame.
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
+
+
+async def test_an_exit_written_at_once_is_sent_even_as_its_deadline_passes() -> None:
+    """Written whole, it is reported so: no cancellation after the write can lose it."""
+    async with socket_over_a_socketpair() as (socket, room):
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            sent = await socket.send_exit("conn-1")
+        assert sent is True
+        with trio.fail_after(5):
+            assert await room.heard() == EXIT_EVENTS
 
 
 async def test_an_exit_behind_a_stuck_pong_goes_by_post_at_once() -> None:
@@ -1232,6 +1245,21 @@ async def test_the_acknowledgement_ends_the_iteration_with_the_rooms_answer(
         with pytest.raises(StopAsyncIteration):
             await anext(socket)
     assert socket.exit_recorded is recorded
+
+
+async def test_an_acknowledgement_in_fragments_is_read_whole(autojump_clock: MockClock) -> None:
+    socket, room = open_socket()
+    text = ack(True).data
+    with trio.fail_after(1):
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+        assert await socket.send_exit("conn-1") is True
+        await room.send(
+            TextMessage(data=text[:10], message_finished=False), TextMessage(data=text[10:])
+        )
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)
+    assert socket.exit_recorded is True
 
 
 async def test_an_acknowledgement_for_another_connection_is_not_this_exits(
