@@ -64,6 +64,8 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream")]
         (400, None, Outcome.REFUSED),
         (409, None, Outcome.REFUSED),
         (302, "text/event-stream", Outcome.REFUSED),
+        (300, "text/event-stream", Outcome.REFUSED),
+        (199, "text/event-stream", Outcome.REFUSED),
         (204, "text/event-stream", Outcome.REFUSED),
         (205, "text/event-stream", Outcome.REFUSED),
         (201, "text/event-stream", None),  # any 2xx with a body opens, as Node's response.ok
@@ -433,7 +435,18 @@ async def test_an_encoded_stream_is_refused_unread(coding: bytes) -> None:
                 async with connector.open(SESSION):
                     pass  # pragma: no cover - refused before the block
     assert refused.value.outcome is Outcome.REFUSED
-    assert "content coding" in refused.value.detail
+    assert refused.value.detail == "HTTP 200 in a content coding it did not ask for"
+
+
+async def test_a_refusal_not_2xx_says_only_its_status_whatever_its_coding() -> None:
+    """A 300 is refused as any answer that is not 2xx: its coding is not the reason."""
+    answer = scripted_app([], status=300, headers=[*SSE_HEADERS, (b"content-encoding", b"gzip")])
+    with trio.fail_after(10):
+        async with connector_for(answer) as connector:
+            with pytest.raises(AttemptRejected) as refused:
+                async with connector.open(SESSION):
+                    pass  # pragma: no cover - refused before the block
+    assert (refused.value.outcome, refused.value.detail) == (Outcome.REFUSED, "HTTP 300")
 
 
 def test_identity_is_not_a_content_coding() -> None:
