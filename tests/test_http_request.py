@@ -15,7 +15,12 @@ import trio.testing
 
 from letagents_trio import AgentSession, RoomClient, RoomUnreachable
 from letagents_trio._http import HTTPFailure, Origin, split_url
-from letagents_trio._http._request import USER_AGENT, request_bytes, start_request
+from letagents_trio._http._request import (
+    USER_AGENT,
+    failure_kind,
+    request_bytes,
+    start_request,
+)
 
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
 API = "http://room.test"
@@ -67,7 +72,7 @@ def test_split_url(url: str, origin: Origin, target: str) -> None:
 
 @pytest.mark.parametrize("url", ["ftp://x/", "/rooms/a", "http:///nohost"])
 def test_split_url_refuses_what_is_not_an_absolute_http_url(url: str) -> None:
-    with pytest.raises(ValueError, match="absolute http"):
+    with pytest.raises(ValueError, match=r"^not an absolute http or https URL$"):
         split_url(url)
 
 
@@ -115,6 +120,7 @@ async def test_a_101_detaches_the_raw_stream_with_bytes_read_ahead() -> None:
                     assert response.status == 101
                     assert response.header("UPGRADE") == "websocket"
                     raw = response.detach()
+                    assert await response.next_chunk() == b""  # the body is over: raw bytes now
                     assert await raw.receive_some() == b"EARLY"
                     await raw.send_all(b"hi")
                     assert await raw.receive_some() == b"echo:hi"
@@ -179,6 +185,140 @@ async def test_informational_answers_before_the_head_are_skipped() -> None:
             response = await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
             assert response.status == 204
             assert await response.next_chunk() == b""
+
+
+async def test_a_request_with_a_body_sends_it_whole_with_its_length() -> None:
+    """A connector's request may carry a body: it goes as ``request_bytes`` writes it."""
+    received: list[bytes] = []
+    body = b'{"event":"exit"}'
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = await read_head(stream)
+        while not data.endswith(body):
+            data += await stream.receive_some()
+        received.append(data)
+        await stream.send_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            async with RoomClient(API, opener=opener) as client:
+                response = await client.start_request("POST", API + "/p", body=body)
+                assert response.status == 204
+                await response.aclose()
+    assert received == [
+        request_bytes(
+            Origin("http", "room.test", 80),
+            "/p",
+            "POST",
+            [("Content-Type", "application/json")],
+            body,
+        )
+    ]
+
+
+async def test_a_head_larger_than_h11s_default_but_within_64_kib_is_read() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        # In two parts: h11 bounds a head only while it is still incomplete.
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 40_000)
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.send_all(b"\r\nContent-Length: 0\r\n\r\n")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            response = await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
+            assert response.header("x-long") == "a" * 40_000
+            await response.aclose()
+
+
+async def test_read_bounds_the_whole_body_not_each_chunk() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await stream.send_all(b"5\r\nfirst\r\n")
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.send_all(b"6\r\nsecond\r\n0\r\n\r\n")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            origin = Origin("http", "room.test", 80)
+            response = await start_request(opener, origin, "/", "GET", [])
+            assert await response.read(11) == b"firstsecond"
+            response = await start_request(opener, origin, "/", "GET", [])
+            with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
+                await response.read(10)
+
+
+async def test_a_server_that_closes_without_answering_fails_the_request_by_kind() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.aclose()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
+                await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
+
+
+class OnlyAsyncClose(trio.abc.Stream):
+    """A stream close_now does not know (only ``aclose`` closes it) that reads ``answer``."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.closed = False
+        self._answer = answer
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        await trio.lowlevel.checkpoint()
+        answer, self._answer = self._answer, b""
+        return answer
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await trio.lowlevel.checkpoint()
+
+
+class OpensOnlyAsyncClose:
+    def __init__(self, answer: bytes) -> None:
+        self.stream = OnlyAsyncClose(answer)
+
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        return self.stream
+
+
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 204 No Content\r\n\r\n"])
+async def test_a_stream_close_now_cannot_close_is_closed_by_aclose(answer: bytes) -> None:
+    """Failed before its answer, or closed by its caller: either way the stream is closed."""
+    opener = OpensOnlyAsyncClose(answer)
+    origin = Origin("http", "room.test", 80)
+    with trio.fail_after(5):
+        if answer:
+            response = await start_request(opener, origin, "/", "GET", [])
+            await response.aclose()
+        else:
+            with pytest.raises(HTTPFailure):
+                await start_request(opener, origin, "/", "GET", [])
+    assert opener.stream.closed
+
+
+def test_a_failure_is_named_by_its_type_or_for_a_broken_stream_by_its_cause() -> None:
+    broken = trio.BrokenResourceError()
+    broken.__cause__ = ConnectionResetError()
+    assert failure_kind(broken) == "ConnectionResetError"
+    assert failure_kind(trio.BrokenResourceError()) == "BrokenResourceError"
+    refused = ConnectionRefusedError()
+    refused.__cause__ = OSError()
+    assert failure_kind(refused) == "ConnectionRefusedError"
 
 
 async def test_detach_without_a_switch_is_refused() -> None:

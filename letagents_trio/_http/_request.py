@@ -163,20 +163,12 @@ class HTTP1Response:
     def __repr__(self) -> str:
         return f"<HTTP1Response status={self.status}>"
 
-    def close(self) -> bool:
-        """Close the connection now, without a checkpoint, when the stream allows it.
-
-        Returns:
-            False when the stream can only be closed by :meth:`aclose`.
-        """
-        return close_now(self._stream)
-
     async def aclose(self) -> None:
         """Close the connection at once (forcefully: no TLS close_notify).
 
         Cancellation:
-            Closes even when cancelled; a checkpoint only when :meth:`close`
-            could not close the stream synchronously.
+            Closes even when cancelled; a checkpoint only when the stream
+            cannot be closed synchronously.
         """
         if not close_now(self._stream):
             await trio.aclose_forcefully(self._stream)
