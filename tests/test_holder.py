@@ -618,18 +618,6 @@ async def test_a_404_before_any_open_names_the_address_or_the_route_once(
     ]
 
 
-async def test_a_holder_without_an_open_stream_expects_no_answer_to_an_exit(
-    autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
-) -> None:
-    session = await stored_worker(fake_room, state)
-    fake_room.set_process_mode(ProcessMode.REFUSED)
-    async with managed(fake_room, state) as manager:
-        holder = manager.hold(session)
-        assert holder.exit_answer_expected is False
-        await holder.wait_status(HolderStatus.WAITING)
-        assert holder.exit_answer_expected is False
-
-
 async def test_refused_then_served_opens_fifteen_seconds_later(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:
@@ -673,7 +661,9 @@ async def test_release_during_a_backoff_stops_at_once(
     fake_room.set_process_mode(ProcessMode.REFUSED)
     async with managed(fake_room, state) as manager:
         holder = manager.hold(session)
+        assert holder.exit_answer_expected is False  # no stream: no answer to an exit
         await holder.wait_status(HolderStatus.WAITING)
+        assert holder.exit_answer_expected is False
         await trio.sleep(2)
         assert manager.release(session.session_id)
         await holder.wait_status(HolderStatus.STOPPED)

@@ -22,6 +22,8 @@ from letagents_trio._http._request import (
     start_request,
 )
 
+from .sockets import OnlyAsyncClose
+
 SESSION = AgentSession(session_id="wsess_1", session_token="secret-token-1", room_id="room_a")
 API = "http://room.test"
 
@@ -52,6 +54,15 @@ async def read_head(stream: trio.abc.Stream) -> bytes:
             break
         data += chunk
     return data
+
+
+async def serve_two_chunks(stream: trio.abc.Stream) -> None:
+    """Answer a chunked body of two chunks, ``first`` then ``second``, read apart."""
+    await read_head(stream)
+    await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    await stream.send_all(b"5\r\nfirst\r\n")
+    await trio.testing.wait_all_tasks_blocked()
+    await stream.send_all(b"6\r\nsecond\r\n0\r\n\r\n")
 
 
 # --- URLs and origins ----------------------------------------------------------------
@@ -135,16 +146,9 @@ async def test_a_101_detaches_the_raw_stream_with_bytes_read_ahead() -> None:
 
 
 async def test_the_response_reads_its_body_chunk_by_chunk_then_says_it_ended() -> None:
-    async def serve(stream: trio.abc.Stream) -> None:
-        await read_head(stream)
-        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        await stream.send_all(b"5\r\nfirst\r\n")
-        await trio.testing.wait_all_tasks_blocked()
-        await stream.send_all(b"6\r\nsecond\r\n0\r\n\r\n")
-
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            opener = ScriptedOpener(nursery, serve)
+            opener = ScriptedOpener(nursery, serve_two_chunks)
             response = await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
             assert repr(response) == "<HTTP1Response status=200>"
             assert await response.next_chunk() == b"first"
@@ -155,20 +159,25 @@ async def test_the_response_reads_its_body_chunk_by_chunk_then_says_it_ended() -
             await response.aclose()
 
 
-async def test_read_takes_the_whole_body_within_its_limit() -> None:
-    async def serve(stream: trio.abc.Stream) -> None:
-        await read_head(stream)
-        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
+async def serve_ten_bytes(stream: trio.abc.Stream) -> None:
+    await read_head(stream)
+    await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
 
+
+@pytest.mark.parametrize(
+    ("serve", "body"), [(serve_ten_bytes, b"0123456789"), (serve_two_chunks, b"firstsecond")]
+)
+async def test_read_takes_the_whole_body_within_its_limit(serve: Serve, body: bytes) -> None:
+    """The limit bounds the whole body, however many chunks it comes in."""
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             opener = ScriptedOpener(nursery, serve)
             origin = Origin("http", "room.test", 80)
             response = await start_request(opener, origin, "/", "GET", [])
-            assert await response.read(10) == b"0123456789"
+            assert await response.read(len(body)) == body
             response = await start_request(opener, origin, "/", "GET", [])
             with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
-                await response.read(9)
+                await response.read(len(body) - 1)
 
 
 async def test_informational_answers_before_the_head_are_skipped() -> None:
@@ -233,25 +242,6 @@ async def test_a_head_larger_than_h11s_default_but_within_64_kib_is_read() -> No
             await response.aclose()
 
 
-async def test_read_bounds_the_whole_body_not_each_chunk() -> None:
-    async def serve(stream: trio.abc.Stream) -> None:
-        await read_head(stream)
-        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        await stream.send_all(b"5\r\nfirst\r\n")
-        await trio.testing.wait_all_tasks_blocked()
-        await stream.send_all(b"6\r\nsecond\r\n0\r\n\r\n")
-
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            opener = ScriptedOpener(nursery, serve)
-            origin = Origin("http", "room.test", 80)
-            response = await start_request(opener, origin, "/", "GET", [])
-            assert await response.read(11) == b"firstsecond"
-            response = await start_request(opener, origin, "/", "GET", [])
-            with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
-                await response.read(10)
-
-
 async def test_a_server_that_closes_without_answering_fails_the_request_by_kind() -> None:
     async def serve(stream: trio.abc.Stream) -> None:
         await read_head(stream)
@@ -264,29 +254,6 @@ async def test_a_server_that_closes_without_answering_fails_the_request_by_kind(
                 await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
 
 
-class OnlyAsyncClose(trio.abc.Stream):
-    """A stream close_now does not know (only ``aclose`` closes it) that reads ``answer``."""
-
-    def __init__(self, answer: bytes) -> None:
-        self.closed = False
-        self._answer = answer
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        await trio.lowlevel.checkpoint()
-        answer, self._answer = self._answer, b""
-        return answer
-
-    async def aclose(self) -> None:
-        self.closed = True
-        await trio.lowlevel.checkpoint()
-
-
 class OpensOnlyAsyncClose:
     def __init__(self, answer: bytes) -> None:
         self.stream = OnlyAsyncClose(answer)
@@ -296,17 +263,17 @@ class OpensOnlyAsyncClose:
         return self.stream
 
 
-@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 204 No Content\r\n\r\n"])
+@pytest.mark.parametrize("answer", [b"NOT HTTP\r\n\r\n", b"HTTP/1.1 204 No Content\r\n\r\n"])
 async def test_a_stream_close_now_cannot_close_is_closed_by_aclose(answer: bytes) -> None:
-    """Failed before its answer, or closed by its caller: either way the stream is closed."""
+    """Failed on its answer, or closed by its caller: either way the stream is closed."""
     opener = OpensOnlyAsyncClose(answer)
     origin = Origin("http", "room.test", 80)
     with trio.fail_after(5):
-        if answer:
+        if answer.startswith(b"HTTP"):
             response = await start_request(opener, origin, "/", "GET", [])
             await response.aclose()
         else:
-            with pytest.raises(HTTPFailure):
+            with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
                 await start_request(opener, origin, "/", "GET", [])
     assert opener.stream.closed
 

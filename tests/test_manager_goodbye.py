@@ -834,14 +834,14 @@ class EndsOnItsExitConnector(EndingConnector):
         yield EndsOnItsExit()
 
 
-@pytest.mark.parametrize("exit_concurrency", [None, 1])
-async def test_a_session_the_room_ends_in_answer_to_its_exit_leaves_with_the_answer_at_once(
-    autojump_clock: MockClock, fake_room: FakeRoom, exit_concurrency: int | None
-) -> None:
-    """The holder ends rather than stops: its answer is in, so no wait until the answer time."""
+async def goodbye_of_one(
+    fake_room: FakeRoom, connector: ProcessConnector, policy: HoldPolicy
+) -> tuple[ProcessHolder, tuple[ExitAnnouncement, ...], float]:
+    """Hold one session until its stream is open and idle, then say goodbye.
+
+    Returns the holder, the report, and when the goodbye ended.
+    """
     session = await fake_room.add_worker()
-    connector = EndsOnItsExitConnector()
-    policy = HoldPolicy(exit_concurrency=exit_concurrency)
     async with (
         fake_room.client() as client,
         open_connection_manager(client, connector=connector, policy=policy) as manager,
@@ -850,8 +850,18 @@ async def test_a_session_the_room_ends_in_answer_to_its_exit_leaves_with_the_ans
         await holder.wait_status(HolderStatus.OPEN)
         await trio.testing.wait_all_tasks_blocked()
         report = await manager.announce_exits()
-        assert trio.current_time() == 0
-        assert holder.status is HolderStatus.ENDED
+        return holder, report, trio.current_time()
+
+
+@pytest.mark.parametrize("exit_concurrency", [None, 1])
+async def test_a_session_the_room_ends_in_answer_to_its_exit_leaves_with_the_answer_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom, exit_concurrency: int | None
+) -> None:
+    """The holder ends rather than stops: its answer is in, so no wait until the answer time."""
+    connector = EndsOnItsExitConnector()
+    policy = HoldPolicy(exit_concurrency=exit_concurrency)
+    holder, report, ended_at = await goodbye_of_one(fake_room, connector, policy)
+    assert (ended_at, holder.status) == (0, HolderStatus.ENDED)
     assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
         ("conn-1", True, None, 0)
     ]
@@ -1052,18 +1062,9 @@ async def test_an_exit_written_at_once_and_not_answered_by_the_answer_time_is_po
 ) -> None:
     """Half the deadline waits for the room's answer; then the exit is POSTed, naming its
     connection, in the half left."""
-    session = await fake_room.add_worker()
     connector = _PostsWhatWasNotAnswered()
-    policy = HoldPolicy(exit_deadline=4)
-    async with (
-        fake_room.client() as client,
-        open_connection_manager(client, connector=connector, policy=policy) as manager,
-    ):
-        holder = manager.hold(session)
-        await holder.wait_status(HolderStatus.OPEN)
-        await trio.testing.wait_all_tasks_blocked()
-        report = await manager.announce_exits()
-        assert trio.current_time() == 2
+    _, report, ended_at = await goodbye_of_one(fake_room, connector, HoldPolicy(exit_deadline=4))
+    assert ended_at == 2
     assert connector.goodbyes == ["conn-1"]
     assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
         ("conn-1", True, None, 2)

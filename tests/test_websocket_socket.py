@@ -57,7 +57,7 @@ from letagents_trio._websocket import _accept_value, classify_upgrade
 from letagents_trio._ws_socket import MAX_MESSAGE_PIECES, MAX_PINGS_PER_INTERVAL, ProcessSocket
 from letagents_trio.testing import FakeRoom, open_streaming_transport
 
-from .sockets import tcp_pair
+from .sockets import OnlyAsyncClose, tcp_pair
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
@@ -1116,35 +1116,6 @@ async def test_the_upgrade_offers_a_key_of_16_random_bytes(autojump_clock: MockC
             with pytest.raises(AttemptRejected):
                 await read_all(WebSocketConnector(client), SESSION)
     assert [len(base64.b64decode(key, validate=True)) for key in keys] == [16]
-
-
-class OnlyAsyncClose(trio.abc.Stream):
-    """A stream that close_now does not know: only ``aclose`` closes it.
-
-    It reads as ``answer``, then waits for ever.
-    """
-
-    def __init__(self, answer: bytes = b"") -> None:
-        self.closed = False
-        self._answer = answer
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        answer, self._answer = self._answer, b""
-        if answer:
-            await trio.lowlevel.checkpoint()
-            return answer
-        await trio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def aclose(self) -> None:
-        self.closed = True
-        await trio.lowlevel.checkpoint()
 
 
 async def test_a_socket_close_now_cannot_close_is_closed_by_aclose() -> None:
