@@ -363,9 +363,11 @@ class UnansweredSocket:
     exit_answer_expected = True
     exit_recorded = None
 
-    def __init__(self, session: AgentSession) -> None:
+    def __init__(self, session: AgentSession, *, posts_answered: bool = True) -> None:
         self.session = session
+        self._posts_answered = posts_answered
         self.stopped_at: float | None = None
+        self.stopped_for: str | None = None
         self.posted_at: float | None = None
 
     status = HolderStatus.OPEN
@@ -378,22 +380,27 @@ class UnansweredSocket:
 
     def stop(self, reason: str) -> None:
         if self.stopped_at is None:
-            self.stopped_at = trio.current_time()
+            self.stopped_at, self.stopped_for = trio.current_time(), reason
 
     async def leave(self, *, answer_by: float) -> bool:
         # Its stream was closed first: its POSTed exit follows the close.
         assert self.stopped_at is not None
         self.posted_at = trio.current_time()
+        if not self._posts_answered:
+            await trio.sleep_forever()
         await trio.lowlevel.checkpoint()
         return True
 
 
 async def unanswered_goodbye(
-    fake_room: FakeRoom, count: int, policy: HoldPolicy
+    fake_room: FakeRoom, count: int, policy: HoldPolicy, *, posts_answered: bool = True
 ) -> tuple[list[UnansweredSocket], tuple[ExitAnnouncement, ...]]:
     """``count`` exits sent over sockets at t=10 and never answered, the deadline at 11.5."""
     holders = [
-        UnansweredSocket(await fake_room.add_worker(display_name=f"W{i}")) for i in range(count)
+        UnansweredSocket(
+            await fake_room.add_worker(display_name=f"W{i}"), posts_answered=posts_answered
+        )
+        for i in range(count)
     ]
     goodbye = Goodbye(cast("list[ProcessHolder]", holders), policy=policy, emit=lambda _: None)
     await trio.sleep_until(10)
@@ -410,8 +417,12 @@ async def test_the_wait_for_answers_ends_in_time_for_the_waiting_holders_to_unwi
     time, so none is sent: each exit is reported sent, unconfirmed."""
     holders, report = await unanswered_goodbye(fake_room, 64, allowed)
     assert trio.current_time() == 10.5
-    assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.5, None)}
-    assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, None, 10.5)}
+    assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in holders} == {
+        (10.5, "process exit", None)
+    }
+    assert {(a.connection_id, a.recorded, a.error, a.finished_at) for a in report} == {
+        ("connection", None, None, 10.5)
+    }
 
 
 async def test_unanswered_exits_are_posted_while_their_unwinding_still_fits(
@@ -425,6 +436,15 @@ async def test_unanswered_exits_are_posted_while_their_unwinding_still_fits(
     assert {h.stopped_at for h in holders} == {10.75}
     assert [h.posted_at for h in holders] == [10.75] * 15 + [None] * 17
     assert [(a.recorded, a.error) for a in report] == [(True, None)] * 15 + [(None, None)] * 17
+
+
+async def test_an_unanswered_exit_whose_post_the_deadline_cuts_is_reported_sent(
+    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
+) -> None:
+    """Its exit went over its socket before the POST: unconfirmed, but not lost to the deadline."""
+    holders, report = await unanswered_goodbye(fake_room, 32, allowed, posts_answered=False)
+    assert [h.posted_at for h in holders] == [10.75] * 15 + [None] * 17
+    assert {(a.recorded, a.error) for a in report} == {(None, None)}
 
 
 async def test_a_goodbye_with_nothing_held_says_so(
