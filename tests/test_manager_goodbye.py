@@ -573,6 +573,15 @@ def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
     assert repr(budget) == "<UnwindBudget running=1 exits_deadline=9.5>"
 
 
+def test_an_unwind_budget_keeps_time_for_every_task_reserved_besides_its_exits() -> None:
+    budget = UnwindBudget(10.0, 0.5)
+    budget.reserve(2)
+    budget.reserve(3)
+    assert budget.scope.deadline == 7.5
+    budget.exit_started()
+    assert (budget.running, budget.scope.deadline) == (1, 7.0)
+
+
 # --- serve_connection_manager passes each option on ------------------------------------
 
 
