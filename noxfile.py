@@ -221,7 +221,11 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_http/_request": _HTTP_TESTS,
     "_http/_lean": _HTTP_TESTS,
     "_unwind": ("tests/test_manager*.py",),
-    "_collector": ("tests/test_collector.py", "tests/test_holder_events.py", "tests/test_manager*.py"),
+    "_collector": (
+        "tests/test_collector.py",
+        "tests/test_holder_events.py",
+        "tests/test_manager*.py",
+    ),
     # The reference room's rules: which session keeps a name, who is present,
     # leases, liveness, guidelines and the process streams.
     "room_server/_registration": _ROOM_TESTS,

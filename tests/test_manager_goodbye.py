@@ -655,18 +655,21 @@ async def test_serve_connection_manager_passes_each_option_on(
     assert connector.log == [f"open {sid}", f"open {sid}", f"exit {sid}"]
 
 
-@pytest.mark.parametrize(("options", "paused"), [({}, False), ({"pause_collector": True}, True)])
+@pytest.mark.parametrize("pause_collector", [None, True])
 async def test_serve_connection_manager_pauses_the_collector_only_when_asked(
-    autojump_clock: MockClock, fake_room: FakeRoom, options: dict[str, bool], paused: bool
+    autojump_clock: MockClock, fake_room: FakeRoom, pause_collector: bool | None
 ) -> None:
+    """None: the default, which pauses nothing."""
     session = await fake_room.add_worker()
     connector = SlowToUnwind()
     async with fake_room.client() as client, trio.open_nursery() as nursery:
-        serve = partial(serve_connection_manager, client, connector=connector, **options)
+        serve = partial(serve_connection_manager, client, connector=connector)
+        if pause_collector is not None:
+            serve = partial(serve, pause_collector=pause_collector)
         manager = await nursery.start(serve)
         await manager.hold(session).wait_status(HolderStatus.OPEN)
         nursery.cancel_scope.cancel()
-    assert connector.collector_enabled_while_closing == [not paused]
+    assert connector.collector_enabled_while_closing == [not pause_collector]
     assert gc.isenabled()
 
 
