@@ -113,7 +113,8 @@ class Goodbye:
             else trio.CapacityLimiter(policy.exit_concurrency)
         )
         self._results: dict[str, ExitAnnouncement] = {}
-        # The sessions whose exit went over their socket with no answer from the room.
+        # The sessions whose exit went over their socket unanswered and is POSTed as
+        # well: cut by the deadline, such an exit is still reported as sent.
         self._sent: set[str] = set()
         # Until when the room's answer to an exit over a stream is awaited.
         self._answer_by = math.inf
@@ -236,14 +237,15 @@ class Goodbye:
             if recorded is None:
                 holder.stop("process exit")
                 unanswered.append((holder, connection_id))
-                self._sent.add(holder.session.session_id)
             else:
                 self._finished(holder.session, connection_id, recorded, None)
         budget.reserve(len(unanswered))
         posted = 0
         while posted < len(unanswered) and budget.has_time():
+            holder, connection_id = unanswered[posted]
+            self._sent.add(holder.session.session_id)
             budget.exit_started()
-            nursery.start_soon(self._leave, *unanswered[posted], budget)
+            nursery.start_soon(self._leave, holder, connection_id, budget)
             posted += 1
         for holder, connection_id in unanswered[posted:]:
             self._finished(holder.session, connection_id, None, None)

@@ -77,6 +77,9 @@ class _CountingStream(httpcore2.AsyncNetworkStream):
 
     httpcore2 writes a whole request before it reads its answer, and one request
     at a time: the first write after an answer's final head starts the next count.
+
+    Cancellation:
+        As the wrapped stream's: counting adds no wait and no checkpoint.
     """
 
     def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
