@@ -53,10 +53,14 @@ class StreamNews:
     Attributes:
         connection_id: the id the room gave this connection, if this read named one.
         ended: the room said the session has ended.
+        heard_at: when these bytes arrived (trio's clock), if the read found
+            them kept by the kernel (a quiet read); None when they were read
+            as they came. The holder's silence deadline counts from it.
     """
 
     connection_id: str | None = None
     ended: bool = False
+    heard_at: float | None = None
 
 
 @final

@@ -7,8 +7,10 @@ holds it. Its loop, one pass per attempt:
 1. **Attempt**, inside a fresh ``CancelScope`` of its own. Its deadline
    is first the *answer timeout* (10 s) until the room accepts the connection;
    from then on it is a *sliding silence deadline* (45 s), re-armed
-   (``scope.relative_deadline = silence``) each time a chunk of bytes arrives,
-   comment-only heartbeats included. Opening resets every backoff counter.
+   each time a chunk of bytes arrives, comment-only heartbeats included, to
+   45 s after those bytes arrived (``StreamNews.heard_at``: a quiet read takes
+   heartbeats the kernel kept, some time after they came). Opening resets
+   every backoff counter.
    The ``open`` event names the connection; an ``ended`` event ends the attempt
    at once. The attempt's outcome:
 
@@ -500,7 +502,11 @@ class ProcessHolder:
                     scope.relative_deadline = self._policy.silence_timeout
                     try:
                         async for news in stream:
-                            scope.relative_deadline = self._policy.silence_timeout
+                            heard_at = news.heard_at
+                            if heard_at is None:
+                                scope.relative_deadline = self._policy.silence_timeout
+                            else:
+                                scope.deadline = heard_at + self._policy.silence_timeout
                             if news.connection_id is not None:
                                 self._connection_id = news.connection_id
                                 self._held_connection_id = news.connection_id

@@ -44,12 +44,13 @@ EXIT_DEADLINE: Final = 1.5
 # Lines or events larger than this end an attempt: memory stays bounded.
 MAX_EVENT_BYTES: Final = 1024 * 1024
 # The WebSocket form (our extension, PROTOCOL §3.1): the room pings every
-# 15 s, and the client pings only after hearing nothing for longer than that,
-# so a room that pings is never pinged back (each ping is a wake-up, a parse
-# and a write on both sides)...
-WEBSOCKET_PING_INTERVAL: Final = 20.0
+# 15 s, and the client pings only after hearing nothing for longer than two of
+# those intervals (a lone ping may wait in the kernel for the next), so a room
+# that pings is never pinged back (each ping is a wake-up, a parse and a write
+# on both sides)...
+WEBSOCKET_PING_INTERVAL: Final = 40.0
 # ...and a socket silent this long after the client's ping is dead: a
-# half-open connection is seen within 25 s instead of SSE's 45.
+# half-open connection is seen within 45 s, as on SSE.
 WEBSOCKET_PONG_TIMEOUT: Final = 5.0
 
 # A connection id is a UUID; a longer value is not one and is never kept: it

@@ -52,11 +52,20 @@ _ENDED_EVENT = "ended"
 _NULL_BODY_STATUSES = frozenset({204, 205})
 # What a process stream asks for: events, never a cached answer, nothing to
 # inflate (a compressed stream could decode to far more than it weighs).
+# The connection serves this one stream: a room that honours ``close`` closes
+# it when it ends the stream, which lets the stream be read quietly (below).
 STREAM_HEADERS = {
     "Accept": _protocol.EVENT_STREAM,
     "Cache-Control": "no-store",
     "Accept-Encoding": _protocol.IDENTITY_ENCODING,
+    "Connection": "close",
 }
+# What the kernel may keep unread of a named stream whose room closes the
+# connection with it: far more than the heartbeats of a silence deadline (tens
+# of bytes each), far less than a socket's receive buffer. Only such a room:
+# the end of a body on a connection kept alive is five bytes, smaller than a
+# heartbeat, and would be kept too.
+_KEPT_BYTES = 4095
 
 
 def classify_status(
@@ -80,6 +89,12 @@ def classify_status(
     if (content_encoding or "").strip().lower() not in ("", _protocol.IDENTITY_ENCODING):
         return Outcome.REFUSED
     return None
+
+
+def _closes_with_the_stream(response: Response) -> bool:
+    """Whether the room said (``Connection: close``) that the stream's end closes the connection."""
+    value = response.header("connection") or ""
+    return "close" in (token.strip().lower() for token in value.split(","))
 
 
 def _connection_id(data: str) -> str | None:
@@ -108,6 +123,8 @@ class _SSEStream:
         )
         self._response: Response | None = None
         self._done = False
+        # What the kernel may keep unread (see _KEPT_BYTES); nothing until named.
+        self._keep = 0
 
     async def __aenter__(self) -> _SSEStream:
         url = self._client.session_url(self._session, "/process")
@@ -137,7 +154,7 @@ class _SSEStream:
             await trio.lowlevel.checkpoint()
             raise StopAsyncIteration
         try:
-            chunk = await response.next_chunk()
+            chunk = await response.next_chunk(keep=self._keep)
         except HTTPFailure as exc:
             if self._ended_at_close():
                 return StreamNews(ended=True)
@@ -161,7 +178,11 @@ class _SSEStream:
         ended = ended or self._decoder.event_type == _ENDED_EVENT
         # Ended is said once: the session is over, nothing after it is news.
         self._done = ended
-        return StreamNews(connection_id=connection_id, ended=ended)
+        if connection_id is not None and _closes_with_the_stream(response):
+            # Named, the stream carries nothing but heartbeats until it ends,
+            # and its end closes the connection, which wakes any read.
+            self._keep = _KEPT_BYTES
+        return StreamNews(connection_id=connection_id, ended=ended, heard_at=response.heard_at)
 
     def _ended_at_close(self) -> bool:
         """The stream ended: close the decoder; was an ``ended`` block cut off?"""

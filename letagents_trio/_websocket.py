@@ -141,8 +141,9 @@ class WebSocketConnector:
         client: the room client whose URL, credentials and stack are used
             (and whose ``POST …/process/exit`` is the goodbye's fallback).
         ping_interval: the client pings after hearing nothing for this long
-            (seconds on trio's clock; 20 by default, longer than the 15 s
-            between the room's own pings, so a room that pings is never
+            (seconds on trio's clock; 40 by default, longer than two of the
+            15 s intervals between the room's own pings, since a lone ping
+            may wait in the kernel for the next: a room that pings is never
             pinged back).
         pong_timeout: a socket that stays silent this long after the
             client's ping counts as dropped (5 by default).

@@ -39,7 +39,7 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from . import _protocol
 from ._connector import StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._http._sockio import can_send_now, close_now, discard_unread, read_some, send_now
+from ._http._sockio import QuietReads, can_send_now, close_now, discard_unread, send_now
 
 __all__ = ["ProcessSocket"]
 
@@ -53,6 +53,12 @@ _NORMAL_CLOSURE: Final = 1000
 # as its bytes arrive): a room's messages are tens of bytes in one frame, and
 # a message of the largest size read 4 KiB at a time is 256 pieces.
 MAX_MESSAGE_PIECES: Final = 1024
+# What the kernel may keep unread: one ping with no payload, the room's
+# heartbeat. A second ping wakes the read, and so does anything else the room
+# sends (its smallest, a close frame with its code, is four bytes; a room of
+# this protocol never closes without one), so nothing but a lone ping ever
+# waits, and at most one of the room's ping intervals.
+_KEPT_BYTES: Final = 2
 # The most pings the room may send within one ping interval: it pings every
 # 15 s; many more is a flood, whose parsing and answers would cost a core.
 MAX_PINGS_PER_INTERVAL: Final = 100
@@ -152,6 +158,7 @@ class ProcessSocket:
         max_event_bytes: int,
     ) -> None:
         self._stream = stream
+        self._reads = QuietReads(stream)
         self._ws = ws
         self._ping_interval = ping_interval
         self._pong_timeout = pong_timeout
@@ -252,18 +259,26 @@ class ProcessSocket:
             self.connection_id = connection_id
             # Made now rather than at the goodbye, which writes thousands of them.
             self._exit = _exit_frames(connection_id)
-        return StreamNews(connection_id=connection_id, ended=ended)
+        return StreamNews(connection_id=connection_id, ended=ended, heard_at=self._reads.heard_at)
 
     async def _receive(self) -> bytes:
         """Read one chunk, pinging after ``ping_interval`` of silence."""
         await self._flush()
         while True:
+            # Once the room has named the connection, while no pong is awaited
+            # and no exit answer: a lone ping may wait in the kernel for the
+            # next one (see _KEPT_BYTES), and both are answered then.
+            quiet = self.connection_id is not None and not self._awaiting_pong
+            keep = _KEPT_BYTES if quiet and not self.leaving else 0
             with trio.move_on_at(self._deadline):
                 try:
-                    data = await read_some(self._stream, _RECEIVE_BYTES)
+                    data = await self._reads.read(_RECEIVE_BYTES, keep=keep)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
-                self._deadline = trio.current_time() + self._ping_interval
+                heard_at = self._reads.heard_at
+                self._deadline = (
+                    trio.current_time() if heard_at is None else heard_at
+                ) + self._ping_interval
                 self._awaiting_pong = False
                 return data
             if self._awaiting_pong or self.leaving:
@@ -306,6 +321,12 @@ class ProcessSocket:
             return None
         self.leaving = True
         self._exit_names = connection_id
+        if self.exit_ack:
+            # The room's answer must wake the reader, however small; pings the
+            # kernel kept go to the parser now (they are not answered now).
+            kept = self._reads.loud()
+            if kept:
+                self._ws.receive_data(kept)
         if connection_id is not None and connection_id == self.connection_id:
             return self._exit
         return _exit_frames(connection_id)

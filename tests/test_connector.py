@@ -32,7 +32,7 @@ from letagents_trio import (
 from letagents_trio._http import HTTPFailure
 from letagents_trio._protocol import MAX_EVENT_BYTES
 from letagents_trio._sse import FEED_SLICE_BYTES
-from letagents_trio._sse_connector import _SSEStream, classify_status
+from letagents_trio._sse_connector import STREAM_HEADERS, _SSEStream, classify_status
 from letagents_trio.testing import open_streaming_transport
 from letagents_trio.testing._asgi import read_body
 
@@ -345,7 +345,9 @@ async def test_a_huge_chunk_is_decoded_with_a_checkpoint_per_slice() -> None:
     class OneHugeRead:
         """A response whose one read hands over the whole 1 MiB (a socket can)."""
 
-        async def next_chunk(self) -> bytes:
+        heard_at = None
+
+        async def next_chunk(self, *, keep: int = 0) -> bytes:
             await trio.lowlevel.checkpoint()
             return chunk
 
@@ -359,6 +361,50 @@ async def test_a_huge_chunk_is_decoded_with_a_checkpoint_per_slice() -> None:
             assert await anext(news) == StreamNews()
             assert ticks - before >= 1024 * 1024 // FEED_SLICE_BYTES - 1
             nursery.cancel_scope.cancel()
+
+
+class RecordedReads:
+    """A response that gives ``chunks`` in turn, recording what each read let the kernel keep."""
+
+    def __init__(self, connection: str | None, *chunks: bytes) -> None:
+        self._connection = connection
+        self._chunks = list(chunks)
+        self.kept: list[int] = []
+        self.heard_at: float | None = None
+
+    def header(self, name: str) -> str | None:
+        return self._connection if name == "connection" else None
+
+    async def next_chunk(self, *, keep: int = 0) -> bytes:
+        await trio.lowlevel.checkpoint()
+        self.kept.append(keep)
+        self.heard_at = 7.0 if keep else None
+        return self._chunks.pop(0)
+
+
+OPEN_EVENT = b'event: open\ndata: {"connection_id":"c-1"}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("connection", "kept"),
+    [("close", 4095), ("keep-alive, Close", 4095), ("keep-alive", 0), (None, 0)],
+)
+async def test_a_named_stream_is_read_quietly_only_when_its_room_closes_the_connection_with_it(
+    connection: str | None, kept: int
+) -> None:
+    """The end of a body on a kept-alive connection is five bytes: it must wake the read."""
+    response = RecordedReads(connection, b": connected\n\n", OPEN_EVENT, b": hb\n\n", b"")
+    stream = _SSEStream(None, SESSION, MAX_EVENT_BYTES)  # type: ignore[arg-type]
+    stream._response = response  # type: ignore[assignment]
+    with trio.fail_after(5):
+        news = [item async for item in stream]
+    assert response.kept == [0, 0, kept, kept]
+    assert [item.connection_id for item in news] == [None, "c-1", None]
+    assert [item.heard_at for item in news] == [None, None, 7.0 if kept else None]
+
+
+def test_a_process_stream_asks_for_a_connection_of_its_own() -> None:
+    assert STREAM_HEADERS["Connection"] == "close"
 
 
 @pytest.mark.parametrize(

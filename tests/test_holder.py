@@ -25,12 +25,14 @@ from letagents_trio import (
     HoldPolicy,
     IneligibleSession,
     Outcome,
+    ProcessStream,
+    StreamNews,
     open_connection_manager,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
 from letagents_trio.workers import LocalStateStore
 
-from .events import drain
+from .events import ScriptedStream, drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -230,9 +232,10 @@ async def test_counters_are_independent_and_reset_only_on_open(
 async def test_silence_drops_exactly_45_seconds_after_the_last_byte(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore, both_transports: str
 ) -> None:
-    # A WebSocket sees the dead peer sooner: its ping at 20 s (longer than the
-    # room's 15 s between pings) goes unanswered for the 5 s pong timeout.
-    dead_at, detail = (45, "silence") if both_transports == "sse" else (25, "unreachable")
+    # A WebSocket sees the dead peer as soon: its ping at 40 s (longer than two of
+    # the room's 15 s intervals) goes unanswered for the 5 s pong timeout, which
+    # ends with the holder's own silence deadline.
+    dead_at, detail = 45, "silence"
     session = await stored_worker(fake_room, state)
     fake_room.set_process_mode(ProcessMode.SILENT)
     async with managed(fake_room, state) as manager:
@@ -831,3 +834,42 @@ async def test_holder_repr_hides_the_token(
 def _each_transport(both_transports: str) -> str:
     """Every test here runs over SSE and over the WebSocket form."""
     return both_transports
+
+
+class KeptHeartbeatStream(ScriptedStream):
+    """Names its connection at once; at 10 s hands over a heartbeat kept since 3 s."""
+
+    def __init__(self) -> None:
+        super().__init__(StreamNews(connection_id="conn-1"), StreamNews(heard_at=3.0))
+
+    async def __anext__(self) -> StreamNews:
+        if len(self._news) == 1:
+            await trio.sleep_until(10)
+        return await super().__anext__()
+
+
+class KeptHeartbeatConnector:
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
+        await trio.lowlevel.checkpoint()
+        yield KeptHeartbeatStream()
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        return True
+
+
+async def test_silence_counts_from_when_bytes_kept_by_the_kernel_arrived(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """A quiet read hands over at 10 s a heartbeat that came at 3 s: silent from 48 s, not 55."""
+    session = await fake_room.add_worker()
+    async with (
+        fake_room.client() as client,
+        open_connection_manager(client, connector=KeptHeartbeatConnector()) as manager,
+    ):
+        with manager.subscribe(math.inf) as events:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.WAITING)
+            closed = [e for e in drain(events) if e.kind is EventKind.CLOSED]
+    assert [(e.time, e.outcome, e.detail) for e in closed] == [(48, Outcome.DROPPED, "silence")]

@@ -159,6 +159,26 @@ async def test_the_response_reads_its_body_chunk_by_chunk_then_says_it_ended() -
             await response.aclose()
 
 
+async def serve_three_chunks_at_once_then_misframe(stream: trio.abc.Stream) -> None:
+    """Three chunks in one write (heartbeats kept by the kernel), then a bad chunk size."""
+    await read_head(stream)
+    await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    await trio.testing.wait_all_tasks_blocked()
+    await stream.send_all(b"3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\nzz\r\n")
+
+
+async def test_one_read_gives_every_chunk_already_received_in_one_piece() -> None:
+    """One holder wake-up for kept heartbeats, not one per chunk; what follows still fails."""
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve_three_chunks_at_once_then_misframe)
+            response = await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
+            assert await response.next_chunk() == b"onetwothree"
+            with pytest.raises(HTTPFailure):
+                await response.next_chunk()
+            await response.aclose()
+
+
 async def serve_ten_bytes(stream: trio.abc.Stream) -> None:
     await read_head(stream)
     await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")

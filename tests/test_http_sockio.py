@@ -7,6 +7,7 @@ peer), bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import struct
+import sys
 
 import pytest
 import trio
@@ -14,6 +15,7 @@ import trio.testing
 
 from letagents_trio._http._sockio import (
     Prefixed,
+    QuietReads,
     can_send_now,
     close_now,
     discard_unread,
@@ -220,3 +222,98 @@ async def test_discard_unread_reads_at_most_its_limit_and_leaves_other_streams()
     await server_end.send_all(b"in memory")
     discard_unread(client_end)  # not a socket: left alone
     assert await read_some(client_end, 100) == b"in memory"
+
+
+# --- QuietReads: bytes the kernel keeps until the deadline draws near ----------------------
+
+# Linux only: elsewhere a quiet read is a plain one (the last test here).
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_RCVLOWAT polling")
+
+
+@linux_only
+async def test_a_quiet_read_leaves_what_it_may_keep_until_its_deadline_draws_near() -> None:
+    """The heartbeat stays with the kernel; the read takes it at the check, saying when it came."""
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream, margin=0.5)
+        sent_at = trio.current_time()
+        await theirs.send(b": heartbeat\n\n")
+        with trio.fail_after(5), trio.move_on_after(1.0):
+            assert await reads.read(100, keep=50) == b": heartbeat\n\n"
+            read_at = trio.current_time()
+        assert read_at - sent_at >= 0.5  # not woken by the heartbeat: at the check
+        assert reads.heard_at is not None
+        assert sent_at - 0.05 <= reads.heard_at <= sent_at + 0.1
+
+
+@linux_only
+async def test_a_quiet_read_wakes_at_once_for_more_than_it_keeps_and_for_the_end() -> None:
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream)
+        with trio.fail_after(5), trio.move_on_after(60):
+            start = trio.current_time()
+            await theirs.send(b"\x89\x00")  # a lone ping: kept
+            await theirs.send(b"\x88\x02\x03\xe8")  # then a close frame: wakes the read
+            assert await reads.read(100, keep=2) == b"\x89\x00\x88\x02\x03\xe8"
+            assert reads.heard_at is None  # read as they came
+            theirs.shutdown(trio.socket.SHUT_WR)
+            assert await reads.read(100, keep=2) == b""
+            assert trio.current_time() - start < 5
+
+
+@linux_only
+async def test_a_quiet_read_that_finds_nothing_kept_waits_as_a_plain_read() -> None:
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream, margin=0.5)
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+
+                async def after_the_check() -> None:
+                    await trio.sleep(0.7)
+                    await theirs.send(b"x")
+
+                nursery.start_soon(after_the_check)
+                with trio.move_on_after(30) as scope:
+                    start = trio.current_time()
+                    # The check comes 0.5 s before the deadline: nothing kept. From
+                    # then on one byte wakes the read, long before the deadline.
+                    scope.deadline = start + 1.0
+                    assert await reads.read(100, keep=50) == b"x"
+                    assert reads.heard_at is None
+                assert not scope.cancelled_caught
+
+
+@linux_only
+async def test_loud_hands_over_what_was_kept_and_lets_every_byte_wake() -> None:
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream)
+        got: list[bytes] = []
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+
+                async def reader() -> None:
+                    with trio.move_on_after(60):
+                        got.append(await reads.read(100, keep=50))
+
+                nursery.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked()
+                await theirs.send(b"kept")
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == []
+                assert reads.loud() == b"kept"
+                assert reads.loud() == b""  # loud already: nothing more to hand over
+                await theirs.send(b"!")
+        assert got == [b"!"]
+
+
+async def test_a_quiet_read_of_anything_but_linux_tcp_is_a_plain_read() -> None:
+    """A socketpair, an in-memory stream, TLS: read as the bytes come."""
+    left, right = trio.socket.socketpair()
+    client_end, server_end = trio.testing.memory_stream_pair()
+    with left, right, trio.fail_after(5):
+        pairs = ((trio.SocketStream(left), right.send), (client_end, server_end.send_all))
+        for ours, send in pairs:
+            reads = QuietReads(ours)
+            await send(b"hb")
+            assert await reads.read(100, keep=50) == b"hb"
+            assert reads.heard_at is None
+            assert reads.loud() == b""

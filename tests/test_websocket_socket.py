@@ -18,6 +18,7 @@ import contextlib
 import gc
 import json
 import os
+import sys
 import types
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -1261,3 +1262,70 @@ async def test_a_room_that_closes_instead_of_answering_leaves_the_exit_unconfirm
         with pytest.raises(StopAsyncIteration):
             await anext(socket)
     assert socket.exit_recorded is None
+
+
+# --- quiet reads: a lone ping waits in the kernel (Linux TCP) ----------------------------
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_RCVLOWAT polling")
+
+
+@linux_only
+async def test_a_lone_ping_waits_in_the_kernel_for_the_next_and_one_pong_answers_both() -> None:
+    async with tcp_pair() as (stream, theirs):
+        socket, room = new_socket(stream), Room(trio.SocketStream(theirs))
+        news: list[StreamNews] = []
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+
+                async def reader() -> None:
+                    async for item in socket:
+                        news.append(item)
+
+                nursery.start_soon(reader)
+                await room.send(frame(event="open", connection_id="conn-1"))
+                await trio.testing.wait_all_tasks_blocked()
+                assert [item.connection_id for item in news] == ["conn-1"]
+                await room.send(Ping())
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(news) == 1  # the lone ping did not wake the reader
+                await room.send(Ping(payload=b""))
+                assert [type(event) for event in await room.heard()] == [Pong]
+                assert len(news) == 2
+                await room.send(CloseConnection(code=1001))  # four bytes: wakes at once
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.cancel_scope.cancel()
+        assert socket._finished
+
+
+@linux_only
+async def test_the_ping_deadline_counts_from_when_a_kept_ping_arrived() -> None:
+    """Kept from 0.1 s and read at the check (2 s), the room's ping re-arms the
+    3 s ping deadline to 3.1 s, not 5 s: the client pings as if it had read it at once."""
+    async with tcp_pair() as (stream, theirs):
+        socket = ProcessSocket(
+            stream,
+            Connection(ConnectionType.CLIENT),
+            ping_interval=3.0,
+            pong_timeout=5.0,
+            max_event_bytes=1024,
+        )
+        room = Room(trio.SocketStream(theirs))
+        with trio.fail_after(10):
+            await room.send(frame(event="open", connection_id="conn-1"))
+            start = trio.current_time()
+            assert (await anext(socket)).connection_id == "conn-1"
+            async with trio.open_nursery() as nursery:
+
+                async def reader() -> None:
+                    async for _ in socket:
+                        pass
+
+                nursery.start_soon(reader)
+                await trio.sleep(0.1)
+                await room.send(Ping())
+                heard = await room.heard()  # the pong, then the client's ping
+                while not any(isinstance(event, Ping) for event in heard):
+                    heard += await room.heard()
+                pinged_at = trio.current_time() - start
+                nursery.cancel_scope.cancel()
+        assert 3.0 <= pinged_at < 4.5

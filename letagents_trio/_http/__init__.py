@@ -89,8 +89,17 @@ class Response(Protocol):
         """The first value of header ``name`` (any case), or None."""
         ...
 
-    async def next_chunk(self) -> bytes:
+    @property
+    def heard_at(self) -> float | None:
+        """When the latest chunk's bytes arrived, if a quiet read found them kept; else None."""
+        ...
+
+    async def next_chunk(self, *, keep: int = 0) -> bytes:
         """The next bytes of the body as they arrive; ``b""`` once it has ended.
+
+        ``keep``: the kernel may keep up to this many bytes unread until the
+        reader's deadline draws near, where the stack can ask it to (see
+        :class:`~letagents_trio._http._sockio.QuietReads`).
 
         Raises:
             HTTPFailure: the connection broke or the body was misframed.

@@ -104,7 +104,12 @@ class _HTTPXResponse:
         value: str | None = self._response.headers.get(name)
         return value
 
-    async def next_chunk(self) -> bytes:
+    @property
+    def heard_at(self) -> float | None:
+        """None: httpx2's reads are never quiet."""
+        return None
+
+    async def next_chunk(self, *, keep: int = 0) -> bytes:
         import httpx2
 
         if self._chunks is None:

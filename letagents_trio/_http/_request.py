@@ -35,7 +35,7 @@ import h11
 import trio
 
 from .._version import __version__
-from ._sockio import READ_SIZE, Prefixed, close_now, read_some
+from ._sockio import READ_SIZE, Prefixed, QuietReads, close_now, read_some
 
 __all__ = [
     "MAX_HEAD_BYTES",
@@ -159,6 +159,7 @@ class HTTP1Response:
         self.status: int = head.status_code
         self.headers: list[tuple[bytes, bytes]] = list(head.headers)
         self._done = False
+        self._reads = QuietReads(stream)
 
     def __repr__(self) -> str:
         return f"<HTTP1Response status={self.status}>"
@@ -177,8 +178,18 @@ class HTTP1Response:
         """The first value of header ``name`` (any case), or None."""
         return header_value(self.headers, name)
 
-    async def next_chunk(self) -> bytes:
+    @property
+    def heard_at(self) -> float | None:
+        """When the latest chunk's bytes arrived, if a quiet read found them kept; else None."""
+        return self._reads.heard_at
+
+    async def next_chunk(self, *, keep: int = 0) -> bytes:
         """The next bytes of the body as they arrive; ``b""`` once it has ended.
+
+        ``keep``: the kernel may keep up to this many bytes unread until the
+        reader's deadline draws near
+        (:class:`~letagents_trio._http._sockio.QuietReads`); :attr:`heard_at`
+        then says when they arrived.
 
         Raises:
             HTTPFailure: the connection broke or the peer broke HTTP's framing
@@ -190,22 +201,33 @@ class HTTP1Response:
         if self._done:
             await trio.lowlevel.checkpoint()
             return b""
+        # Every piece of the body already received, in one: a quiet read takes
+        # many heartbeats at once, each its own chunk of a chunked body.
+        parts: list[bytes] = []
         try:
             while True:
-                event = self._conn.next_event()
+                try:
+                    event = self._conn.next_event()
+                except h11.RemoteProtocolError:
+                    if parts:
+                        break  # h11 raises it again on the next call
+                    raise
                 if event is h11.NEED_DATA:
-                    self._conn.receive_data(await read_some(self._stream, READ_SIZE))
+                    if parts:
+                        break
+                    self._conn.receive_data(await self._reads.read(READ_SIZE, keep=keep))
                 elif isinstance(event, h11.Data):
-                    return bytes(event.data)
+                    parts.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     self._done = True
-                    return b""
+                    break
                 else:
                     # A close-delimited body that the peer closed before
                     # ending is EndOfMessage; anything else here is misframed.
                     raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
         except NETWORK_ERRORS as exc:
             raise HTTPFailure(failure_kind(exc)) from exc
+        return b"".join(parts)
 
     async def read(self, limit: int) -> bytes:
         """The whole body, up to ``limit`` bytes.

@@ -9,12 +9,20 @@ what the peer sent before a close, so that the close is an orderly end).
 Any other stream (TLS, in memory, bytes read ahead and put back in front by
 :class:`Prefixed`) goes through its own methods. What each saves is in
 ``docs/performance.md``.
+
+:class:`QuietReads` reads a held stream *quietly* where the kernel can help
+(a plain TCP socket on Linux): the room's heartbeats or pings stay in the
+kernel until the reader's deadline draws near, or until more come, and are
+read then, several at once, with the time the last of them arrived.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import socket as _socket
+import struct
+import sys
 from collections.abc import Callable
 from typing import Final, final
 
@@ -23,6 +31,7 @@ import trio
 __all__ = [
     "READ_SIZE",
     "Prefixed",
+    "QuietReads",
     "can_send_now",
     "close_now",
     "discard_unread",
@@ -32,6 +41,13 @@ __all__ = [
 
 # One read from the socket; an SSE heartbeat or an exit answer fits many times over.
 READ_SIZE: Final = 65_536
+# How long before its deadline a quiet read looks at what the kernel kept.
+CHECK_MARGIN: Final = 1.0
+# Where struct tcp_info (linux/tcp.h) keeps tcpi_last_data_recv, in ms: after
+# eight one-byte fields and eleven 32-bit ones.
+_LAST_DATA_RECV: Final = struct.Struct("=I")
+_LAST_DATA_RECV_OFFSET: Final = 52
+_TCP_INFO_SIZE: Final = _LAST_DATA_RECV_OFFSET + _LAST_DATA_RECV.size
 
 
 @final
@@ -210,3 +226,126 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
         return os.write(plain.socket.fileno(), data)
     except BlockingIOError:
         return 0
+
+
+def _quiet_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    """The TCP socket under ``stream`` when the kernel can keep its small writes (Linux)."""
+    plain = _plain_socket(stream)
+    if plain is None or not sys.platform.startswith("linux"):
+        return None
+    sock = plain.socket
+    if sock.family not in (_socket.AF_INET, _socket.AF_INET6) or sock.type != _socket.SOCK_STREAM:
+        return None
+    return sock
+
+
+@final
+class QuietReads:
+    """The reads of one held stream, which may let the kernel keep a few bytes unread.
+
+    A held stream is silent but for the room's heartbeats (SSE) or pings
+    (WebSocket), every 15 s; read as they come, each is a wake-up. A read
+    that may *keep* ``n`` bytes, on a plain TCP socket on Linux, raises the
+    socket's receive low-water mark (``SO_RCVLOWAT``) to ``n + 1``: the
+    kernel keeps up to ``n`` bytes without waking the reader. The read still
+    wakes at once for anything more, and for the end of the stream or an
+    error (the kernel reports those whatever the mark). Otherwise,
+    :data:`CHECK_MARGIN` before the reader's deadline (the holder's silence,
+    the socket's ping), it takes what the kernel kept, and :attr:`heard_at`
+    says when the last of it arrived (``TCP_INFO``'s ``tcpi_last_data_recv``),
+    from which the caller re-arms its deadline as if it had read each byte as
+    it came; found nothing kept, it waits as a plain read until its
+    deadline. No deadline moves, and the heartbeats of a silence deadline
+    cost one wake-up instead of one each.
+
+    What may be kept is the caller's to say: only bytes that can wait, which
+    nothing else can be mistaken for by its size (see the connectors).
+    Anything else (TLS, in memory, another system, ``keep=0``) is a plain
+    :func:`read_some`, with :attr:`heard_at` None.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, *, margin: float = CHECK_MARGIN) -> None:
+        self._stream = stream
+        self._margin = margin
+        self._socket = _quiet_socket(stream)
+        # The bytes the kernel keeps now (its low-water mark less one).
+        self._kept = 0
+        self.heard_at: float | None = None
+        """When the bytes of the latest read arrived, if the read found them kept; else None."""
+
+    def __repr__(self) -> str:
+        return f"<QuietReads keep={self._kept}>"
+
+    async def read(self, max_bytes: int, *, keep: int = 0) -> bytes:
+        """The next bytes, as :func:`read_some`, letting the kernel keep up to ``keep`` of them.
+
+        Raises:
+            trio.ClosedResourceError: the socket was closed, before or during the wait.
+            trio.BrokenResourceError: the connection broke.
+
+        Cancellation:
+            A checkpoint, as :func:`read_some`.
+        """
+        self.heard_at = None
+        if not self._keep(keep):
+            return await read_some(self._stream, max_bytes)
+        with trio.move_on_at(trio.current_effective_deadline() - self._margin):
+            return await read_some(self._stream, max_bytes)
+        kept = self._take_kept(max_bytes)
+        if kept is not None:
+            return kept
+        # Nothing kept: from now on any byte wakes the read.
+        self._keep(0)
+        return await read_some(self._stream, max_bytes)
+
+    def loud(self) -> bytes:
+        """Let every byte wake the reads again; what the kernel kept meanwhile, read at once.
+
+        For a reader about to wait for an answer: bytes kept from before
+        would otherwise wake it first, for nothing. Without a checkpoint;
+        ``b""`` when nothing was kept (or nothing could be), and when the
+        stream ended or broke, which the next read reports.
+        """
+        if not self._kept:
+            return b""
+        self._keep(0)
+        try:
+            return self._take_kept(READ_SIZE) or b""
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return b""
+
+    def _keep(self, keep: int) -> int:
+        """Let the kernel keep ``keep`` bytes where it can; how many it keeps now."""
+        sock = self._socket
+        if sock is None or sock.fileno() == -1:
+            return 0
+        if keep != self._kept:
+            try:
+                sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVLOWAT, keep + 1)
+            except OSError:
+                # A socket that refuses the mark is read plainly from now on.
+                self._socket, self._kept = None, 0
+                return 0
+            self._kept = keep
+        return self._kept
+
+    def _take_kept(self, max_bytes: int) -> bytes | None:
+        """What the kernel kept (``b""``: the stream ended), or None when it kept nothing."""
+        sock = self._socket
+        fd = -1 if sock is None else sock.fileno()
+        if sock is None or fd == -1:
+            raise trio.ClosedResourceError("the socket was already closed")
+        try:
+            data = os.read(fd, max_bytes)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise _stream_error(exc) from exc
+        if data:
+            try:
+                info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, _TCP_INFO_SIZE)
+                (age_ms,) = _LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_OFFSET)
+            except (OSError, struct.error):
+                age_ms = 0
+            self.heard_at = trio.current_time() - age_ms / 1000
+        return data
