@@ -15,9 +15,10 @@ tests), with no task of its own. It iterates as the holder's news:
    itself: no timer task per socket.
 3. **The exit**: the exit frame, made when the room names the connection,
    goes out at once without a checkpoint when the kernel takes it
-   (:meth:`ProcessSocket.send_exit_nowait`, its normal close then written as
-   the socket closes), or with its close in turn with the reader's pongs
-   (:meth:`ProcessSocket.send_exit`). From then on the reader sends nothing;
+   (:meth:`ProcessSocket.send_exit_nowait`: with its normal close, the socket
+   then closed at once; to a room that acknowledges exits, alone, its close
+   written as the socket closes), or with its close in turn with the
+   reader's pongs (:meth:`ProcessSocket.send_exit`). From then on the reader sends nothing;
    a close or a break ends the iteration (the holder, leaving, stops), the
    room's answer waits unparsed for the holder's stop or the socket's close,
    and the socket is drained before it closes, so that the room sees an
@@ -67,7 +68,8 @@ MAX_PINGS_PER_INTERVAL: Final = 100
 def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
     """The exit frame and a normal close, as a client writes them (each with a fresh mask).
 
-    Two frames, written together or the close later (:meth:`ProcessSocket.send_exit_nowait`).
+    Two frames, written together, or the close later to a room that answers
+    exits (:meth:`ProcessSocket.send_exit_nowait`).
     Serialized by a connection of their own, so that they can be made before
     they are sent: WebSocket frames stand alone, and the socket's own
     connection sends nothing after them.
@@ -360,17 +362,23 @@ class ProcessSocket:
         return self._exit_written
 
     def send_exit_nowait(self, connection_id: str) -> bool:
-        """Write the exit frame alone at once, without a checkpoint; whether it went whole.
+        """Write the exit at once, without a checkpoint; whether it went whole.
 
-        Its normal close is written as the socket closes (:meth:`aclose`).
-        The room answers a close with its own, and nothing else of the exit:
-        written alone, the exit leaves the room nothing to answer until the
-        socket is closed, so the reader is not woken while the goodbye writes
-        thousands of exits (each reader then wakes once, to be stopped).
+        To a room that does not acknowledge exits, the exit frame and its
+        normal close go in one write and the socket closes right after
+        (:meth:`close`): the room's answer to the close finds no reader to
+        wake, and the reader wakes once, to end (the holder, leaving, stops).
+        To a room that acknowledges them, the exit frame goes alone, and its
+        close as the socket closes (:meth:`aclose`), after the room's answer.
         False when the socket is not a plain one, a pong is on its way, or
         the kernel took only part of it (:meth:`send_exit` sends the rest).
         """
-        return bool(self._write_now(connection_id, close=False))
+        if self.exit_ack:
+            return bool(self._write_now(connection_id, close=False))
+        if not self._write_now(connection_id, close=True):
+            return False
+        self.close()
+        return True
 
     async def send_exit(self, connection_id: str) -> bool:
         """Send the exit frame and a normal close; whether the socket took them.

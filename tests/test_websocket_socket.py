@@ -798,9 +798,10 @@ async def test_the_exit_to_a_closed_socket_is_not_sent() -> None:
             assert not await socket.send_exit("conn-1")
 
 
-async def test_the_exit_frame_is_written_at_once_alone_where_it_can_be() -> None:
-    """No checkpoint: a plain socket takes it (its close waits for the socket's close)."""
+async def test_the_exit_frame_is_written_at_once_alone_to_a_room_that_answers_it() -> None:
+    """No checkpoint: a plain socket takes it (its close waits for the room's answer)."""
     async with socket_over_a_socketpair() as (socket, room):
+        socket.exit_ack = True
         assert socket.send_exit_nowait("conn-1") is True
         assert socket.leaving
         with trio.fail_after(5):
@@ -808,6 +809,19 @@ async def test_the_exit_frame_is_written_at_once_alone_where_it_can_be() -> None
         assert socket.send_exit_nowait("conn-1") is False  # once
         assert await socket.send_exit("conn-1") is False
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS[:1])
+
+
+async def test_to_a_room_that_does_not_answer_exits_the_exit_and_its_close_go_together() -> None:
+    """One write, then the socket closes at once: the room's answer wakes no reader."""
+    async with socket_over_a_socketpair() as (socket, room):
+        assert socket.send_exit_nowait("conn-1") is True
+        assert socket.leaving
+        assert socket._stream.socket.fileno() == -1  # type: ignore[attr-defined]
+        with trio.fail_after(5):
+            assert await room.heard() == EXIT_EVENTS
+            assert await room.stream.receive_some() == b""  # then the end
+        assert socket.send_exit_nowait("conn-1") is False  # once
+        assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
 async def test_an_exit_that_cannot_be_written_at_once_is_left_whole_for_send_exit(
@@ -1048,15 +1062,15 @@ async def test_a_held_socket_keeps_nothing_of_its_upgrade(
 
 
 async def test_an_exit_written_at_once_leaves_its_close_for_the_sockets_close() -> None:
-    """The room answers a close with its own; the exit alone it does not answer.
+    """To a room that answers exits, the close must wait for its answer.
 
-    So the goodbye's loop writes the exit frame alone, and no reader wakes
-    for an answer between two exits; the normal close goes out when the
-    socket is closed, before the end of the stream.
+    So the goodbye's loop writes the exit frame alone; the normal close goes
+    out when the socket is closed (after the answer, or when none came),
+    before the end of the stream.
     """
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
-            await room.send(frame(event="open", connection_id="conn-1"))
+            await room.send(frame(event="open", connection_id="conn-1", exit_ack=True))
             assert await anext(socket) == StreamNews(connection_id="conn-1")
             assert socket.send_exit_nowait("conn-1") is True
             assert await room.heard() == EXIT_EVENTS[:1]
