@@ -264,14 +264,17 @@ class QuietReads:
     :func:`read_some`, with :attr:`heard_at` None.
     """
 
+    # One per held stream, ten thousand at a time.
+    __slots__ = ("_kept", "_margin", "_socket", "_stream", "heard_at")
+
     def __init__(self, stream: trio.abc.Stream, *, margin: float = CHECK_MARGIN) -> None:
         self._stream = stream
         self._margin = margin
         self._socket = _quiet_socket(stream)
         # The bytes the kernel keeps now (its low-water mark less one).
         self._kept = 0
+        # When the bytes of the latest read arrived, if the read found them kept; else None.
         self.heard_at: float | None = None
-        """When the bytes of the latest read arrived, if the read found them kept; else None."""
 
     def __repr__(self) -> str:
         return f"<QuietReads keep={self._kept}>"
