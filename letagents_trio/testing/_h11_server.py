@@ -8,15 +8,20 @@ exercises the client's own framing. Nothing touches a socket or a thread:
 buffer at all, so a room that writes faster than the client reads is held back
 at once, as a full socket would hold it.
 
-One connection, one task, one request after another (keep-alive):
+One connection, its requests read as they come and answered in order, as
+Node's server (the letagents room's) answers pipelined requests:
 
-1. The request head and its body are read whole (ours are small).
-2. The app is called; its ``receive`` gives the body once, then waits until
-   the client closes the connection and answers ``http.disconnect``. A task
-   watches the connection for that close while the app runs.
-3. ``http.response.start`` writes the head at once (an event stream's headers
-   must not wait for its first event); each body message is written as it
-   comes, chunked unless the app set ``content-length``.
+1. Each request's head and body are read whole (ours are small), and the app
+   is called for it at once, even while earlier requests are still being
+   answered; its ``receive`` gives the body once, then waits until the
+   client closes the connection and answers ``http.disconnect``. The task
+   that reads the requests is the one that sees that close.
+2. The answers go out in the order of the requests, each as its app sends
+   it: ``http.response.start`` writes the head at once when the answer's
+   turn has come (an event stream's headers must not wait for its first
+   event); each body message is written as it comes, chunked unless the app
+   set ``content-length``. An app whose answer's turn has not come waits in
+   its ``send``, as it would on a full socket.
 4. An upgrade to a WebSocket (``Upgrade: websocket``) ends the HTTP/1.1 part:
    the request's bytes, and any read past them, are handed to
    :func:`~letagents_trio.testing._websocket.serve_websocket`, which answers
@@ -26,7 +31,7 @@ One connection, one task, one request after another (keep-alive):
    :class:`~._asgi.DropConnection` the app raises on purpose (a FakeRoom
    rule dropping a request; a test's own app may raise an
    ``httpx2.TransportError`` for a reset) closes the connection without
-   another byte;
+   another byte once its answer's turn comes;
    any other exception before the response started is a 500 (and logged),
    after it a connection cut mid-body; an app that returns without answering
    gets a 500.
@@ -35,6 +40,7 @@ One connection, one task, one request after another (keep-alive):
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -57,10 +63,6 @@ logger = logging.getLogger("letagents_trio.testing")
 _READ_SIZE = 65_536
 # What the peer going away looks like from this side.
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError)
-
-
-class _Abort(Exception):
-    """The connection is cut without another byte."""
 
 
 async def serve_http1(
@@ -87,34 +89,121 @@ async def serve_http1(
         Cancelled (the transport's nursery closing), the stream is closed.
     """
     conn = h11.Connection(h11.SERVER)
+    disconnected = trio.Event()
+    send_replies, receive_replies = trio.open_memory_channel[_Reply](math.inf)
+    upgrade: bytes | None = None
     try:
-        while True:
-            request = await _next_request(stream, conn)
-            if request is None:
-                return
-            head, body = request
-            if _is_websocket_upgrade(head):
-                # The rest of the connection is the WebSocket's (h11 kept
-                # any bytes read past the request: the first frames, maybe).
-                upgrade = _request_bytes(head) + bytes(conn.trailing_data[0])
-                await serve_websocket(
-                    app,
-                    stream,
-                    ping_interval=websocket_ping_interval,
-                    client=client,
-                    initial=upgrade,
-                )
-                return
-            scope = _scope(head, scheme, server, client)
-            if not await _serve_one(stream, conn, app, scope, body):
-                return
-            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                return
-            conn.start_next_cycle()
-    except (*_GONE, _Abort):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                _write_replies, stream, receive_replies, disconnected, nursery.cancel_scope
+            )
+            async with send_replies:
+                while True:
+                    try:
+                        request = await _next_request(stream, conn)
+                    except _GONE:
+                        request = None
+                    if request is None:
+                        disconnected.set()
+                        break
+                    head, body = request
+                    if _is_websocket_upgrade(head):
+                        # The rest of the connection is the WebSocket's (h11 kept
+                        # any bytes read past the request: the first frames, maybe).
+                        upgrade = _request_bytes(head) + bytes(conn.trailing_data[0])
+                        break
+                    reply = _Reply(head, body)
+                    await send_replies.send(reply)
+                    scope = _scope(head, scheme, server, client)
+                    nursery.start_soon(_serve_one, reply, app, scope, body, disconnected)
+                    if reply.conn.their_state is not h11.DONE:
+                        # The client said this is its last request: watch for its close.
+                        await _wait_closed(stream, disconnected)
+                        break
+                    conn = _next_connection(conn)
+        if upgrade is not None:
+            await serve_websocket(
+                app,
+                stream,
+                ping_interval=websocket_ping_interval,
+                client=client,
+                initial=upgrade,
+            )
+    except _GONE:
         return
     finally:
         await trio.aclose_forcefully(stream)
+
+
+class _Reply:
+    """One request's answer: its own h11 state, and its bytes on their way to the writer."""
+
+    def __init__(self, head: h11.Request, body: bytes) -> None:
+        # Told the request again, so that h11 frames the answer as it should.
+        self.conn = h11.Connection(h11.SERVER)
+        self.conn.receive_data(_request_bytes(head) + _framed(head, body))
+        while type(self.conn.next_event()) is not h11.EndOfMessage:
+            pass
+        self.send, self.receive = trio.open_memory_channel[bytes](0)
+        # Closed without another byte when its turn comes.
+        self.abort = False
+
+
+def _framed(head: h11.Request, body: bytes) -> bytes:
+    """``body`` as the request carried it: chunked when it said so."""
+    chunked = any(
+        name == b"transfer-encoding" and b"chunked" in value.lower() for name, value in head.headers
+    )
+    if not chunked:
+        return body
+    return (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
+
+
+def _next_connection(conn: h11.Connection) -> h11.Connection:
+    """A fresh h11 server state for the next request, holding what was read past this one."""
+    leftover, closed = conn.trailing_data
+    fresh = h11.Connection(h11.SERVER)
+    if leftover:
+        fresh.receive_data(bytes(leftover))
+    if closed:
+        fresh.receive_data(b"")
+    return fresh
+
+
+async def _wait_closed(stream: trio.abc.Stream, disconnected: trio.Event) -> None:
+    """Read and drop what the client sends until it closes the connection."""
+    try:
+        while await stream.receive_some(_READ_SIZE):
+            pass
+    except _GONE:
+        pass
+    disconnected.set()
+
+
+async def _write_replies(
+    stream: trio.abc.Stream,
+    replies: trio.MemoryReceiveChannel[_Reply],
+    disconnected: trio.Event,
+    serving: trio.CancelScope,
+) -> None:
+    """Write each answer in the order of the requests; the connection ends with one that says so.
+
+    Ending it cancels ``serving`` (the reading, and the apps still at work).
+    """
+    async with replies:
+        async for reply in replies:
+            async with reply.receive:
+                async for data in reply.receive:
+                    if data and not disconnected.is_set():
+                        try:
+                            await stream.send_all(data)
+                        except _GONE:
+                            disconnected.set()
+            # Cut without another byte, or the connection ends after this answer.
+            done = reply.conn.our_state is h11.DONE and reply.conn.their_state is h11.DONE
+            if reply.abort or not done:
+                serving.cancel()
+                return
 
 
 async def _next_request(
@@ -171,14 +260,14 @@ def _scope(
 
 
 async def _serve_one(
-    stream: trio.abc.Stream,
-    conn: h11.Connection,
+    reply: _Reply,
     app: ASGIApp,
     scope: MutableMapping[str, Any],
     body: bytes,
-) -> bool:
-    """Serve one request; return whether the connection may serve another."""
-    disconnected = trio.Event()
+    disconnected: trio.Event,
+) -> None:
+    """Serve one request: its answer goes to ``reply``, to be written in its turn."""
+    conn = reply.conn
     started = False
     ended = False
     body_given = False
@@ -190,9 +279,9 @@ async def _serve_one(
         head = b""
         if data and not disconnected.is_set():
             try:
-                await stream.send_all(data)
+                await reply.send.send(data)
                 return
-            except _GONE:
+            except trio.BrokenResourceError:
                 disconnected.set()
         await trio.lowlevel.checkpoint()
 
@@ -238,40 +327,26 @@ async def _serve_one(
         else:
             await trio.lowlevel.checkpoint()
 
-    async def watch() -> None:
-        # Bytes the client sends now belong to its next request: h11 keeps them.
-        try:
-            while data := await stream.receive_some(_READ_SIZE):
-                conn.receive_data(bytes(data))
-        except _GONE:
-            pass
-        disconnected.set()
-
-    abort = False
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
+    async with reply.send:
         try:
             await app(scope, receive, send)
         except (httpx2.TransportError, DropConnection):
-            abort = True
+            reply.abort = True
         except Exception:
             logger.exception("in-process app failed on %s %s", scope["method"], scope["path"])
-            abort = started
-        finally:
-            nursery.cancel_scope.cancel()
-    if abort:
-        raise _Abort
-    if head:
-        await write(h11.Data(data=b""))
-    if disconnected.is_set():
-        return False
-    if not started:
-        payload = b"Internal Server Error"
-        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")]
-        await write(h11.Response(status_code=500, headers=headers))
-        await write(h11.Data(data=payload))
-        ended = True
-        await write(h11.EndOfMessage())
-    elif not ended:
-        await write(h11.EndOfMessage())
-    return not disconnected.is_set()
+            reply.abort = started
+        if reply.abort:
+            return
+        if head:
+            await write(h11.Data(data=b""))
+        if disconnected.is_set():
+            return
+        if not started:
+            payload = b"Internal Server Error"
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")]
+            await write(h11.Response(status_code=500, headers=headers))
+            await write(h11.Data(data=payload))
+            ended = True
+            await write(h11.EndOfMessage())
+        elif not ended:
+            await write(h11.EndOfMessage())
