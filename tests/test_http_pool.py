@@ -1,7 +1,8 @@
-"""The kept-alive connections of exit announcements (``letagents_trio._http._pool``).
+"""Exits pipelined over a few kept-alive connections (``letagents_trio._http._pool``).
 
-In memory, under the mock clock: a scripted room answers each request on each
-connection as the test says (an answer, a close, or silence).
+In memory, under the mock clock: a scripted room reads each connection's
+requests as they come (as Node's server does) and answers each one as the
+test says: at once, late, never, or by closing the connection.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import trio.testing
 
 from letagents_trio import AgentSession, ApiError, RoomClient, RoomUnreachable
 from letagents_trio._http import Answer, HTTPFailure, Origin
-from letagents_trio._http._pool import KeepAlivePool
+from letagents_trio._http._pool import LANES, PipelinedPool
 from letagents_trio._http._request import request_bytes
 
 ORIGIN = Origin("http", "room.test", 80)
@@ -28,24 +29,46 @@ OK = (
     b'{"recorded":true}'
 )
 CLOSING = b'HTTP/1.1 200 OK\r\nContent-Length: 17\r\nConnection: close\r\n\r\n{"recorded":true}'
+CHUNKED = (
+    b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n{"recorded":true}\r\n0\r\n\r\n'
+)
 
-# An answer to send; or close without one; or never answer; or half an answer, then close.
-Action = bytes | Literal["close", "silence", "half"]
+
+@attrs.frozen
+class Late:
+    """An answer sent ``delay`` seconds after the request came, whatever came after it."""
+
+    delay: float
+    answer: bytes = OK
+
+
+# An answer to send; or one sent late; or close without one; or never answer; or
+# half an answer, then close.
+Action = bytes | Late | Literal["close", "silence", "half"]
 
 
 def exit_request(n: int = 1) -> bytes:
     return request_bytes(ORIGIN, f"/rooms/r/agent-sessions/s{n}/process/exit", "POST", [], b"{}")
 
 
+def session_of(target: str) -> str:
+    return target.split("/")[4]
+
+
 @attrs.define
 class ScriptedRoom:
-    """An opener whose connections are served by ``script(connection, request)``."""
+    """An opener whose connections are served by ``script(connection, request)``.
+
+    Each connection's requests are read as they come; their answers go out
+    in order, each when its action says (``Late``: its delay after the
+    request came), as an HTTP/1.1 server answers pipelined requests.
+    """
 
     script: Callable[[int, int], Action] = lambda connection, request: OK
     nursery: trio.Nursery | None = None
     opened: int = 0
-    # (connection, request, target) of every request the room read.
-    seen: list[tuple[int, int, str]] = attrs.field(factory=list)
+    # (connection, request, target, time read) of every request the room read.
+    seen: list[tuple[int, int, str, float]] = attrs.field(factory=list)
     # The fields and body of every request the room read.
     requests: list[tuple[dict[str, str], bytes]] = attrs.field(factory=list)
     # Connections the room saw closed by the client.
@@ -62,47 +85,76 @@ class ScriptedRoom:
         return ours
 
     async def _serve(self, number: int, stream: trio.abc.Stream) -> None:
+        send, receive = trio.open_memory_channel[tuple[float, Action]](1000)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._answer, number, stream, receive)
+            await self._read(number, stream, send, nursery)
+
+    async def _read(
+        self,
+        number: int,
+        stream: trio.abc.Stream,
+        answers: trio.MemorySendChannel[tuple[float, Action]],
+        nursery: trio.Nursery,
+    ) -> None:
         conn = h11.Connection(h11.SERVER)
         request = 0
         fields: dict[str, str] = {}
         body = b""
+        async with answers:
+            try:
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        data = await stream.receive_some(65536)
+                        if not data:
+                            self.closed.append(number)
+                            return
+                        conn.receive_data(bytes(data))
+                    elif type(event) is h11.Request:
+                        now = trio.current_time()
+                        self.seen.append((number, request, event.target.decode(), now))
+                        fields = {k.decode(): v.decode() for k, v in event.headers}
+                        fields[":method"] = event.method.decode()
+                        body = b""
+                    elif type(event) is h11.Data:
+                        body += event.data
+                    elif type(event) is h11.EndOfMessage:
+                        self.requests.append((fields, body))
+                        await answers.send((trio.current_time(), self.script(number, request)))
+                        request += 1
+                        # The next request starts afresh, with what came after this one.
+                        leftover, _ = conn.trailing_data
+                        conn = h11.Connection(h11.SERVER)
+                        if leftover:  # (nothing given to h11 means the end of the stream)
+                            conn.receive_data(bytes(leftover))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.closed.append(number)
+                nursery.cancel_scope.cancel()
+
+    async def _answer(
+        self,
+        number: int,
+        stream: trio.abc.Stream,
+        answers: trio.MemoryReceiveChannel[tuple[float, Action]],
+    ) -> None:
         try:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        self.closed.append(number)
-                        return
-                    conn.receive_data(bytes(data))
-                elif type(event) is h11.Request:
-                    self.seen.append((number, request, event.target.decode()))
-                    fields = {k.decode(): v.decode() for k, v in event.headers}
-                    fields[":method"] = event.method.decode()
-                    body = b""
-                elif type(event) is h11.Data:
-                    body += event.data
-                elif type(event) is h11.EndOfMessage:
-                    self.requests.append((fields, body))
-                    action = self.script(number, request)
-                    request += 1
-                    if action == "half":
-                        await stream.send_all(OK[:20])
-                        action = "close"
-                    if action == "close":
-                        await stream.aclose()
-                        return
-                    if action == "silence":
-                        # No answer; what the client does next is only noted.
-                        while await stream.receive_some(65536):
-                            pass
-                        self.closed.append(number)
-                        return
-                    assert isinstance(action, bytes)
-                    await stream.send_all(action)
-                    conn = h11.Connection(h11.SERVER)  # the next request starts afresh
-        except trio.BrokenResourceError:
-            self.closed.append(number)
+            async for came, action in answers:
+                if isinstance(action, Late):
+                    await trio.sleep_until(came + action.delay)
+                    action = action.answer
+                if action == "half":
+                    await stream.send_all(OK[:20])
+                    action = "close"
+                if action == "close":
+                    await stream.aclose()
+                    return
+                if action == "silence":
+                    await trio.sleep_forever()
+                assert isinstance(action, bytes)
+                await stream.send_all(action)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
 
 @pytest.fixture
@@ -110,18 +162,37 @@ async def room(nursery: trio.Nursery) -> ScriptedRoom:
     return ScriptedRoom(nursery=nursery)
 
 
-def pool_for(room: ScriptedRoom, *, keep: int = 8) -> KeepAlivePool:
-    return KeepAlivePool(room, ORIGIN, keep=keep)
-
-
-async def exchange(pool: KeepAlivePool, n: int = 1, *, max_body: int = 1024) -> Answer:
+async def exchange(pool: PipelinedPool, n: int = 1, *, max_body: int = 1024) -> Answer:
     return await pool.exchange(exit_request(n), max_body=max_body)
+
+
+async def exchange_all(pool: PipelinedPool, count: int) -> dict[int, Answer | HTTPFailure]:
+    """``count`` exchanges asked at once; each one's answer or failure."""
+    results: dict[int, Answer | HTTPFailure] = {}
+
+    async def ask(n: int) -> None:
+        try:
+            results[n] = await exchange(pool, n)
+        except HTTPFailure as exc:
+            results[n] = exc
+
+    async with trio.open_nursery() as nursery:
+        for n in range(count):
+            nursery.start_soon(ask, n)
+    return results
+
+
+def answered_sessions(room: ScriptedRoom, connection: int) -> list[str]:
+    return [session_of(t) for c, _, t, _ in room.seen if c == connection]
+
+
+# --- pipelining ------------------------------------------------------------------------
 
 
 async def test_an_answered_connection_serves_the_next_request(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    pool = pool_for(room)
+    pool = PipelinedPool(room, ORIGIN)
     first = await exchange(pool, 1)
     second = await exchange(pool, 2)
     assert (
@@ -136,104 +207,189 @@ async def test_an_answered_connection_serves_the_next_request(
     assert first.header("Content-Type") == "application/json"
     assert first.header("Retry-After") is None
     assert room.opened == 1
-    assert [(c, r) for c, r, _ in room.seen] == [(0, 0), (0, 1)]
+    assert [(c, r) for c, r, _, _ in room.seen] == [(0, 0), (0, 1)]
 
 
-async def test_requests_asked_at_once_each_have_a_connection_and_none_waits_behind_another(
+async def test_requests_asked_at_once_are_written_behind_each_other_on_at_most_lanes_connections(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    """A room that never answers the first must not hold back the second (no pipelining)."""
-    room.script = lambda connection, request: "silence" if connection == 0 else OK
-    pool = pool_for(room)
-    answers: list[Answer] = []
+    """The room answers each request a second late: all 24 come at once, after one second."""
+    room.script = lambda connection, request: Late(1.0)
+    pool = PipelinedPool(room, ORIGIN, lanes=3)
+    results = await exchange_all(pool, 24)
+    assert trio.current_time() == 1.0
+    assert all(isinstance(r, Answer) and r.status == 200 for r in results.values())
+    assert room.opened == 3
+    assert {t for _, _, _, t in room.seen} == {0.0}
+    assert sorted(len(answered_sessions(room, c)) for c in range(3)) == [8, 8, 8]
 
-    async def ask(n: int) -> None:
-        answers.append(await exchange(pool, n))
 
-    with trio.move_on_after(5) as scope:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(ask, 1)
-            await trio.testing.wait_all_tasks_blocked()
-            await ask(2)
-            await trio.sleep_forever()
+async def test_each_caller_gets_the_answer_to_its_own_request(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """Answers are matched to requests by their order on the connection."""
+
+    def numbered(connection: int, request: int) -> Action:
+        # Each answer names the session whose request it answers.
+        _, _, target, _ = room.seen[-1]
+        body = json.dumps({"session": session_of(target)}).encode()
+        return Late(
+            0.1 * (request % 3),
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body),
+        )
+
+    room.script = numbered
+    pool = PipelinedPool(room, ORIGIN, lanes=2)
+    results = await exchange_all(pool, 10)
+    for n, answer in results.items():
+        assert isinstance(answer, Answer)
+        assert json.loads(answer.body) == {"session": f"s{n}"}
+
+
+async def test_a_black_holed_room_receives_every_request_at_once(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "silence"
+    pool = PipelinedPool(room, ORIGIN, lanes=2)
+    with trio.move_on_after(1.5) as scope:
+        await exchange_all(pool, 50)
     assert scope.cancelled_caught
-    assert [a.status for a in answers] == [200]
+    assert len(room.seen) == 50
+    assert {t for _, _, _, t in room.seen} == {0.0}
     assert room.opened == 2
-    assert sorted(c for c, _, _ in room.seen) == [0, 1]
+
+
+async def test_the_first_lane_is_used_alone_while_it_has_nothing_waiting(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    pool = PipelinedPool(room, ORIGIN)
+    for n in range(5):
+        await exchange(pool, n)
+    assert room.opened == 1
+    assert repr(pool) == "<PipelinedPool room.test lanes=1 waiting=0>"
+
+
+def test_lanes_must_be_at_least_one() -> None:
+    assert LANES == 4
+    with pytest.raises(ValueError, match="lanes must be at least 1, got 0"):
+        PipelinedPool(ScriptedRoom(), ORIGIN, lanes=0)
+
+
+# --- a connection that ends early ------------------------------------------------------
+
+
+async def test_a_room_that_closes_after_k_requests_gets_the_rest_on_new_connections(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """Each connection answers 3 requests, then closes: every request is answered once."""
+    room.script = lambda connection, request: OK if request < 3 else "close"
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 10)
+    assert all(isinstance(r, Answer) for r in results.values())
+    assert room.opened == 4
+    # The first three of each connection were answered; the rest went out again, in order.
+    assert len(answered_sessions(room, 0)) == 10
+    for connection in range(3):
+        assert answered_sessions(room, connection + 1) == answered_sessions(room, connection)[3:]
+
+
+async def test_an_answer_that_says_the_room_closes_moves_the_rest_to_a_new_connection(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: CLOSING if request == 1 else OK
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 5)
+    assert all(isinstance(r, Answer) for r in results.values())
+    assert room.opened == 3
+    assert len(answered_sessions(room, 0)) == 5
+    for connection in range(2):
+        assert answered_sessions(room, connection + 1) == answered_sessions(room, connection)[2:]
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.closed[:2] == [0, 1]
+
+
+async def test_a_connection_that_never_answered_fails_its_requests(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "close"
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 3)
+    assert {str(r) for r in results.values()} == {"RemoteProtocolError"}
+    assert room.opened == 1
 
 
 async def test_a_connection_the_room_closed_while_idle_is_replaced_once(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     room.script = lambda connection, request: "close" if (connection, request) == (0, 1) else OK
-    pool = pool_for(room)
+    pool = PipelinedPool(room, ORIGIN)
     await exchange(pool, 1)
     answer = await exchange(pool, 2)
     assert answer.status == 200
     assert room.opened == 2
-    assert [(c, r, t.split("/")[4]) for c, r, t in room.seen] == [
+    assert [(c, r, session_of(t)) for c, r, t, _ in room.seen] == [
         (0, 0, "s1"),
         (0, 1, "s2"),
         (1, 0, "s2"),
     ]
 
 
-async def test_a_request_that_fails_on_a_new_connection_fails(
+async def test_a_request_that_fails_again_on_the_new_connection_fails(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    room.script = lambda connection, request: "close"
-    pool = pool_for(room)
-    with pytest.raises(HTTPFailure, match="RemoteProtocolError"):
-        await exchange(pool)
-    assert room.opened == 1
-
-
-async def test_a_kept_alive_connection_that_fails_again_on_the_new_one_fails(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
-) -> None:
-    room.script = lambda connection, request: OK if connection == 0 and request == 0 else "close"
-    pool = pool_for(room)
+    room.script = lambda connection, request: OK if (connection, request) == (0, 0) else "close"
+    pool = PipelinedPool(room, ORIGIN)
     await exchange(pool, 1)
-    with pytest.raises(HTTPFailure):
+    with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
         await exchange(pool, 2)
     assert room.opened == 2
 
 
-async def test_a_connection_the_room_says_it_closes_is_not_kept(
+async def test_a_connection_broken_mid_answer_moves_the_unanswered_once_it_answered(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    room.script = lambda connection, request: CLOSING
-    pool = pool_for(room)
-    await exchange(pool, 1)
-    await exchange(pool, 2)
+    room.script = lambda connection, request: "half" if (connection, request) == (0, 1) else OK
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 3)
+    assert all(isinstance(r, Answer) for r in results.values())
     assert room.opened == 2
-    await trio.testing.wait_all_tasks_blocked()
-    assert room.closed == [0, 1]
+    assert answered_sessions(room, 1) == answered_sessions(room, 0)[1:]
 
 
-async def test_no_more_than_keep_connections_stay_idle(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+async def test_an_opener_that_fails_fails_every_request_of_the_connection(
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    pool = pool_for(room, keep=2)
-    async with trio.open_nursery() as nursery:
-        for n in range(4):
-            nursery.start_soon(exchange, pool, n)
-    assert room.opened == 4
-    await trio.testing.wait_all_tasks_blocked()
-    assert len(room.closed) == 2
-    assert repr(pool) == "<KeepAlivePool room.test idle=2>"
+    class Refusing:
+        opened = 0
+
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            self.opened += 1
+            await trio.lowlevel.checkpoint()
+            raise ConnectionRefusedError(111, "refused")
+
+    opener = Refusing()
+    pool = PipelinedPool(opener, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 3)
+    assert {str(r) for r in results.values()} == {"ConnectionRefusedError"}
+    assert opener.opened == 1
 
 
-async def test_an_answer_over_the_cap_fails_and_closes_its_connection(
+# --- answers ---------------------------------------------------------------------------
+
+
+async def test_an_answer_over_the_cap_fails_its_request_alone(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     big = b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"x" * 2000
-    room.script = lambda connection, request: big if connection == 0 else OK
-    pool = pool_for(room)
-    with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
-        await exchange(pool, 1, max_body=1024)
-    await exchange(pool, 2)
+    room.script = lambda connection, request: big if (connection, request) == (0, 0) else OK
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 3)
+    first = int(answered_sessions(room, 0)[0][1:])
+    assert {n: str(r) for n, r in results.items() if not isinstance(r, Answer)} == {
+        first: "BodyTooLarge"
+    }
     assert room.opened == 2
+    assert answered_sessions(room, 1) == answered_sessions(room, 0)[1:]
 
 
 async def test_an_answer_of_exactly_the_cap_is_read(
@@ -241,29 +397,131 @@ async def test_an_answer_of_exactly_the_cap_is_read(
 ) -> None:
     exact = b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + b"x" * 1024
     room.script = lambda connection, request: exact
-    pool = pool_for(room)
+    pool = PipelinedPool(room, ORIGIN)
     assert (await exchange(pool, max_body=1024)).body == b"x" * 1024
 
 
-async def test_a_cancelled_exchange_closes_its_connection(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+@pytest.mark.parametrize(
+    "answer",
+    [
+        CHUNKED,
+        b"HTTP/1.1 100 Continue\r\n\r\n" + OK,
+        b'HTTP/1.1 200 OK\nContent-Length: 17\n\n{"recorded":true}',
+        b'HTTP/1.1 200 OK\r\nContent-Length: 17\r\nX-Folded: a\r\n b\r\n\r\n{"recorded":true}',
+    ],
+    ids=["chunked", "informational", "bare-line-feeds", "folded"],
+)
+async def test_an_answer_only_h11_reads_is_read_by_h11_and_every_one_after_it(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, answer: bytes
 ) -> None:
-    room.script = lambda connection, request: "silence" if connection == 0 else OK
-    pool = pool_for(room)
-    with trio.move_on_after(1):
-        await exchange(pool, 1)
-    await trio.testing.wait_all_tasks_blocked()
-    assert room.closed == [0]
-    await exchange(pool, 2)
-    assert room.opened == 2
+    room.script = lambda connection, request: answer if request == 1 else OK
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 4)
+    assert [r.body if isinstance(r, Answer) else r for r in results.values()] == [
+        b'{"recorded":true}'
+    ] * 4
+    assert room.opened == 1
 
 
-async def test_a_closed_pool_closes_its_idle_connections_and_takes_no_more(
+async def test_a_head_past_the_cap_with_no_end_fails(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    pool = pool_for(room)
-    await exchange(pool, 1)
-    await pool.aclose()
+    room.script = lambda connection, request: b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70_000
+    pool = PipelinedPool(room, ORIGIN)
+    with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
+        await exchange(pool)
+
+
+async def test_too_many_informational_answers_fail_the_request(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: b"HTTP/1.1 103 Early Hints\r\n\r\n" * 9 + OK
+    pool = PipelinedPool(room, ORIGIN)
+    with pytest.raises(HTTPFailure, match=r"^TooManyInformational$"):
+        await exchange(pool)
+
+
+# --- cancellation and closing ----------------------------------------------------------
+
+
+async def test_a_request_whose_caller_stopped_waiting_has_its_answer_read_and_dropped(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: Late(2.0) if request == 0 else OK
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results: list[Answer] = []
+
+    async def second() -> None:
+        results.append(await exchange(pool, 2))
+
+    async with trio.open_nursery() as nursery:
+        with trio.move_on_after(1):
+            nursery.start_soon(second)
+            await exchange(pool, 1)
+    # The second's answer came after the first's, which nobody waited for.
+    assert trio.current_time() == 2.0
+    assert [r.status for r in results] == [200]
+    assert room.opened == 1
+
+
+async def test_a_reader_that_stops_waiting_half_way_leaves_the_answer_to_the_next(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """The first caller reads half of its answer's head, then is cancelled."""
+    halves = [OK[:30], OK[30:] + OK]
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = b""
+        while data.count(b"{}") < 2:
+            data += await stream.receive_some()
+        await stream.send_all(halves[0])
+        await trio.sleep(2)
+        await stream.send_all(halves[1])
+        await trio.sleep_forever()
+
+    class Opener:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            ours, theirs = trio.testing.memory_stream_pair()
+            nursery.start_soon(serve, theirs)
+            await trio.lowlevel.checkpoint()
+            return ours
+
+    pool = PipelinedPool(Opener(), ORIGIN, lanes=1)
+    second: list[Answer] = []
+
+    async def ask_second() -> None:
+        second.append(await exchange(pool, 2))
+
+    async with trio.open_nursery() as inner:
+        with trio.move_on_after(1):
+            inner.start_soon(ask_second)
+            await exchange(pool, 1)
+    assert second == [
+        Answer(
+            200,
+            ((b"content-type", b"application/json"), (b"content-length", b"17")),
+            b'{"recorded":true}',
+        )
+    ]
+
+
+async def test_a_closed_pool_fails_waiting_requests_and_takes_no_more(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "silence"
+    pool = PipelinedPool(room, ORIGIN)
+    failures: list[str] = []
+
+    async def ask() -> None:
+        with pytest.raises(HTTPFailure) as caught:
+            await exchange(pool, 1)
+        failures.append(str(caught.value))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await trio.testing.wait_all_tasks_blocked()
+        await pool.aclose()
+    assert failures == ["the pool is closed"]
     await trio.testing.wait_all_tasks_blocked()
     assert room.closed == [0]
     with pytest.raises(HTTPFailure, match=r"^the pool is closed$"):
@@ -273,10 +531,10 @@ async def test_a_closed_pool_closes_its_idle_connections_and_takes_no_more(
 async def test_the_request_goes_out_as_serialized_in_origin_form(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
-    pool = pool_for(room)
+    pool = PipelinedPool(room, ORIGIN)
     await exchange(pool, 1)
     [(fields, body)] = room.requests
-    assert room.seen == [(0, 0, "/rooms/r/agent-sessions/s1/process/exit")]
+    assert [t for _, _, t, _ in room.seen] == ["/rooms/r/agent-sessions/s1/process/exit"]
     assert (fields[":method"], fields["host"], fields["content-length"], body) == (
         "POST",
         "room.test",
@@ -285,84 +543,13 @@ async def test_the_request_goes_out_as_serialized_in_origin_form(
     )
 
 
-async def test_an_informational_answer_is_skipped(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
-) -> None:
-    room.script = lambda connection, request: b"HTTP/1.1 100 Continue\r\n\r\n" + OK
-    pool = pool_for(room)
-    assert (await exchange(pool)).status == 200
-
-
-async def test_a_pool_that_keeps_none_closes_every_connection_once_answered(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
-) -> None:
-    pool = pool_for(room, keep=0)
-    await exchange(pool, 1)
-    await exchange(pool, 2)
-    await trio.testing.wait_all_tasks_blocked()
-    assert room.opened == 2
-    assert room.closed == [0, 1]
-
-
-async def test_a_kept_alive_connection_broken_mid_answer_fails_the_request(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
-) -> None:
-    """Bytes of an answer came: the room had the request. Only an idle close is retried."""
-    room.script = lambda connection, request: OK if request == 0 else "half"
-    pool = pool_for(room)
-    await exchange(pool, 1)
-    with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
-        await exchange(pool, 2)
-    assert room.opened == 1
-
-
-async def test_a_head_up_to_the_lean_paths_cap_is_read(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
-) -> None:
-    """The same 64 KiB cap on a response head as the lean path's, not h11's 16 KiB
-    (which applies while the head is still arriving: here 4 KiB at a time)."""
-    big_head = b"HTTP/1.1 200 OK\r\nX-Filler: " + b"f" * 30_000 + b"\r\nContent-Length: 2\r\n\r\n{}"
-    room.script = lambda connection, request: big_head
-
-    class Trickling:
-        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
-            stream = await room.open_stream(origin)
-            assert isinstance(stream, trio.StapledStream)
-            receive = stream.receive_stream
-            assert isinstance(receive, trio.testing.MemoryReceiveStream)
-            receive.receive_some_hook = None
-            original = receive.receive_some
-
-            async def small(max_bytes: int | None = None) -> bytes | bytearray:
-                return await original(4096)
-
-            receive.receive_some = small  # type: ignore[method-assign, assignment]
-            return stream
-
-    pool = KeepAlivePool(Trickling(), ORIGIN)
-    assert (await exchange(pool)).body == b"{}"
-
-
-async def test_an_opener_that_fails_is_an_http_failure(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    class Refusing:
-        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
-            await trio.lowlevel.checkpoint()
-            raise ConnectionRefusedError(111, "refused")
-
-    pool = KeepAlivePool(Refusing(), ORIGIN)
-    with pytest.raises(HTTPFailure, match=r"^ConnectionRefusedError$"):
-        await exchange(pool)
-
-
 async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     closed: list[str] = []
 
     class Wrapped(trio.abc.Stream):
-        """Not a socket nor a memory stream: close_now cannot close it."""
+        """Not a socket nor a memory stream: close_now cannot close it, send_now cannot write it."""
 
         def __init__(self, inner: trio.abc.Stream) -> None:
             self.inner = inner
@@ -370,7 +557,7 @@ async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
         async def send_all(self, data: bytes | bytearray | memoryview) -> None:
             await self.inner.send_all(data)
 
-        async def wait_send_all_might_not_block(self) -> None:
+        async def wait_send_all_might_not_block(self) -> None:  # pragma: no cover - not used
             await self.inner.wait_send_all_might_not_block()
 
         async def send_eof(self) -> None:  # pragma: no cover - not used
@@ -387,20 +574,10 @@ async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
         async def open_stream(self, origin: Origin) -> trio.abc.Stream:
             return Wrapped(await room.open_stream(origin))
 
-    room.script = lambda connection, request: CLOSING if request == 0 else "close"
-    pool = KeepAlivePool(WrappingOpener(), ORIGIN)
-    await exchange(pool)
+    room.script = lambda connection, request: CLOSING
+    pool = PipelinedPool(WrappingOpener(), ORIGIN)
+    assert (await exchange(pool)).status == 200
     assert closed == ["aclose"]
-    # And one that fails: closed all the same.
-    room.script = lambda connection, request: "close"
-    with pytest.raises(HTTPFailure):
-        await exchange(pool)
-    assert closed == ["aclose", "aclose"]
-
-
-def test_keep_may_not_be_negative() -> None:
-    with pytest.raises(ValueError, match="keep must not be negative"):
-        KeepAlivePool(ScriptedRoom(), ORIGIN, keep=-1)
 
 
 # --- RoomClient's exits over the lean stack's pool ------------------------------------
@@ -422,7 +599,7 @@ async def test_each_exit_is_made_as_it_is_sent_and_shares_the_kept_alive_connect
     other = attrs.evolve(SESSION, session_id="s-2")
     assert await client.announce_exit(other, None) is True
     assert room.opened == 1
-    assert [(c, r, t) for c, r, t in room.seen] == [
+    assert [(c, r, t) for c, r, t, _ in room.seen] == [
         (0, 0, "/rooms/r/agent-sessions/s-1/process/exit"),
         (0, 1, "/rooms/r/agent-sessions/s-2/process/exit"),
     ]
@@ -466,11 +643,14 @@ async def test_an_exit_the_room_refuses_is_an_api_error_and_recorded_false_is_fa
     await client.aclose()
 
 
+@pytest.mark.parametrize(
+    "token", ["tok\r\nX-Evil: 1", "tok-ünïcode"], ids=["line-break", "not-ascii"]
+)
 async def test_a_credential_that_cannot_be_sent_fails_the_exit_without_showing_it(
-    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, token: str
 ) -> None:
     client = RoomClient("http://room.test", opener=room)
-    bad = attrs.evolve(SESSION, session_token="tok\r\nX-Evil: 1")
+    bad = attrs.evolve(SESSION, session_token=token)
     with pytest.raises(RoomUnreachable) as caught:
         await client.announce_exit(bad, "c-1")
     assert (
@@ -491,8 +671,10 @@ async def test_a_closed_client_sends_no_more_exits(
     assert room.opened == 0
 
 
-async def test_exits_over_real_sockets_reuse_one_connection(nursery: trio.Nursery) -> None:
-    """On loopback, where answers are read straight from the socket (``read_some``)."""
+async def test_exits_over_real_sockets_are_pipelined_on_one_connection(
+    nursery: trio.Nursery,
+) -> None:
+    """On loopback, where requests are written and answers read straight from the socket."""
     room = ScriptedRoom(nursery=nursery)
     served: list[int] = []
 
@@ -507,10 +689,12 @@ async def test_exits_over_real_sockets_reuse_one_connection(nursery: trio.Nurser
         async def open_stream(self, origin: Origin) -> trio.abc.Stream:
             return await trio.open_tcp_stream("127.0.0.1", port)
 
-    pool = KeepAlivePool(Loopback(), ORIGIN)
+    pool = PipelinedPool(Loopback(), ORIGIN, lanes=1)
     with trio.fail_after(10):
-        answers = [await exchange(pool, n) for n in range(3)]
+        results = await exchange_all(pool, 50)
         await pool.aclose()
-    assert [a.body for a in answers] == [b'{"recorded":true}'] * 3
+    assert [a.body for a in results.values() if isinstance(a, Answer)] == [
+        b'{"recorded":true}'
+    ] * 50
     assert served == [0]
-    assert [(c, r) for c, r, _ in room.seen] == [(0, 0), (0, 1), (0, 2)]
+    assert [r for c, r, _, _ in room.seen] == list(range(50))

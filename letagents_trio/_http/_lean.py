@@ -2,9 +2,8 @@
 
 A stream (``GET …/process``, or its WebSocket upgrade) is one request on a
 connection of its own (:func:`~._request.start_request`). Exits go through a
-:class:`~._pool.KeepAlivePool` per origin: on a connection an earlier exit
-was answered on when one is idle, else on a new one, never behind another
-request.
+:class:`~._pool.PipelinedPool` per origin: pipelined over a few kept-alive
+connections, each written as soon as it is asked.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import final
 
 import h11
 
-from ._pool import Answer, KeepAlivePool
+from ._pool import Answer, PipelinedPool
 from ._request import (
     HTTP1Response,
     HTTPFailure,
@@ -39,7 +38,7 @@ class LeanStack:
     def __init__(self, opener: Opener) -> None:
         self.opener = opener
         # The exits' kept-alive connections, per origin, made on the first exit.
-        self._pools: dict[Origin, KeepAlivePool] = {}
+        self._pools: dict[Origin, PipelinedPool] = {}
         self._closed = False
 
     def __repr__(self) -> str:
@@ -65,7 +64,10 @@ class LeanStack:
         *,
         max_body: int,
     ) -> Answer:
-        """Send a request that may be sent twice over a kept-alive connection; read its answer.
+        """Send a request that may be sent twice, pipelined on a kept-alive connection.
+
+        Returns:
+            Its whole answer.
 
         Cancellation:
             A checkpoint; cancelled, its connection is closed.
@@ -80,11 +82,11 @@ class LeanStack:
         if pool is None:
             if self._closed:
                 raise HTTPFailure("the stack is closed")
-            pool = self._pools[origin] = KeepAlivePool(self.opener, origin)
+            pool = self._pools[origin] = PipelinedPool(self.opener, origin)
         return await pool.exchange(data, max_body=max_body)
 
     async def aclose(self) -> None:
-        """Close the exits' idle connections; later exits fail.
+        """Close the exits' connections; exits waiting and later ones fail.
 
         Cancellation:
             Closes even when cancelled.

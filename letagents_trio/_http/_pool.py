@@ -1,59 +1,70 @@
-"""Requests over kept-alive HTTP/1.1 connections to one origin, one at a time each.
+"""Requests pipelined over a few kept-alive HTTP/1.1 connections to one origin.
 
-The goodbye asks thousands of exits of the room at once. A connection of its
-own for each, opened and closed, costs a socket, a connect and a close, and
-at ten thousand sessions that is a large part of the process's last second
-and a half. A :class:`KeepAlivePool` keeps the connections a request is
-answered on, and the next request takes one of them when it is free:
+The goodbye asks thousands of exits of the room at once, within 1.5 s. A
+connection of its own for each costs a socket, a connect, a close and an
+exchange waited for alone: at ten thousand sessions more than the deadline.
+A :class:`PipelinedPool` sends them over at most ``lanes`` connections
+instead, each request written as soon as it is asked, behind those already
+on its connection (pipelining, RFC 9112 §9.3): the room reads them as they
+come and answers each connection's requests in order. A room slow to answer
+holds back only the answers, never the requests: every exit reaches it at
+once, and a replayed exit changes nothing (PROTOCOL §2.2), so only requests
+that may be sent twice belong here.
 
-* a request is written on an idle kept-alive connection (the most recently
-  used: likeliest still open), else on a new one. A connection carries one
-  request at a time and is never written ahead of an answer (no pipelining):
-  a room that takes its time over an answer, or never gives it, must not
-  hold back the requests behind it, and HTTP/1.1 servers answer one request
-  at a time per connection (Node's among them). So requests asked at once
-  are all in flight at once, each on its own connection, which is what a
-  room slow to answer needs; a fast room frees connections as quickly as
-  they are asked for;
-* once answered, the connection goes back to the idle ones, unless the room
-  said it closes it, or ``keep`` are idle already (then it is closed);
-* a kept-alive connection the room closed while it was idle fails the next
-  request written on it before any byte of an answer: that request goes out
-  once more, on a new connection. A request that fails on a new connection
-  fails.
-  Only requests that may be sent twice belong here: a replayed exit changes
-  nothing (PROTOCOL R5).
+* A request goes on the connection with the fewest requests waiting; a new
+  one is opened while fewer than ``lanes`` are open and each has some. Once
+  answered, a connection stays open for the next requests, unless the room
+  said it closes it.
+* There is no task of the pool's own: the callers waiting on a connection
+  take turns at its work. One at a time opens it; a request is written as
+  it is asked, with no task switch, when the kernel takes it at once
+  (:func:`~._sockio.send_now`), else by one caller at a time, who waits for
+  room in the socket; one reads the answers, hands each to its caller and,
+  once its own has come, hands the reading to the next caller waiting.
+* A connection that breaks, or that the room closes (after an answer that
+  says so, or while idle), leaves its requests still unanswered to a new
+  connection, written there in the same order, if an answer was ever read on
+  it; on a connection that never answered, they fail. So every new
+  connection is opened on an answer, and a room that closes after each
+  answer still gets every request. An answer that breaks HTTP's rules or
+  the caller's cap fails its own request and ends the connection likewise.
+* A caller that stops waiting (cancelled: the goodbye's deadline) leaves
+  its request where it is; its answer, when it comes, is read and dropped.
 
 Requests are bytes serialized by the caller
 (:func:`~letagents_trio._http._request.request_bytes`). Nothing here has a
-timeout: the caller bounds each :meth:`KeepAlivePool.exchange`.
+timeout: the caller bounds each :meth:`PipelinedPool.exchange`.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Final, final
 
 import attrs
 import h11
 import trio
 
+from ._answer import HEAD_END, simple_head
 from ._request import (
     MAX_HEAD_BYTES,
     MAX_INFORMATIONAL,
     NETWORK_ERRORS,
+    TOO_MANY_INFORMATIONAL,
     HTTPFailure,
     Opener,
     Origin,
     failure_kind,
     header_value,
 )
-from ._sockio import READ_SIZE, close_now, read_some
+from ._sockio import READ_SIZE, can_send_now, close_now, read_some, send_now
 
-__all__ = ["Answer", "KeepAlivePool"]
+__all__ = ["LANES", "Answer", "PipelinedPool"]
 
-# Idle connections kept by default: enough for a burst of exits asked a few
-# hundred at a time to find connections free rather than open new ones.
-KEEP_IDLE: Final = 256
+# Connections per origin: the room reads every request as it comes on any of
+# them (Node's server answers each connection's in order); a few spread the
+# answers of a slow request and the room's reading across sockets.
+LANES: Final = 4
 
 
 @final
@@ -71,162 +82,398 @@ class Answer:
 
 
 @final
-@attrs.define(eq=False)
-class _Connection:
-    stream: trio.abc.Stream
-    conn: h11.Connection
-    # Whether an answer was read on it: if not, it is new.
-    reused: bool = False
+class _Request:
+    """One request on a lane: its bytes, and once read its answer or failure."""
 
+    __slots__ = ("_wake", "answer", "data", "failure", "gone", "lane", "max_body")
 
-class _TooLarge(Exception):
-    """An answer body over the pool's cap."""
+    def __init__(self, data: bytes, max_body: int, lane: _Lane) -> None:
+        self.data = data
+        self.max_body = max_body
+        self.lane = lane
+        self.answer: Answer | None = None
+        self.failure: HTTPFailure | None = None
+        # Its caller stopped waiting: its answer is read and dropped.
+        self.gone = False
+        self._wake: trio.Event | None = None
 
+    @property
+    def done(self) -> bool:
+        return self.answer is not None or self.failure is not None
 
-class _TooManyInformational(Exception):
-    """More informational (1xx) answers than :data:`~._request.MAX_INFORMATIONAL`."""
+    @property
+    def parked(self) -> bool:
+        return self._wake is not None
+
+    async def park(self) -> None:
+        """Wait until :meth:`wake` (its answer, or a turn at its lane's work)."""
+        self._wake = trio.Event()
+        try:
+            await self._wake.wait()
+        finally:
+            self._wake = None
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
 
 @final
-class KeepAlivePool:
-    """Requests to ``origin`` over kept-alive connections, each used by one request at a time.
+class _Lane:
+    """One connection: its requests in the order written, whose answers come in that order."""
+
+    __slots__ = (
+        "answered",
+        "body",
+        "buffer",
+        "closed",
+        "conn",
+        "connecting",
+        "h11",
+        "head",
+        "informational",
+        "outbox",
+        "reading",
+        "stream",
+        "waiting",
+        "writing",
+    )
+
+    def __init__(self) -> None:
+        self.stream: trio.abc.Stream | None = None
+        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.waiting: deque[_Request] = deque()
+        # Bytes of its requests not written yet.
+        self.outbox = bytearray()
+        # Answers read on it, ever: none, and a failure is the room's, not an idle close.
+        self.answered = 0
+        self.closed = False
+        # Who is at its work: one caller for each.
+        self.connecting = self.writing = self.reading = False
+        # The answer being read, kept here so that another caller can finish
+        # it when its reader stops waiting (cancelled) half-way.
+        # Bytes read and not yet part of an answer, while answers are simple
+        # heads (_answer.simple_head); from the first that is not, h11 reads.
+        self.buffer = bytearray()
+        self.h11 = False
+        self.head: h11.Response | None = None
+        self.body = bytearray()
+        self.informational = 0
+
+    def wake_next(self) -> None:
+        """Wake the first caller waiting here for a turn, to take the work just left."""
+        for request in self.waiting:
+            if request.parked and not request.done:
+                request.wake()
+                return
+
+
+class _AnswerFailed(Exception):
+    """The answer at the head of a lane broke a rule: it fails, and the lane ends."""
+
+    def __init__(self, failure: str) -> None:
+        super().__init__(failure)
+        self.failure = failure
+
+
+@final
+class PipelinedPool:
+    """Requests to ``origin`` pipelined over at most ``lanes`` kept-alive connections.
 
     Args:
         opener: where the connections come from.
         origin: the origin every request goes to.
-        keep: the most idle connections kept open.
+        lanes: the most connections open at once (at least 1).
     """
 
-    def __init__(self, opener: Opener, origin: Origin, *, keep: int = KEEP_IDLE) -> None:
-        if keep < 0:
-            raise ValueError(f"keep must not be negative, got {keep}")
+    def __init__(self, opener: Opener, origin: Origin, *, lanes: int = LANES) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, got {lanes}")
         self._opener = opener
         self._origin = origin
-        self._keep = keep
-        self._idle: list[_Connection] = []
+        self._width = lanes
+        self._lanes: list[_Lane] = []
         self._closed = False
-        # What h11 is told was sent: the bytes went out already, serialized
-        # ahead; h11 only needs to expect one answer for each request.
+        # What h11 is told was sent before each answer is read: the bytes went
+        # out already, serialized ahead; h11 only needs to expect one answer.
         self._stand_in = h11.Request(
             method="POST", target="/", headers=[("Host", origin.authority), ("Content-Length", "0")]
         )
 
     def __repr__(self) -> str:
-        return f"<KeepAlivePool {self._origin.authority} idle={len(self._idle)}>"
+        waiting = sum(len(lane.waiting) for lane in self._lanes)
+        return (
+            f"<PipelinedPool {self._origin.authority} lanes={len(self._lanes)} waiting={waiting}>"
+        )
 
     async def exchange(self, data: bytes, *, max_body: int) -> Answer:
         """Send one serialized request and read its answer (a body over ``max_body`` fails it).
 
         Raises:
-            HTTPFailure: the connection failed; or broke before the answer
-                (on a kept-alive one: twice, the second time on a new one);
+            HTTPFailure: the connection could not be opened, or broke without
+                ever answering (also after the request moved to a new one);
                 or the answer broke HTTP's rules or the cap (``BodyTooLarge``).
 
         Cancellation:
-            A checkpoint. Cancelled, the connection is closed; the room may
-            have acted on the request.
+            A checkpoint. Cancelled, the request stays on its connection (it
+            may be on the wire already): the room may act on it.
         """
-        if self._idle:
-            try:
-                return await self._exchange_on(self._idle.pop(), data, max_body)
-            except _Stale:
-                pass  # the room closed it while idle: once more, on a new one
-        return await self._exchange_on(await self._connect(), data, max_body)
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            raise HTTPFailure("the pool is closed")
+        request = _Request(data, max_body, self._pick())
+        lane = request.lane
+        lane.waiting.append(request)
+        lane.outbox += data
+        self._write_now(lane)
+        try:
+            while not request.done:
+                await self._take_turn(request)
+        finally:
+            request.gone = not request.done
+        if request.failure is not None:
+            raise request.failure
+        assert request.answer is not None
+        return request.answer
 
     async def aclose(self) -> None:
-        """Close the idle connections; later exchanges fail.
+        """Close every connection; requests waiting and later ones fail.
 
         Cancellation:
             A checkpoint; the connections are closed even when cancelled.
         """
         self._closed = True
-        idle, self._idle = self._idle, []
-        for connection in idle:
-            await _close(connection)
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            await self._end(lane, "the pool is closed", retry=False)
         await trio.lowlevel.checkpoint()
 
-    async def _connect(self) -> _Connection:
-        if self._closed:
-            raise HTTPFailure("the pool is closed")
+    def _pick(self) -> _Lane:
+        """The open lane with the fewest requests waiting; a new one while all have some."""
+        best: _Lane | None = None
+        for lane in self._lanes:
+            if best is None or len(lane.waiting) < len(best.waiting):
+                best = lane
+        if best is None or (best.waiting and len(self._lanes) < self._width):
+            best = _Lane()
+            self._lanes.append(best)
+        return best
+
+    def _write_now(self, lane: _Lane) -> None:
+        """Write what the kernel takes of ``lane``'s outbox at once, if no caller is writing it."""
+        stream = lane.stream
+        if stream is None or lane.closed or lane.writing or not lane.outbox:
+            return
+        if not can_send_now(stream):
+            return
+        try:
+            written = send_now(stream, bytes(lane.outbox))
+        except OSError:
+            return  # the connection broke: its reader finds out, and ends it
+        if written:
+            del lane.outbox[:written]
+
+    async def _take_turn(self, request: _Request) -> None:
+        """Do the first of ``request``'s lane's work no one is doing, or wait for a turn."""
+        lane = request.lane
+        if lane.stream is None and not lane.connecting:
+            await self._connect(lane)
+        elif lane.stream is not None and lane.outbox and not lane.writing:
+            await self._write(lane)
+        elif lane.stream is not None and not lane.reading:
+            await self._read(lane, request)
+        else:
+            await request.park()
+
+    async def _connect(self, lane: _Lane) -> None:
+        lane.connecting = True
         try:
             stream = await self._opener.open_stream(self._origin)
         except NETWORK_ERRORS as exc:
-            raise HTTPFailure(failure_kind(exc)) from exc
-        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        return _Connection(stream, conn)
+            await self._end(lane, failure_kind(exc), retry=False)
+            return
+        finally:
+            lane.connecting = False
+            lane.wake_next()
+        if lane.closed:  # the pool was closed meanwhile
+            await _close(stream)
+            return
+        lane.stream = stream
+        self._write_now(lane)
 
-    async def _exchange_on(self, connection: _Connection, data: bytes, max_body: int) -> Answer:
-        """Write ``data`` on ``connection``, read the answer, keep or close the connection.
+    async def _write(self, lane: _Lane) -> None:
+        """Write ``lane``'s outbox until it is empty, waiting for room in the socket."""
+        stream = lane.stream
+        assert stream is not None
+        lane.writing = True
+        try:
+            while lane.outbox and not lane.closed:
+                if can_send_now(stream):
+                    written = send_now(stream, bytes(lane.outbox))
+                    if written:
+                        del lane.outbox[:written]
+                    else:
+                        await stream.wait_send_all_might_not_block()
+                else:
+                    # Cancelled mid-way, an unknown part is written: the lane ends.
+                    data = bytes(lane.outbox)
+                    lane.outbox.clear()
+                    try:
+                        await stream.send_all(data)
+                    except trio.Cancelled:
+                        await self._end(lane, "WriteCancelled", retry=True)
+                        raise
+        except NETWORK_ERRORS as exc:
+            await self._end(lane, failure_kind(exc), retry=True)
+        finally:
+            lane.writing = False
+            lane.wake_next()
+
+    async def _read(self, lane: _Lane, request: _Request) -> None:
+        """Read ``lane``'s answers in order, handing each to its caller, until ``request``'s."""
+        lane.reading = True
+        try:
+            while request.lane is lane and not request.done:
+                head = lane.waiting[0]
+                try:
+                    head.answer, keep = await self._answer(lane, head.max_body)
+                except _AnswerFailed as exc:
+                    lane.waiting.popleft()
+                    lane.answered += 1
+                    head.failure = HTTPFailure(exc.failure)
+                    head.wake()
+                    await self._end(lane, exc.failure, retry=True)
+                    return
+                lane.waiting.popleft()
+                lane.answered += 1
+                head.wake()
+                if not keep:
+                    # The room closes it after this answer: the rest go on a new one.
+                    await self._end(lane, "ConnectionClosed", retry=True)
+                    return
+        except NETWORK_ERRORS as exc:
+            await self._end(lane, failure_kind(exc), retry=True)
+        finally:
+            lane.reading = False
+            lane.wake_next()
+
+    async def _answer(self, lane: _Lane, max_body: int) -> tuple[Answer, bool]:
+        """Read the next answer on ``lane``, and whether the connection stays open after it.
+
+        A simple head (:func:`~._answer.simple_head`) is read here; from the
+        first that is not, h11 reads every answer of the lane.
 
         Raises:
-            _Stale: a kept-alive connection broke before any byte of the answer.
+            _AnswerFailed: it is over ``max_body`` or has too many informational heads.
+            h11.ProtocolError, OSError, trio.BrokenResourceError: the connection
+                broke, or the room broke HTTP's rules.
         """
-        conn = connection.conn
-        stream = connection.stream
-        got_bytes = False
-        try:
-            try:
-                await stream.send_all(data)
-                conn.send(self._stand_in)
-                conn.send(h11.EndOfMessage())
-                head: h11.Response | None = None
-                body = bytearray()
-                informational = 0
-                while True:
-                    event = conn.next_event()
-                    if event is h11.NEED_DATA:
-                        chunk = await read_some(stream, READ_SIZE)
-                        got_bytes = got_bytes or bool(chunk)
-                        conn.receive_data(chunk)
-                    elif isinstance(event, h11.Response):
-                        head = event
-                    elif isinstance(event, h11.Data):
-                        body += event.data
-                        if len(body) > max_body:
-                            raise _TooLarge
-                    elif isinstance(event, h11.EndOfMessage):
-                        break
-                    elif isinstance(event, h11.InformationalResponse):
-                        informational += 1
-                        if informational > MAX_INFORMATIONAL:
-                            raise _TooManyInformational
-                    else:
-                        # ConnectionClosed: the room closed it without an answer.
-                        raise h11.RemoteProtocolError("server disconnected without an answer")
-            except BaseException:
-                # Failed, too large or cancelled: the connection's state is unknown.
-                if not close_now(stream):
-                    await trio.aclose_forcefully(stream)
-                raise
-        except _TooLarge:
-            raise HTTPFailure("BodyTooLarge") from None
-        except _TooManyInformational:
-            raise HTTPFailure("TooManyInformational") from None
-        except NETWORK_ERRORS as exc:
-            if connection.reused and not got_bytes:
-                raise _Stale from exc
-            raise HTTPFailure(failure_kind(exc)) from exc
-        assert head is not None
-        connection.reused = True
-        if (
-            conn.our_state is h11.DONE
-            and conn.their_state is h11.DONE
-            and not self._closed
-            and len(self._idle) < self._keep
-        ):
-            conn.start_next_cycle()
-            self._idle.append(connection)
+        stream = lane.stream
+        assert stream is not None
+        buffer = lane.buffer
+        while not lane.h11:
+            head = simple_head(buffer)
+            if head is None:
+                if HEAD_END.search(buffer) or len(buffer) > MAX_HEAD_BYTES:
+                    self._hand_to_h11(lane)
+                    break
+                await _read_more(stream, buffer)
+                continue
+            if head.length > max_body:
+                raise _AnswerFailed("BodyTooLarge")
+            end = head.size + head.length
+            while len(buffer) < end:
+                await _read_more(stream, buffer)
+            body = bytes(buffer[head.size : end])
+            del buffer[:end]
+            return Answer(head.status, head.headers, body), not head.close
+        return await self._h11_answer(lane, max_body)
+
+    def _hand_to_h11(self, lane: _Lane) -> None:
+        """From now on h11 reads ``lane``'s answers, starting with the bytes read so far."""
+        lane.h11 = True
+        lane.conn.send(self._stand_in)
+        lane.conn.send(h11.EndOfMessage())
+        lane.conn.receive_data(bytes(lane.buffer))
+        lane.buffer.clear()
+
+    async def _h11_answer(self, lane: _Lane, max_body: int) -> tuple[Answer, bool]:
+        """Read the next answer on ``lane`` with h11 (see :meth:`_answer`)."""
+        conn = lane.conn
+        stream = lane.stream
+        assert stream is not None
+        if conn.our_state is h11.IDLE:
+            conn.send(self._stand_in)
+            conn.send(h11.EndOfMessage())
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await read_some(stream, READ_SIZE))
+            elif isinstance(event, h11.Response):
+                lane.head = event
+            elif isinstance(event, h11.Data):
+                lane.body += event.data
+                if len(lane.body) > max_body:
+                    raise _AnswerFailed("BodyTooLarge")
+            elif isinstance(event, h11.EndOfMessage):
+                head, body = lane.head, bytes(lane.body)
+                assert head is not None
+                lane.head, lane.body, lane.informational = None, bytearray(), 0
+                keep = conn.our_state is h11.DONE and conn.their_state is h11.DONE
+                if keep:
+                    conn.start_next_cycle()
+                return Answer(head.status_code, tuple(head.headers), body), keep
+            elif isinstance(event, h11.InformationalResponse):
+                lane.informational += 1
+                if lane.informational > MAX_INFORMATIONAL:
+                    raise _AnswerFailed(TOO_MANY_INFORMATIONAL)
+            else:
+                # ConnectionClosed: the room closed it without an answer.
+                raise h11.RemoteProtocolError("server disconnected without an answer")
+
+    async def _end(self, lane: _Lane, failure: str, *, retry: bool) -> None:
+        """Close ``lane``; its unanswered requests move to a new lane, or fail.
+
+        They move when ``retry`` and an answer was ever read on it (the room
+        answers on its connections: this one ended early), and fail otherwise.
+        """
+        if lane.closed:
+            return
+        lane.closed = True
+        if lane in self._lanes:
+            self._lanes.remove(lane)
+        waiting = [request for request in lane.waiting if not request.gone]
+        lane.waiting.clear()
+        lane.outbox.clear()
+        if waiting and retry and lane.answered and not self._closed:
+            moved = _Lane()
+            self._lanes.append(moved)
+            for request in waiting:
+                request.lane = moved
+                moved.waiting.append(request)
+                moved.outbox += request.data
+            moved.wake_next()
         else:
-            await _close(connection)
-        return Answer(head.status_code, tuple(head.headers), bytes(body))
+            for request in waiting:
+                request.failure = HTTPFailure(failure)
+                request.wake()
+        if lane.stream is not None:
+            await _close(lane.stream)
 
 
-class _Stale(Exception):
-    """A kept-alive connection broke before any of its answer: the room closed it idle."""
+async def _read_more(stream: trio.abc.Stream, buffer: bytearray) -> None:
+    """Add the next bytes the room sends to ``buffer``.
+
+    Raises:
+        h11.RemoteProtocolError: the room closed the connection (mid-answer, or before one).
+    """
+    data = await read_some(stream, READ_SIZE)
+    if not data:
+        raise h11.RemoteProtocolError("server disconnected without an answer")
+    buffer += data
 
 
-async def _close(connection: _Connection) -> None:
-    """Close ``connection`` at once (a socket close), or forcefully when only aclose can."""
-    stream = connection.stream
+async def _close(stream: trio.abc.Stream) -> None:
+    """Close ``stream`` at once (a socket close), or forcefully when only aclose can."""
     if not close_now(stream):
         await trio.aclose_forcefully(stream)
