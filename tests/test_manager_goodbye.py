@@ -306,14 +306,16 @@ async def test_deadline_entries_name_each_session_and_its_connection(
 
 @pytest.fixture
 def allowed(monkeypatch: pytest.MonkeyPatch) -> HoldPolicy:
-    """The default policy, with a sixty-fourth of a second kept per exit in flight.
+    """The default policy, with a sixty-fourth of a second kept per exit in flight or holder.
 
     Under MockClock no time is kept (its time does not pass while exits
     unwind); on the system clock each exit in flight keeps
+    :data:`~letagents_trio._unwind.EXIT_ALLOWANCE`, each holder stopped late
     :data:`~letagents_trio._unwind.UNWIND_ALLOWANCE`. A sixty-fourth of a
     second is exact in binary, so the times below are exact.
     """
     monkeypatch.setattr(_unwind, "unwind_allowance", lambda: 1 / 64)
+    monkeypatch.setattr(_unwind, "exit_unwind_allowance", lambda: 1 / 64)
     return HoldPolicy()
 
 
@@ -476,7 +478,9 @@ async def test_each_answered_exit_gives_its_share_back(
     allowed: HoldPolicy,
 ) -> None:
     caplog.set_level("INFO", logger=MANAGER_LOG)
-    # Half the exits are answered at once, half never.
+    # Half the exits are answered at once, the half after them never (an answer
+    # waits for those before it on its connection, so the held come last).
+    fake_room.on("POST", EXIT_PATH).rewrite(lambda answer: answer, times=16)
     fake_room.on("POST", EXIT_PATH).hold(times=16)
     ended, report = await goodbye_at_ten(fake_room, 32, allowed)
     assert ended == 11.5 - 16 / 64
@@ -556,14 +560,15 @@ async def test_the_goodbyes_loops_let_the_program_run_after_every_256_sessions()
 
 async def test_the_allowance_is_real_time_kept_only_on_a_clock_that_follows_it() -> None:  # noqa: ASYNC124 (reads the run's clock)
     assert _unwind.unwind_allowance() == _unwind.UNWIND_ALLOWANCE == 100e-6
+    assert _unwind.exit_unwind_allowance() == _unwind.EXIT_ALLOWANCE == 30e-6
 
 
 async def test_no_allowance_is_kept_under_a_mock_clock(autojump_clock: MockClock) -> None:  # noqa: ASYNC124 (reads the run's clock)
-    assert _unwind.unwind_allowance() == 0
+    assert _unwind.unwind_allowance() == _unwind.exit_unwind_allowance() == 0
 
 
 def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
-    budget = UnwindBudget(10.0, 0.5)
+    budget = UnwindBudget(10.0, 0.5, 0.5)
     assert (budget.running, budget.scope.deadline) == (0, 10.0)
     budget.exit_started()
     budget.exit_started()
@@ -574,12 +579,23 @@ def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
 
 
 def test_an_unwind_budget_keeps_time_for_every_task_reserved_besides_its_exits() -> None:
-    budget = UnwindBudget(10.0, 0.5)
+    budget = UnwindBudget(10.0, 0.5, 0.5)
     budget.reserve(2)
     budget.reserve(3)
     assert budget.scope.deadline == 7.5
     budget.exit_started()
     assert (budget.running, budget.scope.deadline) == (1, 7.0)
+
+
+def test_an_unwind_budget_keeps_an_exits_allowance_for_exits_and_a_holders_for_holders() -> None:
+    """An exit waiting on a shared connection unwinds cheaper than a holder and its socket."""
+    budget = UnwindBudget(10.0, 0.5, 0.125)
+    budget.exit_started()
+    budget.exit_started()
+    assert budget.scope.deadline == 9.75
+    budget.reserve(1)
+    assert budget.scope.deadline == 9.25
+    assert budget.unwind_by(3) == 8.5
 
 
 # --- serve_connection_manager passes each option on ------------------------------------
