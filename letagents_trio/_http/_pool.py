@@ -103,7 +103,8 @@ class _Request:
 
     @property
     def parked(self) -> bool:
-        return self._wake is not None
+        """Waiting for a turn, and not yet woken for one."""
+        return self._wake is not None and not self._wake.is_set()
 
     async def park(self) -> None:
         """Wait until :meth:`wake` (its answer, or a turn at its lane's work)."""
