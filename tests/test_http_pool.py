@@ -278,19 +278,29 @@ def test_lanes_must_be_at_least_one() -> None:
 # --- a connection that ends early ------------------------------------------------------
 
 
+async def every_answered_each_connection_taking(
+    room: ScriptedRoom, pool: PipelinedPool, count: int, k: int
+) -> None:
+    """``count`` exchanges at once are all answered, each connection answering ``k``.
+
+    The first ``k`` on each connection were answered; the rest went out again
+    on the next connection, in the same order.
+    """
+    results = await exchange_all(pool, count)
+    assert all(isinstance(r, Answer) for r in results.values())
+    assert room.opened == -(-count // k)
+    assert len(answered_sessions(room, 0)) == count
+    for connection in range(room.opened - 1):
+        assert answered_sessions(room, connection + 1) == answered_sessions(room, connection)[k:]
+
+
 async def test_a_room_that_closes_after_k_requests_gets_the_rest_on_new_connections(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     """Each connection answers 3 requests, then closes: every request is answered once."""
     room.script = lambda connection, request: OK if request < 3 else "close"
     pool = PipelinedPool(room, ORIGIN, lanes=1)
-    results = await exchange_all(pool, 10)
-    assert all(isinstance(r, Answer) for r in results.values())
-    assert room.opened == 4
-    # The first three of each connection were answered; the rest went out again, in order.
-    assert len(answered_sessions(room, 0)) == 10
-    for connection in range(3):
-        assert answered_sessions(room, connection + 1) == answered_sessions(room, connection)[3:]
+    await every_answered_each_connection_taking(room, pool, 10, 3)
 
 
 async def test_an_answer_that_says_the_room_closes_moves_the_rest_to_a_new_connection(
@@ -298,12 +308,7 @@ async def test_an_answer_that_says_the_room_closes_moves_the_rest_to_a_new_conne
 ) -> None:
     room.script = lambda connection, request: CLOSING if request == 1 else OK
     pool = PipelinedPool(room, ORIGIN, lanes=1)
-    results = await exchange_all(pool, 5)
-    assert all(isinstance(r, Answer) for r in results.values())
-    assert room.opened == 3
-    assert len(answered_sessions(room, 0)) == 5
-    for connection in range(2):
-        assert answered_sessions(room, connection + 1) == answered_sessions(room, connection)[2:]
+    await every_answered_each_connection_taking(room, pool, 5, 2)
     await trio.testing.wait_all_tasks_blocked()
     assert room.closed[:2] == [0, 1]
 
@@ -444,20 +449,29 @@ async def test_too_many_informational_answers_fail_the_request(
 # --- cancellation and closing ----------------------------------------------------------
 
 
+async def first_cancelled_second_answered(pool: PipelinedPool) -> list[Answer]:
+    """Ask two exchanges at once on one connection; stop waiting for the first after 1 s.
+
+    Returns the second's answer (in a list: empty when it has none).
+    """
+    second: list[Answer] = []
+
+    async def ask_second() -> None:
+        second.append(await exchange(pool, 2))
+
+    async with trio.open_nursery() as nursery:
+        with trio.move_on_after(1):
+            nursery.start_soon(ask_second)
+            await exchange(pool, 1)
+    return second
+
+
 async def test_a_request_whose_caller_stopped_waiting_has_its_answer_read_and_dropped(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
     room.script = lambda connection, request: Late(2.0) if request == 0 else OK
     pool = PipelinedPool(room, ORIGIN, lanes=1)
-    results: list[Answer] = []
-
-    async def second() -> None:
-        results.append(await exchange(pool, 2))
-
-    async with trio.open_nursery() as nursery:
-        with trio.move_on_after(1):
-            nursery.start_soon(second)
-            await exchange(pool, 1)
+    results = await first_cancelled_second_answered(pool)
     # The second's answer came after the first's, which nobody waited for.
     assert trio.current_time() == 2.0
     assert [r.status for r in results] == [200]
@@ -487,15 +501,7 @@ async def test_a_reader_that_stops_waiting_half_way_leaves_the_answer_to_the_nex
             return ours
 
     pool = PipelinedPool(Opener(), ORIGIN, lanes=1)
-    second: list[Answer] = []
-
-    async def ask_second() -> None:
-        second.append(await exchange(pool, 2))
-
-    async with trio.open_nursery() as inner:
-        with trio.move_on_after(1):
-            inner.start_soon(ask_second)
-            await exchange(pool, 1)
+    second = await first_cancelled_second_answered(pool)
     assert second == [
         Answer(
             200,

@@ -38,7 +38,9 @@ timeout: the caller bounds each :meth:`PipelinedPool.exchange`.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Final, final
 
 import attrs
@@ -286,6 +288,21 @@ class PipelinedPool:
         else:
             await request.park()
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, lane: _Lane, work: str) -> AsyncIterator[None]:
+        """Hold ``lane``'s ``work`` (``"writing"``, ``"reading"``) in the block, then wake the next.
+
+        A broken connection in the block ends the lane (its unanswered requests move on).
+        """
+        setattr(lane, work, True)
+        try:
+            yield
+        except NETWORK_ERRORS as exc:
+            await self._end(lane, failure_kind(exc), retry=True)
+        finally:
+            setattr(lane, work, False)
+            lane.wake_next()
+
     async def _connect(self, lane: _Lane) -> None:
         lane.connecting = True
         try:
@@ -306,8 +323,7 @@ class PipelinedPool:
         """Write ``lane``'s outbox until it is empty, waiting for room in the socket."""
         stream = lane.stream
         assert stream is not None
-        lane.writing = True
-        try:
+        async with self._turn(lane, "writing"):
             while lane.outbox and not lane.closed:
                 if can_send_now(stream):
                     written = send_now(stream, bytes(lane.outbox))
@@ -324,39 +340,24 @@ class PipelinedPool:
                     except trio.Cancelled:
                         await self._end(lane, "WriteCancelled", retry=True)
                         raise
-        except NETWORK_ERRORS as exc:
-            await self._end(lane, failure_kind(exc), retry=True)
-        finally:
-            lane.writing = False
-            lane.wake_next()
 
     async def _read(self, lane: _Lane, request: _Request) -> None:
         """Read ``lane``'s answers in order, handing each to its caller, until ``request``'s."""
-        lane.reading = True
-        try:
+        async with self._turn(lane, "reading"):
             while request.lane is lane and not request.done:
                 head = lane.waiting[0]
                 try:
                     head.answer, keep = await self._answer(lane, head.max_body)
                 except _AnswerFailed as exc:
-                    lane.waiting.popleft()
-                    lane.answered += 1
-                    head.failure = HTTPFailure(exc.failure)
-                    head.wake()
-                    await self._end(lane, exc.failure, retry=True)
-                    return
+                    head.failure, keep = HTTPFailure(exc.failure), False
                 lane.waiting.popleft()
                 lane.answered += 1
                 head.wake()
                 if not keep:
-                    # The room closes it after this answer: the rest go on a new one.
-                    await self._end(lane, "ConnectionClosed", retry=True)
+                    # The room closes it after this answer, or the answer broke
+                    # a rule: the rest go on a new connection.
+                    await self._end(lane, str(head.failure or "ConnectionClosed"), retry=True)
                     return
-        except NETWORK_ERRORS as exc:
-            await self._end(lane, failure_kind(exc), retry=True)
-        finally:
-            lane.reading = False
-            lane.wake_next()
 
     async def _answer(self, lane: _Lane, max_body: int) -> tuple[Answer, bool]:
         """Read the next answer on ``lane``, and whether the connection stays open after it.
