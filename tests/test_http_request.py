@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlsplit
 
 import h11
 import pytest
@@ -90,38 +89,6 @@ def test_split_url(url: str, origin: Origin, target: str) -> None:
 def test_split_url_refuses_what_is_not_an_absolute_http_url(url: str) -> None:
     with pytest.raises(ValueError, match=r"^not an absolute http or https URL$"):
         split_url(url)
-
-
-def urlsplit_reference(url: str) -> tuple[Origin, str] | None:
-    """What ``split_url`` gave when it always went through ``urlsplit``; None for a refusal."""
-    try:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
-            return None
-        port = parts.port or {"http": 80, "https": 443}[scheme]
-    except ValueError:
-        return None
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Origin(scheme, parts.hostname, port), target
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    st.tuples(
-        st.sampled_from(["http://", "HTTPS://", "ftp://", "http:/", ""]),
-        st.text(alphabet=st.sampled_from([*"ab1.:@[]?#/%-_ \t"]), max_size=10),
-        st.text(alphabet=st.sampled_from([*"ab1/%-._~?#=&@: \t\n\\é"]), max_size=16),
-    )
-)
-def test_split_url_splits_as_urlsplit_does(parts: tuple[str, str, str]) -> None:
-    url = "".join(parts)
-    expected = urlsplit_reference(url)
-    if expected is None:
-        with pytest.raises(ValueError, match=r"(?i)url|port|address"):
-            split_url(url)
-    else:
-        assert split_url(url) == expected
 
 
 def test_authority_omits_default_ports_and_brackets_ipv6() -> None:

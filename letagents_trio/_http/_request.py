@@ -26,7 +26,6 @@ still belongs to the response, which closes it.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from typing import Protocol, final
@@ -107,44 +106,18 @@ class Origin:
 def split_url(url: str) -> tuple[Origin, str]:
     """Split an absolute ``http``/``https`` URL into its origin and its request target.
 
-    A URL whose authority and path hold only the characters RFC 3986 allows
-    there, with no query (every URL a room client makes), is split where its
-    path begins, its origin parsed once for all the URLs that share it; any
-    other goes through ``urlsplit`` whole. Both give the same answer.
-
     Raises:
         ValueError: not an absolute http(s) URL.
     """
-    plain = _PLAIN_URL.fullmatch(url)
-    if plain is not None:
-        return _origin(plain.group(1)), plain.group(2)
     parts = urlsplit(url)
-    origin = _origin(f"{parts.scheme}://{parts.netloc}")
-    target = parts.path or "/"
-    if parts.query:
-        target = f"{target}?{parts.query}"
-    return origin, target
-
-
-# scheme://authority/path: characters of an authority (no "/", "?", "#" or white
-# space) and of a path (segments of pchar, RFC 3986 §3.3), no query or fragment.
-_PLAIN_URL = re.compile(
-    r"([A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9.\-_~%!$&'()*+,;=:@\[\]]*)(/[A-Za-z0-9.\-_~%!$&'()*+,;=:@/]*)"
-)
-
-
-@functools.lru_cache(maxsize=64)
-def _origin(prefix: str) -> Origin:
-    """The origin of ``scheme://authority``: parsed once for the many URLs that share it.
-
-    Raises:
-        ValueError: not http(s), or no host.
-    """
-    parts = urlsplit(prefix)
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
         raise ValueError("not an absolute http or https URL")
-    return Origin(scheme, parts.hostname, parts.port or _DEFAULT_PORTS[scheme])
+    target = parts.path or "/"
+    if parts.query:
+        target = f"{target}?{parts.query}"
+    port = parts.port or _DEFAULT_PORTS[scheme]
+    return Origin(scheme, parts.hostname, port), target
 
 
 class Opener(Protocol):
@@ -303,7 +276,7 @@ def header_value(headers: Sequence[tuple[bytes, bytes]], name: str) -> str | Non
 # The grammar h11 checks a request against (RFC 9110), for :func:`request_bytes`:
 # a method and a field name are tokens; a field value is visible characters
 # with single runs of spaces or tabs inside, none at either end; a target is
-# visible ASCII. re.ASCII: ``\\s`` is the six ASCII white-space characters.
+# visible ASCII. re.ASCII: ``\s`` is the six ASCII white-space characters.
 _TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
 _FIELD_VALUE = re.compile(r"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?", re.ASCII)
 _TARGET = re.compile(r"[\x21-\x7e]+")
