@@ -307,9 +307,8 @@ def request_bytes(
     by the thousand within a goodbye's deadline: written here as h11 writes
     it (the same bytes: ``Host`` first, then ``User-Agent``, ``headers`` and
     ``Content-Length``), after the same checks h11 makes of the method, the
-    target and every field (no line break or NUL smuggled in a value), in a
-    fifth of h11's time, which builds a connection and its state machine for
-    each request. ``headers`` may not name the framing fields (``Host``,
+    target and every field (no line break or NUL smuggled in a value),
+    without the connection and state machine h11 builds for each request. ``headers`` may not name the framing fields (``Host``,
     ``Content-Length``, ``Transfer-Encoding``): they are written here.
 
     Raises:
