@@ -704,3 +704,50 @@ async def test_exits_over_real_sockets_are_pipelined_on_one_connection(
     ] * 50
     assert served == [0]
     assert [r for c, r, _, _ in room.seen] == list(range(50))
+
+
+async def test_a_writer_cancelled_mid_write_ends_its_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Part of the bytes may be out: the connection cannot carry another request."""
+    closed: list[int] = []
+
+    class Stuck(trio.abc.Stream):
+        """Takes no byte, ever; not a socket, so the pool writes with send_all."""
+
+        def __init__(self, number: int) -> None:
+            self.number = number
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await trio.sleep_forever()
+
+        async def wait_send_all_might_not_block(self) -> None:  # pragma: no cover - not used
+            await trio.sleep_forever()
+
+        async def send_eof(self) -> None:  # pragma: no cover - not used
+            raise NotImplementedError
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            await trio.sleep_forever()
+            raise AssertionError  # pragma: no cover
+
+        async def aclose(self) -> None:
+            closed.append(self.number)
+            await trio.lowlevel.checkpoint()
+
+    class Opener:
+        opened = 0
+
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            self.opened += 1
+            await trio.lowlevel.checkpoint()
+            return Stuck(self.opened)
+
+    opener = Opener()
+    pool = PipelinedPool(opener, ORIGIN)
+    with trio.move_on_after(1):
+        await exchange(pool, 1)
+    assert closed == [1]
+    with trio.move_on_after(1):
+        await exchange(pool, 2)
+    assert opener.opened == 2

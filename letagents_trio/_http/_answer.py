@@ -4,8 +4,9 @@ A goodbye reads thousands of pipelined answers within its deadline, each
 ``200`` with ``{"recorded":true}``, and h11 would spend on each its state
 machine, told of a stand-in request for every answer, and its event objects
 (``docs/performance.md`` has the cost). :func:`simple_head` reads such a
-head with two regular expressions, after the same checks h11 makes of it (RFC 9112: a status line, header fields whose
-names are tokens and whose values hold no control character but a tab). Any
+head with two regular expressions, after the same checks h11 makes of it
+(RFC 9112: a status line, header fields whose names are tokens and whose
+values hold no control character but a tab). Any
 other head (another version, a ``Transfer-Encoding``, no length, more than
 one, an informational or bodiless status, bare line feeds, a folded field)
 is not read here: the caller hands the bytes to h11, which reads it and every

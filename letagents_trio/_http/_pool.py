@@ -67,6 +67,8 @@ __all__ = ["LANES", "Answer", "PipelinedPool"]
 # them (Node's server answers each connection's in order); a few spread the
 # answers of a slow request and the room's reading across sockets.
 LANES: Final = 4
+# The most a lane's end may take once its writer was cancelled (shielded).
+_END_BOUND: Final = 0.01
 
 
 @final
@@ -338,7 +340,9 @@ class PipelinedPool:
                     try:
                         await stream.send_all(data)
                     except trio.Cancelled:
-                        await self._end(lane, "WriteCancelled", retry=True)
+                        # Closing forcefully never waits: the bound is never reached.
+                        with trio.move_on_after(_END_BOUND, shield=True):
+                            await self._end(lane, "WriteCancelled", retry=True)
                         raise
 
     async def _read(self, lane: _Lane, request: _Request) -> None:

@@ -308,7 +308,8 @@ def request_bytes(
     it (the same bytes: ``Host`` first, then ``User-Agent``, ``headers`` and
     ``Content-Length``), after the same checks h11 makes of the method, the
     target and every field (no line break or NUL smuggled in a value),
-    without the connection and state machine h11 builds for each request. ``headers`` may not name the framing fields (``Host``,
+    without the connection and state machine h11 builds for each request.
+    ``headers`` may not name the framing fields (``Host``,
     ``Content-Length``, ``Transfer-Encoding``): they are written here.
 
     Raises:
