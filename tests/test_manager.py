@@ -94,6 +94,35 @@ async def test_streams_are_closed_before_exits_are_sent(
     assert fake_room.exits[0].recorded is True
 
 
+async def test_each_pipelined_exit_follows_its_own_streams_close(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Fifty exits share a few connections, each written after its session's stream closed."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(50)]
+    # As each exit is answered: the streams still open of every session whose exit came.
+    open_at_exit: list[int] = []
+
+    def count_open_streams(answer: object) -> object:
+        open_at_exit.append(
+            sum(len(fake_room.room.process_streams(e.session_id)) for e in fake_room.exits)
+        )
+        return answer
+
+    fake_room.on("POST", "/rooms/{room}/agent-sessions/{session}/process/exit").rewrite(
+        count_open_streams, times=None
+    )
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            for session in sessions:
+                manager.hold(session)
+            await trio.sleep(5)
+            started = trio.current_time()
+        assert trio.current_time() == started
+    assert open_at_exit == [0] * 50
+    assert len(fake_room.exits) == 50
+    assert all(e.recorded for e in fake_room.exits)
+
+
 async def test_black_holed_exits_end_shutdown_at_exactly_the_deadline(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
