@@ -32,7 +32,7 @@ from letagents_trio import (
 from letagents_trio._http import HTTPFailure
 from letagents_trio._protocol import MAX_EVENT_BYTES
 from letagents_trio._sse import FEED_SLICE_BYTES
-from letagents_trio._sse_connector import STREAM_HEADERS, _SSEStream, classify_status
+from letagents_trio._sse_connector import _SSEStream, classify_status
 from letagents_trio.testing import open_streaming_transport
 from letagents_trio.testing._asgi import read_body
 
@@ -403,10 +403,6 @@ async def test_a_named_stream_is_read_quietly_only_when_its_room_closes_the_conn
     assert [item.heard_at for item in news] == [None, None, 7.0 if kept else None]
 
 
-def test_a_process_stream_asks_for_a_connection_of_its_own() -> None:
-    assert STREAM_HEADERS["Connection"] == "close"
-
-
 @pytest.mark.parametrize(
     ("status", "content_type", "outcome"),
     [
@@ -450,6 +446,9 @@ async def test_the_request_asks_for_an_event_stream_with_the_session_credentials
     [headers] = seen
     assert headers[":path"] == "/rooms/room_a/agent-sessions/wsess_1/process"
     assert headers["accept"] == "text/event-stream"
+    # The connection serves this one stream (a room that honours it closes the
+    # connection with the stream, which lets the stream be read quietly).
+    assert headers["connection"] == "close"
     assert headers["x-letagents-agent-session-id"] == "wsess_1"
     assert headers["x-letagents-agent-session-token"] == "secret-token-1"
 

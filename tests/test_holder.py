@@ -26,13 +26,14 @@ from letagents_trio import (
     IneligibleSession,
     Outcome,
     ProcessStream,
+    SSEConnector,
     StreamNews,
     open_connection_manager,
 )
 from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
 from letagents_trio.workers import LocalStateStore
 
-from .events import ScriptedStream, drain
+from .events import Delegating, ScriptedStream, drain
 
 if TYPE_CHECKING:
     from trio.testing import MockClock
@@ -848,15 +849,13 @@ class KeptHeartbeatStream(ScriptedStream):
         return await super().__anext__()
 
 
-class KeptHeartbeatConnector:
+class KeptHeartbeatConnector(Delegating):
+    """SSE, but every stream opened is a :class:`KeptHeartbeatStream`."""
+
     @asynccontextmanager
     async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
         await trio.lowlevel.checkpoint()
         yield KeptHeartbeatStream()
-
-    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
-        await trio.lowlevel.checkpoint()
-        return True
 
 
 async def test_silence_counts_from_when_bytes_kept_by_the_kernel_arrived(
@@ -866,7 +865,9 @@ async def test_silence_counts_from_when_bytes_kept_by_the_kernel_arrived(
     session = await fake_room.add_worker()
     async with (
         fake_room.client() as client,
-        open_connection_manager(client, connector=KeptHeartbeatConnector()) as manager,
+        open_connection_manager(
+            client, connector=KeptHeartbeatConnector(SSEConnector(client))
+        ) as manager,
     ):
         with manager.subscribe(math.inf) as events:
             holder = manager.hold(session)

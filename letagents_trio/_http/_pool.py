@@ -158,12 +158,12 @@ class _Lane:
         self.closed = False
         # Who is at its work: one caller for each.
         self.connecting = self.writing = self.reading = False
-        # The answer being read, kept here so that another caller can finish
-        # it when its reader stops waiting (cancelled) half-way.
         # Bytes read and not yet part of an answer, while answers are simple
         # heads (_answer.simple_head); from the first that is not, h11 reads.
         self.buffer = bytearray()
         self.h11 = False
+        # The answer h11 is reading, kept here so that another caller can
+        # finish it when its reader stops waiting (cancelled) half-way.
         self.head: h11.Response | None = None
         self.body = bytearray()
         self.informational = 0
