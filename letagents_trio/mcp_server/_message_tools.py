@@ -4,14 +4,23 @@ Each resolves whom it acts as through the ``worker_id`` facade and makes its
 room calls with the host layer's :class:`~letagents_trio.workers._room_work.RoomWork`
 (:func:`~._facade.call_as`); writes need a worker session.
 
-* ``send_message`` and ``send_thread_message`` post ``POST …/messages``. A
-  reply names ``reply_to`` (a message it answers) or ``thread_parent_id`` (a
-  thread, by any of its messages: the tool finds the root, ``GET …/messages``);
-  the post then carries the root as ``reply_to``, so the reply joins that thread.
+* ``send_message`` and ``send_thread_message`` post ``POST …/messages`` as the
+  worker (``sender``: its actor label). A reply names ``reply_to`` (a message
+  it answers) or ``thread_parent_id`` (a thread, by any of its messages). The
+  post keeps ``reply_to`` on the message answered and, for a thread named,
+  names the thread's root as ``thread_root_id`` (the tool finds it,
+  ``GET …/messages``), as the Node client's does: a reply to 157 in the thread
+  of 156 is ``reply_to`` 157, ``thread_root_id`` 156. The answer is the
+  message's fields and the worker's ``agent_identity``; the worker's presence
+  is then sent again (``workers/_presence.py``), best effort: the message is
+  posted whatever the presence call meets.
 * ``read_messages`` answers the newest ``limit`` messages (100 unless given;
   0 for the whole history), oldest of them first, paging back from
   ``GET …/messages?before=latest``; ``truncated`` says older ones were left out.
-* ``post_status`` posts ``[status] <text>`` as a message.
+* ``post_status`` sets the worker's presence (a status read from the text, and
+  the text, which the room's roster shows), then posts ``[status] <text>`` as a
+  message; it answers the worker's actor label as ``sender``, with its
+  ``agent_identity``.
 * ``get_room_guidelines`` reads ``GET …/agent-guidelines``.
 
 Messages are answered as the room sends them; a reply inside a thread also
@@ -27,6 +36,7 @@ threads and no guidelines: those tools answer :data:`LOCAL_THREAD_TEXT` and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -35,9 +45,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
-from .._errors import LocalChatError, WorkerError
+from .._errors import ApiError, LocalChatError, RoomUnreachable, WorkerError
 from .._protocol import MAX_MESSAGE_CHARS
 from ..workers._local_chat import MAX_MESSAGE_PAGE
+from ..workers._presence import Presence, agent_identity, classify_status
 from ..workers._room_work import DEFAULT_READ, MAX_READ, Acting
 from ._facade import (
     RoomId,
@@ -98,6 +109,12 @@ def _readable(message: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(root, str) and root and root != message.get("id"):
         readable["thread_parent_id"] = root
     return readable
+
+
+def _with_identity(message: dict[str, Any], session: AgentSession | None) -> dict[str, Any]:
+    """A sent message as the send tools answer it: its fields and the sender's
+    ``agent_identity`` (the Node tools' answer)."""
+    return {**message, "agent_identity": None if session is None else agent_identity(session)}
 
 
 def messages_payload(answer: object, room: str, after: str | None = None) -> dict[str, Any]:
@@ -210,11 +227,17 @@ async def _send(
         return await _send_locally(state, who, room, require_worker(session), text)
 
     async def remote(acting: Acting) -> dict[str, Any]:
-        target = reply if parent is None else await state.work.thread_root(acting, parent)
-        return await state.work.send(acting, text, reply_to=target)
+        # The reply stays on the message answered; a thread named is posted into at its root.
+        root = None if parent is None else await state.work.thread_root(acting, parent)
+        sent = await state.work.send(
+            acting, text, reply_to=parent if parent is not None else reply, thread_root_id=root
+        )
+        with contextlib.suppress(ApiError, RoomUnreachable):  # the message is sent already
+            await state.work.sync_presence(acting)
+        return sent
 
     _, session, message = await call_as(state, who, remote=remote, local=local, write=True)
-    return ok(state, {"success": True, "message": _readable(message)}, session)
+    return ok(state, _with_identity(_readable(message), session), session)
 
 
 @expected_errors
@@ -297,13 +320,22 @@ async def post_status(
         return await _send_locally(state, who, room, require_worker(session), text)
 
     async def remote(acting: Acting) -> dict[str, Any]:
+        # The roster's status first, as the Node client sets it (workers/_presence.py).
+        if acting.session is not None:
+            remembered = state.work.presence.remembered(acting.room_id, acting.session)
+            presence = Presence(
+                status=classify_status(status, remembered.status), status_text=status
+            )
+            await state.work.sync_presence(acting, presence)
         return await state.work.send(acting, text)
 
     _, session, message = await call_as(state, who, remote=remote, local=local, write=True)
+    identity = None if session is None else agent_identity(session)
     payload = {
         "success": True,
         "status_posted": status,
-        "sender": message.get("sender"),
+        "sender": message.get("sender") if identity is None else identity["actor_label"],
+        "agent_identity": identity,
         "message_id": message.get("id"),
         "timestamp": message.get("timestamp") or message.get("created_at"),
     }

@@ -22,6 +22,7 @@ Local rooms keep no board: every tool here answers :data:`LOCAL_BOARD_TEXT`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
+from .._errors import ApiError, RoomUnreachable
+from ..workers._presence import agent_identity
 from ..workers._room_work import TaskStatus  # noqa: TC001 - read by the SDK at run time
 from ._facade import (
     RoomId,
@@ -141,9 +144,17 @@ async def add_task(
         fields["source_message_id"] = source_message_id
 
     async def remote(acting: Acting) -> dict[str, Any]:
-        return await state.work.add_task(acting, fields)
+        task = await state.work.add_task(acting, fields)
+        with contextlib.suppress(ApiError, RoomUnreachable):  # the task is added already
+            await state.work.sync_presence(acting)
+        return task
 
-    return await _board_call(ctx, who, remote)
+    _, session, task = await call_as(
+        state, who, remote=remote, local=local_refusal(LOCAL_BOARD_TEXT), write=True
+    )
+    # As the Node tool: the task, and whom it was added as.
+    identity = None if session is None else agent_identity(session)
+    return ok(state, {"success": True, "task": task, "agent_identity": identity}, session)
 
 
 @expected_errors

@@ -302,6 +302,13 @@ def _routes(room: Room) -> tuple[_Route, ...]:
             r.params["room"], r.params["task"], r.credentials(body), body
         )
 
+    def read_roster(r: _Request) -> Reply:
+        return work.roster.read(r.params["room"], r.credentials(), limit=r.query("limit"))
+
+    async def update_presence(r: _Request) -> Reply:
+        body = await r.body()
+        return work.roster.update(r.params["room"], r.credentials(body), body)
+
     def knowledge_routes(kind: str) -> dict[str, Handler]:
         def read(r: _Request) -> Reply:
             return work.knowledge.read(r.params["room"], kind, r.credentials())
@@ -331,6 +338,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks", {"GET": list_tasks, "POST": create_task}),
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
+        _Route("/rooms/{room+}/presence", {"GET": read_roster, "POST": update_presence}),
         # Patterns with a parameter after the room come last (see the module docstring).
         _Route(sessions, {"POST": register}),
         _Route(sessions + "/{session}/process", {"GET": process_stream}),

@@ -21,6 +21,7 @@ from ._board._taskboard import TaskBoard
 from ._guidelines import GuidelinesBoard
 from ._knowledge import KnowledgeBoard
 from ._messaging._messages import MessageBoard
+from ._sessions._roster import Roster
 
 if TYPE_CHECKING:
     from ._auth._accounts import Accounts
@@ -40,12 +41,14 @@ class RoomWork:
         guidelines: each room's agent guidelines.
         tasks: the board: tasks and their leases.
         knowledge: room memory and requests for people's input.
+        roster: what each worker says it is doing (``…/presence``).
     """
 
     messages: MessageBoard
     guidelines: GuidelinesBoard
     tasks: TaskBoard
     knowledge: KnowledgeBoard
+    roster: Roster
 
     @classmethod
     def build(
@@ -69,4 +72,5 @@ class RoomWork:
             guidelines=GuidelinesBoard(store, clock, accounts, messages),
             tasks=TaskBoard(store, clock, accounts, reachable),
             knowledge=KnowledgeBoard(store, clock, accounts, messages),
+            roster=Roster(store, clock, accounts),
         )

@@ -41,7 +41,9 @@ import attrs
 import trio
 
 from .._client import encode_room_path
-from .._errors import RoomUnreachable, WorkerError
+from .._errors import ApiError, RoomUnreachable, WorkerError
+from ._identity import PROCESS_INSTANCE_ID
+from ._presence import Presence, PresenceMemory, presence_body
 
 if TYPE_CHECKING:
     from .._client import RoomClient
@@ -75,6 +77,8 @@ MAX_SCAN_PAGES: Final = 20
 # The most messages a thread-root walk looks up (the Node client's bound on
 # thread context lookups).
 MAX_THREAD_HOPS: Final = 16
+# A room that answers these to a route it does not have: the call is skipped.
+MISSING_ROUTE_STATUSES: Final = frozenset({404, 405})
 # Messages one long poll asks for (the Node client's MAX_WAIT_MESSAGES_PER_CALL).
 POLL_LIMIT: Final = 100
 # A task's statuses, the letagents API's, in board order (the room's transition
@@ -168,6 +172,8 @@ class RoomWork:
 
     client: RoomClient
     bearer_only: bool = False
+    # The presence last sent per worker (``_presence.py``).
+    presence: PresenceMemory = attrs.field(factory=PresenceMemory, init=False)
 
     # --- the one place credentials are chosen -------------------------------------------
 
@@ -195,12 +201,23 @@ class RoomWork:
     # --- messages ----------------------------------------------------------------------
 
     async def send(
-        self, acting: Acting, text: str, *, reply_to: str | None = None
+        self,
+        acting: Acting,
+        text: str,
+        *,
+        reply_to: str | None = None,
+        thread_root_id: str | None = None,
     ) -> dict[str, Any]:
-        """``POST …/messages``: post ``text``, answering ``reply_to`` (joining its thread)."""
-        body: dict[str, Any] = {"text": text}
+        """``POST …/messages``: post ``text`` as the acting worker (``sender``: its actor
+        label), answering ``reply_to``, in the thread rooted at ``thread_root_id``."""
+        session = acting.session
+        label = None if session is None else session.extra.get("actor_label")
+        body: dict[str, Any] = {"sender": label} if isinstance(label, str) and label else {}
+        body["text"] = text
         if reply_to is not None:
             body["reply_to"] = reply_to
+        if thread_root_id is not None:
+            body["thread_root_id"] = thread_root_id
         return await self._call(acting, "POST", "messages", body=body)
 
     async def recent_messages(self, acting: Acting, limit: int) -> dict[str, Any]:
@@ -343,6 +360,25 @@ class RoomWork:
         """``GET …/agent-guidelines``: the room's guidelines for its agents."""
         return await self._call(acting, "GET", "agent-guidelines")
 
+    # --- presence ----------------------------------------------------------------------
+
+    async def sync_presence(self, acting: Acting, presence: Presence | None = None) -> None:
+        """``POST …/presence``: the acting worker's ``presence`` (``None``: the one last
+        sent, remembered), remembered as sent. An owner's own call has no presence and
+        sends nothing; a room without the route (404, 405) is skipped.
+        """
+        session = acting.session
+        if session is None:
+            await trio.lowlevel.checkpoint()
+            return
+        sent = self.presence.remembered(acting.room_id, session) if presence is None else presence
+        self.presence.remember(acting.room_id, session, sent)
+        try:
+            await self._call(acting, "POST", "presence", body=presence_body(session, sent))
+        except ApiError as exc:
+            if exc.status not in MISSING_ROUTE_STATUSES:
+                raise
+
     # --- the board ---------------------------------------------------------------------
 
     async def board(self, acting: Acting, *, status: str | None, open_only: bool) -> dict[str, Any]:
@@ -369,8 +405,29 @@ class RoomWork:
         return await self._call(acting, "GET", self._task_route(task_id))
 
     async def add_task(self, acting: Acting, fields: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST …/tasks``: a new task (``proposed``), answered as the task."""
-        return await self._call(acting, "POST", "tasks", body=dict(fields))
+        """``POST …/tasks``: a new task (``proposed``), answered as the task.
+
+        A worker's task names its creator as the Node client does, after the
+        title and description: ``created_by`` and ``actor_label`` (its actor
+        label), ``actor_key`` (its agent key), ``actor_instance_id`` (its
+        instance id, else this process's).
+        """
+        body = dict(fields)
+        session = acting.session
+        if session is not None:
+            extra = session.extra
+            label = extra.get("actor_label")
+            first = {k: body.pop(k) for k in ("title", "description") if k in body}
+            instance = extra.get("agent_instance_id")
+            body = {
+                **first,
+                "created_by": label,
+                "actor_label": label,
+                "actor_key": extra.get("agent_key"),
+                "actor_instance_id": instance if instance else PROCESS_INSTANCE_ID,
+                **body,
+            }
+        return await self._call(acting, "POST", "tasks", body=body)
 
     async def update_task(
         self, acting: Acting, task_id: str, fields: Mapping[str, Any]

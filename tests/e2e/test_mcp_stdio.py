@@ -122,8 +122,8 @@ async def test_end_to_end_with_the_sdk_stdio_client(tmp_path: Path) -> None:
                 sent_b = await call_ok(
                     client, "send_message", {"worker_id": b["worker_id"], "text": "from b"}
                 )
-                assert sent_a["message"]["agent_session_id"] == sid
-                assert sent_b["message"]["agent_session_id"] != sid
+                assert sent_a["agent_session_id"] == sid
+                assert sent_b["agent_session_id"] != sid
                 waited = await call_ok(
                     client,
                     "wait_for_messages",

@@ -109,7 +109,7 @@ async def test_two_chats_do_the_rooms_work_over_stdio(tmp_path: Path, store: str
                 # A posts; B answers in its thread; A's wait sees the reply with its root.
                 root = (
                     await tool(a, "send_message", "A", worker_id=wa, text="Who takes the build?")
-                )["message"]["id"]
+                )["id"]
                 await tool(
                     b,
                     "send_thread_message",

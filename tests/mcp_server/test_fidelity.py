@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from letagents_trio.testing import FakeRoom
 
 REGISTRATIONS: Final = f"/rooms/{ROOM}/agent-sessions"
+# What the reference room records as the legacy session Oak's actor label (its sender).
+OAK_LABEL: Final = "Oak | owner's agent | Agent"
 
 
 def log(fake_room: FakeRoom, since: int = 0) -> list[tuple[str, str, str | None]]:
@@ -118,7 +120,7 @@ async def test_the_legacy_path_registers_a_worker_and_replaces_it_on_a_second_ca
             sid = first["agent_session_id"]
             await fake_room.wait_until(lambda: len(fake_room.room.process_streams(sid)) == 1)
             sent = await call_ok(client, "send_message", {"agent_session_id": sid, "text": "hi"})
-            assert sent["message"]["sender"] == "Oak"
+            assert sent["sender"] == sent["agent_identity"]["actor_label"] == OAK_LABEL
             second = await _legacy(client, display_name="Oak")
             new_sid = second["agent_session_id"]
             await fake_room.wait_until(lambda: len(fake_room.room.process_streams(new_sid)) == 1)

@@ -74,9 +74,9 @@ async def test_local_room_tools_use_the_local_chat_never_http(
             a = await register(client, "k1", "Juniper", room=LOCAL_ROOM)
             worker_id, session_id = a["worker_id"], a["agent_session"]["session_id"]
             assert session_id.startswith("local_")
-            sent = (await call_ok(client, "send_message", {"worker_id": worker_id, "text": "hi"}))[
-                "message"
-            ]
+            sent = await call_ok(client, "send_message", {"worker_id": worker_id, "text": "hi"})
+            # Issue 44: the message's fields and the worker's identity, as Node's answer.
+            assert sent["agent_identity"]["display_name"] == "Juniper"
             assert (sent["room_id"], sent["sender"], sent["agent_session_id"]) == (
                 LOCAL_ROOM,
                 "Juniper",
@@ -116,7 +116,10 @@ async def test_local_room_tools_use_the_local_chat_never_http(
             status = await call_ok(
                 client, "post_status", {"worker_id": worker_id, "status": "on it"}
             )
-            assert (status["status_posted"], status["sender"]) == ("on it", "Juniper")
+            assert status["status_posted"] == "on it"
+            # As Node's answer: the worker's actor label, not its name (issue 44).
+            assert status["sender"] == status["agent_identity"]["actor_label"]
+            assert status["sender"].startswith("Juniper | ")
             newest = await call_ok(client, "read_messages", {"worker_id": worker_id, "limit": 1})
             assert [m["text"] for m in newest["messages"]] == ["[status] on it"]
             assert newest["truncated"] is True

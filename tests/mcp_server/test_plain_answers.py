@@ -91,7 +91,7 @@ async def test_an_empty_wait_answers_every_field_of_a_read(
     async with Client(server) as client:
         worker_id = (await register(client))["worker_id"]
         sent = await call_ok(client, "send_message", {"worker_id": worker_id, "text": "hi"})
-        cursor = sent["message"]["id"]
+        cursor = sent["id"]
         read = await call_ok(client, "read_messages", {"worker_id": worker_id})
         empty = await call_ok(
             client,

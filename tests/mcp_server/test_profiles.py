@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 BEARER: Final = "lasb_the-supervisors-worker-bearer"
 MESSAGES: Final = f"/rooms/{ROOM}/messages"
+PRESENCE: Final = f"/rooms/{ROOM}/presence"
 SUPERVISED_CREDENTIAL: Final = (
     "The daemon-supervised worker credential is stale or missing its exact context."
 )
@@ -269,6 +270,7 @@ async def test_a_worker_bearer_is_the_only_credential_room_tools_send(
     (``tools/agent-sessions.ts``); the durable one is refused (PROTOCOL §5.2.4)."""
     # The reference room mints no bearers: these rules answer as a room that took it.
     fake_room.on("POST", MESSAGES).respond(201, {"id": "msg_1", "text": "hi"}, times=2)
+    fake_room.on("POST", PRESENCE).respond(200, {"status": "idle"}, times=2)
     fake_room.on("GET", MESSAGES).respond(200, {"messages": [], "room_id": ROOM})
     config = config_for(fake_room, tmp_path, token=None, worker_bearer=BEARER, api_url=HTTPS_URL)
     with trio.fail_after(10):
@@ -299,11 +301,15 @@ async def test_a_worker_bearer_is_the_only_credential_room_tools_send(
         (r.method, r.path, r.bearer, r.session_id, r.has_session_token, r.body)
         for r in fake_room.requests
     ]
-    assert seen == [
-        ("POST", MESSAGES, BEARER, None, False, {"text": "hi"}),
-        ("POST", MESSAGES, BEARER, None, False, {"text": "hi"}),
-        ("GET", MESSAGES, BEARER, None, False, None),
-    ]
+    # Issue 44: sent as the marker's actor label, then its presence sent again, as Node's.
+    label = answer["agent_session"]["actor_label"]
+    sent = {"sender": label, "text": "hi"}
+    assert seen[0] == ("POST", MESSAGES, BEARER, None, False, sent)
+    presence = seen[1]
+    assert presence[:5] == ("POST", PRESENCE, BEARER, None, False)
+    assert presence[5] is not None
+    assert (presence[5]["actor_label"], presence[5]["status"]) == (label, "idle")
+    assert seen[2:] == [seen[0], seen[1], ("GET", MESSAGES, BEARER, None, False, None)]
     assert not (tmp_path / "mcp-state.json").exists()
     assert fake_room.process_requests() == []
 

@@ -152,7 +152,7 @@ async def test_a_lost_registration_answer_is_finished_by_the_retry(
             assert error == AMBIGUOUS_ROOM_TEXT
             args = {"worker_id": worker_id, "room_id": OTHER_ROOM, "text": "there"}
             sent = await call_ok(client, "send_message", args)
-            assert sent["message"]["room_id"] == OTHER_ROOM
+            assert sent["room_id"] == OTHER_ROOM
             unknown = "worker_" + "0" * 32
             # Issue 29: upstream's text, why, and the tool and argument that register one.
             unknown_text = (

@@ -229,11 +229,11 @@ async def test_register_send_wait_by_worker_id_alone(fake_room: FakeRoom, tmp_pa
             assert isinstance(session, dict)
             sent = await call_ok(client, "send_message", {"worker_id": worker_id, "text": "hi"})
             texts.append(json.dumps(sent))
-            assert sent["message"]["agent_session_id"] == session["session_id"]
+            assert sent["agent_session_id"] == session["session_id"]
             read = await call_ok(client, "read_messages", {"worker_id": worker_id})
             texts.append(json.dumps(read))
             assert [m["text"] for m in read["messages"]] == ["hi"]
-            assert read["last_observed_message_id"] == sent["message"]["id"]
+            assert read["last_observed_message_id"] == sent["id"]
     stored = store.stored_session(str(session["session_id"]))
     assert stored is not None
     for text in texts:
@@ -273,7 +273,7 @@ async def test_legacy_session_id_of_a_worker_is_guarded(
             sent = await call_ok(
                 client, "send_message", {"agent_session_id": session_id, "text": "legacy"}
             )
-            assert sent["message"]["agent_session_id"] == session_id
+            assert sent["agent_session_id"] == session_id
             await call_ok(
                 client, "disconnect_agent_session", {"worker_id": registered["worker_id"]}
             )

@@ -58,6 +58,10 @@ async def alder_and_birch(
         yield client, await register(client, "ka", "Alder"), await register(client, "kb", "Birch")
 
 
+# What the reference room records as Birch's actor label (its sender).
+BIRCH_LABEL = "Birch | owner's agent | Agent"
+
+
 def accept(fake_room: FakeRoom, task_id: str) -> None:
     """The room's admin, as a person, accepts a task."""
     admin = Credentials(owner_token=fake_room.owner_token)
@@ -74,13 +78,13 @@ async def test_one_workers_loop(
             a, b = alder["worker_id"], birch["worker_id"]
             # A posts; B answers in its thread; A's wait sees the reply with its root.
             posted = await call_ok(client, "send_message", {"worker_id": a, "text": "plan?"})
-            root = posted["message"]["id"]
+            root = posted["id"]
             reply = await call_ok(
                 client,
                 "send_thread_message",
                 {"worker_id": b, "text": "on it", "thread_parent_id": root},
             )
-            assert reply["message"]["thread_parent_id"] == root
+            assert reply["thread_parent_id"] == root
             waited = await call_ok(
                 client, "wait_for_messages", {"worker_id": a, "after_message_id": root}
             )
@@ -88,13 +92,15 @@ async def test_one_workers_loop(
             assert (seen["text"], seen["thread_parent_id"]) == ("on it", root)
             assert seen["thread"]["root_message_id"] == root
             assert seen["reply_to"]["id"] == root
-            # A reply to the reply, by thread_parent_id, still goes to the root.
+            # A reply to the reply, by thread_parent_id, answers that reply in the root's
+            # thread (issue 44: reply_to stays on the message answered, as Node's).
             deeper = await call_ok(
                 client,
                 "send_message",
                 {"worker_id": a, "text": "thanks", "thread_parent_id": seen["id"]},
             )
-            assert deeper["message"]["reply_to"]["id"] == root
+            assert deeper["reply_to"]["id"] == seen["id"]
+            assert deeper["thread_root_id"] == deeper["thread_parent_id"] == root
             # A adds a task; the admin accepts it; B finds and claims it.
             added = await call_ok(client, "add_task", {"worker_id": a, "title": "Fix the build"})
             task_id = added["task"]["id"]
@@ -107,7 +113,8 @@ async def test_one_workers_loop(
             (lease,) = claimed["task"]["active_leases"]
             status = await call_ok(client, "post_status", {"worker_id": b, "status": "fixing"})
             assert status["status_posted"] == "fixing"
-            assert status["sender"] == "Birch"
+            # Issue 44: the worker's actor label, as Node's answers it, not its name.
+            assert status["sender"] == status["agent_identity"]["actor_label"] == BIRCH_LABEL
             moved = await call_ok(
                 client,
                 "update_task",
@@ -326,7 +333,7 @@ async def test_bad_input_names_its_cause_and_changes_nothing(
                 f"send_message: text: String should have at most {MAX_MESSAGE_CHARS} characters."
                 " Correct the arguments and call send_message again."
             )
-            assert await error("send_message", worker_id=a, text="x", reply_to="999") == (
+            assert await error("send_message", worker_id=a, text="x", reply_to="msg_999") == (
                 'API error 400: {"error":"reply_to must reference an existing message in this'
                 ' room"}'
             )
@@ -401,6 +408,7 @@ async def test_a_worker_bearer_is_the_whole_credential_of_the_room_work_tools(
     fake_room.on("GET", f"{rooms}/tasks/task_1").respond(200, task)
     fake_room.on("PATCH", f"{rooms}/tasks/task_1").respond(200, {**task, "status": "assigned"})
     fake_room.on("POST", f"{rooms}/memory").respond(201, {"record": {"id": "mem_1"}})
+    fake_room.on("POST", f"{rooms}/presence").respond(200, {"status": "working"})
     fake_room.on("POST", f"{rooms}/messages").respond(201, {"id": "1", "text": "[status] x"})
     config = config_for(fake_room, tmp_path, token=None, worker_bearer=BEARER, api_url=HTTPS_URL)
     fact = {"client_id": "fact-0001", "category": "term", "title": "t", "body": "b"}
@@ -419,6 +427,7 @@ async def test_a_worker_bearer_is_the_whole_credential_of_the_room_work_tools(
         ("GET", f"{rooms}/tasks/task_1", BEARER, None, False),
         ("PATCH", f"{rooms}/tasks/task_1", BEARER, None, False),
         ("POST", f"{rooms}/memory", BEARER, None, False),
+        ("POST", f"{rooms}/presence", BEARER, None, False),
         ("POST", f"{rooms}/messages", BEARER, None, False),
     ]
     assert all("agent_session_token" not in (r.body or {}) for r in fake_room.requests)

@@ -113,7 +113,7 @@ async def test_a_request_for_input_lists_with_waiting_tasks_and_a_person_answers
     assert (notice.sender, notice.source, notice.reply_to_id) == (
         "owner",
         "browser",
-        int(said.json()["id"]),
+        int(said.json()["id"].removeprefix("msg_")),
     )
     # A retry of that answer is answered again; another answer is refused.
     r = await client.post(

@@ -44,7 +44,9 @@ async def test_send_and_list_messages(
     assert [m["text"] for m in page["messages"]] == ["m0", "m1"]
     assert page["has_more"] is True
     assert page["room_id"] == ROOM
-    assert page["messages"][0]["sender"] == "Alice"
+    # As the letagents API: the id msg_<n>, the sender the worker's actor label.
+    assert page["messages"][0]["id"] == "msg_1"
+    assert page["messages"][0]["sender"] == s["actor_label"] == "Alice | owner's agent | Claude Code"
     after = page["messages"][-1]["id"]
     r = await client.get(f"/rooms/{ROOM}/messages?after={after}", headers=session_headers(s))
     assert [m["text"] for m in r.json()["messages"]] == ["m2"]

@@ -17,6 +17,7 @@ from letagents_trio.room_server._messaging._threads import (
     REPLY_OUTSIDE_THREAD_TEXT,
     REPLY_TO_INVALID_TEXT,
     REPLY_TO_MISSING_TEXT,
+    THREAD_ROOT_INVALID_TEXT,
     THREAD_ROOT_MISSING_TEXT,
 )
 from letagents_trio.room_server._wire import Refusal
@@ -71,7 +72,7 @@ async def test_a_reply_joins_the_thread_of_what_it_answers(
     assert (reply["thread_root_id"], reply["thread_reply_to_id"]) == (root["id"], root["id"])
     assert reply["reply_to"] == {
         "id": root["id"],
-        "sender": "A",
+        "sender": a["actor_label"],
         "text": "plan?",
         "source": None,
         "timestamp": root["timestamp"],
@@ -94,10 +95,13 @@ async def test_a_reply_joins_the_thread_of_what_it_answers(
     ("fields", "text"),
     [
         ({"reply_to": "msg_x"}, REPLY_TO_INVALID_TEXT),
-        ({"reply_to": "0"}, REPLY_TO_INVALID_TEXT),
+        ({"reply_to": "msg_0"}, REPLY_TO_INVALID_TEXT),
         ({"reply_to": 7}, REPLY_TO_INVALID_TEXT),
-        ({"reply_to": "999"}, REPLY_TO_MISSING_TEXT),
-        ({"thread_root_id": "999"}, THREAD_ROOT_MISSING_TEXT),
+        # The API's check is ^msg_\d+$: a bare number is no message id.
+        ({"reply_to": "1"}, REPLY_TO_INVALID_TEXT),
+        ({"thread_root_id": "1"}, THREAD_ROOT_INVALID_TEXT),
+        ({"reply_to": "msg_999"}, REPLY_TO_MISSING_TEXT),
+        ({"thread_root_id": "msg_999"}, THREAD_ROOT_MISSING_TEXT),
     ],
 )
 async def test_references_to_no_message_here_are_400_and_store_nothing(
@@ -151,12 +155,16 @@ async def test_before_latest_is_the_newest_page_oldest_first(
     assert (r.status_code, r.json()) == (400, {"error": BAD_BEFORE_TEXT})
 
 
-@pytest.mark.parametrize(("before", "cursor"), [("latest", None), ("12", 12)])
+@pytest.mark.parametrize(
+    ("before", "cursor"), [("latest", None), ("msg_12", 12), ("12", 12)]
+)
 def test_before_is_latest_or_a_message_id(before: str, cursor: int | None) -> None:
     assert parse_before(before) == cursor
 
 
-@pytest.mark.parametrize("before", ["", "msg_1", "-1", "１", "1" * 19, "LATEST"])
+@pytest.mark.parametrize(
+    "before", ["", "msg_", "msg_-1", "mag_1", "-1", "１", "1" * 19, "msg_" + "1" * 19, "LATEST"]
+)
 def test_anything_else_is_no_before(before: str) -> None:
     with pytest.raises(Refusal):
         parse_before(before)

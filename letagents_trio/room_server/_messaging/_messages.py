@@ -40,6 +40,7 @@ from ..._util import Notifier
 from .._sessions._presence import AGENT_DELIVERY_LINGERS_MS
 from .._storage._rows import MessageRow
 from .._wire import Credentials, Refusal, Reply, iso, refuse
+from ._ids import message_id, message_number
 from ._threads import (
     REPLY_TO_INVALID_TEXT,
     REPLY_TO_MISSING_TEXT,
@@ -83,8 +84,6 @@ BAD_BEFORE_TEXT: Final = "before must be a message id or latest"
 LATEST: Final = "latest"
 # Poll timeout when the request names none, in the room's milliseconds.
 DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
-# Cursors longer than this are no message id (and would not fit the store's integer).
-_MAX_CURSOR_DIGITS: Final = 18
 # Room notices (liveness, §7.5) are posted as the room itself, marked as such.
 LIVENESS_SENDER: Final = "letagents"
 LIVENESS_SOURCE: Final = "agent_liveness"
@@ -101,7 +100,7 @@ def message_json(
     """The JSON of a message, with what it answers (``reply``) and its thread's summary."""
     created = iso(message.created_at)
     return {
-        "id": str(message.message_id),
+        "id": message_id(message.message_id),
         "room_id": message.room_id,
         "sender": message.sender,
         "text": message.text,
@@ -111,32 +110,37 @@ def message_json(
         "source": message.source,
         "prompt_kind": message.prompt_kind,
         "reply_to": None if reply is None else reference_json(reply),
-        "thread_root_id": str(root_of(message)),
-        "thread_reply_to_id": None if message.reply_to_id is None else str(message.reply_to_id),
+        "thread_root_id": message_id(root_of(message)),
+        "thread_reply_to_id": None if message.reply_to_id is None else message_id(message.reply_to_id),
         "thread": thread,
     }
 
 
 def parse_cursor(after: str | None) -> int:
-    """The message id a read starts after (0 when none), or refuse 400."""
-    if after is None or after == "":
+    """The stored number a read starts after (0 when none), or refuse 400.
+
+    The cursor is a message id, ``msg_<n>``, or the bare ``<n>`` a room of an
+    older version answered (``0``: from the start).
+    """
+    if after is None or after in ("", "0"):
         return 0
-    if not (after.isascii() and after.isdigit()) or len(after) > _MAX_CURSOR_DIGITS:
+    number = message_number(after, bare=True)
+    if number is None:
         refuse(400, BAD_CURSOR_TEXT)
-    return int(after)
+    return number
 
 
 def parse_before(before: str | None) -> int | None:
-    """The message id a backward read starts below; ``None`` for ``latest``, or refuse 400."""
+    """The stored number a backward read starts below; ``None`` for ``latest``, or refuse 400.
+
+    As :func:`parse_cursor`, either form of a message id.
+    """
     if before == LATEST:
         return None
-    if (
-        not before
-        or not (before.isascii() and before.isdigit())
-        or len(before) > _MAX_CURSOR_DIGITS
-    ):
+    number = None if not before else message_number(before, bare=True)
+    if number is None:
         refuse(400, BAD_BEFORE_TEXT)
-    return int(before)
+    return number
 
 
 def parse_page_size(limit: str | None) -> int:
@@ -305,7 +309,7 @@ class MessageBoard:
         message = self._add(
             MessageRow(
                 room_id=room_id,
-                sender=row.display_name,
+                sender=row.actor_label or row.display_name,
                 text=text,
                 created_at=self.clock.now_ms(),
                 agent_session_id=row.session_id,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from .._wire import iso, refuse
+from ._ids import message_id, message_number
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -46,26 +47,16 @@ REPLY_TO_MISSING_TEXT: Final = "reply_to must reference an existing message in t
 THREAD_ROOT_INVALID_TEXT: Final = "thread_root_id must be a valid message id"
 THREAD_ROOT_MISSING_TEXT: Final = "thread_root_id must reference an existing message in this room"
 REPLY_OUTSIDE_THREAD_TEXT: Final = "reply_to must belong to the requested thread"
-# Longer than this is no message id (and would not fit the store's integer).
-_MAX_ID_DIGITS: Final = 18
 
 
 def message_ref(body: Mapping[str, Any], key: str, invalid_text: str) -> int | None:
-    """The message id ``body[key]`` names (absent, null or blank: ``None``), or refuse 400."""
+    """The stored number of the message ``body[key]`` names, ``msg_<n>`` as the API
+    requires (absent, null or blank: ``None``), or refuse 400."""
     value = body.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
-    if isinstance(value, str):
-        value = value.strip()
-    if not (
-        isinstance(value, str)
-        and value.isascii()
-        and value.isdigit()
-        and len(value) <= _MAX_ID_DIGITS
-    ):
-        refuse(400, invalid_text)
-    number = int(value)
-    if number < 1:
+    number = message_number(value.strip()) if isinstance(value, str) else None
+    if number is None:
         refuse(400, invalid_text)
     return number
 
@@ -91,7 +82,7 @@ def thread_of(reply_to: MessageRow | None, thread_root: MessageRow | None) -> in
 def reference_json(message: MessageRow) -> dict[str, Any]:
     """A short reference to a message (what ``reply_to`` and ``latest_reply`` show)."""
     return {
-        "id": str(message.message_id),
+        "id": message_id(message.message_id),
         "sender": message.sender,
         "text": message.text,
         "source": message.source,
@@ -102,7 +93,7 @@ def reference_json(message: MessageRow) -> dict[str, Any]:
 def thread_json(root_id: int, reply_count: int, latest: MessageRow | None) -> dict[str, Any]:
     """A thread's summary: its root, how many replies, and the newest reply."""
     return {
-        "root_message_id": str(root_id),
+        "root_message_id": message_id(root_id),
         "reply_count": reply_count,
         "latest_reply": None if latest is None else reference_json(latest),
     }

@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar, final
 
 import attrs
 
+from ._presence_rows import PRESENCE_SCHEMA, PresenceRow, SQLitePresence
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -135,6 +136,7 @@ class SQLiteStore:
     _db: sqlite3.Connection = attrs.field(init=False, repr=False)
     _transactions: int = attrs.field(default=0, init=False, repr=False)
     _refusals: WriteRefusals = attrs.field(factory=WriteRefusals, init=False, repr=False)
+    _presence: SQLitePresence = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Owner-only, whatever the umask: the database holds messages and
@@ -147,7 +149,8 @@ class SQLiteStore:
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA + PRESENCE_SCHEMA)
+        self._presence = SQLitePresence(self._db, self._write)
 
     def _write(self, sql: str, parameters: tuple[Any, ...]) -> sqlite3.Cursor:
         """One write statement (a transaction of its own outside :meth:`atomic`)."""
@@ -359,6 +362,12 @@ class SQLiteStore:
             "SELECT doc FROM knowledge WHERE room_id = ? AND type = ?", (room_id, kind)
         ).fetchall()
         return _loads(KnowledgeRow, rows)
+
+    def put_presence(self, row: PresenceRow) -> None:
+        self._presence.put_presence(row)
+
+    def room_presence(self, room_id: str, limit: int) -> list[PresenceRow]:
+        return self._presence.room_presence(room_id, limit)
 
     def close(self) -> None:
         self._db.close()

@@ -32,6 +32,7 @@ from typing import Protocol, final
 
 import attrs
 
+from ._presence_rows import MemoryPresence, PresenceRow
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -52,6 +53,7 @@ __all__ = [
     "LeaseRow",
     "MemoryStore",
     "MessageRow",
+    "PresenceRow",
     "RoomRow",
     "RoomStore",
     "SessionRow",
@@ -170,6 +172,14 @@ class RoomStore(Protocol):
         """Every knowledge record of the room of that type, in no particular order."""
         ...
 
+    def put_presence(self, row: PresenceRow) -> None:
+        """Insert or replace a worker's presence (keyed by room and actor label)."""
+        ...
+
+    def room_presence(self, room_id: str, limit: int) -> list[PresenceRow]:
+        """Up to ``limit`` of the room's presence rows, newest heartbeat first."""
+        ...
+
     def atomic(self) -> contextlib.AbstractContextManager[None]:
         """Make the writes inside all-or-nothing: a failure stores none of them.
 
@@ -206,6 +216,7 @@ class MemoryStore:
     _leases: dict[str, LeaseRow] = attrs.field(factory=dict)
     _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
     _knowledge: dict[tuple[str, str], KnowledgeRow] = attrs.field(factory=dict)
+    _presence: MemoryPresence = attrs.field(factory=MemoryPresence)
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)
@@ -318,6 +329,12 @@ class MemoryStore:
 
     def room_knowledge(self, room_id: str, kind: str) -> list[KnowledgeRow]:
         return [r for (room, _), r in self._knowledge.items() if room == room_id and r.type == kind]
+
+    def put_presence(self, row: PresenceRow) -> None:
+        self._presence.put_presence(row)
+
+    def room_presence(self, room_id: str, limit: int) -> list[PresenceRow]:
+        return self._presence.room_presence(room_id, limit)
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
