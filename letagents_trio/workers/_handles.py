@@ -405,9 +405,11 @@ class WorkerHandles:
             await trio.lowlevel.checkpoint()
             session = self._legacy.worker_bearer_session(room_id, runtime=runtime)
             return WorkerRegistration(worker_id="", session=session)
+        owner = await self._owner()
         return await self._legacy.register(
-            await self._owner(),
+            owner,
             room_id,
+            known_agents=self._account.agent_names,
             local=self.is_local_room(room_id),
             session_kind=session_kind or "worker",
             display_name=display_name,

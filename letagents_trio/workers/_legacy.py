@@ -17,9 +17,11 @@ durable worker. The Node client sends it down this path, and so do we:
   ``instance:<instance id>``, ``agent_instance_id`` being a random UUID made
   once per process (:attr:`LegacyRegistrar.instance_id`); its name is the
   codename of that key, moved on past the names the account's agents already
-  have (``GET /agents/me``, asked once, best effort); ``actor_key`` is the
-  canonical key ``POST /agents`` gives that name, ``actor_label`` is built
-  from the identity's name, the owner and the IDE. Two processes are two
+  have (``GET /agents/me``, asked once before ``POST /agents``: the answer that
+  gave the owner's login when the room was just asked for it, else asked now,
+  best effort); ``actor_key`` is the canonical key ``POST /agents`` gives that
+  name, ``actor_label`` is built from the identity's name, the owner and the
+  IDE, and ``ide_label`` is the detected IDE's label, as the Node client sends. Two processes are two
   actors, so nothing keyed on identity (lease adoption) crosses between them.
   The identity is made on the first registration and kept for the process's
   life. A live stored session of the same
@@ -62,7 +64,7 @@ from ._names import (
     normalize_agent_base_name,
 )
 from ._records import read_leases, stored_session
-from ._registration import no_sign_in
+from ._registration import agent_names, no_sign_in
 from ._results import WorkerRegistration
 from ._stateparts import ensure_mapping, iso_now, mapping_at
 from ._wire import (
@@ -192,12 +194,16 @@ class LegacyRegistrar:
         """``instance:<instance_id>``: what the process identity's name is made from."""
         return f"instance:{self.instance_id}"
 
-    async def _process_identity(self, owner: Owner) -> tuple[Codename, str]:
-        """The process identity's name and canonical key, made once (``POST /agents``)."""
+    async def _process_identity(
+        self, owner: Owner, known: frozenset[str] | None
+    ) -> tuple[Codename, str]:
+        """The process identity's name and canonical key, made once (``POST /agents``),
+        moved past ``known`` names (``None``: asked now, ``GET /agents/me``)."""
         if self._identity is not None:
             await trio.lowlevel.checkpoint()
             return self._identity
-        name = process_agent_name(self.identity_key, await self._agent_names())
+        names = await self._agent_names() if known is None else known
+        name = process_agent_name(self.identity_key, names)
         answer = await self.client.call(
             "POST",
             "/agents",
@@ -219,12 +225,7 @@ class LegacyRegistrar:
         except (ApiError, RoomUnreachable) as exc:
             logger.info("could not list the account's agents: %s", type(exc).__name__)
             return frozenset()
-        agents = answer.get("agents") if isinstance(answer, Mapping) else None
-        return frozenset(
-            normalize_agent_base_name(agent["name"])
-            for agent in (agents if isinstance(agents, list) else [])
-            if isinstance(agent, Mapping) and isinstance(agent.get("name"), str)
-        )
+        return agent_names(answer)
 
     def worker_bearer_session(self, room_id: str, *, runtime: str | None = None) -> AgentSession:
         """The marker session of a worker bearer in ``room_id``: nothing sent, nothing stored.
@@ -269,8 +270,12 @@ class LegacyRegistrar:
         display_name: str | None,
         runtime: str | None,
         cwd: str | None,
+        known_agents: frozenset[str] | None = None,
     ) -> WorkerRegistration:
         """Register one session and hold its connection; release the one it replaced.
+
+        ``known_agents`` are the account's agent names when the owner's account
+        was just read (``GET /agents/me`` is then not asked again), else ``None``.
 
         Returns:
             The session (``worker_id`` ``""``) and the leases it adopted.
@@ -291,7 +296,7 @@ class LegacyRegistrar:
         if owner.login is None:
             raise no_sign_in(self.state, self.wording)
         host_id = await local_host_id(self.state)
-        name, actor_key = await self._process_identity(owner)
+        name, actor_key = await self._process_identity(owner, known_agents)
         display = js_trim(display_name or "") or name.display_name
         runtime_label = runtime or self.runtime_label
         replaced = _replaceable(self.state.read().data, self.instance_id, room_id)
@@ -303,6 +308,7 @@ class LegacyRegistrar:
             "requested_base_display_name": display,
             "session_kind": session_kind,
             "runtime": runtime_label,
+            "ide_label": self.ide_label,
             "repo_branch": git_branch(cwd),
             "registration_liveness": dict(registration_liveness(host_id, runtime_label)),
             "process_host_id": process_host_id(host_id),

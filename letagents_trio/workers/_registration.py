@@ -51,7 +51,7 @@ from .._errors import ApiError, LetAgentsError, RoomUnreachable, StateError, Wor
 from .._session import AgentSession
 from ._git import git_branch
 from ._identity import local_host_id, process_host_id, registration_liveness
-from ._names import codename
+from ._names import codename, normalize_agent_base_name
 from ._paths import OWNER_TOKEN_ENV
 from ._records import (
     LocalSessionFacts,
@@ -123,13 +123,34 @@ class Owner:
         return cls(scope=f"{api_url}\nlocal:{slug}", login=None, key_owner=slug, label=slug)
 
 
+def agent_names(answer: object) -> frozenset[str]:
+    """The account's agent names (normalized) in a ``GET /agents/me`` answer."""
+    agents = answer.get("agents") if isinstance(answer, Mapping) else None
+    return frozenset(
+        normalize_agent_base_name(agent["name"])
+        for agent in (agents if isinstance(agents, list) else [])
+        if isinstance(agent, Mapping) and isinstance(agent.get("name"), str)
+    )
+
+
 async def account_login(
     client: RoomClient,
     *,
     token_origin: str | None = None,
     wording: HostWording = EMBEDDER_WORDING,
 ) -> str:
-    """The owner's account login (``GET /agents/me``).
+    """The owner's account login (``GET /agents/me``); see :func:`read_account`."""
+    login, _ = await read_account(client, token_origin=token_origin, wording=wording)
+    return login
+
+
+async def read_account(
+    client: RoomClient,
+    *,
+    token_origin: str | None = None,
+    wording: HostWording = EMBEDDER_WORDING,
+) -> tuple[str, frozenset[str]]:
+    """The owner's account login and its agents' names (``GET /agents/me``).
 
     Args:
         client: the room client, with an owner token.
@@ -171,7 +192,7 @@ async def account_login(
     if not isinstance(login, str) or not login.strip():
         advice = NO_ACCOUNT_ADVICE.format(api_url=api_url)
         raise _unverified(client, "its answer named no account login", advice)
-    return login
+    return login, agent_names(answer)
 
 
 def _token_refused_advice(token_origin: str | None) -> str:
@@ -415,6 +436,8 @@ class AccountCache:
     wording: HostWording = EMBEDDER_WORDING
     state: LocalStateStore | None = None
     _login: str | None = attrs.field(default=None, init=False)
+    # The account's agent names, when the login was asked of the room (not the sign-in's).
+    _names: frozenset[str] | None = attrs.field(default=None, init=False)
     # Which owner token the cached login belongs to (a digest, never the token).
     _key: str | None = attrs.field(default=None, init=False, repr=False)
 
@@ -423,10 +446,17 @@ class AccountCache:
         """Whether a login is cached."""
         return self._login is not None
 
+    @property
+    def agent_names(self) -> frozenset[str] | None:
+        """The account's agent names from the answer the login came in, or ``None``
+        when the room was not asked (the sign-in named the account, or no login yet)."""
+        return self._names
+
     def forget(self) -> None:
         """Drop the cached login."""
         self._login = None
         self._key = None
+        self._names = None
 
     async def login(self) -> str | None:
         """The account login, or ``None`` without an owner token.
@@ -446,7 +476,7 @@ class AccountCache:
             return stored
         if self._login is None or self._key != key:
             self.forget()
-            self._login = await account_login(
+            self._login, self._names = await read_account(
                 self.client, token_origin=self.token_origin, wording=self.wording
             )
             self._key = key

@@ -91,6 +91,7 @@ LEGACY_BODY_KEYS: Final = {
     "requested_base_display_name",
     "session_kind",
     "runtime",
+    "ide_label",  # issue 44: the detected IDE's label, as Node's
     "repo_branch",
     "registration_liveness",
     "process_host_id",
