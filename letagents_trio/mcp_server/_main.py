@@ -25,7 +25,13 @@ from .._version import __version__
 from ..workers._identity import DEFAULT_RUNTIME_LABEL
 from ..workers._names import DEFAULT_IDE_LABEL
 from ._config import DEFAULT_PROFILE, KNOWN_PROFILES, ConfigError, ServerConfig
-from ._profiles import CURSOR_PROVIDER, SUPERVISED_POLLING_PROFILE, SUPERVISED_ROOM_TURN_PROFILE
+from ._profiles import (
+    CURSOR_PROVIDER,
+    NODE_REFUSAL_EXIT,
+    SUPERVISED_POLLING_PROFILE,
+    SUPERVISED_ROOM_TURN_PROFILE,
+    NodeRefusal,
+)
 from ._server import create_server
 from ._tools import registered_tool_names
 
@@ -165,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the MCP server on stdio until the host stops it.
 
     Returns the exit code for ``--letagents-runtime-contract``, ``--help``,
-    ``--version``, bad arguments and a configuration refused at start-up (2,
-    with one line on stderr naming the variable). When it served, it does not
+    ``--version``, bad arguments and a configuration refused at start-up (one
+    line on stderr naming the variable; 1 where the Node server refuses it too,
+    with its text, as it exits then, else 2). When it served, it does not
     return: once the server has stopped (every exit announced), the process
     exits 0 at once, skipping the interpreter's slow teardown (see :func:`_exit_now`).
     """
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         config = ServerConfig.from_env()
     except ConfigError as exc:
         sys.stderr.write(f"letagents-trio mcp: {exc}\n")
-        return 2
+        return NODE_REFUSAL_EXIT if isinstance(exc, NodeRefusal) else 2
     server = create_server(config)
     trio.run(server.run_stdio_async)
     logging.getLogger("letagents_trio.mcp_server").info("stopped")

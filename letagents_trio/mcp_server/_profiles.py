@@ -51,6 +51,7 @@ __all__ = [
     "EXECUTION_PROFILES",
     "FACADE_PROFILES",
     "INTERACTIVE_DESKTOP_PROFILE",
+    "NODE_REFUSAL_EXIT",
     "OWNER",
     "SUPERVISED",
     "SUPERVISED_CREDENTIAL_TEXT",
@@ -59,6 +60,7 @@ __all__ = [
     "WORKER",
     "WORKER_BEARER_ENV",
     "ConfigError",
+    "NodeRefusal",
     "ToolSurface",
     "credential_mode",
     "tool_surface",
@@ -67,6 +69,15 @@ __all__ = [
 
 class ConfigError(ValueError):
     """A variable holds a value the server cannot run with; the message says which and why."""
+
+
+# The exit status of a configuration the Node server refuses (its uncaught start error).
+NODE_REFUSAL_EXIT: Final = 1
+
+
+class NodeRefusal(ConfigError):
+    """A configuration the Node server refuses as it starts, with its text: it exits 1
+    on these, and ``letagents-trio mcp`` does too (2 stays for our own refusals)."""
 
 
 # --- profiles ------------------------------------------------------------------------
@@ -134,13 +145,12 @@ def check_profile(profile: str, *, bounded_turns: bool) -> str:
             without it (Node's text).
     """
     if profile not in EXECUTION_PROFILES:
-        raise ConfigError(
-            f"LETAGENTS_EXECUTION_PROFILE={profile!r} is not a profile this server knows."
-            f" Use one of: {', '.join(sorted(EXECUTION_PROFILES))}"
-            f" (unset means {AUTONOMOUS_WORKER_PROFILE})."
+        raise NodeRefusal(
+            f"Invalid LETAGENTS_EXECUTION_PROFILE: {profile}. Use one of:"
+            f" {', '.join(sorted(EXECUTION_PROFILES))} (unset means {AUTONOMOUS_WORKER_PROFILE})."
         )
     if bounded_turns != (profile == SUPERVISED_ROOM_TURN_PROFILE):
-        raise ConfigError(
+        raise NodeRefusal(
             f"LETAGENTS_EXECUTION_PROFILE={SUPERVISED_ROOM_TURN_PROFILE} and"
             f" {BOUNDED_TURNS_ENV}=1 must be configured together."
         )
@@ -186,31 +196,31 @@ def credential_mode(
     supervised = profile == SUPERVISED_ROOM_TURN_PROFILE
     polling = profile == SUPERVISED_POLLING_PROFILE
     if polling and (bearer or owner_token):
-        raise ConfigError(
+        raise NodeRefusal(
             "Custodial polling refuses environment credentials;"
             " borrow exact daemon worker authority."
         )
     if not bearer and not supervised and not polling:
         return OWNER
     if bearer and supervised:
-        raise ConfigError(
+        raise NodeRefusal(
             "Daemon-supervised bounded turns refuse LETAGENTS_AGENT_SESSION_BEARER;"
             " credentials must be borrowed from the exact supervisor generation."
         )
     if not api_url:
-        raise ConfigError("Worker bearer mode requires an explicit LETAGENTS_API_URL.")
+        raise NodeRefusal("Worker bearer mode requires an explicit LETAGENTS_API_URL.")
     parts = urlsplit(api_url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(
+        raise NodeRefusal(
             "Worker bearer mode requires LETAGENTS_API_URL to be a valid HTTP(S) URL."
         )
     if parts.scheme == "http" and (parts.hostname or "") not in _LOOPBACK_HOSTS:
-        raise ConfigError(
+        raise NodeRefusal(
             "Worker bearer mode requires HTTPS unless LETAGENTS_API_URL uses an exact"
             " loopback host."
         )
     if bearer and owner_token:
-        raise ConfigError(
+        raise NodeRefusal(
             "Worker bearer mode refuses LETAGENTS_TOKEN. Remove the owner token from this"
             " process before starting the worker."
         )

@@ -54,6 +54,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
+from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
 
 from .._client import RoomClient
@@ -75,10 +76,11 @@ from ._facade import (
     guarded_json,
     server_state,
 )
+from ._instructions import INSTRUCTIONS, instructions_for
 from ._message_tools import recent_messages
 from ._profiles import WORKER
 from ._stdio import claim_stdin
-from ._tools import register_tools, registered_tool_names
+from ._tools import STRICT_TOOLS, register_tools, registered_tool_names, unrecognized_arguments
 
 if TYPE_CHECKING:
     import httpx2
@@ -107,15 +109,6 @@ READINESS_RESOURCE_NAME: Final = "runtime_readiness"
 # Upstream's room messages resource.
 ROOM_MESSAGES_URI: Final = "letagents://rooms/{room_id}/messages"
 ROOM_MESSAGES_NAME: Final = "room_messages"
-# What a host shows the agent about this server: the worker's loop, in brief.
-INSTRUCTIONS: Final = (
-    "LetAgents rooms: register this chat's worker with register_agent_session, keep its"
-    " worker_id, and pass it to every room tool. Then read get_room_guidelines and"
-    " get_room_memory, check get_board (claim only accepted tasks), and loop on"
-    " wait_for_messages with the last message you processed as after_message_id. Answer a"
-    " thread reply with send_thread_message on its thread_parent_id; say what you are doing"
-    " with post_status; ask people with request_human_input."
-)
 # The signals a host stops its MCP server with.
 SHUTDOWN_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 # The signal that forces an exit without waiting for the goodbye (the first
@@ -131,6 +124,12 @@ def arguments_refused_text(tool: str, error: ValidationError) -> str:
         f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: {item['msg']}"
         for item in error.errors(include_url=False)
     )
+    return f"{tool}: {faults}. Correct the arguments and call {tool} again."
+
+
+def unrecognized_text(tool: str, keys: list[str]) -> str:
+    """``set_reply_thread: room_id: Unrecognized key. …``: a strict tool's extra arguments."""
+    faults = "; ".join(f"{key}: Unrecognized key" for key in keys)
     return f"{tool}: {faults}. Correct the arguments and call {tool} again."
 
 
@@ -166,7 +165,7 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         super().__init__(
             SERVER_NAME,
             version=__version__,
-            instructions=INSTRUCTIONS,
+            instructions=instructions_for(config.profile, config.provider),
             lifespan=self._lifespan,
         )
         register_tools(self, config.profile, config.provider)
@@ -206,6 +205,9 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         The SDK answers pydantic's report (types, a link to its docs) as the
         tool's error; a chat reads which argument and what is wrong instead.
         """
+        unknown = unrecognized_arguments(name, arguments)
+        if unknown:
+            raise ToolError(unrecognized_text(name, unknown))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -213,6 +215,16 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
             raise ToolError(arguments_refused_text(name, cause)) from cause
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The SDK's, with ``additionalProperties: false`` in the schema of a strict tool."""
+        tools = await super().list_tools()
+        return [
+            tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})
+            if tool.name in STRICT_TOOLS
+            else tool
+            for tool in tools
+        ]
 
     @asynccontextmanager
     async def _lifespan(self, server: MCPServer[ServerState]) -> AsyncIterator[ServerState]:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 # Tool signatures are evaluated at run time (the SDK and _without_parameter read them).
-from mcp_types import CallToolResult  # noqa: TC002
+from mcp_types import CallToolResult, ToolAnnotations  # noqa: TC002
 
 from ._knowledge_tools import (
     get_human_requests,
@@ -68,11 +68,14 @@ __all__ = [
     "DELIVERY_TOOLS",
     "ROOM_TOOLS",
     "SESSION_TOOLS",
+    "STRICT_TOOLS",
     "TOOLS",
+    "TOOL_ANNOTATIONS",
     "ToolRegistrar",
     "profile_tools",
     "register_tools",
     "registered_tool_names",
+    "unrecognized_arguments",
 ]
 
 # Every tool, by name, in registration order.
@@ -98,6 +101,14 @@ TOOLS: Final[Mapping[str, ToolFn]] = {
     "wait_for_messages": wait_for_messages,
     "set_reply_thread": set_reply_thread,
     "complete_room_turn": complete_room_turn,
+}
+# Tools that take exactly the arguments of their schema, as Node's strict
+# (``z.object({}).strict()``) set_reply_thread: any other is refused as unrecognized
+# and the schema says ``additionalProperties: false``.
+STRICT_TOOLS: Final = frozenset({"set_reply_thread"})
+# The annotations a tool is registered with (Node's: set_reply_thread is no read).
+TOOL_ANNOTATIONS: Final[Mapping[str, ToolAnnotations]] = {
+    "set_reply_thread": ToolAnnotations(read_only_hint=False),
 }
 # The session lifecycle: not served where a supervisor owns it.
 SESSION_TOOLS: Final = ("register_agent_session", "disconnect_agent_session")
@@ -144,7 +155,13 @@ def _without_parameter(fn: ToolFn, name: str) -> ToolFn:
 class ToolRegistrar(Protocol):
     """Anything tools can be registered on: the MCP server, or a recorder."""
 
-    def add_tool(self, fn: Callable[..., Any], name: str | None = None) -> None: ...
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        *,
+        annotations: ToolAnnotations | None = None,
+    ) -> None: ...
 
 
 def register_tools(registrar: ToolRegistrar, profile: str, provider: str | None = None) -> None:
@@ -156,7 +173,7 @@ def register_tools(registrar: ToolRegistrar, profile: str, provider: str | None 
         has_worker_id = "worker_id" in inspect.signature(fn).parameters
         if has_worker_id and not facade and name != "register_agent_session":
             fn = _without_parameter(fn, "worker_id")
-        registrar.add_tool(fn, name=name)
+        registrar.add_tool(fn, name=name, annotations=TOOL_ANNOTATIONS.get(name))
 
 
 @final
@@ -164,8 +181,22 @@ class _Recorder:
     def __init__(self) -> None:
         self.names: list[str] = []
 
-    def add_tool(self, fn: Callable[..., Any], name: str | None = None) -> None:
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        *,
+        annotations: ToolAnnotations | None = None,
+    ) -> None:
         self.names.append(name or fn.__name__)
+
+
+def unrecognized_arguments(name: str, arguments: Mapping[str, Any]) -> list[str]:
+    """The arguments a :data:`STRICT_TOOLS` tool does not take (none for any other tool)."""
+    if name not in STRICT_TOOLS:
+        return []
+    taken = inspect.signature(TOOLS[name]).parameters
+    return sorted(key for key in arguments if key not in taken or key == "ctx")
 
 
 def registered_tool_names(profile: str, provider: str | None = None) -> list[str]:

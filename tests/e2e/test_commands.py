@@ -53,21 +53,29 @@ async def test_mcp_help_names_every_variable_with_its_default() -> None:
 
 
 @pytest.mark.parametrize(
-    ("variable", "value", "named"),
+    ("variable", "value", "named", "status"),
     [
-        ("LETAGENTS_API_URL", "not a url", "LETAGENTS_API_URL='not a url' is not an http(s) URL"),
+        (
+            "LETAGENTS_API_URL",
+            "not a url",
+            "LETAGENTS_API_URL='not a url' is not an http(s) URL",
+            2,
+        ),
+        # Issue 44: the Node server's text and its exit status, 1.
         (
             "LETAGENTS_EXECUTION_PROFILE",
             "typo_profile",
-            "LETAGENTS_EXECUTION_PROFILE='typo_profile' is not a profile this server knows."
-            " Use one of: autonomous_mcp_worker, interactive_desktop,"
+            "Invalid LETAGENTS_EXECUTION_PROFILE: typo_profile. Use one of:"
+            " autonomous_mcp_worker, interactive_desktop,"
             " supervised_mcp_polling, supervised_room_turn",
+            1,
         ),
-        # Issue 28 row 1: as the Node server (worker-bearer.ts), at start.
+        # Issue 28 row 1: as the Node server (worker-bearer.ts), at start (issue 44: exit 1).
         (
             "LETAGENTS_AGENT_SESSION_BEARER",
             "lasb_x",
             "Worker bearer mode requires an explicit LETAGENTS_API_URL.",
+            1,
         ),
         (
             # Issue 29: before, an unknown level silently meant INFO.
@@ -75,16 +83,18 @@ async def test_mcp_help_names_every_variable_with_its_default() -> None:
             "LOUD",
             "LETAGENTS_LOG_LEVEL='LOUD' is not a log level. Use one of: DEBUG, INFO, WARNING,"
             " ERROR, CRITICAL (unset means INFO).",
+            2,
         ),
     ],
 )
 async def test_mcp_refuses_a_configuration_that_cannot_work_at_start_up(
-    tmp_path: Path, variable: str, value: str, named: str
+    tmp_path: Path, variable: str, value: str, named: str, status: int
 ) -> None:
-    """Refused before serving: status 2, one line naming the variable and what to set."""
+    """Refused before serving, one line naming the variable and what to set: status 1
+    where the Node server refuses it too (it exits 1), else 2."""
     env = {variable: value, "LETAGENTS_STATE_PATH": str(tmp_path / "state.json")}
     result = await run("letagents_trio", "mcp", env=env)
-    assert result.returncode == 2
+    assert result.returncode == status
     assert result.stdout == b""
     (line,) = result.stderr.decode().splitlines()
     assert line.startswith("letagents-trio mcp: ")

@@ -156,8 +156,9 @@ def test_an_unknown_profile_is_refused_listing_the_valid_ones(tmp_path: Path) ->
     }
     with pytest.raises(ConfigError) as caught:
         ServerConfig.from_env(env)
+    # Issue 44: the Node server's text first, then the valid ones.
     assert str(caught.value) == (
-        "LETAGENTS_EXECUTION_PROFILE='typo_profile' is not a profile this server knows. Use one"
+        "Invalid LETAGENTS_EXECUTION_PROFILE: typo_profile. Use one"
         " of: autonomous_mcp_worker, interactive_desktop, supervised_mcp_polling,"
         " supervised_room_turn (unset means autonomous_mcp_worker)."
     )

@@ -62,7 +62,7 @@ def test_the_default_profile_is_autonomous_mcp_worker(tmp_path: Path) -> None:
     [
         (
             {"LETAGENTS_EXECUTION_PROFILE": "cursor_supervised_room_turn"},
-            "LETAGENTS_EXECUTION_PROFILE='cursor_supervised_room_turn' is not a profile",
+            "Invalid LETAGENTS_EXECUTION_PROFILE: cursor_supervised_room_turn.",
         ),
         (
             {"LETAGENTS_EXECUTION_PROFILE": "supervised_room_turn"},
