@@ -54,7 +54,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
-from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
 
 from .._client import RoomClient
@@ -85,6 +84,7 @@ from ._tools import STRICT_TOOLS, register_tools, registered_tool_names, unrecog
 if TYPE_CHECKING:
     import httpx2
     from mcp_types import CallToolResult, InputRequiredResult
+    from mcp_types import Tool as MCPTool
 
 __all__ = [
     "INSTRUCTIONS",
@@ -220,7 +220,9 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         """The SDK's, with ``additionalProperties: false`` in the schema of a strict tool."""
         tools = await super().list_tools()
         return [
-            tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})
+            tool.model_copy(
+                update={"input_schema": {**tool.input_schema, "additionalProperties": False}}
+            )
             if tool.name in STRICT_TOOLS
             else tool
             for tool in tools

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
 # Tool signatures are evaluated at run time (the SDK and _without_parameter read them).
-from mcp_types import CallToolResult, ToolAnnotations  # noqa: TC002
+from mcp_types import CallToolResult, ToolAnnotations
 
 from ._knowledge_tools import (
     get_human_requests,

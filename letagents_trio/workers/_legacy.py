@@ -21,11 +21,11 @@ durable worker. The Node client sends it down this path, and so do we:
   gave the owner's login when the room was just asked for it, else asked now,
   best effort); ``actor_key`` is the canonical key ``POST /agents`` gives that
   name, ``actor_label`` is built from the identity's name, the owner and the
-  IDE, and ``ide_label`` is the detected IDE's label, as the Node client sends. Two processes are two
-  actors, so nothing keyed on identity (lease adoption) crosses between them.
-  The identity is made on the first registration and kept for the process's
-  life. A live stored session of the same
-  instance in the room is named as the one replaced
+  IDE, and ``ide_label`` is the detected IDE's label, as the Node client
+  sends. Two processes are two actors, so nothing keyed on identity (lease
+  adoption) crosses between them. The identity is made on the first
+  registration and kept for the process's life. A live stored session of the
+  same instance in the room is named as the one replaced
   (``replace_agent_session_id`` / ``_token``), so registering again in the same
   process replaces its session instead of meeting "already active". There is
   no ``connection_token``: the room makes the session's token.
@@ -61,7 +61,6 @@ from ._names import (
     actor_label,
     codename,
     js_trim,
-    normalize_agent_base_name,
 )
 from ._records import read_leases, stored_session
 from ._registration import agent_names, no_sign_in

@@ -63,7 +63,9 @@ _AVAILABLE: Final = re.compile(
     r"\b(?:idle|available|online|polling|monitoring|watch(?:ing)?|ready|standby)\b",
     re.IGNORECASE,
 )
-_REVIEWING: Final = re.compile(r"\b(?:review|reviewing|approve|approval|approving)\b", re.IGNORECASE)
+_REVIEWING: Final = re.compile(
+    r"\b(?:review|reviewing|approve|approval|approving)\b", re.IGNORECASE
+)
 
 
 def classify_status(text: str, fallback: PresenceStatus = "working") -> PresenceStatus:

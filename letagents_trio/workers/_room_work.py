@@ -417,7 +417,7 @@ class RoomWork:
         if session is not None:
             extra = session.extra
             label = extra.get("actor_label")
-            first = {k: body.pop(k) for k in ("title", "description") if k in body}
+            first: dict[str, Any] = {k: body.pop(k) for k in ("title", "description") if k in body}
             instance = extra.get("agent_instance_id")
             body = {
                 **first,

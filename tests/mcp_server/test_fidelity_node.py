@@ -21,6 +21,7 @@ Each test failed on the code before issue 44 and holds its fix.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Any, Final
 
@@ -128,7 +129,9 @@ async def test_post_status_sets_the_roster_before_posting_and_writes_send_it_aga
             again = fake_room.requests_to("POST", PRESENCE)[-1].body
             assert (again["status"], again["status_text"]) == ("reviewing", "reviewing PR #2")
             # A status read as idle; the roster keeps one row per worker.
-            await call_ok(client, "post_status", {"worker_id": worker, "status": "waiting for tasks"})
+            await call_ok(
+                client, "post_status", {"worker_id": worker, "status": "waiting for tasks"}
+            )
             (row,) = roster(fake_room)
             assert (row["status"], row["status_text"]) == ("idle", "waiting for tasks")
 
@@ -189,7 +192,8 @@ async def test_messages_and_tasks_as_the_real_api_and_node_answer_them(
     label = identity["actor_label"]
     assert label == "Juniper | owner's agent | Agent"
     assert (sent["id"], sent["sender"], sent["text"]) == ("msg_1", label, "hi")
-    assert "success" not in sent and "message" not in sent
+    assert "success" not in sent
+    assert "message" not in sent
     assert fake_room.requests_to("POST", MESSAGES)[0].body["sender"] == label
     assert refused == 'API error 400: {"error":"reply_to must be a valid message id"}'
     body = fake_room.requests_to("POST", TASKS)[0].body
@@ -298,7 +302,7 @@ def test_what_node_refuses_at_start_exits_1_with_its_text(
 ) -> None:
     """Node throws at start on these (``execution-profile.ts``, ``worker-bearer.ts``):
     its process exits 1 with the text; ours exits 1 with the same text, nothing served."""
-    for name in list(_main.os.environ):
+    for name in list(os.environ):
         if name.startswith("LETAGENTS_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("LETAGENTS_STATE_PATH", str(tmp_path / "state.json"))

@@ -46,7 +46,8 @@ async def test_send_and_list_messages(
     assert page["room_id"] == ROOM
     # As the letagents API: the id msg_<n>, the sender the worker's actor label.
     assert page["messages"][0]["id"] == "msg_1"
-    assert page["messages"][0]["sender"] == s["actor_label"] == "Alice | owner's agent | Claude Code"
+    sender = page["messages"][0]["sender"]
+    assert sender == s["actor_label"] == "Alice | owner's agent | Claude Code"
     after = page["messages"][-1]["id"]
     r = await client.get(f"/rooms/{ROOM}/messages?after={after}", headers=session_headers(s))
     assert [m["text"] for m in r.json()["messages"]] == ["m2"]

@@ -155,9 +155,7 @@ async def test_before_latest_is_the_newest_page_oldest_first(
     assert (r.status_code, r.json()) == (400, {"error": BAD_BEFORE_TEXT})
 
 
-@pytest.mark.parametrize(
-    ("before", "cursor"), [("latest", None), ("msg_12", 12), ("12", 12)]
-)
+@pytest.mark.parametrize(("before", "cursor"), [("latest", None), ("msg_12", 12), ("12", 12)])
 def test_before_is_latest_or_a_message_id(before: str, cursor: int | None) -> None:
     assert parse_before(before) == cursor
 

@@ -111,7 +111,9 @@ def message_json(
         "prompt_kind": message.prompt_kind,
         "reply_to": None if reply is None else reference_json(reply),
         "thread_root_id": message_id(root_of(message)),
-        "thread_reply_to_id": None if message.reply_to_id is None else message_id(message.reply_to_id),
+        "thread_reply_to_id": None
+        if message.reply_to_id is None
+        else message_id(message.reply_to_id),
         "thread": thread,
     }
 

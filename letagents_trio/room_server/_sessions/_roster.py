@@ -106,7 +106,9 @@ class Roster:
         except Refusal as refusal:
             return refusal.reply
         rows = self.store.room_presence(room_id, _limit(limit))
-        return Reply(status=200, body={"room_id": room_id, "presence": [self._json(r) for r in rows]})
+        return Reply(
+            status=200, body={"room_id": room_id, "presence": [self._json(r) for r in rows]}
+        )
 
     def _json(self, row: PresenceRow) -> dict[str, Any]:
         fresh = self.clock.now_ms() - row.last_heartbeat_at <= ACTIVE_WINDOW_MS
