@@ -29,6 +29,10 @@ credential.
 
 A walk stops early (``truncated``) at its bound, or when a page would not move
 its cursor, so a room that answers ``has_more`` forever costs a bounded time.
+
+**Presence** (:meth:`RoomWork.sync_presence`, the rules in :mod:`._presence`):
+``POST …/presence`` for the acting worker, what was sent remembered per room
+and worker in :attr:`RoomWork.presence`; a room without the route is skipped.
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ async def test_the_mcp_host_quickstart(tmp_path: Path) -> None:
     assert lines[1:] == [
         "registered Juniper",
         "registered Cedar",
-        "Cedar reads: Juniper: hello, Cedar",
+        # The sender is Juniper's actor label, as the letagents API records it.
+        "Cedar reads: Juniper | me's agent | Agent: hello, Cedar",
         "the MCP server stopped: every exit announced",
     ]
 

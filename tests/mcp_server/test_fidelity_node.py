@@ -21,6 +21,7 @@ Each test failed on the code before issue 44 and holds its fix.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import TYPE_CHECKING, Any, Final
@@ -302,6 +303,10 @@ def test_what_node_refuses_at_start_exits_1_with_its_text(
 ) -> None:
     """Node throws at start on these (``execution-profile.ts``, ``worker-bearer.ts``):
     its process exits 1 with the text; ours exits 1 with the same text, nothing served."""
+    # main() configures logging first: the process-wide settings are restored after.
+    http = logging.getLogger(_main.HTTP_LOGGER)
+    monkeypatch.setattr(http, "level", http.level)
+    monkeypatch.setattr(logging, "basicConfig", lambda **kwargs: None)
     for name in list(os.environ):
         if name.startswith("LETAGENTS_"):
             monkeypatch.delenv(name)
