@@ -21,7 +21,7 @@ closed, count as an open delivery connection for the presence rules.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -100,7 +100,9 @@ def message_json(
 ) -> dict[str, Any]:
     """The JSON of a message, with what it answers (``reply``) and its thread's summary."""
     created = iso(message.created_at)
+    shown = {"addressed_to": message.addressed_to, "display_text": message.display_text}
     return {
+        **{key: value for key, value in shown.items() if value is not None},
         "id": str(message.message_id),
         "room_id": message.room_id,
         "sender": message.sender,
@@ -230,6 +232,10 @@ class MessageBoard:
     poll_max_ms: int
     deliveries: Deliveries = attrs.field(init=False, factory=Deliveries)
     _changed: dict[str, Notifier] = attrs.field(init=False, factory=dict)
+    # What other parts add to a room's messages: ``room_id -> {message_id: fields}``.
+    attachments: list[Callable[[str], Mapping[int, Mapping[str, Any]]]] = attrs.field(
+        init=False, factory=list
+    )
 
     def _add(self, message: MessageRow) -> MessageRow:
         """Store a message and wake its room's polls."""
@@ -247,6 +253,9 @@ class MessageBoard:
         """The JSON of ``rows``, each with what it answers and its thread's summary."""
         rendered = []
         summaries: dict[int, dict[str, Any] | None] = {}
+        attached: dict[int, Mapping[str, Any]] = {}
+        for attach in self.attachments if rows else ():
+            attached.update(attach(room_id))
         for row in rows:
             reply = None
             if row.reply_to_id is not None:
@@ -255,7 +264,8 @@ class MessageBoard:
             if root not in summaries:
                 count, latest = self.store.thread_replies(room_id, root)
                 summaries[root] = thread_json(root, count, latest) if count else None
-            rendered.append(message_json(row, reply=reply, thread=summaries[root]))
+            shown = message_json(row, reply=reply, thread=summaries[root])
+            rendered.append({**shown, **attached.get(row.message_id, {})})
         return rendered
 
     def _page(
@@ -316,9 +326,20 @@ class MessageBoard:
         return Reply(status=201, body=self.render(room_id, [message])[0])
 
     def post_notice(
-        self, room_id: str, text: str, *, dedupe_id: str, source: str, prompt_kind: str | None
+        self,
+        room_id: str,
+        text: str,
+        *,
+        dedupe_id: str,
+        source: str,
+        prompt_kind: str | None,
+        addressed_to: dict[str, str] | None = None,
+        display_text: str | None = None,
     ) -> MessageRow | None:
-        """Post a notice as ``letagents`` once per dedupe id; ``None`` if already posted."""
+        """Post a notice as ``letagents`` once per dedupe id; ``None`` if already posted.
+
+        ``addressed_to`` (``{agent_key, reason}``) names the agent it is for.
+        """
         if self.store.message_by_dedupe_id(room_id, dedupe_id) is not None:
             return None
         return self._add(
@@ -330,6 +351,8 @@ class MessageBoard:
                 source=source,
                 prompt_kind=prompt_kind,
                 dedupe_id=dedupe_id,
+                addressed_to=addressed_to,
+                display_text=display_text,
             )
         )
 
