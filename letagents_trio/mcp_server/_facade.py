@@ -49,6 +49,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar, final
 
 import attrs
@@ -61,6 +62,7 @@ from .._errors import LetAgentsError, LocalChatError, WorkerError
 from .._redact import redact
 from ..workers._legacy import WORKER_BEARER_SESSION_ID
 from ..workers._room_work import Acting
+from ..workers._workspace import WorkspaceCaptures
 from ..workers._wire import (
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     WORKER_KIND_REQUIRED_TEXT,
@@ -132,6 +134,7 @@ class ServerState:
         handles: the worker handles (registration, the facade's guard).
         chat: the local rooms' chat (one per server; closed when the lifespan ends).
         work: the room-work routes (messages, the board, memory), over ``client``.
+        captures: the workspace captures of the state file's workers.
     """
 
     config: ServerConfig
@@ -141,6 +144,11 @@ class ServerState:
     handles: WorkerHandles
     chat: LocalChat
     work: RoomWork
+    captures: WorkspaceCaptures = attrs.field(
+        default=attrs.Factory(
+            lambda self: WorkspaceCaptures(Path(f"{self.store.path}.workspaces")), takes_self=True
+        )
+    )
 
 
 ToolContext = Context[ServerState, Any]

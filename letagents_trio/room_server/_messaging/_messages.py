@@ -85,6 +85,10 @@ LATEST: Final = "latest"
 DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
 # Cursors longer than this are no message id (and would not fit the store's integer).
 _MAX_CURSOR_DIGITS: Final = 18
+# A message's own id from its client (``client_message_id``): a retry with it
+# answers the message already posted.
+MAX_CLIENT_MESSAGE_ID: Final = 200
+CLIENT_MESSAGE_ID_TEXT: Final = "client_message_id must be a string of at most 200 characters"
 # Room notices (liveness, §7.5) are posted as the room itself, marked as such.
 LIVENESS_SENDER: Final = "letagents"
 LIVENESS_SOURCE: Final = "agent_liveness"
@@ -117,6 +121,15 @@ def message_json(
         "thread_reply_to_id": None if message.reply_to_id is None else str(message.reply_to_id),
         "thread": thread,
     }
+
+
+def _client_dedupe_id(agent_key: str, client_id: object) -> str | None:
+    """The dedupe id of a client's own message id (a retry posts nothing new), or refuse."""
+    if client_id is None:
+        return None
+    if not isinstance(client_id, str) or not 0 < len(client_id) <= MAX_CLIENT_MESSAGE_ID:
+        refuse(400, CLIENT_MESSAGE_ID_TEXT)
+    return f"client:{agent_key}:{client_id}"
 
 
 def parse_cursor(after: str | None) -> int:
@@ -310,10 +323,15 @@ class MessageBoard:
                 THREAD_ROOT_MISSING_TEXT,
             )
             thread_root = thread_of(reply, named)
+            dedupe_id = _client_dedupe_id(row.agent_key, body.get("client_message_id"))
         except Refusal as refusal:
             return refusal.reply
+        sent = None if dedupe_id is None else self.store.message_by_dedupe_id(room_id, dedupe_id)
+        if sent is not None:  # the same client message again: the one already posted
+            return Reply(status=201, body=self.render(room_id, [sent])[0])
         message = self._add(
             MessageRow(
+                dedupe_id=dedupe_id,
                 room_id=room_id,
                 sender=row.display_name,
                 text=text,
