@@ -213,3 +213,18 @@ async def test_capture_bad_input_names_the_cause(fake_room: FakeRoom, tmp_path: 
             )
             assert "This worker has no such capture." in never
             assert list((tmp_path / "mcp-state.json.workspaces").glob("*")) == []
+
+
+def test_each_profile_serves_these_tools_as_nodes_does() -> None:
+    """Node's register-tools.ts: wake rules and post_reasoning in every profile, the
+    workspace captures only in autonomous_mcp_worker and interactive_desktop."""
+    from letagents_trio.mcp_server._profiles import EXECUTION_PROFILES
+    from letagents_trio.mcp_server._tools import registered_tool_names
+
+    everywhere = {"add_wake_rule", "list_wake_rules", "cancel_wake_rule", "post_reasoning"}
+    captures = {"begin_workspace_capture", "publish_workspace_capture"}
+    for profile in EXECUTION_PROFILES:
+        served = set(registered_tool_names(profile, "cursor"))
+        assert everywhere <= served, profile
+        own = profile in ("autonomous_mcp_worker", "interactive_desktop")
+        assert (captures <= served) is own and (captures & served == set()) is not own, profile
