@@ -62,12 +62,12 @@ from .._errors import LetAgentsError, LocalChatError, WorkerError
 from .._redact import redact
 from ..workers._legacy import WORKER_BEARER_SESSION_ID
 from ..workers._room_work import Acting
-from ..workers._workspace import WorkspaceCaptures
 from ..workers._wire import (
     CONNECTION_REPLACED_OR_DISCONNECTED_TEXT,
     WORKER_KIND_REQUIRED_TEXT,
     WORKER_SESSION_REQUIRED_TEXT,
 )
+from ..workers._workspace import WorkspaceCaptures
 from ._profiles import OWNER, SUPERVISED, SUPERVISED_CREDENTIAL_TEXT, WORKER
 
 if TYPE_CHECKING:

@@ -4,8 +4,9 @@ The tools live by area: the session tools (``_session_tools``), messages
 (``_message_tools``, ``_wait_tool``), the board (``_task_tools``), memory and
 requests for people (``_knowledge_tools``), wake rules (``_wake_tools``), the
 visible reasoning (``_reasoning_tool``), workspace captures
-(``_workspace_tools``), and the supervised room turn's (``_turn_tools``); the ``worker_id`` facade, the arguments and the results
-they share in ``_facade``.
+(``_workspace_tools``), and the supervised room turn's (``_turn_tools``);
+the ``worker_id`` facade, the arguments and the results they share in
+``_facade``.
 
 :func:`profile_tools` is the one answer to which tools a profile serves, in
 registration order (upstream's ``register-tools.ts``: agent-session tools,

@@ -59,7 +59,7 @@ async def add_wake_rule(
     event: Annotated[Event, Field(description="What to wait for (see the tool's description).")],
     arguments: Annotated[
         dict[str, Any] | None,
-        Field(description="The event's arguments, e.g. {\"after_ms\": 600000} for a timer."),
+        Field(description='The event\'s arguments, e.g. {"after_ms": 600000} for a timer.'),
     ] = None,
     note: Annotated[
         str | None,

@@ -38,7 +38,7 @@ Routes = list[tuple[str, dict[str, Handler]]]
 
 
 def agent_routes(work: RoomWork) -> tuple[Routes, Routes]:
-    """``(fixed-tail routes, routes ending in a parameter)`` of wake rules, reasoning and captures."""
+    """The routes of wake rules, reasoning and captures: ``(fixed tail, parameter last)``."""
     wakes, reasoning, agent_work = work.wakes, work.reasoning, work.agent_work
 
     def list_rules(r: RouteRequest) -> Reply:

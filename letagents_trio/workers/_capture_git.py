@@ -70,8 +70,8 @@ _KEEPER: Final = {
 _STATUSES: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "typechange"}
 
 
-class GitFailed(WorkerError):
-    """git failed, took too long or printed more than allowed; the message says which."""
+# git failed, took too long or printed more than allowed: the message says which.
+GitFailed = WorkerError
 
 
 def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -84,19 +84,22 @@ async def git(
     cwd: str | Path,
     *args: str,
     limit: int = SMALL_OUTPUT,
-    timeout: float = GIT_TIMEOUT,
+    slow: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> bytes:
     """Run ``git --no-optional-locks <args>`` in ``cwd``; its output (at most ``limit`` bytes).
 
+    Args:
+        slow: the call reads every file: :data:`CAPTURE_TIMEOUT`, not :data:`GIT_TIMEOUT`.
+
     Raises:
         GitFailed: git exited with an error, printed more than ``limit``, or did
-            not finish within ``timeout`` seconds (it is killed).
+            not finish in time (it is killed).
 
     Cancellation:
         A checkpoint; cancelled, git is killed and waited for.
     """
-    out, cut = await _run(cwd, args, limit=limit, timeout=timeout, env=env)
+    out, cut = await _run(cwd, args, limit=limit, slow=slow, env=env)
     if cut:
         raise GitFailed(f"git {args[0]} printed more than {limit} bytes.")
     return out
@@ -107,7 +110,7 @@ async def _run(
     args: tuple[str, ...],
     *,
     limit: int,
-    timeout: float,
+    slow: bool,
     env: Mapping[str, str] | None,
 ) -> tuple[bytes, bool]:
     """git's first ``limit`` bytes of output, and whether it printed more (then it is killed)."""
@@ -125,8 +128,9 @@ async def _run(
         raise GitFailed(f"git could not be run: {exc.strerror or exc}") from exc
     out = bytearray()
     cut = False
+    seconds = CAPTURE_TIMEOUT if slow else GIT_TIMEOUT
     try:
-        with trio.move_on_after(timeout) as scope:
+        with trio.move_on_after(seconds) as scope:
             assert process.stdout is not None
             while chunk := await process.stdout.receive_some(_CHUNK):
                 out += chunk
@@ -137,7 +141,7 @@ async def _run(
             else:
                 await process.wait()
         if scope.cancelled_caught:
-            raise GitFailed(f"git {args[0]} took longer than {timeout:g} s.")
+            raise GitFailed(f"git {args[0]} took longer than {seconds:g} s.")
     finally:
         with trio.move_on_after(GIT_TIMEOUT, shield=True):
             if process.returncode is None:
@@ -156,13 +160,14 @@ async def toplevel(cwd: str | Path) -> Path:
     Raises:
         GitFailed: ``cwd`` is no directory inside a git work tree.
     """
-    if not Path(cwd).is_dir():
+    if not await trio.Path(cwd).is_dir():
         raise GitFailed(f"{cwd} is not a directory.")
     try:
         out = await git(cwd, "rev-parse", "--show-toplevel")
     except GitFailed as exc:
         raise GitFailed(f"{cwd} is not inside a git repository.") from exc
-    return Path(out.decode("utf-8", "surrogateescape").strip()).resolve()
+    top = await trio.Path(out.decode("utf-8", "surrogateescape").strip()).resolve()
+    return Path(top)
 
 
 async def head(workspace: Path) -> str | None:
@@ -192,11 +197,11 @@ async def snapshot(workspace: Path, index: Path, base: str | None) -> str:
         base: the commit the index starts from; ``None`` starts empty.
     """
     env = {"GIT_INDEX_FILE": os.fspath(index)}
-    index.unlink(missing_ok=True)
+    await trio.Path(index).unlink(missing_ok=True)
     await git(workspace, "read-tree", *((base,) if base else ("--empty",)), env=env)
-    await git(workspace, "add", "-A", timeout=CAPTURE_TIMEOUT, limit=LIST_OUTPUT, env=env)
+    await git(workspace, "add", "-A", slow=True, limit=LIST_OUTPUT, env=env)
     tree = (await git(workspace, "write-tree", env=env)).decode("ascii").strip()
-    index.unlink(missing_ok=True)
+    await trio.Path(index).unlink(missing_ok=True)
     return tree
 
 
@@ -253,15 +258,18 @@ async def changes(workspace: Path, old: str, new: str, *, patch_limit: int) -> C
         GitFailed: git failed, or listed more than it may.
     """
     diff = ("diff", "--no-renames", "--no-color", "--no-ext-diff")
-    statuses = _fields(await git(workspace, *diff, "--name-status", "-z", old, new, limit=LIST_OUTPUT))
-    counts = _fields(await git(workspace, *diff, "--numstat", "-z", old, new, limit=LIST_OUTPUT))
+    listed = [
+        _fields(await git(workspace, *diff, how, "-z", old, new, limit=LIST_OUTPUT, slow=True))
+        for how in ("--name-status", "--numstat")
+    ]
+    statuses, counts = listed
     by_path: dict[str, tuple[int, int, bool]] = {}
     for entry in counts:
         parts = entry.split("\t", 2)
         if len(parts) == 3:
-            added, deleted, path = parts
-            binary = added == "-"
-            by_path[path] = (0 if binary else int(added), 0 if binary else int(deleted), binary)
+            plus, minus, name = parts
+            binary = plus == "-"
+            by_path[name] = (0 if binary else int(plus), 0 if binary else int(minus), binary)
     files = []
     for code, path in zip(statuses[0::2], statuses[1::2], strict=False):
         if not path:
@@ -278,7 +286,6 @@ async def changes(workspace: Path, old: str, new: str, *, patch_limit: int) -> C
             }
         )
     raw, truncated = await _run(
-        workspace, (*diff, old, new), limit=patch_limit, timeout=CAPTURE_TIMEOUT, env=None
+        workspace, (*diff, old, new), limit=patch_limit, slow=True, env=None
     )
     return Changes(files=files, patch=raw.decode("utf-8", "replace"), patch_truncated=truncated)
-

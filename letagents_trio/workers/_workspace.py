@@ -132,16 +132,17 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def _part(found: Changes, *, captured_at: str, branch_name: str | None, base: str | None,
-          files: int, patch: int) -> dict[str, Any]:
+def _part(
+    found: Changes, facts: Mapping[str, str | None], *, files: int, patch: int
+) -> dict[str, Any]:
     """A change summary of ``found`` with at most ``files`` files and ``patch`` patch bytes."""
     shown = found.files[:files]
     text = found.patch.encode("utf-8")
     cut = len(text) > patch
     return {
-        "captured_at": captured_at,
-        "branch": branch_name,
-        "base_revision": base,
+        "captured_at": facts["captured_at"],
+        "branch": facts["branch"],
+        "base_revision": facts["base_revision"],
         "state": "ready",
         "files": shown,
         "additions": found.additions,
@@ -220,10 +221,9 @@ class WorkspaceCaptures:
             prior = [r for r in self._mine(owner) if r["phase"] not in ("published", "blocked")]
             workspace = await git_toplevel(cwd)
             if prior:
-                record = prior[0]
-                if record["workspace"] != str(workspace):
+                if prior[0]["workspace"] != str(workspace):
                     raise WorkerError(OTHER_REPOSITORY_TEXT)
-                return self._begun(record, CONTINUE_TEXT)
+                return self._begun(prior[0], CONTINUE_TEXT)
             for old in self._mine(owner):  # published or blocked: no longer needed
                 shutil.rmtree(self._folder(old["capture_id"]), ignore_errors=True)
             capture_id = str(uuid.uuid4())
@@ -335,7 +335,7 @@ class WorkspaceCaptures:
         starting = record["baseline"] or base or EMPTY_TREE
         contribution = await changes(workspace, starting, now_tree, patch_limit=REVIEW_LIMIT)
         whole = await changes(workspace, base or EMPTY_TREE, now_tree, patch_limit=REVIEW_LIMIT)
-        facts = {"captured_at": captured_at, "branch_name": name, "base": base}
+        facts = {"captured_at": captured_at, "branch": name, "base_revision": base}
         preview = {"files": PREVIEW_FILES, "patch": PREVIEW_PATCH}
         full = {"files": REVIEW_FILES, "patch": REVIEW_LIMIT}
         summary = {
@@ -355,16 +355,18 @@ class WorkspaceCaptures:
                 ),
                 0,
             ),
-            "workspace": _part(whole, **facts, **preview),
-            "contribution": {**_part(contribution, **facts, **preview), "summary": text},
+            "workspace": _part(whole, facts, **preview),
+            "contribution": {**_part(contribution, facts, **preview), "summary": text},
         }
         review = {
             "version": 1,
-            "workspace": _part(whole, **facts, **full),
-            "contribution": _part(contribution, **facts, **full),
+            "workspace": _part(whole, facts, **full),
+            "contribution": _part(contribution, facts, **full),
         }
-        warning = None if record["baseline"] else (
-            "The starting snapshot is unavailable; no exact change attribution is available."
+        warning = (
+            None
+            if record["baseline"]
+            else ("The starting snapshot is unavailable; no exact change attribution is available.")
         )
         archive = None
         raw = json.dumps(review, separators=(",", ":")).encode("utf-8")
@@ -425,7 +427,8 @@ class WorkspaceCaptures:
                     "data": data,
                 }
             answer = await send("POST", "agent-work", body)
-            work = answer.get("work") if isinstance(answer.get("work"), dict) else {}
+            found = answer.get("work")
+            work: dict[str, Any] = found if isinstance(found, dict) else {}
             if work.get("source_message_id") != record["source_message_id"]:
                 raise WorkerError("The server returned a different capture.")
             record.update(attempt_id=work.get("attempt_id"), next_page=index + 1)

@@ -54,7 +54,9 @@ def scratch_repository(root: Path) -> Path:
         subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
     (repo / "build.py").write_text("STEPS = ['lint']\n")
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True, capture_output=True)
-    subprocess.run(["git", "commit", "-q", "-m", "start"], cwd=repo, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "commit", "-q", "-m", "start"], cwd=repo, check=True, capture_output=True
+    )
     return repo
 
 
@@ -63,7 +65,12 @@ async def wakes(client: Client, worker: str, agent_key: str, after: str, count: 
     found: list[Any] = []
     while len(found) < count:
         waited = await tool(
-            client, "wait_for_messages", "A", worker_id=worker, after_message_id=after, timeout=10_000
+            client,
+            "wait_for_messages",
+            "A",
+            worker_id=worker,
+            after_message_id=after,
+            timeout=10_000,
         )
         found += [
             m
@@ -157,7 +164,9 @@ async def test_a_chat_is_woken_and_shares_its_capture_over_stdio(
                 )
                 assert shared["status"] == "published"
                 read = await tool(b, "read_messages", "B", worker_id=wb)
-                (summary,) = [m for m in read["messages"] if m["text"] == "Run the tests in the build."]
+                (summary,) = [
+                    m for m in read["messages"] if m["text"] == "Run the tests in the build."
+                ]
                 files = {f["path"]: f["status"] for f in summary["agent_work"]["files"]}
                 assert files == {"build.py": "modified", "ci.toml": "added"}
                 logger.info("B reads the capture: %s", files)

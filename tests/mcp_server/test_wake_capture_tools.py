@@ -38,7 +38,11 @@ async def two_workers(
     async with trio.open_nursery() as nursery:
         await nursery.start(fake_room.room.run)
         async with Client(server, mode="legacy") as client:
-            yield client, await register(client, "ka", "Alder"), await register(client, "kb", "Birch")
+            yield (
+                client,
+                await register(client, "ka", "Alder"),
+                await register(client, "kb", "Birch"),
+            )
         nursery.cancel_scope.cancel(reason="test done")
 
 
@@ -71,7 +75,9 @@ async def test_a_worker_is_woken_by_its_timer_and_by_its_tasks_transition(
             assert [r["event"] for r in listed["active"]] == ["timer", "task.status_changed"]
             # Birch may not cancel Alder's rule: the room's text comes back.
             other = await call_error(
-                client, "cancel_wake_rule", {"worker_id": birch["worker_id"], "rule_id": added["rule"]["id"]}
+                client,
+                "cancel_wake_rule",
+                {"worker_id": birch["worker_id"], "rule_id": added["rule"]["id"]},
             )
             assert "You can cancel only your own wake rules." in other
             # The task's own transition wakes Alder at once.
@@ -136,7 +142,12 @@ async def test_post_reasoning_replaces_its_snapshot_and_posts_a_milestone(
             second = await call_ok(
                 client,
                 "post_reasoning",
-                {"worker_id": a, "summary": "found it", "milestone": "root cause found", "confidence": 0.8},
+                {
+                    "worker_id": a,
+                    "summary": "found it",
+                    "milestone": "root cause found",
+                    "confidence": 0.8,
+                },
             )
             assert second["session"]["id"] == first["session"]["id"]
             assert second["session"]["summary"] == "found it"
@@ -178,7 +189,9 @@ async def test_a_capture_publishes_its_changed_files_and_a_retry_finishes_it(
             args = {"worker_id": a, "room_id": ROOM}
             begun = await call_ok(client, "begin_workspace_capture", {**args, "cwd": str(repo)})
             assert begun["baseline_available"] is True
-            again = await call_ok(client, "begin_workspace_capture", {**args, "cwd": str(repo / ".")})
+            again = await call_ok(
+                client, "begin_workspace_capture", {**args, "cwd": str(repo / ".")}
+            )
             assert again["capture_id"] == begun["capture_id"]
             (repo / "app.py").write_text("print('two')\nprint('three')\n")
             (repo / "new.py").write_text("x = 1\n")
@@ -193,7 +206,9 @@ async def test_a_capture_publishes_its_changed_files_and_a_retry_finishes_it(
             read = await call_ok(client, "read_messages", {"worker_id": birch["worker_id"]})
             (summary,) = [m for m in read["messages"] if m["text"] == "Print two lines."]
             work = summary["agent_work"]
-            changed = {f["path"]: (f["status"], f["additions"], f["deletions"]) for f in work["files"]}
+            changed = {
+                f["path"]: (f["status"], f["additions"], f["deletions"]) for f in work["files"]
+            }
             assert changed == {"app.py": ("modified", 2, 1), "new.py": ("added", 1, 0)}
             assert work["review_complete"] is True
 
@@ -204,7 +219,9 @@ async def test_capture_bad_input_names_the_cause(fake_room: FakeRoom, tmp_path: 
     with trio.fail_after(60):
         async with two_workers(fake_room, tmp_path) as (client, alder, _):
             args = {"worker_id": alder["worker_id"], "room_id": ROOM}
-            not_repo = await call_error(client, "begin_workspace_capture", {**args, "cwd": str(plain)})
+            not_repo = await call_error(
+                client, "begin_workspace_capture", {**args, "cwd": str(plain)}
+            )
             assert f"{plain} is not inside a git repository." in not_repo
             never = await call_error(
                 client,
@@ -227,4 +244,5 @@ def test_each_profile_serves_these_tools_as_nodes_does() -> None:
         served = set(registered_tool_names(profile, "cursor"))
         assert everywhere <= served, profile
         own = profile in ("autonomous_mcp_worker", "interactive_desktop")
-        assert (captures <= served) is own and (captures & served == set()) is not own, profile
+        assert (captures <= served) is own, profile
+        assert (captures & served == set()) is not own, profile

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 import pytest
 import trio
+import trio.testing
 
 from letagents_trio.room_server import (
     MemoryStore,
@@ -39,8 +40,6 @@ from .helpers import (
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import trio.testing
 
 RULES = f"/rooms/{ROOM}/wake-rules"
 
@@ -105,7 +104,9 @@ async def test_a_task_rule_fires_from_the_tasks_own_transition(
     assert patched.status_code == 200, patched.text
     # No background loop runs here: the board's own write fired the rule.
     (wake,) = await wakes(client, a)
-    assert wake["text"].startswith(f"Your wake rule {rule['id']} fired: {task_id} moved to in progress.")
+    assert wake["text"].startswith(
+        f"Your wake rule {rule['id']} fired: {task_id} moved to in progress."
+    )
     assert f"- {task_id}: assigned → in_progress" in wake["text"]
     assert wake["display_text"] == f"{a['display_name']} woke up · {task_id} moved to in progress"
 
@@ -117,14 +118,18 @@ async def test_a_task_rule_with_to_waits_for_those_and_ends_when_the_task_ends(
     task_id, _ = await claimed_task(client, a)
     tasks = f"/rooms/{ROOM}/tasks/{task_id}"
     already = await add(
-        client, a, {"event": "task.status_changed", "arguments": {"task_id": task_id, "to": ["assigned"]}}
+        client,
+        a,
+        {"event": "task.status_changed", "arguments": {"task_id": task_id, "to": ["assigned"]}},
     )
     assert (already.status_code, already.json()["error"]) == (
         409,
         f"{task_id} is already assigned. There is nothing to wait for.",
     )
     r = await add(
-        client, a, {"event": "task.status_changed", "arguments": {"task_id": task_id, "to": ["in_review"]}}
+        client,
+        a,
+        {"event": "task.status_changed", "arguments": {"task_id": task_id, "to": ["in_review"]}},
     )
     rule = r.json()["rule"]
     await client.patch(tasks, json={"status": "in_progress"}, headers=session_headers(a))
@@ -132,7 +137,9 @@ async def test_a_task_rule_with_to_waits_for_those_and_ends_when_the_task_ends(
     r = await client.patch(tasks, json={"status": "cancelled"}, headers=owner_headers())
     assert r.status_code == 200, r.text
     (wake,) = await wakes(client, a)
-    assert wake["text"].startswith(f"Your wake rule {rule['id']} ended because {task_id} is cancelled.")
+    assert wake["text"].startswith(
+        f"Your wake rule {rule['id']} ended because {task_id} is cancelled."
+    )
     (ended,) = (await client.get(RULES, headers=session_headers(a))).json()["recent"]
     assert (ended["status"], ended["ended_reason"]) == ("retired", f"{task_id} is cancelled")
 
@@ -181,7 +188,10 @@ async def test_rules_expire_with_a_wake_and_github_rules_are_kept_but_never_fire
     await trio.testing.wait_all_tasks_blocked()
     (wake,) = await wakes(client, a)
     assert wake["text"].startswith(f"Your wake rule {rule['id']} expired without firing.")
-    assert wake["display_text"] == f"{a['display_name']} stopped waiting · #12 to close didn't happen in time"
+    assert (
+        wake["display_text"]
+        == f"{a['display_name']} stopped waiting · #12 to close didn't happen in time"
+    )
 
 
 async def test_cancel_is_the_agents_own_or_an_admins(
@@ -189,12 +199,20 @@ async def test_cancel_is_the_agents_own_or_an_admins(
 ) -> None:
     a = await registered(client, registration(name="A"))
     b = await registered(client, registration(name="B"))
-    rule = (await add(client, a, {"event": "timer", "arguments": {"after_ms": 60_000}})).json()["rule"]
+    rule = (await add(client, a, {"event": "timer", "arguments": {"after_ms": 60_000}})).json()[
+        "rule"
+    ]
     cancel = f"{RULES}/{rule['id']}/cancel"
     by_b = await client.post(cancel, json={}, headers=session_headers(b))
-    assert (by_b.status_code, by_b.json()["error"]) == (403, "You can cancel only your own wake rules.")
+    assert (by_b.status_code, by_b.json()["error"]) == (
+        403,
+        "You can cancel only your own wake rules.",
+    )
     missing = await client.post(f"{RULES}/wake_0/cancel", json={}, headers=session_headers(a))
-    assert (missing.status_code, missing.json()["error"]) == (404, "Wake rule not found in this room.")
+    assert (missing.status_code, missing.json()["error"]) == (
+        404,
+        "Wake rule not found in this room.",
+    )
     mine = await client.post(cancel, json={}, headers=session_headers(a))
     assert mine.status_code == 200, mine.text
     assert mine.json()["rule"]["cancelled_by"]["kind"] == "agent"
@@ -206,13 +224,31 @@ async def test_cancel_is_the_agents_own_or_an_admins(
     ("rule", "text"),
     [
         ({"event": "cron"}, "event must be one of timer, task.status_changed,"),
-        ({"event": "timer", "arguments": {"after_ms": 1000}}, "A timer must be at least 30 seconds away."),
-        ({"event": "timer", "arguments": {"at": "2020-01-01T00:00:00Z"}}, "A timer must be at least"),
-        ({"event": "timer", "arguments": {"after_ms": 8 * 86_400_000}}, "A timer can be at most 7 days away."),
+        (
+            {"event": "timer", "arguments": {"after_ms": 1000}},
+            "A timer must be at least 30 seconds away.",
+        ),
+        (
+            {"event": "timer", "arguments": {"at": "2020-01-01T00:00:00Z"}},
+            "A timer must be at least",
+        ),
+        (
+            {"event": "timer", "arguments": {"after_ms": 8 * 86_400_000}},
+            "A timer can be at most 7 days away.",
+        ),
         ({"event": "timer", "arguments": {"at": "soon"}}, "at must be an ISO 8601 time."),
-        ({"event": "timer", "arguments": {"after_ms": 60_000}, "repeat": True}, "A timer fires once"),
-        ({"event": "task.status_changed", "arguments": {"task_id": "41"}}, "task_id must be a task id"),
-        ({"event": "github.pr_closed", "arguments": {}}, "github.pr_closed needs exactly one of pr, mine."),
+        (
+            {"event": "timer", "arguments": {"after_ms": 60_000}, "repeat": True},
+            "A timer fires once",
+        ),
+        (
+            {"event": "task.status_changed", "arguments": {"task_id": "41"}},
+            "task_id must be a task id",
+        ),
+        (
+            {"event": "github.pr_closed", "arguments": {}},
+            "github.pr_closed needs exactly one of pr, mine.",
+        ),
         ({"event": "timer", "arguments": {"after_ms": 60_000, "x": 1}}, "timer does not accept x."),
     ],
 )
@@ -228,7 +264,10 @@ async def test_rules_survive_a_restart_on_sqlite_and_a_missed_timer_fires_late(
 ) -> None:
     def open_room(store: SQLiteStore | MemoryStore) -> Room:
         return Room(
-            store=store, clock=TrioClock(EPOCH), owner_tokens={OWNER_TOKEN: "owner"}, config=RoomConfig()
+            store=store,
+            clock=TrioClock(EPOCH),
+            owner_tokens={OWNER_TOKEN: "owner"},
+            config=RoomConfig(),
         )
 
     path = tmp_path / "room.db"

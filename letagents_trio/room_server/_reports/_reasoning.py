@@ -151,7 +151,9 @@ class ReasoningBoard:
         shown = [session_json(r) for r in rows[: _limit(limit)]]
         return Reply(status=200, body={"room_id": room_id, "sessions": shown})
 
-    def session(self, room_id: str, reasoning_id: str, creds: Credentials, limit: str | None) -> Reply:
+    def session(
+        self, room_id: str, reasoning_id: str, creds: Credentials, limit: str | None
+    ) -> Reply:
         """``GET …/reasoning-sessions/{id}``: one session and its newest updates."""
         try:
             self.accounts.require_room(room_id)
@@ -224,7 +226,9 @@ class ReasoningBoard:
         )
         return self._record(updated, snapshot, now, status=201)
 
-    def _record(self, row: ReasoningRow, snapshot: dict[str, Any], now: int, *, status: int) -> Reply:
+    def _record(
+        self, row: ReasoningRow, snapshot: dict[str, Any], now: int, *, status: int
+    ) -> Reply:
         """Store the session and its new update together."""
         row = attrs.evolve(row, update_count=row.update_count + 1)
         update = ReasoningUpdateRow(

@@ -7,6 +7,7 @@ way in both stores. Times are integer epoch milliseconds, as in :mod:`._rows`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar, Final, final
 
 import attrs
@@ -20,6 +21,12 @@ __all__ = [
     "WakeRuleRow",
     "WorkPageRow",
 ]
+
+
+def _ints(values: Iterable[int]) -> tuple[int, ...]:
+    """A stored list (JSON has no tuples) as the row's tuple."""
+    return tuple(values)
+
 
 # The status of a wake rule still waiting (the others: fired, expired,
 # cancelled, retired).
@@ -146,7 +153,7 @@ class AgentWorkRow:
     summary: dict[str, Any]
     review_digest: str | None = None
     review_total: int = 0
-    review_pages: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    review_pages: tuple[int, ...] = attrs.field(default=(), converter=_ints)
     created_at: int
     updated_at: int
     status: str | None = None

@@ -96,7 +96,9 @@ CHECK_CONCLUSIONS: Final = (
 REVIEW_STATES: Final = ("approved", "changes_requested", "commented")
 _STATUS_LABELS: Final = {"in_progress": "in progress", "in_review": "review"}
 _TASK_ID: Final = re.compile(r"task_[1-9]\d{0,9}")
-_PR_URL: Final = re.compile(r"#?(\d{1,10})|https://github\.com/[^/\s]+/[^/\s]+/pull/(\d{1,10})(?:[/?#].*)?")
+_PR_URL: Final = re.compile(
+    r"#?(\d{1,10})|https://github\.com/[^/\s]+/[^/\s]+/pull/(\d{1,10})(?:[/?#].*)?"
+)
 _BAD_BRANCH: Final = re.compile(r"[\s~^:?*\[\\\x00-\x1f\x7f]|\.\.|@\{|/$|^/")
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -136,7 +138,7 @@ def _object(value: object, name: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         _bad(f"{name} must be an object.")
-    return dict(value)  # type: ignore[arg-type]
+    return dict(value)
 
 
 def _allow_only(args: Mapping[str, Any], keys: Sequence[str], name: str) -> None:
@@ -167,7 +169,6 @@ def _pr(value: object) -> int | None:
         if 0 < number <= 2**31 - 1:
             return number
     _bad("pr must be a pull request number or its GitHub URL.")
-    return None
 
 
 def _branch(value: object) -> str | None:
@@ -189,6 +190,7 @@ def _one_target(args: Mapping[str, Any], event: str, targets: Sequence[str]) -> 
 
 def _github(event: str, args: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    extra: tuple[str, object]
     if event == "github.check_completed":
         _allow_only(args, ("branch", "pr", "mine", "conclusions"), event)
         _one_target(args, event, ("branch", "pr", "mine"))
@@ -215,7 +217,9 @@ def _github(event: str, args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _arguments(event: str, raw: object, now: int, min_lead_ms: int) -> tuple[dict[str, Any], int | None]:
+def _arguments(
+    event: str, raw: object, now: int, min_lead_ms: int
+) -> tuple[dict[str, Any], int | None]:
     args = _object(raw, "arguments")
     if event == "timer":
         _allow_only(args, ("at", "after_ms"), event)
@@ -325,7 +329,11 @@ def _waiting(rule: WakeRuleRow) -> str:
 
 
 def notice(
-    rule: WakeRuleRow, outcome: str, *, facts: Mapping[str, str] | None = None, ended: str | None = None
+    rule: WakeRuleRow,
+    outcome: str,
+    *,
+    facts: Mapping[str, str] | None = None,
+    ended: str | None = None,
 ) -> tuple[str, str]:
     """The wake message's ``text`` (what the agent reads) and ``display_text`` (the room's line).
 
@@ -352,7 +360,8 @@ def notice(
             f"Your repeating wake rule {rule.rule_id} reached its expiry after waking you"
             f" {fired} time{'' if fired == 1 else 's'}. You were waiting {waiting}."
             if fired
-            else f"Your wake rule {rule.rule_id} expired without firing. You were waiting {waiting}."
+            else f"Your wake rule {rule.rule_id} expired without firing."
+            f" You were waiting {waiting}."
         )
         text = [
             first,

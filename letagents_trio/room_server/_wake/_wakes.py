@@ -37,6 +37,7 @@ expired, never fired.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Mapping
@@ -160,7 +161,7 @@ class WakeBoard:
         return Reply(status=201, body={"rule": rule_json(rule), "created": True})
 
     def _task_baseline(self, room_id: str, arguments: Mapping[str, Any], event: str) -> str | None:
-        """A task rule's baseline: its task's status now; refuse when there is nothing to wait for."""
+        """A task rule's baseline: its task's status now; refuse if there is nothing to wait for."""
         if event != "task.status_changed":
             return None
         task_id = str(arguments["task_id"])
@@ -325,7 +326,9 @@ class WakeBoard:
                     wake_message_id=None if message is None else message.message_id,
                     baseline_status=(facts or {}).get("status", rule.baseline_status),
                     next_check_at=(
-                        min(now + REPEAT_DEBOUNCE_MS, rule.expires_at) if keeps else rule.next_check_at
+                        min(now + REPEAT_DEBOUNCE_MS, rule.expires_at)
+                        if keeps
+                        else rule.next_check_at
                     ),
                     ended_at=None if keeps else now,
                     ended_reason=ended,
@@ -342,7 +345,9 @@ class WakeBoard:
         self._changes += 1
         self._changed.notify()
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
+    async def run(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
         """Fire the rules as they come due, forever (see the module docstring).
 
         Cancellation:
@@ -362,4 +367,7 @@ class WakeBoard:
                 if due is not None:
                     delay = min(MAX_IDLE, max(0.0, (due - self.clock.now_ms()) / 1000))
             with trio.move_on_after(delay):
-                await self._changed.wait_until(lambda seen=seen: self._changes != seen)
+                await self._changed.wait_until(functools.partial(self._changed_since, seen))
+
+    def _changed_since(self, seen: int) -> bool:
+        return self._changes != seen
