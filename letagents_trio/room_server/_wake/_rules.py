@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import attrs
 
+from .._board._tasks import TASK_STATUSES
 from .._wire import iso, refuse
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ __all__ = [
     "MAX_TTL_MS",
     "MIN_LEAD_MS",
     "REPEAT_DEBOUNCE_MS",
-    "TASK_STATUSES",
     "TIMER_GRACE_MS",
     "WAKE_SOURCE",
     "ParsedRule",
@@ -72,17 +72,6 @@ TIMER_GRACE_MS: Final = 10 * 60 * 1000
 # The source of the room message that wakes an agent.
 WAKE_SOURCE: Final = "wake_rule"
 
-TASK_STATUSES: Final = (
-    "proposed",
-    "accepted",
-    "assigned",
-    "in_progress",
-    "blocked",
-    "in_review",
-    "merged",
-    "done",
-    "cancelled",
-)
 CHECK_CONCLUSIONS: Final = (
     "success",
     "failure",
