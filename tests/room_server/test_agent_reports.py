@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from letagents_trio.room_server import Room
 
-SUMMARY = {
+SUMMARY: dict[str, Any] = {
     "version": 3,
     "contribution": {"files": [{"path": "a.py", "status": "modified"}], "additions": 1},
 }

@@ -102,8 +102,8 @@ async def test_begin_records_tracked_and_untracked_files_but_not_ignored_ones(
     # Published: only the record stays, and the snapshot's ref is gone.
     folder = tmp_path / "state.json.workspaces" / begun["capture_id"]
     assert sorted(p.name for p in folder.iterdir()) == ["capture.json"]
-    refs = subprocess.run(
-        ["git", "for-each-ref", "refs/letagents"], cwd=repo, capture_output=True, check=True
+    refs = await trio.run_process(
+        ["git", "for-each-ref", "refs/letagents"], cwd=repo, capture_stdout=True
     )
     assert refs.stdout == b""
 
