@@ -127,6 +127,14 @@ async def test_local_rooms_answer_the_node_note(fake_room: FakeRoom, tmp_path: P
         async with Client(server, mode="legacy") as client:
             listed = await call_ok(client, "list_wake_rules", {"room_id": "local_room"})
             assert listed == {"note": LOCAL_ROOM_NOTE, "active": [], "recent": []}
+            local = (await register(client, "kl", "Larch", room="local_room"))["worker_id"]
+            timer = {"worker_id": local, "event": "timer", "arguments": {"after_ms": 60_000}}
+            assert await call_error(client, "add_wake_rule", timer) == LOCAL_ROOM_NOTE
+            cancel = {"worker_id": local, "rule_id": "wake_1"}
+            assert await call_error(client, "cancel_wake_rule", cancel) == LOCAL_ROOM_NOTE
+            capture = {"worker_id": local, "room_id": "local_room"}
+            refused = await call_error(client, "begin_workspace_capture", capture)
+            assert refused.startswith("Workspace sharing requires a hosted LetAgents room.")
 
 
 async def test_post_reasoning_replaces_its_snapshot_and_posts_a_milestone(
