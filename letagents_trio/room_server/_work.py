@@ -4,7 +4,10 @@
 the room's one store, clock and accounts: :class:`~._messaging._messages.MessageBoard`
 (messages, threads, long polls), :class:`~._guidelines.GuidelinesBoard`,
 :class:`~._board._taskboard.TaskBoard` (tasks and their leases) and
-:class:`~._knowledge.KnowledgeBoard` (memory and requests for people). The
+:class:`~._knowledge.KnowledgeBoard` (memory and requests for people),
+:class:`~._wake._wakes.WakeBoard` (wake rules), and what agents report:
+:class:`~._reports._reasoning.ReasoningBoard` and
+:class:`~._reports._agent_work.AgentWorkBoard` (workspace captures). The
 route table calls them directly; :class:`~._room.Room` builds them, and keeps
 for itself what concerns sessions (registration, process streams, presence,
 liveness).
@@ -22,6 +25,9 @@ from ._guidelines import GuidelinesBoard
 from ._knowledge import KnowledgeBoard
 from ._messaging._messages import MessageBoard
 from ._sessions._roster import Roster
+from ._reports._agent_work import AgentWorkBoard
+from ._reports._reasoning import ReasoningBoard
+from ._wake._wakes import WakeBoard
 
 if TYPE_CHECKING:
     from ._auth._accounts import Accounts
@@ -42,6 +48,9 @@ class RoomWork:
         tasks: the board: tasks and their leases.
         knowledge: room memory and requests for people's input.
         roster: what each worker says it is doing (``…/presence``).
+        wakes: agents' wake rules, and the loop that fires them.
+        reasoning: agents' visible reasoning.
+        agent_work: published workspace captures.
     """
 
     messages: MessageBoard
@@ -49,6 +58,9 @@ class RoomWork:
     tasks: TaskBoard
     knowledge: KnowledgeBoard
     roster: Roster
+    wakes: WakeBoard
+    reasoning: ReasoningBoard
+    agent_work: AgentWorkBoard
 
     @classmethod
     def build(
@@ -59,18 +71,28 @@ class RoomWork:
         *,
         poll_max_ms: int,
         reachable: Callable[[str], bool],
+        wake_min_lead_ms: int,
     ) -> RoomWork:
         """The parts, over one store, clock and accounts.
 
         Args:
             poll_max_ms: the long-poll cap.
             reachable: whether a session can be reached in its room now.
+            wake_min_lead_ms: the least time ahead a wake timer may be.
         """
         messages = MessageBoard(store, clock, accounts, poll_max_ms=poll_max_ms)
+        tasks = TaskBoard(store, clock, accounts, reachable)
+        wakes = WakeBoard(store, clock, accounts, messages, min_lead_ms=wake_min_lead_ms)
+        tasks.status_changed.append(wakes.task_changed)
+        agent_work = AgentWorkBoard(store, clock, accounts)
+        messages.attachments.append(agent_work.attachments)
         return cls(
             messages=messages,
             guidelines=GuidelinesBoard(store, clock, accounts, messages),
-            tasks=TaskBoard(store, clock, accounts, reachable),
+            tasks=tasks,
             knowledge=KnowledgeBoard(store, clock, accounts, messages),
             roster=Roster(store, clock, accounts),
+            wakes=wakes,
+            reasoning=ReasoningBoard(store, clock, accounts),
+            agent_work=agent_work,
         )
