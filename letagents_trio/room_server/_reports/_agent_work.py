@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from .._board._tasks import ADMIN_TEXT
+from .._messaging._ids import message_id
 from .._storage._agent_rows import AgentWorkRow, WorkPageRow
 from .._wire import Credentials, Refusal, Reply, iso, refuse
 
@@ -112,7 +113,8 @@ def work_json(row: AgentWorkRow) -> dict[str, Any]:
         "room_id": row.room_id,
         "agent_key": row.agent_key,
         "actor_label": row.actor_label,
-        "source_message_id": row.source_message_id,
+        # Stored as the message's number; answered as the API writes message ids.
+        "source_message_id": message_id(int(row.source_message_id)),
         "summary": row.summary,
         "review": {
             "digest": row.review_digest,

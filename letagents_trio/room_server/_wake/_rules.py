@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 import attrs
 
 from .._board._tasks import TASK_STATUSES
+from .._messaging._ids import message_id
 from .._wire import iso, refuse
 
 if TYPE_CHECKING:
@@ -395,7 +396,9 @@ def rule_json(rule: WakeRuleRow) -> dict[str, Any]:
         "updated_at": iso(rule.updated_at),
         "fire_count": rule.fire_count,
         "last_fired_at": iso(rule.last_fired_at),
-        "wake_message_id": None if rule.wake_message_id is None else str(rule.wake_message_id),
+        "wake_message_id": (
+            None if rule.wake_message_id is None else message_id(rule.wake_message_id)
+        ),
         "cancelled_by": rule.cancelled_by,
         "ended_reason": rule.ended_reason,
     }
