@@ -24,9 +24,9 @@ from ._board._taskboard import TaskBoard
 from ._guidelines import GuidelinesBoard
 from ._knowledge import KnowledgeBoard
 from ._messaging._messages import MessageBoard
-from ._sessions._roster import Roster
 from ._reports._agent_work import AgentWorkBoard
 from ._reports._reasoning import ReasoningBoard
+from ._sessions._roster import Roster
 from ._wake._wakes import WakeBoard
 
 if TYPE_CHECKING:
