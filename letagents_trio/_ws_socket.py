@@ -44,7 +44,7 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from . import _protocol
 from ._connector import StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._http._sockio import QuietReads, can_send_now, close_now, discard_unread, send_now
+from ._http import QuietReads, can_send_now, close_now, discard_unread, send_now
 
 __all__ = ["ProcessSocket"]
 
@@ -574,7 +574,7 @@ class ProcessSocket:
         stopped after the exit. After
         an exit, what the room sent meanwhile is read and dropped first, so
         that the close is an orderly end, not a reset that could cost the
-        room the exit (see :func:`~letagents_trio._http._sockio.discard_unread`);
+        room the exit (see :func:`~letagents_trio._http.discard_unread`);
         after an exit written alone, its normal close goes first.
         """
         self._closed = True
