@@ -319,9 +319,9 @@ class Goodbye:
     async def _stop_late(self, unanswered: list[ProcessHolder], exits: trio.Nursery) -> None:
         """Stop every holder whose exit still waits for its answer, and POST its exit as well.
 
-        Each is reported sent over its socket, unconfirmed, until its POST's
-        answer comes; time to unwind is kept for each one still holding its
-        socket. Holders still waiting for their turn are not stopped, nor
+        Time to unwind is kept for each one still holding its socket; an exit
+        is POSTed while one more still unwinds by the deadline, and reported
+        sent over its socket, unconfirmed, until its POST's answer comes. Holders still waiting for their turn are not stopped, nor
         counted: cutting the goodbye short for them would leave exits unsent,
         which is worse than a late end.
         """
@@ -334,8 +334,12 @@ class Goodbye:
         await _for_each([*unanswered, *self._leaving], stop)
         self._update()
         for holder in unanswered:
-            self._sent.add(holder.session.session_id)
-            self._start(exits, self._post, holder)
+            if self._has_time():
+                self._sent.add(holder.session.session_id)
+                self._start(exits, self._post, holder)
+            else:
+                # Its exit went over its socket: sent, unconfirmed.
+                self._finished(holder, None, None)
 
     def _start(
         self, exits: trio.Nursery, leave: Callable[[ProcessHolder], Awaitable[None]], holder: ProcessHolder
@@ -354,7 +358,7 @@ class Goodbye:
             async with self._turn:
                 self._leaving.add(holder)
                 recorded, error = await holder.leave(), None
-            if recorded is None and holder in self._late:
+            if recorded is None and holder in self._late and self._has_time():
                 self._sent.add(holder.session.session_id)
                 recorded = await holder.leave()
         except ApiError as exc:
@@ -381,6 +385,14 @@ class Goodbye:
         self._running -= 1
         self._task_ended.unpark_all()
         self._update()
+
+    def _has_time(self) -> bool:
+        """Whether one more exit's task could still unwind by the deadline."""
+        assert self._allowance is not None
+        one_more = exits_deadline(
+            self._deadline, self._allowance, holders=len(self._late), exits=self._running + 1
+        )
+        return one_more > trio.current_time()
 
     def _update(self) -> None:
         """Keep the exits' bound where what it would cancel unwinds by the deadline."""

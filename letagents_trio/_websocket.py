@@ -132,7 +132,6 @@ class _SocketBlock:
     async def __aexit__(self, *exc_info: object) -> None:
         socket, self._socket = self._socket, None
         if socket is not None:
-            socket.release()
             await socket.aclose()
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import types
 from collections.abc import Awaitable, Callable
 from typing import Final, NoReturn, final
 
@@ -538,21 +537,6 @@ class ProcessSocket:
             self._close_waiter = waiter = trio.Event()
             await waiter.wait()
         raise StopAsyncIteration
-
-    def release(self) -> None:
-        """Let wsproto's parser go now, not at the collector's next full pass.
-
-        wsproto's frame parser is a generator that refers back to the object
-        holding it: a reference cycle per socket, which only the cyclic GC
-        frees, thousands of them after every goodbye or reconnection wave.
-        Closing the generator breaks the cycle, so reference
-        counting frees it all at once. The attributes are wsproto's own
-        (1.2 to 1.3), looked up defensively: without them nothing is done.
-        Only for a socket that is done with: nothing can be read after it.
-        """
-        parser = getattr(getattr(self._ws, "_proto", None), "_parse_more", None)
-        if isinstance(parser, types.GeneratorType):
-            parser.close()
 
     async def aclose(self) -> None:
         """Close the socket: at once when it can be (:meth:`close`), else forcefully.

@@ -20,7 +20,6 @@ import gc
 import json
 import os
 import sys
-import types
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -977,23 +976,10 @@ async def test_a_pong_to_a_reset_socket_says_how_it_broke() -> None:
                 await anext(socket)
 
 
-# --- wsproto's parser let go at once --------------------------------------------------------------
+# --- leaving the socket's block -------------------------------------------------------------------
 
 
-async def test_a_released_socket_needs_no_cyclic_gc_to_be_freed() -> None:  # noqa: ASYNC124 (a socket reads trio's clock)
-    """wsproto's parser is a generator referring back to its owner: release breaks the cycle."""
-    socket, _room = open_socket()
-    parser = weakref.ref(socket._ws._proto)
-    gc.disable()
-    try:
-        socket.release()
-        del socket, _room
-        assert parser() is None
-    finally:
-        gc.enable()
-
-
-async def test_leaving_the_socket_block_releases_the_parser_and_closes_the_socket(
+async def test_leaving_the_socket_block_closes_the_socket(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     session = await fake_room.add_worker()
@@ -1001,24 +987,20 @@ async def test_leaving_the_socket_block_releases_the_parser_and_closes_the_socke
         connector = WebSocketConnector(client)
         async with connector.open(session) as socket:
             assert isinstance(socket, ProcessSocket)
-            parser = socket._ws._proto._parse_more
-            assert isinstance(parser, types.GeneratorType)
-            assert parser.gi_frame is not None
         with pytest.raises(RoomUnreachable, match=r"^process socket broke: ClosedResourceError$"):
             await anext(socket)
-        assert parser.gi_frame is None  # closed: the cycle through its frame is gone
 
 
-@pytest.mark.parametrize("by", ["nowait", "send_exit", "block"])
+@pytest.mark.parametrize("by", ["nowait", "send_exit"])
 async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by: str) -> None:
     """What the room sent meanwhile is read and dropped before the close.
 
     Closed with bytes unread, the socket would reset the connection, and a
     room whose next heartbeat then fails may never read the exit before it.
     Whichever way the holder left: its exit frame written at once, the
-    socket then closed as the holder stops (``release``, then ``aclose``, as
-    the socket's block does, the normal close written then); or the exit
-    and its close sent (``send_exit``), then the socket closed (``aclose``).
+    socket then closed as the holder stops (``aclose``, as the socket's
+    block does, the normal close written then); or the exit and its close
+    sent (``_send_exit``), then the socket closed (``aclose``).
     """
     async with tcp_pair() as (stream, room):
         socket = new_socket(stream)
@@ -1030,8 +1012,6 @@ async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by:
                 await socket.aclose()
             else:
                 assert socket.leave_nowait("conn-1") is None  # done
-                if by == "block":
-                    socket.release()
                 await socket.aclose()
             heard = bytearray()
             while chunk := await room.recv(4096):  # an end, not ConnectionResetError
@@ -1149,15 +1129,6 @@ async def test_a_socket_close_now_cannot_close_is_closed_by_aclose() -> None:
     assert not stream.closed
     await socket.aclose()
     assert stream.closed
-
-
-async def test_release_leaves_a_wsproto_without_its_private_parser_alone() -> None:  # noqa: ASYNC124 (a socket reads trio's clock)
-    """The parser's attributes are wsproto's own: without them, nothing is done."""
-    socket, _room = open_socket()
-    socket._ws = cast("Connection", types.SimpleNamespace(state=None))
-    socket.release()
-    socket._ws = cast("Connection", types.SimpleNamespace(_proto=None))
-    socket.release()
 
 
 async def test_an_exit_to_a_socket_the_room_closed_writes_nothing() -> None:
