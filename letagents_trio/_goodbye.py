@@ -117,7 +117,10 @@ def measured_allowance(trio_elapsed: float, real_elapsed: float) -> Allowance:
 
 
 def exits_deadline(deadline: float, allowance: Allowance, *, holders: int, exits: int) -> float:
-    """When the exits still running are cancelled, so that they and ``holders`` stopped late unwind by ``deadline``."""
+    """When the exits still running are cancelled.
+
+    Early enough for them, and ``holders`` stopped late, to unwind by ``deadline``.
+    """
     return deadline - allowance.holder * holders - allowance.exit * exits
 
 
@@ -321,9 +324,10 @@ class Goodbye:
 
         Time to unwind is kept for each one still holding its socket; an exit
         is POSTed while one more still unwinds by the deadline, and reported
-        sent over its socket, unconfirmed, until its POST's answer comes. Holders still waiting for their turn are not stopped, nor
-        counted: cutting the goodbye short for them would leave exits unsent,
-        which is worse than a late end.
+        sent over its socket, unconfirmed, until its POST's answer comes.
+        Holders still waiting for their turn are not stopped, nor counted:
+        cutting the goodbye short for them would leave exits unsent, which is
+        worse than a late end.
         """
 
         def stop(holder: ProcessHolder) -> None:
@@ -342,7 +346,10 @@ class Goodbye:
                 self._finished(holder, None, None)
 
     def _start(
-        self, exits: trio.Nursery, leave: Callable[[ProcessHolder], Awaitable[None]], holder: ProcessHolder
+        self,
+        exits: trio.Nursery,
+        leave: Callable[[ProcessHolder], Awaitable[None]],
+        holder: ProcessHolder,
     ) -> None:
         self._running += 1
         self._update()

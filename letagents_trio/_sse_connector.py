@@ -197,11 +197,11 @@ class _SSEStream:
 
     @property
     def heard_at(self) -> float:
-        """When the latest chunk's bytes arrived (trio's clock): kept by the kernel, or just read."""
+        """When the latest chunk's bytes arrived (trio's clock): kept by the kernel, or read."""
         return self._heard_at
 
     def leave_nowait(self, connection_id: str) -> bool | None:
-        """Never at once: SSE has no exit of its own, and a POST takes a checkpoint (:meth:`leave`)."""
+        """Never at once: SSE has no exit of its own, and a POST needs a checkpoint."""
         return False
 
     async def leave(self, connection_id: str) -> bool | None:

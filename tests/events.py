@@ -76,7 +76,7 @@ class ScriptedStream:
         await self.closed.wait()
         raise StopAsyncIteration
 
-    def leave_nowait(self, connection_id: str) -> bool:
+    def leave_nowait(self, connection_id: str) -> bool | None:
         return False
 
     async def leave(self, connection_id: str) -> bool | None:

@@ -584,7 +584,7 @@ async def test_the_goodbyes_loops_let_the_program_run_after_every_256_sessions()
 
 
 def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
-    """Real time, kept on trio's clock: whole where it follows real time, none where it stood still."""
+    """Real time kept on trio's clock: whole where it follows real time, none where it stands."""
     whole = Allowance(holder=UNWIND_ALLOWANCE, exit=EXIT_ALLOWANCE)
     assert (UNWIND_ALLOWANCE, EXIT_ALLOWANCE) == (100e-6, 30e-6)
     assert measured_allowance(0.25, 0.25) == whole
@@ -621,7 +621,9 @@ async def run_goodbye_of(holders: list[LeftAtOnce]) -> Goodbye:
 
 
 async def test_on_the_system_clock_the_goodbye_keeps_the_whole_allowance() -> None:
-    sessions = [AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(300)]
+    sessions = [
+        AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(300)
+    ]
     goodbye = await run_goodbye_of([LeftAtOnce(s) for s in sessions])
     allowance = goodbye._allowance
     assert allowance is not None
@@ -630,7 +632,9 @@ async def test_on_the_system_clock_the_goodbye_keeps_the_whole_allowance() -> No
 
 
 async def test_under_a_mock_clock_the_goodbye_keeps_none(autojump_clock: MockClock) -> None:
-    sessions = [AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(300)]
+    sessions = [
+        AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(300)
+    ]
     goodbye = await run_goodbye_of([LeftAtOnce(s) for s in sessions])
     assert goodbye._allowance == Allowance(holder=0, exit=0)
 

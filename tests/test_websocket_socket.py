@@ -108,6 +108,7 @@ def new_socket(stream: trio.abc.Stream, max_event_bytes: int = 1024) -> ProcessS
 
 async def no_post(connection_id: str | None) -> bool:
     """The POSTed exit of a socket whose test sends every exit over the socket."""
+    await trio.lowlevel.checkpoint()
     raise AssertionError(f"an exit POSTed: {connection_id}")
 
 
@@ -1261,7 +1262,9 @@ async def test_a_room_that_closes_instead_of_answering_leaves_the_exit_unconfirm
 # --- leave: the socket's own exit, and the POST when it cannot carry it or is not answered --
 
 
-def posting(posted: list[str | None], answer: bool = True) -> Callable[[str | None], Awaitable[bool]]:
+def posting(
+    posted: list[str | None], answer: bool = True
+) -> Callable[[str | None], Awaitable[bool]]:
     """The socket's POSTed exit: noted in ``posted``, answered ``answer``."""
 
     async def post(connection_id: str | None) -> bool:

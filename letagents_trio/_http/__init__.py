@@ -25,9 +25,10 @@ request loudly and is never bypassed.
 streams: one connection per stream, the exits pipelined over a few
 kept-alive connections per origin, each written as soon as it is asked
 (:mod:`._pool`), no timeout anywhere (the holder's scope owns the answer
-time and silence, the manager's shielded deadline the goodbye). An :class:`Opener` gives it its connections:
-:class:`NetworkOpener` dials TCP (Happy Eyeballs over cached addresses) and
-TLS; the testing kit serves an app in memory.
+time and silence, the manager's shielded deadline the goodbye). An
+:class:`Opener` gives it its connections: :class:`NetworkOpener` dials TCP
+(Happy Eyeballs over cached addresses) and TLS; the testing kit serves an
+app in memory.
 
 **The httpx2 path** (:class:`HTTPXStack`) sends the same requests through
 the client's ``httpx2.AsyncClient``; a WebSocket upgrade's raw stream is the
