@@ -8,26 +8,29 @@ holder knows how to leave (:meth:`~letagents_trio.ProcessHolder.leave`, its
 stream's own exit); the goodbye orders them and writes the report:
 
 1. first, in one loop over the holders (a checkpoint every
-   :data:`_GOODBYES_PER_CHECKPOINT`), each whose exit can be done at once is
-   (:meth:`~letagents_trio.ProcessHolder.leave_nowait`: a WebSocket on a
-   plain socket, to a room that does not answer exits), with no task and no
-   checkpoint of its own; every other holder gets a task that runs its
-   :meth:`~letagents_trio.ProcessHolder.leave` and reports what it returns
-   (at most ``exit_concurrency`` at a time, when set): over SSE, the stream
-   closed, then ``POST …/process/exit``; over a WebSocket, the exit frame,
-   and the answer of a room that acknowledges exits;
+   :data:`_GOODBYES_PER_CHECKPOINT`), each begins to leave
+   (:meth:`~letagents_trio.ProcessHolder.leave_nowait`); a WebSocket on a
+   plain socket writes its exit frame there, with no task and no checkpoint
+   of its own. Every holder whose exit did not go at once gets a task that
+   runs its :meth:`~letagents_trio.ProcessHolder.leave` and reports what it
+   returns (at most ``exit_concurrency`` at a time, when set): over SSE, the
+   stream closed, then ``POST …/process/exit``; over a WebSocket, the exit
+   frame, and the answer of a room that acknowledges exits;
 2. only once every exit that could go at once is written are those holders
    stopped, so that their unwinding never runs between two exits;
-3. the rooms' answers to exits over sockets are due by :data:`ANSWER_SHARE`
-   of the time, or earlier when the holders still leaving need the rest to
-   unwind: the holders still leaving then are stopped, which closes their
-   sockets, and an exit whose answer never came is POSTed as well;
+3. the answers to the exits written at once to a room that acknowledges
+   them are read in the goodbye's own task (``leave`` again: no task each),
+   until :data:`ANSWER_SHARE` of the time, or earlier when the holders
+   waiting need the rest to unwind; the holders still waiting then (those
+   leaving in tasks too) are stopped, which closes their sockets, and an exit
+   whose answer never came is POSTed as well while one more still unwinds
+   by the deadline (else it is reported sent, unconfirmed);
 4. the exits' tasks run in one nursery whose cancel scope is the goodbye's
-   one inner bound: the deadline, less the time the tasks it would cancel
-   need to unwind (:func:`exits_deadline`: each costs a task woken, frames
-   unwound and, for a holder stopped late, a socket closed; a black-holed
-   room leaves thousands in flight). Each exit that gets its answer gives its
-   share back, and the last one ends the goodbye;
+   one bound on its exits: the deadline, less the time the tasks it would
+   cancel need to unwind (:func:`exits_deadline`: each costs a task woken,
+   frames unwound and, for a holder stopped late, a socket closed; a
+   black-holed room leaves thousands in flight). Each exit that ends gives
+   its share back;
 5. one :class:`ExitAnnouncement` per session is reported; failures are
    logged and reported, never raised.
 
@@ -308,13 +311,18 @@ class Goodbye:
         unanswered: list[ProcessHolder] = []
         with trio.move_on_at(min(share, unwound)):
             for holder in answering:
-                recorded = await holder.leave()
+                try:
+                    recorded, error = await holder.leave(), None
+                except ApiError as exc:  # the room hung up unanswered; its POST refused
+                    recorded, error = None, f"HTTP {exc.status}"
+                except RoomUnreachable:
+                    recorded, error = None, "unreachable"
                 read += 1
-                if recorded is None:
+                if recorded is None and error is None:
                     unanswered.append(holder)
                 else:
                     # Answered, the holder's reader has ended: it stops by itself.
-                    self._finished(holder, recorded, None)
+                    self._finished(holder, recorded, error)
             while self._running:
                 await self._task_ended.park()
         return unanswered + answering[read:]

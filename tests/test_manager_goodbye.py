@@ -35,6 +35,7 @@ from letagents_trio import (
     ProcessHolder,
     ProcessStream,
     RoomClient,
+    RoomUnreachable,
     SSEConnector,
     StreamNews,
     WebSocketConnector,
@@ -637,6 +638,44 @@ async def test_under_a_mock_clock_the_goodbye_keeps_none(autojump_clock: MockClo
     ]
     goodbye = await run_goodbye_of([LeftAtOnce(s) for s in sessions])
     assert goodbye._allowance == Allowance(holder=0, exit=0)
+
+
+@final
+class HungUpOn:
+    """A holder whose exit went at once, and whose room hung up without an answer:
+    the POST that follows fails."""
+
+    held_connection_id = "connection"
+    status = HolderStatus.OPEN
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    def leave_nowait(self) -> bool | None:
+        return True
+
+    def stop(self, reason: str) -> None:
+        pass
+
+    async def leave(self) -> bool | None:
+        await trio.lowlevel.checkpoint()
+        raise RoomUnreachable("POST …/process/exit failed: ConnectError")
+
+
+async def test_a_failure_while_the_answers_are_read_is_reported_not_raised(
+    autojump_clock: MockClock,
+) -> None:
+    sessions = [AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(2)]
+    goodbye = Goodbye(
+        cast("list[ProcessHolder]", [HungUpOn(s) for s in sessions]),
+        deadline=1.5,
+        concurrency=None,
+        emit=lambda _: None,
+    )
+    await goodbye.run()
+    assert [(a.recorded, a.error, a.finished_at) for a in goodbye.report] == [
+        (None, "unreachable", 0)
+    ] * 2
 
 
 def test_the_exits_are_cut_early_by_the_allowance_of_each_task_they_would_cancel() -> None:
