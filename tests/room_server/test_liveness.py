@@ -17,7 +17,7 @@ from letagents_trio.room_server._liveness import (
     offline_text,
     recovery_notice,
 )
-from letagents_trio.room_server._rows import SessionRow
+from letagents_trio.room_server._storage._rows import SessionRow
 
 from .helpers import EPOCH, OWNER_TOKEN, ROOM, claimed_task, drop, hold, registered, registration
 

@@ -1,0 +1,1 @@
+"""Agent sessions: registration and naming, presence, and the held process streams."""
