@@ -782,7 +782,7 @@ async def test_an_exit_written_at_once_is_sent_even_as_its_deadline_passes() -> 
 async def test_an_exit_behind_a_stuck_pong_goes_by_post_at_once() -> None:
     """Issue 30 row 7: a room that floods pings and never reads held the exit on the
     send lock until the deadline. A pong still being written means the room does
-    not read: the exit does not wait for it, it is POSTed (send_exit says False)."""
+    not read: the exit does not wait for it, it is POSTed (_send_exit says False)."""
     sent: list[bool] = []
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
@@ -835,10 +835,10 @@ async def test_to_a_room_that_does_not_answer_exits_the_exit_and_its_close_go_to
 async def test_an_exit_that_cannot_be_written_at_once_is_left_whole_for_send_exit(
     autojump_clock: MockClock,
 ) -> None:
-    """Not a plain socket: ``send_exit_nowait`` is False having done nothing at all.
+    """Not a plain socket: ``leave_nowait`` is False having done nothing at all.
 
     The socket is not leaving: its reader still answers pings, and
-    ``send_exit`` then sends the whole exit and its close.
+    ``_send_exit`` then sends the whole exit and its close.
     """
     socket, room = open_socket()
     with trio.fail_after(1):
@@ -879,8 +879,8 @@ def fill(socket: ProcessSocket) -> int:
 async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> None:
     """The kernel takes part of the frames at once; the rest waits for room.
 
-    Also when the part went from the goodbye's loop (``send_exit_nowait``,
-    the exit frame alone): then ``send_exit`` sends the rest, and its close.
+    Also when the part went from the goodbye's loop (``leave_nowait``,
+    the exit frame alone): then ``_send_exit`` sends the rest, and its close.
     """
     async with socket_over_a_socketpair() as (socket, room):
         filler = fill(socket)
@@ -916,8 +916,8 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
 
 
 async def test_the_rest_of_an_exit_cut_short_behind_a_stuck_pong_goes_by_post() -> None:
-    """The rest of a partial ``send_exit_nowait`` does not wait for a pong the room does
-    not read: ``send_exit`` says False at once, and the holder POSTs the exit."""
+    """The rest of a partial ``leave_nowait`` does not wait for a pong the room does
+    not read: ``_send_exit`` says False at once, and the exit is POSTed."""
     async with socket_over_a_socketpair() as (socket, _room):
         fill(socket)
         assert socket.leave_nowait("conn-1") is False
