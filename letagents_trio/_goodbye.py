@@ -185,7 +185,7 @@ class Goodbye:
         self._started = trio.current_time()
         # The exits' nursery's scope: the goodbye's one bound on its exits (see _update).
         self._exits = trio.CancelScope()
-        # The exits' tasks running, their turn taken or not; told as each ends.
+        # The exits' tasks running, their turn taken or not; told when none is left.
         self._running = 0
         self._task_ended = trio.lowlevel.ParkingLot()
         # The holders whose leave() runs in a task (their turn taken), and those
@@ -398,7 +398,9 @@ class Goodbye:
         self._finished(holder, recorded, error)
         self._leaving.discard(holder)
         self._running -= 1
-        self._task_ended.unpark_all()
+        if not self._running:
+            # The goodbye's own task waits for the last one only (one wake-up, not one each).
+            self._task_ended.unpark_all()
         self._update()
 
     def _has_time(self) -> bool:
