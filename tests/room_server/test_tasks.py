@@ -34,6 +34,7 @@ from .helpers import (
     ROOM,
     claimed_task,
     owner_headers,
+    person_headers,
     registered,
     registration,
     session_headers,
@@ -80,8 +81,8 @@ async def test_a_new_task_is_proposed_and_answered_as_the_task(
         "updated_at": task["created_at"],
         "active_leases": [],
     }
-    assert (await create(client, owner_headers(), title="by a person"))["id"] == "task_2"
-    assert (await create(client, owner_headers(), title="by a person"))["created_by"] == "owner"
+    assert (await create(client, person_headers(), title="by a person"))["id"] == "task_2"
+    assert (await create(client, person_headers(), title="by a person"))["created_by"] == "owner"
     r = await client.get(f"{TASKS}/task_1", headers=session_headers(a))
     assert (r.status_code, r.json()) == (200, task)
 
@@ -91,7 +92,7 @@ async def test_the_whole_life_of_a_task(
 ) -> None:
     a = await registered(client, registration(name="A"))
     b = await registered(client, registration(name="B"))
-    ah, bh, admin = session_headers(a), session_headers(b), owner_headers()
+    ah, bh, admin = session_headers(a), session_headers(b), person_headers()
     task = (await create(client, bh, title="t"))["id"]
     claim_a = {"status": "assigned", "assignee": a["actor_label"]}
     # A proposed task cannot be claimed: there is no lease to take yet.
@@ -216,7 +217,7 @@ async def test_bad_patches_are_400(
 ) -> None:
     a = await registered(client, registration(name="A"))
     task = (await create(client, session_headers(a), title="t"))["id"]
-    r = await patch(client, owner_headers(), task, **body)
+    r = await patch(client, person_headers(), task, **body)
     assert (r.status_code, r.json()) == (400, {"error": text})
 
 
@@ -240,8 +241,8 @@ async def test_the_board_pages_and_filters(
     headers = session_headers(a)
     for i in range(5):
         await create(client, headers, title=f"t{i}")
-    await patch(client, owner_headers(), "task_2", status="cancelled")
-    await patch(client, owner_headers(), "task_4", status="accepted")
+    await patch(client, person_headers(), "task_2", status="cancelled")
+    await patch(client, person_headers(), "task_4", status="accepted")
 
     async def board(query: str) -> dict[str, Any]:
         r = await client.get(f"{TASKS}?{query}", headers=headers)

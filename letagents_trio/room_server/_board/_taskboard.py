@@ -69,6 +69,7 @@ from ._tasks import (
     parse_task_number,
     resolve_assignment,
     task_json,
+    text_edit,
 )
 
 if TYPE_CHECKING:
@@ -265,6 +266,10 @@ class TaskBoard:
             if not decision.allowed:
                 refuse(409, decision.reason or "", code=decision.code)
             take_lease = decision.take_lease
+        text = None if actor.person else text_edit(task, patch, actor, leases)
+        if text is not None and not text.allowed:
+            refuse(409, text.reason or "", code=text.code)
+        take_lease = take_lease or (text is not None and text.take_lease)
         if patch.status is not None and patch.status not in VALID_TRANSITIONS.get(task.status, ()):
             refuse(400, invalid_transition_text(task.status, patch.status))
         return take_lease
