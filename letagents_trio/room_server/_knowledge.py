@@ -54,6 +54,7 @@ __all__ = [
     "MEMORY",
     "MEMORY_CATEGORIES",
     "KnowledgeBoard",
+    "check_source",
     "parse_record",
     "record_json",
     "replay_of",
@@ -367,13 +368,19 @@ class KnowledgeBoard:
         return Reply(status=200, body={"record": record_json(row)})
 
     def _check_source(self, room_id: str, source: str) -> None:
-        if not source:
-            return
-        number = _source_number(source)
-        if number is None:
-            refuse(400, INVALID_SOURCE_TEXT)
-        if self.store.get_message(room_id, number) is None:
-            refuse(400, SOURCE_MESSAGE_TEXT)
+        check_source(self.store, room_id, source)
+
+
+def check_source(store: RoomStore, room_id: str, source: str | None) -> None:
+    """Refuse 400 unless ``source`` (when given) names a message of ``room_id``: a record's
+    or a task's cited message is one of its own room's."""
+    if not source:
+        return
+    number = _source_number(source)
+    if number is None:
+        refuse(400, INVALID_SOURCE_TEXT)
+    if store.get_message(room_id, number) is None:
+        refuse(400, SOURCE_MESSAGE_TEXT)
 
 
 def _source_number(source: str) -> int | None:

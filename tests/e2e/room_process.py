@@ -124,7 +124,9 @@ async def running_room(
     process = await trio.lowlevel.open_process(
         command,
         stderr=subprocess.PIPE,
-        env=dict(os.environ, PYTHONUNBUFFERED="1", LETAGENTS_ROOM_PERSON_TOKENS=f"{PERSON_TOKEN}=owner"),
+        env=dict(
+            os.environ, PYTHONUNBUFFERED="1", LETAGENTS_ROOM_PERSON_TOKENS=f"{PERSON_TOKEN}=owner"
+        ),
         preexec_fn=partial(_limit_room, fd_limit),
     )
     assert process.stderr is not None

@@ -24,7 +24,14 @@ from letagents_trio.testing import ProcessMode
 from letagents_trio.workers import LocalStateStore
 
 from ..mcp_server.helpers import ROOM, call_error, call_ok, register
-from .mcp_loopback import BUDGET, OWNER_TOKEN, PERSON_TOKEN, open_loopback_room, server_env, stdio_params
+from .mcp_loopback import (
+    BUDGET,
+    OWNER_TOKEN,
+    PERSON_TOKEN,
+    open_loopback_room,
+    server_env,
+    stdio_params,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path

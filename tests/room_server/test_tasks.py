@@ -25,6 +25,7 @@ from letagents_trio.room_server._board._tasks import (
     parse_task_number,
     resolve_assignment,
 )
+from letagents_trio.room_server._knowledge import INVALID_SOURCE_TEXT, SOURCE_MESSAGE_TEXT
 from letagents_trio.room_server._storage._rows import LeaseRow, SessionRow, TaskRow
 from letagents_trio.workers import _room_work as room_work
 
@@ -186,6 +187,11 @@ async def test_a_move_outside_the_table_is_400_and_changes_nothing(
         ({"title": 5}, "title must be a nonblank string"),
         ({"title": "t", "description": ["x"]}, "description must be a string"),
         ({"title": "t", "source_message_id": 5}, "source_message_id must be a message id"),
+        ({"title": "a\x00b"}, "title must not contain NUL characters"),
+        ({"title": "t", "description": "x\x00"}, "description must not contain NUL characters"),
+        # No message 99 in the room: as memory refuses it.
+        ({"title": "t", "source_message_id": "99"}, SOURCE_MESSAGE_TEXT),
+        ({"title": "t", "source_message_id": "msg_x"}, INVALID_SOURCE_TEXT),
     ],
 )
 async def test_bad_task_bodies_are_400_and_store_nothing(
@@ -201,12 +207,40 @@ async def test_bad_task_bodies_are_400_and_store_nothing(
     assert room.store.tasks_page(ROOM, after=0, limit=5, statuses=None) == []
 
 
+async def test_a_task_cites_a_message_of_its_own_room_only(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    """A message of another room is refused 400, as memory refuses it; one of its own is kept."""
+    a = await registered(client, registration(name="A"))
+    z = await registered(client, registration(name="Z"), room="room_two")
+    elsewhere = await client.post(
+        "/rooms/room_two/messages", json={"text": "hi"}, headers=session_headers(z)
+    )
+    here = await client.post(
+        f"/rooms/{ROOM}/messages", json={"text": "hi"}, headers=session_headers(a)
+    )
+    assert elsewhere.json()["id"] != here.json()["id"]
+    body = {"title": "t", "source_message_id": elsewhere.json()["id"]}
+    r = await client.post(TASKS, json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()) == (400, {"error": SOURCE_MESSAGE_TEXT})
+    memory = {"client_id": "mem-00001", "category": "goal", "title": "t", "body": "b"}
+    r = await client.post(
+        f"/rooms/{ROOM}/memory", json={**memory, **body}, headers=session_headers(a)
+    )
+    assert (r.status_code, r.json()) == (400, {"error": SOURCE_MESSAGE_TEXT})
+    assert room.store.tasks_page(ROOM, after=0, limit=5, statuses=None) == []
+    body = {"title": "t", "source_message_id": here.json()["id"]}
+    r = await client.post(TASKS, json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()["source_message_id"]) == (201, here.json()["id"])
+
+
 @pytest.mark.parametrize(
     ("body", "text"),
     [
         ({"assignee": 5}, "Task update could not be completed."),
         ({"title": ""}, "title must be a nonblank string"),
         ({"description": 1}, "description must be a string"),
+        ({"title": "\x00"}, "title must not contain NUL characters"),
     ],
 )
 async def test_bad_patches_are_400(

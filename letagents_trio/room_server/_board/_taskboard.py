@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from .._auth._accounts import Actor
+from .._knowledge import check_source
 from .._storage._rows import LeaseRow, TaskRow
 from .._wire import Credentials, Refusal, Reply, refuse
 from ._leases import (
@@ -186,6 +187,7 @@ class TaskBoard:
             self.accounts.require_room(room_id)
             actor = self.accounts.actor(room_id, creds, ADMIN_TEXT)
             new = parse_new_task(body, actor.label)
+            check_source(self.store, room_id, new.source_message_id)
         except Refusal as refusal:
             return refusal.reply
         now = self.clock.now_ms()

@@ -180,6 +180,7 @@ def _title(value: object) -> str:
         refuse(400, "title must be a nonblank string")
     if len(value) > MAX_TITLE_CHARS:
         refuse(400, f"title must be at most {MAX_TITLE_CHARS} characters")
+    _no_nul("title", value)
     return value.strip()
 
 
@@ -188,7 +189,15 @@ def _description(value: object) -> str:
         refuse(400, "description must be a string")
     if len(value) > MAX_DESCRIPTION_CHARS:
         refuse(400, f"description must be at most {MAX_DESCRIPTION_CHARS} characters")
+    _no_nul("description", value)
     return value
+
+
+def _no_nul(name: str, value: str) -> None:
+    """Ours: a NUL is no text (the letagents API's PostgreSQL refuses it in any text
+    column), and cut at it by C readers and terminals, it would hide what follows."""
+    if "\x00" in value:
+        refuse(400, f"{name} must not contain NUL characters")
 
 
 @final
