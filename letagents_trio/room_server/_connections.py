@@ -69,6 +69,8 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
+from .._http._sockio import can_send_now, send_now
+
 if TYPE_CHECKING:
     from hypercorn.config import Config
     from hypercorn.typing import AppWrapper
@@ -299,8 +301,13 @@ class _CountedTCPServer(TCPServer):
         the connection is broken. Thousands of WebSockets saying goodbye at
         once lost exits that way (``docs/performance.md``).
 
-        A client that takes nothing for ``send_timeout`` stopped reading: its
-        connection is cut (see the module docstring).
+        The common case, a kernel that takes the bytes at once with no other
+        sender waiting, is one write and no task switch
+        (:func:`~letagents_trio._http._sockio.send_now`): a goodbye is a
+        thousand answers written at once. Otherwise the rest waits its turn and
+        at most ``send_timeout`` for the client to take it: past that, the
+        client stopped reading and its connection is cut (see the module
+        docstring).
 
         Raises:
             trio.ClosedResourceError: the connection was cut (here, or at the
@@ -311,19 +318,38 @@ class _CountedTCPServer(TCPServer):
             written would break the connection's framing; the send timeout
             and the stop's cut bound it instead.
         """
-        async with self.send_lock:
-            with trio.CancelScope(shield=True) as scope:
-                scope.relative_deadline = self._send_timeout
+        lock = self.send_lock
+        if not lock.locked() and can_send_now(self.stream) and self.stream.socket.fileno() != -1:
+            try:
+                sent = send_now(self.stream, data)
+            except OSError:
+                sent = len(data)  # the peer broke it: left to the reader
+            if sent == len(data):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return
+            if sent:
+                # Part of a frame is out: the rest follows before anyone else's bytes.
+                lock.acquire_nowait()
                 try:
-                    await self.stream.send_all(data)
-                except trio.BrokenResourceError:
-                    return
-            if scope.cancelled_caught:
-                logger.info(
-                    "a client took nothing for %s s: its connection is cut", self._send_timeout
-                )
-                self._connection.cut()
-                raise trio.ClosedResourceError("the client stopped reading")
+                    await self._send_bounded(data[sent:])
+                finally:
+                    lock.release()
+                return
+        async with lock:
+            await self._send_bounded(data)
+
+    async def _send_bounded(self, data: bytes) -> None:
+        """``send_all`` shielded, for at most ``send_timeout``; then cut (holding the lock)."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.relative_deadline = self._send_timeout
+            try:
+                await self.stream.send_all(data)
+            except trio.BrokenResourceError:
+                return
+        if scope.cancelled_caught:
+            logger.info("a client took nothing for %s s: its connection is cut", self._send_timeout)
+            self._connection.cut()
+            raise trio.ClosedResourceError("the client stopped reading")
 
 
 async def serve_hypercorn(
