@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import signal
 import sys
@@ -80,8 +81,7 @@ async def one_run(n: int, client: str, folder: Path) -> dict[str, object]:
                 await child.kill()
             held.unlink(missing_ok=True)
         nursery.cancel_scope.cancel(reason="run over")
-    with open("/proc/loadavg") as load:
-        averages = load.read().split()[:3]
+    averages = os.getloadavg()
     return {
         "sessions": n,
         "client": client,
