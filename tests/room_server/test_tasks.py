@@ -25,7 +25,10 @@ from letagents_trio.room_server._board._tasks import (
     parse_task_number,
     resolve_assignment,
 )
-from letagents_trio.room_server._knowledge import INVALID_SOURCE_TEXT, SOURCE_MESSAGE_TEXT
+from letagents_trio.room_server._messaging._citations import (
+    INVALID_SOURCE_TEXT,
+    SOURCE_MESSAGE_TEXT,
+)
 from letagents_trio.room_server._storage._rows import LeaseRow, SessionRow, TaskRow
 from letagents_trio.workers import _room_work as room_work
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from .._auth._accounts import Actor
-from .._knowledge import check_source
+from .._messaging._citations import check_source
 from .._storage._rows import LeaseRow, TaskRow
 from .._wire import Credentials, Refusal, Reply, refuse
 from ._leases import (
