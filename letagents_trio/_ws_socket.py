@@ -313,7 +313,14 @@ class ProcessSocket:
         """Send the pongs and pings (or the close echo) waiting to go.
 
         Written at once when the socket takes them (:func:`send_now`: a pong
-        is one small write), else in turn with any other sender.
+        is one small write), else in turn with any other sender, waiting at
+        most the pong timeout for the room to take them: a room that stopped
+        reading would otherwise hold the reader until the holder's silence
+        deadline, its own pings unanswered meanwhile.
+
+        Raises:
+            RoomUnreachable: the socket broke, or the room took nothing within
+                the pong timeout (part of a frame may be out: the socket is done).
         """
         data, self._reply = self._reply, b""
         if not data or self.leaving:
@@ -324,10 +331,13 @@ class ProcessSocket:
                 data = data[sent:] if sent is not None else data
                 if not data:
                     return
-            async with self._send_lock:
-                await self._stream.send_all(data)
+            with trio.move_on_after(self._pong_timeout) as waited:
+                async with self._send_lock:
+                    await self._stream.send_all(data)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+        if waited.cancelled_caught:
+            raise RoomUnreachable("process socket: the room took nothing within the pong timeout")
 
     def _exit_bytes(self, connection_id: str | None) -> tuple[bytes, bytes] | None:
         """Mark the socket leaving; the exit frame and a normal close, serialized apart.

@@ -500,6 +500,21 @@ async def test_a_silent_room_is_pinged_then_dropped_saying_why(autojump_clock: M
         assert await room.heard() == [Ping(payload=b"")]
 
 
+async def test_a_room_that_stops_reading_is_dropped_within_the_pong_timeout(
+    autojump_clock: MockClock,
+) -> None:
+    """The client's writes are bounded too: its ping waits for a room that reads nothing."""
+    client, _room_end = trio.testing.lockstep_stream_pair()  # a write waits for the read
+    socket = new_socket(client)
+    with trio.fail_after(60):
+        with pytest.raises(
+            RoomUnreachable,
+            match=r"^process socket: the room took nothing within the pong timeout$",
+        ):
+            await anext(socket)
+    assert trio.current_time() == PING_INTERVAL + PONG_TIMEOUT
+
+
 async def test_a_socket_closed_under_the_reader_says_how_it_broke(
     autojump_clock: MockClock,
 ) -> None:
