@@ -53,6 +53,7 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from ._board._routes import board_routes
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
 from ._sessions._websocket import key_refusal, refuse_upgrade, serve_process_socket
@@ -302,6 +303,8 @@ def _routes(room: Room) -> tuple[_Route, ...]:
             r.params["room"], r.params["task"], r.credentials(body), body
         )
 
+    fixed, with_parameter = board_routes(room)
+
     def knowledge_routes(kind: str) -> dict[str, Handler]:
         def read(r: _Request) -> Reply:
             return work.knowledge.read(r.params["room"], kind, r.credentials())
@@ -331,6 +334,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks", {"GET": list_tasks, "POST": create_task}),
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
+        *(_Route(path, handlers) for path, handlers in fixed),
         # Patterns with a parameter after the room come last (see the module docstring).
         _Route(sessions, {"POST": register}),
         _Route(sessions + "/{session}/process", {"GET": process_stream}),
@@ -338,6 +342,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route(sessions + "/{session}/disconnect", {"POST": disconnect}),
         _Route("/rooms/{room+}/tasks/{task}/lease-action", {"POST": lease_action}),
         _Route("/rooms/{room+}/attention/{record}/respond", {"POST": respond}),
+        *(_Route(path, handlers) for path, handlers in with_parameter),
         _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
     )
 

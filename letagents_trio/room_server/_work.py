@@ -4,7 +4,11 @@
 the room's one store, clock and accounts: :class:`~._messaging._messages.MessageBoard`
 (messages, threads, long polls), :class:`~._guidelines.GuidelinesBoard`,
 :class:`~._board._taskboard.TaskBoard` (tasks and their leases) and
-:class:`~._knowledge.KnowledgeBoard` (memory and requests for people). The
+:class:`~._knowledge.KnowledgeBoard` (memory and requests for people), and
+the board's governance: :class:`~._board._intents.BoardGovernance` (Board
+Manager settings and intents), :class:`~._board._decisions.IntentDecisions`,
+:class:`~._board._reviews.ReviewBoard` (review leases and verdicts) and
+:class:`~._board._record.RecordBoard` (artifacts and events). The
 route table calls them directly; :class:`~._room.Room` builds them, and keeps
 for itself what concerns sessions (registration, process streams, presence,
 liveness).
@@ -17,6 +21,11 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
+from ._board._decisions import IntentDecisions
+from ._board._hooks import BoardHooks
+from ._board._intents import BoardGovernance
+from ._board._record import RecordBoard
+from ._board._reviews import ReviewBoard
 from ._board._taskboard import TaskBoard
 from ._guidelines import GuidelinesBoard
 from ._knowledge import KnowledgeBoard
@@ -40,12 +49,20 @@ class RoomWork:
         guidelines: each room's agent guidelines.
         tasks: the board: tasks and their leases.
         knowledge: room memory and requests for people's input.
+        governance: Board Manager settings, assignments and intents.
+        decisions: approving and denying intents.
+        reviews: review leases and verdicts.
+        record: shared artifacts and the room's events.
     """
 
     messages: MessageBoard
     guidelines: GuidelinesBoard
     tasks: TaskBoard
     knowledge: KnowledgeBoard
+    governance: BoardGovernance
+    decisions: IntentDecisions
+    reviews: ReviewBoard
+    record: RecordBoard
 
     @classmethod
     def build(
@@ -64,9 +81,16 @@ class RoomWork:
             reachable: whether a session can be reached in its room now.
         """
         messages = MessageBoard(store, clock, accounts, poll_max_ms=poll_max_ms)
+        record = RecordBoard(store, clock, accounts)
+        governance = BoardGovernance(store, clock, accounts, messages, record)
+        hooks = BoardHooks(governance, record)
         return cls(
             messages=messages,
             guidelines=GuidelinesBoard(store, clock, accounts, messages),
-            tasks=TaskBoard(store, clock, accounts, reachable),
+            tasks=TaskBoard(store, clock, accounts, reachable, hooks),
             knowledge=KnowledgeBoard(store, clock, accounts, messages),
+            governance=governance,
+            decisions=IntentDecisions(store, clock, accounts, record, governance),
+            reviews=ReviewBoard(store, clock, accounts, record, reachable),
+            record=record,
         )

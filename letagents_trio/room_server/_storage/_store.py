@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterator
-from typing import Protocol, final
+from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
 
+from ._board_store import MemoryBoardRecords
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -43,6 +44,9 @@ from ._rows import (
     SessionRow,
     TaskRow,
 )
+
+if TYPE_CHECKING:
+    from ._board_rows import BoardRecords
 
 # The rows are re-exported: they lived here before ``_rows`` held them.
 __all__ = [
@@ -60,7 +64,14 @@ __all__ = [
 
 
 class RoomStore(Protocol):
-    """What the room needs from storage. Every call is synchronous and short."""
+    """What the room needs from storage. Every call is synchronous and short.
+
+    Attributes:
+        board: the governed board's rows (:mod:`._board_rows`).
+    """
+
+    @property
+    def board(self) -> BoardRecords: ...
 
     def get_account(self, login: str) -> Account | None:
         """Return the account with this login, if any."""
@@ -206,6 +217,7 @@ class MemoryStore:
     _leases: dict[str, LeaseRow] = attrs.field(factory=dict)
     _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
     _knowledge: dict[tuple[str, str], KnowledgeRow] = attrs.field(factory=dict)
+    board: MemoryBoardRecords = attrs.field(factory=MemoryBoardRecords)
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)
