@@ -192,6 +192,19 @@ class RoomWork:
         answer = await self.client.call(method, path, json=body, session=self.credentials(acting))
         return _dict(answer)
 
+    async def call(
+        self,
+        acting: Acting,
+        method: str,
+        route: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: object = None,
+    ) -> dict[str, Any]:
+        """One room route, ``/rooms/{room}/{route}``, as ``acting`` (for the host layer's other
+        route groups, e.g. :class:`~letagents_trio.workers._board_work.BoardWork`)."""
+        return await self._call(acting, method, route, query=query, body=body)
+
     # --- messages ----------------------------------------------------------------------
 
     async def send(
@@ -378,10 +391,13 @@ class RoomWork:
         """``PATCH …/tasks/{t}``: change a task under the room's rules."""
         return await self._call(acting, "PATCH", self._task_route(task_id), body=dict(fields))
 
-    async def claim_task(self, acting: Acting, task_id: str) -> dict[str, Any]:
+    async def claim_task(
+        self, acting: Acting, task_id: str, extra_fields: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Claim a task as the acting worker: read it (``GET``), then ``PATCH`` it to
-        ``assigned`` for this worker, which takes its work lease. A task already
-        assigned to this worker is answered as read.
+        ``assigned`` for this worker, which takes its work lease (``extra_fields``, a
+        governed room's approval, go with it). A task already assigned to this worker is
+        answered as read.
 
         Raises:
             WorkerError: the task is not accepted (:func:`claim_refusal`); nothing was changed.
@@ -395,7 +411,7 @@ class RoomWork:
             raise WorkerError(refusal)
         if task.get("status") == "assigned":
             return task
-        fields: dict[str, Any] = {"status": "assigned"}
+        fields: dict[str, Any] = {"status": "assigned", **(extra_fields or {})}
         if isinstance(label, str) and label:
             fields["assignee"] = label
         if isinstance(key, str) and key:

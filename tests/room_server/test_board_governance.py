@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.testing
 
 from letagents_trio.room_server._board._governance import (
     create_payload,
@@ -18,7 +19,6 @@ from .helpers import ROOM, owner_headers, registered, registration, session_head
 
 if TYPE_CHECKING:
     import httpx2
-    import trio.testing
 
     from letagents_trio.room_server import Room
 
@@ -29,7 +29,9 @@ async def governed(client: httpx2.AsyncClient, mode: str = "intent_required") ->
     """Two workers, A and B, in a room whose admin set ``mode`` and made B its manager."""
     a = await registered(client, registration(name="A"))
     b = await registered(client, registration(name="B"))
-    r = await client.patch(f"{R}/board-settings", json={"manager_mode": mode}, headers=owner_headers())
+    r = await client.patch(
+        f"{R}/board-settings", json={"manager_mode": mode}, headers=owner_headers()
+    )
     assert r.status_code == 200, r.text
     r = await client.post(
         f"{R}/board-managers", json={"agent_session_id": b["session_id"]}, headers=owner_headers()
@@ -39,7 +41,11 @@ async def governed(client: httpx2.AsyncClient, mode: str = "intent_required") ->
 
 
 async def intend(
-    client: httpx2.AsyncClient, who: dict[str, Any], action: str, payload: dict[str, Any], **extra: Any
+    client: httpx2.AsyncClient,
+    who: dict[str, Any],
+    action: str,
+    payload: dict[str, Any],
+    **extra: Any,
 ) -> dict[str, Any]:
     body = {"action_type": action, "payload": payload, **extra}
     r = await client.post(f"{R}/board-intents", json=body, headers=session_headers(who))
@@ -69,14 +75,18 @@ async def test_settings_default_to_manager_optional_and_only_admins_change_them(
     assert body["pending_intent_count"] == 0
     # A worker's call carries its owner's bearer, but the room's admin is the owner
     # account: an agent of another owner is refused.
-    other = await registered(client, registration(name="O", login="other"), owner="other-owner-token")
+    other = await registered(
+        client, registration(name="O", login="other"), owner="other-owner-token"
+    )
     r = await client.patch(
         f"{R}/board-settings",
         json={"manager_mode": "off"},
         headers=session_headers(other, "other-owner-token"),
     )
     assert r.status_code == 403
-    r = await client.patch(f"{R}/board-settings", json={"manager_mode": "x"}, headers=owner_headers())
+    r = await client.patch(
+        f"{R}/board-settings", json={"manager_mode": "x"}, headers=owner_headers()
+    )
     assert (r.status_code, r.json()) == (400, {"error": "manager_mode is invalid"})
     r = await client.patch(
         f"{R}/board-settings",
@@ -220,7 +230,9 @@ async def test_a_claim_intent_approval_assigns_the_task_and_its_work_lease(
     )
     await decide(client, b, release["id"])
     body = {"action": "release", "board_intent_id": release["id"]}  # its own session, no token
-    r = await client.post(f"{R}/tasks/{task_id}/lease-action", json=body, headers=session_headers(a))
+    r = await client.post(
+        f"{R}/tasks/{task_id}/lease-action", json=body, headers=session_headers(a)
+    )
     assert (r.status_code, r.json()["task"]["status"]) == (200, "accepted"), r.text
 
 
