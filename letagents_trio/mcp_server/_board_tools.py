@@ -34,6 +34,7 @@ from pydantic import Field
 
 from ..workers._board_work import BoardWork
 from ._facade import (
+    Deprecated,
     RoomId,
     SessionId,
     ToolContext,
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from ..workers._room_work import Acting
 
 __all__ = [
-    "ConversationId",
     "approve_board_intent",
     "assign_board_manager",
     "board_call",
@@ -62,10 +62,6 @@ __all__ = [
     "set_board_manager_mode",
 ]
 
-ConversationId = Annotated[
-    str | None,
-    Field(description="Deprecated; ignored (the worker's own registered session is used)."),
-]
 IntentId = Annotated[str, Field(description="The board intent's id, e.g. 'bi_…'.")]
 DecisionReason = Annotated[str | None, Field(description="A short reason, for the record.")]
 
@@ -195,7 +191,7 @@ async def approve_board_intent(
     intent_id: IntentId,
     reason: DecisionReason = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -214,7 +210,7 @@ async def deny_board_intent(
     intent_id: IntentId,
     reason: DecisionReason = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:

@@ -35,8 +35,8 @@ from ..workers._board_work import (
     create_intent_payload,
     lease_intent_payload,
 )
-from ._board_tools import ConversationId, board_call
-from ._facade import RoomId, SessionId, ToolContext, Who, WorkerId, expected_errors
+from ._board_tools import board_call
+from ._facade import Deprecated, RoomId, SessionId, ToolContext, Who, WorkerId, expected_errors
 
 if TYPE_CHECKING:
     from ..workers._board_work import BoardWork
@@ -98,7 +98,7 @@ async def register_board_intent(
     ],
     task_id: Annotated[str | None, Field(description="The task, for a task's intent.")] = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -117,7 +117,7 @@ async def register_task_create_intent(
         str | None, Field(description="The message where the work was agreed.")
     ] = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -133,7 +133,7 @@ async def register_task_claim_intent(
     ctx: ToolContext,
     task_id: TaskId,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -167,7 +167,7 @@ async def register_task_close_intent(
         str | None, Field(description="The PR link update_task will send with it, if any.")
     ] = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -194,7 +194,7 @@ async def register_task_lease_action_intent(
         str | None, Field(description="Its session, as handoff_task_lease will send it.")
     ] = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:

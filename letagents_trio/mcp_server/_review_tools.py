@@ -28,8 +28,9 @@ from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
 from ..workers._board_work import BoardWork
-from ._board_tools import ConversationId, board_call
+from ._board_tools import board_call
 from ._facade import (
+    Deprecated,
     RoomId,
     SessionId,
     ToolContext,
@@ -69,7 +70,7 @@ async def claim_task_review(
     task_id: TaskId,
     reason: Reason = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -94,7 +95,7 @@ async def release_task_review(
     ] = None,
     reason: Reason = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -137,7 +138,7 @@ async def submit_review_verdict(
         str | None, Field(max_length=65_536, description="The review's explanation.")
     ] = None,
     room_id: RoomId = None,
-    conversation_id: ConversationId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:

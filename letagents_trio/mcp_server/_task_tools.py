@@ -31,6 +31,7 @@ from pydantic import Field
 
 from ..workers._room_work import TaskStatus  # noqa: TC001 - read by the SDK at run time
 from ._facade import (
+    Deprecated,
     RoomId,
     SessionId,
     ToolContext,
@@ -79,7 +80,6 @@ BoardApprovalToken = Annotated[
     str | None,
     Field(description="Its approval token; not needed when this worker registered the intent."),
 ]
-Deprecated = Annotated[str | None, Field(description="Deprecated; ignored.")]
 
 
 def _approval(intent_id: str | None, token: str | None) -> dict[str, Any]:

@@ -239,7 +239,7 @@ async def test_a_claim_intent_approval_assigns_the_task_and_its_work_lease(
 async def test_manager_optional_governs_only_while_a_manager_is_assigned(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
-    a, b = await governed(client, "manager_optional")
+    a, _ = await governed(client, "manager_optional")
     r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=session_headers(a))
     assert r.status_code == 409
     r = await client.request(
