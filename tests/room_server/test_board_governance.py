@@ -283,3 +283,41 @@ async def test_intents_expire_pending_after_a_day_and_approved_after_half_an_hou
     assert (await decide(client, b, pending["id"])).status_code == 404
     settings = (await client.get(f"{R}/board-settings", headers=owner_headers())).json()
     assert settings["pending_intent_count"] == 0
+
+
+async def test_a_change_to_the_task_supersedes_the_intents_it_made_moot(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a, b = await governed(client)
+    c = await registered(client, registration(name="C"))
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=owner_headers())
+    task_id = r.json()["id"]
+    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=owner_headers())
+    close = await intend(
+        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
+    )
+    token = (await decide(client, b, close["id"])).json()["approval_token"]
+    claims = [
+        await intend(
+            client,
+            who,
+            "task_claim",
+            mutation_payload(
+                task_id,
+                status="assigned",
+                assignee=who["actor_label"],
+                assignee_agent_key=who["agent_key"],
+            ),
+            task_id=task_id,
+        )
+        for who in (a, c)
+    ]
+    assert (await decide(client, b, claims[0]["id"])).json()["result"]["kind"] == "task_claimed"
+    listed = (await client.get(f"{R}/board-intents", headers=owner_headers())).json()["intents"]
+    status = {i["id"]: (i["status"], i["decision_reason"]) for i in listed}
+    assert status[claims[0]["id"]][0] == "used"
+    assert status[claims[1]["id"]] == ("superseded", f"Superseded: {task_id} moved to assigned.")
+    assert status[close["id"]][0] == "superseded"  # approved for the task as it stood
+    patch = {"status": "cancelled", "board_intent_id": close["id"], "board_approval_token": token}
+    r = await client.patch(f"{R}/tasks/{task_id}", json=patch, headers=session_headers(a))
+    assert r.json()["error"] == f"Board intent {close['id']} is superseded, not approved."

@@ -269,10 +269,12 @@ class IntentDecisions:
         used = attrs.evolve(intent, status="used", task_id=task.task_id)
         with self.store.atomic():  # the task, its lease, the used intent and events, or nothing
             self.store.put_task(claimed)
+            lease = held or new_work_lease(claimed, proposer, now=now, pr_url=task.pr_url)
             if held is None:
-                self.store.put_lease(new_work_lease(claimed, proposer, now=now, pr_url=task.pr_url))
+                self.store.put_lease(lease)
             self.store.board.put_row(used)
             self._note_decision(used)
+            self.governance.supersede(claimed, task_changed=True, work_lease_id=lease.lease_id)
             self.record.note(
                 intent.room_id,
                 "task",

@@ -72,6 +72,7 @@ __all__ = [
     "mutation_payload",
     "payload_hash",
     "settings_json",
+    "supersede_reason",
 ]
 
 MODES: Final = ("off", "manager_optional", "intent_required")
@@ -289,6 +290,68 @@ def _check_bearer(
             error="Board intent was not registered by an authenticated worker session.",
         )
     return None
+
+
+# How far along a task is, for a pending move's "already passed" check.
+_PROGRESS: Final = {
+    "proposed": 0,
+    "accepted": 1,
+    "assigned": 2,
+    "in_progress": 3,
+    "blocked": 3,
+    "in_review": 4,
+    "merged": 5,
+}
+# From a closed status a task takes only these steps; anything else needs a reopen.
+_CLOSED_NEXT: Final = {
+    "merged": ("done", "accepted"),
+    "done": ("accepted",),
+    "cancelled": ("accepted",),
+}
+
+
+def supersede_reason(
+    intent: BoardIntentRow,
+    *,
+    task_id: str,
+    status: str,
+    assignee_agent_key: str | None,
+    work_lease_id: str | None,
+    task_changed: bool,
+) -> str | None:
+    """Why an open intent no longer applies to its task after a change, or ``None``.
+
+    The letagents API's rules: an approval granted for the task as it stood is
+    moot once its status or assignee changed; a lease action is bound to the
+    lease it names; a pending move is moot once the task reached, passed, or
+    (for a claim) left the status it asks for.
+    """
+    if intent.action_type == "task_create":
+        return None
+    if intent.status == "approved" and task_changed:
+        by = intent.decision_by or "the manager"
+        return f"Superseded: {task_id} moved to {status} after {by} approved it."
+    payload = intent.payload
+    if isinstance(payload.get("action"), str):
+        lease_id = payload.get("lease_id")
+        if isinstance(lease_id, str) and lease_id != work_lease_id:
+            return f"Superseded: the work lease it names is no longer active on {task_id}."
+        return None
+    target = payload.get("status")
+    if not isinstance(target, str) or intent.status == "approved":
+        return None
+    moved = f"Superseded: {task_id} moved to {status}."
+    if intent.action_type == "task_claim":
+        own = status == "assigned" and assignee_agent_key == intent.proposer_actor_key
+        return None if status == "accepted" or own else moved
+    if target == "accepted":
+        return moved if status == "accepted" else None
+    if status == target:
+        return moved
+    if status in _CLOSED_NEXT:
+        return None if target in _CLOSED_NEXT[status] else moved
+    passed = _PROGRESS.get(status, -1) > _PROGRESS.get(target, len(_PROGRESS))
+    return moved if passed else None
 
 
 # --- answers -------------------------------------------------------------------------

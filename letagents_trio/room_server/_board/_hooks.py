@@ -9,8 +9,10 @@ each write (creating a task, moving one, a work-lease action):
    ``workflow_artifacts``, :mod:`._record`) and refuse, or answer a
    :class:`Prepared`;
 2. inside the write's atomic block, :meth:`BoardHooks.written` marks the
-   intent used, stores the task's artifacts (with its PR link as a pull
-   request artifact) linked to it, and adds the change to the room's record.
+   intent used, marks ``superseded`` the open intents the change made moot
+   (:func:`~._governance.supersede_reason`), stores the task's artifacts
+   (with its PR link as a pull request artifact) linked to it, and adds the
+   change to the room's record.
 
 So an action refused by the gate writes nothing, and one that is written
 uses its approval, links its artifacts and records itself, or none of those.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from ._governance import action_for_status, create_payload, lease_payload, mutation_payload
+from ._leases import work_lease
 from ._record import parse_artifacts, pr_artifact
 
 if TYPE_CHECKING:
@@ -118,6 +121,7 @@ class BoardHooks:
         """Inside the write's atomic block: use the intent, link artifacts, record the change."""
         self.governance.consume(prepared.intent, after.task_id)
         room_id, task_id = after.room_id, after.task_id
+        now = self.governance.clock.now_ms()
         for artifact in prepared.artifacts:
             if any(artifact.get(k) is not None for k in ("url", "id", "number", "ref")):
                 self.record.upsert(room_id, artifact, [task_id], by=actor.label, source="task")
@@ -134,6 +138,15 @@ class BoardHooks:
                 object_url=after.pr_url,
                 title=after.title,
                 task_id=task_id,
+            )
+        if before is not None:
+            changed = (before.status, before.assignee_agent_key) != (
+                after.status,
+                after.assignee_agent_key,
+            )
+            lease = work_lease(self.governance.store.active_leases(room_id), task_id, now)
+            self.governance.supersede(
+                after, task_changed=changed, work_lease_id=None if lease is None else lease.lease_id
             )
         if before is None or before.status != after.status:
             self.record.note(

@@ -52,6 +52,7 @@ from ._governance import (
     manager_json,
     payload_hash,
     settings_json,
+    supersede_reason,
 )
 
 if TYPE_CHECKING:
@@ -440,6 +441,47 @@ class BoardGovernance:
         if denial is not None:
             refuse(409, denial.error, code=denial.code)
         return intent
+
+    def supersede(self, task: TaskRow, *, task_changed: bool, work_lease_id: str | None) -> None:
+        """Mark ``superseded`` the open intents a change of ``task`` made moot (inside the
+        change's atomic write)."""
+        now = self.clock.now_ms()
+        for row in self.store.board.room_rows(BoardIntentRow, task.room_id):
+            if (
+                row.status not in ("pending", "approved")
+                or row.payload.get("task_id") != task.task_id
+            ):
+                continue
+            reason = supersede_reason(
+                row,
+                task_id=task.task_id,
+                status=task.status,
+                assignee_agent_key=task.assignee_agent_key,
+                work_lease_id=work_lease_id,
+                task_changed=task_changed,
+            )
+            if reason is None:
+                continue
+            self.store.board.put_row(
+                attrs.evolve(
+                    row,
+                    status="superseded",
+                    decision_by="LetAgents",
+                    decision_reason=reason,
+                    decided_at=now,
+                    updated_at=now,
+                )
+            )
+            self.record.note(
+                task.room_id,
+                "board_intent",
+                "superseded",
+                actor="LetAgents",
+                object_id=row.intent_id,
+                state="superseded",
+                task_id=task.task_id,
+                metadata={"reason": reason},
+            )
 
     def consume(self, intent: BoardIntentRow | None, task_id: str | None) -> None:
         """Mark the approved intent an action used (inside the action's atomic write)."""
