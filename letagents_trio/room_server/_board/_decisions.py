@@ -1,6 +1,9 @@
-"""Deciding board intents: approval (and what it carries out) and denial.
+"""Registering and deciding board intents: approval (and what it carries out) and denial.
 
-``POST R/board-intents/{id}/approve`` and ``…/deny`` (the letagents API's
+``POST R/board-intents`` registers one (201; the same proposer registering
+the same pending payload again gets the same intent; the room is told in a
+notice naming the active manager, once per intent), ``POST
+R/board-intents/{id}/approve`` and ``…/deny`` decide it (the letagents API's
 ``board.ts``). Who may decide (:meth:`IntentDecisions.decider`): with worker
 credentials, only the active Board Manager's own session
 (:data:`~._governance.MANAGER_ONLY_TEXT`); otherwise a room admin as a person.
@@ -28,29 +31,33 @@ intent and outcome) and added to the room's record.
 from __future__ import annotations
 
 import secrets
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
 from .._auth._accounts import Actor
+from .._storage._board_rows import BoardIntentRow
 from .._storage._rows import TaskRow
 from .._wire import Credentials, Refusal, Reply, hash_token, refuse
 from ._governance import (
+    ACTION_TYPES,
     APPROVAL_TTL_MS,
     MANAGER_ONLY_TEXT,
+    PENDING_TTL_MS,
     intent_json,
     mutation_payload,
     payload_hash,
 )
-from ._intents import PENDING_NOT_FOUND_TEXT, SETTINGS_ADMIN_TEXT, text_field
+from ._intents import ID_CHARS, PENDING_NOT_FOUND_TEXT, SETTINGS_ADMIN_TEXT, text_field
 from ._leases import lease_json, new_work_lease, work_lease
 from ._tasks import parse_task_number, task_json
 
 if TYPE_CHECKING:
     from .._auth._accounts import Accounts
     from .._clock import RoomClock
-    from .._storage._board_rows import BoardIntentRow, BoardManagerRow
+    from .._storage._board_rows import BoardManagerRow
     from .._storage._store import RoomStore
     from ._intents import BoardGovernance
     from ._record import RecordBoard
@@ -64,7 +71,7 @@ CLAIM_CONFLICT_CODE: Final = "board_intent_claim_conflict"
 @final
 @attrs.define(eq=False)
 class IntentDecisions:
-    """Approve and deny board intents.
+    """Register, approve and deny board intents.
 
     Args:
         store: the room's rows.
@@ -79,6 +86,88 @@ class IntentDecisions:
     accounts: Accounts
     record: RecordBoard
     governance: BoardGovernance
+
+    def register(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
+        """``POST R/board-intents``: register an intent (201 ``{room_id, intent,
+        manager_notification}``)."""
+        try:
+            actor = self.governance.participant(room_id, creds, reading=False)
+            action_type = body.get("action_type")
+            if action_type not in ACTION_TYPES:
+                refuse(400, "action_type is invalid")
+            payload = body.get("payload")
+            if not isinstance(payload, Mapping):
+                refuse(400, "payload must be an object")
+            title = payload.get("title")
+            if action_type == "task_create" and (not isinstance(title, str) or not title.strip()):
+                refuse(400, "task_create payload must include a title")
+        except Refusal as refusal:
+            return refusal.reply
+        task_id = text_field(body, "task_id")
+        digest = payload_hash(payload)
+        now = self.clock.now_ms()
+        for row in self.governance.intents_of(room_id):
+            if (row.status, row.action_type, row.payload_hash) == (
+                "pending",
+                action_type,
+                digest,
+            ) and (
+                row.proposer_agent_session_id,
+                row.proposer_actor_key,
+            ) == (actor.session_id, actor.agent_key):
+                intent = row
+                break
+        else:
+            intent = BoardIntentRow(
+                intent_id="bi_" + uuid.uuid4().hex,
+                room_id=room_id,
+                task_id=None if task_id is None else task_id[:ID_CHARS],
+                action_type=action_type,
+                payload=dict(payload),
+                payload_hash=digest,
+                proposer_actor_label=actor.label,
+                proposer_actor_key=actor.agent_key,
+                proposer_actor_instance_id=actor.instance_id,
+                proposer_agent_session_id=actor.session_id,
+                proposer_worker=not actor.person,
+                expires_at=now + PENDING_TTL_MS,
+                created_at=now,
+                updated_at=now,
+            )
+            with self.store.atomic():  # the intent and its event, or nothing
+                self.store.board.put_row(intent)
+                self.record.note(
+                    room_id,
+                    "board_intent",
+                    "registered",
+                    actor=actor.label,
+                    object_id=intent.intent_id,
+                    state="pending",
+                    task_id=intent.task_id,
+                    metadata={"action_type": action_type},
+                )
+        manager = self.governance.active_manager(room_id)
+        what = "Create task" if action_type == "task_create" else action_type.replace("_", " ")
+        who = manager.actor_label if manager is not None else None
+        text = (
+            f"{who}: new board intent {intent.intent_id} from {actor.label}: {what}."
+            " Decide it with approve_board_intent or deny_board_intent."
+            if who
+            else f"New board intent {intent.intent_id} from {actor.label}: {what}."
+            " It is pending, but no Board Manager is assigned."
+        )
+        notice = self.governance.notify(
+            room_id, text, f"board_intent:{intent.intent_id}:manager_notify"
+        )
+        notice["target_manager_agent_session_id"] = (
+            None if manager is None else manager.agent_session_id
+        )
+        body_out = {
+            "room_id": room_id,
+            "intent": intent_json(intent),
+            "manager_notification": notice,
+        }
+        return Reply(status=201, body=body_out)
 
     def decider(self, room_id: str, creds: Credentials) -> tuple[str, BoardManagerRow | None]:
         """Who decides: the active manager by its worker session, or an admin as a person."""

@@ -9,11 +9,10 @@ The routes (the letagents API's ``board.ts``; ``R`` is ``/rooms/{room}``):
   release it (``manager`` null when there was none);
 * ``GET R/board-intents``: the room's intents (at most :data:`MAX_LISTED`,
   oldest first, optionally of one status);
-* ``POST R/board-intents``: register one (201; the same proposer registering
-  the same pending payload again gets the same intent); the room is told in a
-  notice naming the active manager, once per intent.
+* ``POST R/board-intents``, ``…/approve``, ``…/deny``: registering and
+  deciding intents, :mod:`._decisions`'.
 
-Deciding intents is :mod:`._decisions`'. An active manager is an active
+ An active manager is an active
 assignment whose session is still a live worker session: a manager whose
 session ended stops counting (and a ``manager_optional`` room stops being
 governed) without anyone releasing it.
@@ -39,12 +38,10 @@ from .._storage._board_rows import BoardIntentRow, BoardManagerRow, BoardSetting
 from .._storage._store_errors import StoreWriteError
 from .._wire import Credentials, Refusal, Reply, hash_token, refuse
 from ._governance import (
-    ACTION_TYPES,
     DEFAULT_FAILOVER,
     DEFAULT_MODE,
     FAILOVERS,
     MODES,
-    PENDING_TTL_MS,
     RUNTIME_SOURCES,
     check_approval,
     expire,
@@ -73,7 +70,7 @@ PARTICIPANT_TEXT: Final = "Only the room's agents and admins can use its board i
 # The letagents API's texts.
 PENDING_NOT_FOUND_TEXT: Final = "Pending board intent not found"
 SESSION_NOT_FOUND_TEXT: Final = "Active agent session not found"
-_ID_CHARS: Final = 128
+ID_CHARS: Final = 128
 
 
 def text_field(body: Mapping[str, Any], key: str) -> str | None:
@@ -129,7 +126,7 @@ class BoardGovernance:
             mode == "manager_optional" and self.active_manager(room_id) is not None
         )
 
-    def _intents(self, room_id: str) -> list[BoardIntentRow]:
+    def intents_of(self, room_id: str) -> list[BoardIntentRow]:
         """The room's intents, expired ones marked so (best effort: a read never fails on it)."""
         now = self.clock.now_ms()
         rows = []
@@ -143,13 +140,13 @@ class BoardGovernance:
         return rows
 
     def intent(self, room_id: str, intent_id: str) -> BoardIntentRow | None:
-        if len(intent_id) > _ID_CHARS:
+        if len(intent_id) > ID_CHARS:
             return None
         row = self.store.board.get_row(BoardIntentRow, room_id, intent_id)
         lapsed = None if row is None else expire(row, self.clock.now_ms())
         return row if lapsed is None else lapsed
 
-    def _participant(self, room_id: str, creds: Credentials, *, reading: bool) -> Actor:
+    def participant(self, room_id: str, creds: Credentials, *, reading: bool) -> Actor:
         self.accounts.require_room(room_id)
         return self.accounts.actor(room_id, creds, PARTICIPANT_TEXT, reading=reading)
 
@@ -170,11 +167,11 @@ class BoardGovernance:
     def settings(self, room_id: str, creds: Credentials) -> Reply:
         """``GET R/board-settings``."""
         try:
-            self._participant(room_id, creds, reading=True)
+            self.participant(room_id, creds, reading=True)
         except Refusal as refusal:
             return refusal.reply
         manager = self.active_manager(room_id)
-        pending = sum(1 for row in self._intents(room_id) if row.status == "pending")
+        pending = sum(1 for row in self.intents_of(room_id) if row.status == "pending")
         body = {
             "room_id": room_id,
             "settings": settings_json(room_id, self.settings_row(room_id), self.clock.now_ms()),
@@ -219,7 +216,7 @@ class BoardGovernance:
             session_id = text_field(body, "agent_session_id")
             if not session_id:
                 refuse(400, "agent_session_id is required")
-            session = self.store.get_session(session_id[:_ID_CHARS])
+            session = self.store.get_session(session_id[:ID_CHARS])
             if (
                 session is None
                 or session.room_id != room_id
@@ -300,92 +297,12 @@ class BoardGovernance:
     def intents(self, room_id: str, creds: Credentials, status: str | None) -> Reply:
         """``GET R/board-intents``: the room's intents, oldest first (of ``status``, if given)."""
         try:
-            self._participant(room_id, creds, reading=True)
+            self.participant(room_id, creds, reading=True)
         except Refusal as refusal:
             return refusal.reply
-        rows = [r for r in self._intents(room_id) if not status or r.status == status]
+        rows = [r for r in self.intents_of(room_id) if not status or r.status == status]
         body = {"room_id": room_id, "intents": [intent_json(r) for r in rows[:MAX_LISTED]]}
         return Reply(status=200, body=body)
-
-    def register(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
-        """``POST R/board-intents``: register an intent (201 ``{room_id, intent,
-        manager_notification}``)."""
-        try:
-            actor = self._participant(room_id, creds, reading=False)
-            action_type = body.get("action_type")
-            if action_type not in ACTION_TYPES:
-                refuse(400, "action_type is invalid")
-            payload = body.get("payload")
-            if not isinstance(payload, Mapping):
-                refuse(400, "payload must be an object")
-            title = payload.get("title")
-            if action_type == "task_create" and (not isinstance(title, str) or not title.strip()):
-                refuse(400, "task_create payload must include a title")
-        except Refusal as refusal:
-            return refusal.reply
-        task_id = text_field(body, "task_id")
-        digest = payload_hash(payload)
-        now = self.clock.now_ms()
-        for row in self._intents(room_id):
-            if (row.status, row.action_type, row.payload_hash) == (
-                "pending",
-                action_type,
-                digest,
-            ) and (
-                row.proposer_agent_session_id,
-                row.proposer_actor_key,
-            ) == (actor.session_id, actor.agent_key):
-                intent = row
-                break
-        else:
-            intent = BoardIntentRow(
-                intent_id="bi_" + uuid.uuid4().hex,
-                room_id=room_id,
-                task_id=None if task_id is None else task_id[:_ID_CHARS],
-                action_type=action_type,
-                payload=dict(payload),
-                payload_hash=digest,
-                proposer_actor_label=actor.label,
-                proposer_actor_key=actor.agent_key,
-                proposer_actor_instance_id=actor.instance_id,
-                proposer_agent_session_id=actor.session_id,
-                proposer_worker=not actor.person,
-                expires_at=now + PENDING_TTL_MS,
-                created_at=now,
-                updated_at=now,
-            )
-            with self.store.atomic():  # the intent and its event, or nothing
-                self.store.board.put_row(intent)
-                self.record.note(
-                    room_id,
-                    "board_intent",
-                    "registered",
-                    actor=actor.label,
-                    object_id=intent.intent_id,
-                    state="pending",
-                    task_id=intent.task_id,
-                    metadata={"action_type": action_type},
-                )
-        manager = self.active_manager(room_id)
-        what = "Create task" if action_type == "task_create" else action_type.replace("_", " ")
-        who = manager.actor_label if manager is not None else None
-        text = (
-            f"{who}: new board intent {intent.intent_id} from {actor.label}: {what}."
-            " Decide it with approve_board_intent or deny_board_intent."
-            if who
-            else f"New board intent {intent.intent_id} from {actor.label}: {what}."
-            " It is pending, but no Board Manager is assigned."
-        )
-        notice = self.notify(room_id, text, f"board_intent:{intent.intent_id}:manager_notify")
-        notice["target_manager_agent_session_id"] = (
-            None if manager is None else manager.agent_session_id
-        )
-        body_out = {
-            "room_id": room_id,
-            "intent": intent_json(intent),
-            "manager_notification": notice,
-        }
-        return Reply(status=201, body=body_out)
 
     # --- the gate ------------------------------------------------------------------------
 

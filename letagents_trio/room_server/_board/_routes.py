@@ -69,7 +69,7 @@ def board_routes(room: Room) -> tuple[Routes, Routes]:
 
     async def register(r: BoardRequest) -> Reply:
         body = await r.body()
-        return governance.register(r.params["room"], r.credentials(body), body)
+        return decisions.register(r.params["room"], r.credentials(body), body)
 
     async def approve(r: BoardRequest) -> Reply:
         body = await r.body()
