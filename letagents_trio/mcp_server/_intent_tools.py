@@ -15,7 +15,7 @@ it, and the approval is carried out:
 * ``register_board_intent``: any action type with a payload given as is.
 
 The typed tools build the payload the room later rebuilds from the action
-(:mod:`letagents_trio.workers._board_work`), so the two hash alike: pass the
+(:mod:`letagents_trio._intent_payloads`), so the two hash alike: pass the
 same values to the follow-up. Every registration needs a worker session.
 """
 
@@ -28,13 +28,12 @@ from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
 from .._errors import WorkerError
-from ..workers._board_work import (
-    active_work_lease_id,
-    claim_intent_payload,
-    close_intent_payload,
+from .._intent_payloads import (
     create_intent_payload,
     lease_intent_payload,
+    mutation_intent_payload,
 )
+from ..workers._board_work import active_work_lease_id
 from ._board_tools import board_call
 from ._facade import Deprecated, RoomId, SessionId, ToolContext, Who, WorkerId, expected_errors
 
@@ -144,10 +143,11 @@ async def register_task_claim_intent(
     async def remote(board: BoardWork, acting: Acting) -> dict[str, Any]:
         extra = {} if acting.session is None else acting.session.extra
         label, key = extra.get("actor_label"), extra.get("agent_key")
-        payload = claim_intent_payload(
+        payload = mutation_intent_payload(
             task_id,
-            label if isinstance(label, str) and label else None,
-            key if isinstance(key, str) and key else None,
+            status="assigned",
+            assignee=label if isinstance(label, str) and label else None,
+            assignee_agent_key=key if isinstance(key, str) and key else None,
         )
         fields = {"action_type": "task_claim", "payload": payload, "task_id": task_id}
         return await board.register(acting, fields)
@@ -174,7 +174,7 @@ async def register_task_close_intent(
     """Ask approval to close a task (merged, done or cancelled). Once approved, call
     update_task with the same status and pr_url and board_intent_id."""
     who = _who(room_id, agent_session_id, worker_id)
-    payload = close_intent_payload(task_id, status, pr_url)
+    payload = mutation_intent_payload(task_id, status=status, pr_url=pr_url)
     return await _register(ctx, who, "task_close", payload, task_id)
 
 

@@ -14,17 +14,14 @@ translation, and the one choice of a call's credentials) each method takes.
 * review work: ``POST R/tasks/{t}/review-lease-action`` and ``…/review-verdict``;
 * the record: ``GET``/``POST R/artifacts``, ``GET R/events``.
 
-The payload builders (:func:`create_intent_payload`, :func:`claim_intent_payload`,
-:func:`close_intent_payload`, :func:`lease_intent_payload`) build an intent's
-payload exactly as the board later rebuilds it from the action (the
-letagents API's ``board-intent-payloads``), so a typed intent's hash matches
-the follow-up action's.
+An intent's payload is built as the board later rebuilds it from the action
+(:mod:`letagents_trio._intent_payloads`, shared with the reference room).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, final
 from urllib.parse import quote
 
 import attrs
@@ -32,72 +29,7 @@ import attrs
 if TYPE_CHECKING:
     from ._room_work import Acting, RoomWork
 
-__all__ = [
-    "BoardWork",
-    "claim_intent_payload",
-    "close_intent_payload",
-    "create_intent_payload",
-    "lease_intent_payload",
-]
-
-# Every intent status, the letagents API's.
-INTENT_STATUSES: Final = ("pending", "approved", "denied", "expired", "used", "superseded")
-
-
-def _trimmed(value: str | None) -> str | None:
-    return None if value is None else value.strip() or None
-
-
-def create_intent_payload(
-    title: str, description: str | None, source_message_id: str | None
-) -> dict[str, Any]:
-    """A task creation's payload: the fields ``add_task`` sends, trimmed (blank: null)."""
-    return {
-        "title": title.strip(),
-        "description": _trimmed(description),
-        "source_message_id": _trimmed(source_message_id),
-    }
-
-
-def claim_intent_payload(
-    task_id: str, actor_label: str | None, agent_key: str | None
-) -> dict[str, Any]:
-    """A claim's payload: the task assigned to this worker (its label and agent key)."""
-    return {
-        "task_id": task_id,
-        "status": "assigned",
-        "assignee": actor_label,
-        "assignee_agent_key": agent_key,
-        "pr_url": None,
-    }
-
-
-def close_intent_payload(task_id: str, status: str, pr_url: str | None) -> dict[str, Any]:
-    """A close's payload: the task moved to ``merged``, ``done`` or ``cancelled``."""
-    return {
-        "task_id": task_id,
-        "status": status,
-        "assignee": None,
-        "assignee_agent_key": None,
-        "pr_url": pr_url,
-    }
-
-
-def lease_intent_payload(
-    task_id: str,
-    action: str,
-    lease_id: str,
-    target_agent_key: str | None,
-    target_agent_session_id: str | None,
-) -> dict[str, Any]:
-    """A work-lease release's or handoff's payload, naming the lease it acts on."""
-    return {
-        "task_id": task_id,
-        "action": action,
-        "lease_id": lease_id,
-        "target_actor_key": target_agent_key,
-        "target_agent_session_id": target_agent_session_id,
-    }
+__all__ = ["BoardWork", "active_work_lease_id"]
 
 
 def active_work_lease_id(task: Mapping[str, Any]) -> str | None:

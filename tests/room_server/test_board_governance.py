@@ -8,12 +8,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio.testing
 
-from letagents_trio.room_server._board._governance import (
-    create_payload,
-    lease_payload,
-    mutation_payload,
-    payload_hash,
-)
+from letagents_trio._intent_payloads import create_intent_payload as create_payload
+from letagents_trio._intent_payloads import lease_intent_payload as lease_payload
+from letagents_trio._intent_payloads import mutation_intent_payload as mutation_payload
+from letagents_trio.room_server._board._governance import payload_hash
 
 from .helpers import ROOM, owner_headers, registered, registration, session_headers
 

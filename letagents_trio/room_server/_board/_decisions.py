@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
+from ..._intent_payloads import mutation_intent_payload
 from .._auth._accounts import Actor
 from .._storage._board_rows import BoardIntentRow
 from .._storage._rows import TaskRow
@@ -47,7 +48,6 @@ from ._governance import (
     MANAGER_ONLY_TEXT,
     PENDING_TTL_MS,
     intent_json,
-    mutation_payload,
     payload_hash,
 )
 from ._intents import ID_CHARS, PENDING_NOT_FOUND_TEXT, SETTINGS_ADMIN_TEXT, text_field
@@ -311,7 +311,7 @@ class IntentDecisions:
             if intent.proposer_agent_session_id is None
             else self.store.get_session(intent.proposer_agent_session_id)
         )
-        expected = mutation_payload(
+        expected = mutation_intent_payload(
             str(task_id),
             status="assigned",
             assignee=intent.proposer_actor_label,

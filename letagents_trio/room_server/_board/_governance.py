@@ -15,8 +15,9 @@ The high-impact actions and the intent action type each needs
 ``accepted``), and releasing or handing off a work lease (``task_override``).
 People (the room's admins) act without intents.
 
-An intent carries the exact payload of the later action (:func:`create_payload`,
-:func:`mutation_payload`, :func:`lease_payload`, the letagents API's shapes);
+An intent carries the exact payload of the later action (the letagents API's
+shapes, built by :mod:`letagents_trio._intent_payloads`, which the MCP
+tools register with and the board rebuilds an action's payload with);
 the room keeps its SHA-256 over a canonical JSON form (:func:`payload_hash`:
 keys sorted, no spaces), so the action must send the same fields with the same
 values. Statuses (:data:`INTENT_STATUSES`): an intent is ``pending`` for
@@ -64,12 +65,9 @@ __all__ = [
     "Denial",
     "action_for_status",
     "check_approval",
-    "create_payload",
     "expire",
     "intent_json",
-    "lease_payload",
     "manager_json",
-    "mutation_payload",
     "payload_hash",
     "settings_json",
     "supersede_reason",
@@ -92,56 +90,6 @@ APPROVAL_TTL_MS: Final = 30 * 60 * 1000
 MANAGER_ONLY_TEXT: Final = (
     "Only the active Board Manager can decide board intents with worker credentials."
 )
-
-
-def _trimmed(value: object) -> str | None:
-    return value.strip() or None if isinstance(value, str) else None
-
-
-def create_payload(
-    title: str, description: str | None, source_message_id: str | None
-) -> dict[str, Any]:
-    """The payload of a task creation (trimmed; blanks are ``None``)."""
-    return {
-        "title": title.strip(),
-        "description": _trimmed(description),
-        "source_message_id": _trimmed(source_message_id),
-    }
-
-
-def mutation_payload(
-    task_id: str,
-    *,
-    status: str | None = None,
-    assignee: str | None = None,
-    assignee_agent_key: str | None = None,
-    pr_url: str | None = None,
-) -> dict[str, Any]:
-    """The payload of a task move (a claim, a close, a reopen)."""
-    return {
-        "task_id": task_id,
-        "status": status,
-        "assignee": assignee,
-        "assignee_agent_key": assignee_agent_key,
-        "pr_url": pr_url,
-    }
-
-
-def lease_payload(
-    task_id: str,
-    action: str,
-    lease_id: str | None,
-    target_actor_key: str | None = None,
-    target_agent_session_id: str | None = None,
-) -> dict[str, Any]:
-    """The payload of a work-lease release or handoff."""
-    return {
-        "task_id": task_id,
-        "action": action,
-        "lease_id": lease_id,
-        "target_actor_key": target_actor_key,
-        "target_agent_session_id": target_agent_session_id,
-    }
 
 
 def payload_hash(payload: Mapping[str, Any]) -> str:

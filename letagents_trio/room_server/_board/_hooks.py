@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ._governance import action_for_status, create_payload, lease_payload, mutation_payload
+from ..._intent_payloads import (
+    create_intent_payload,
+    lease_intent_payload,
+    mutation_intent_payload,
+)
+from ._governance import action_for_status
 from ._leases import work_lease
 from ._record import parse_artifacts, pr_artifact
 
@@ -72,7 +77,7 @@ class BoardHooks:
 
     def create(self, room_id: str, actor: Actor, body: Mapping[str, Any], new: NewTask) -> Prepared:
         """Check a task creation (``task_create``), or refuse."""
-        payload = create_payload(new.title, new.description, new.source_message_id)
+        payload = create_intent_payload(new.title, new.description, new.source_message_id)
         return Prepared(intent=self.governance.gate(room_id, actor, body, "task_create", payload))
 
     def patch(
@@ -84,7 +89,7 @@ class BoardHooks:
         action = action_for_status(patch.status)
         if action is None:
             return Prepared(artifacts=artifacts)
-        payload = mutation_payload(
+        payload = mutation_intent_payload(
             task.task_id,
             status=patch.status,
             assignee=patch.assignee_or_none() if patch.names_assignee else None,
@@ -104,7 +109,7 @@ class BoardHooks:
         body: Mapping[str, Any],
     ) -> Prepared:
         """Check a work-lease release or handoff (``task_override``), or refuse."""
-        payload = lease_payload(
+        payload = lease_intent_payload(
             task.task_id,
             action.action,
             lease.lease_id,
