@@ -123,6 +123,9 @@ async def test_a_create_intent_approved_by_the_manager_creates_the_task(
     intent = await intend(client, a, "task_create", payload)
     assert (intent["status"], intent["proposer_actor_label"]) == ("pending", a["actor_label"])
     assert intent["payload_hash"] == payload_hash(payload)
+    too_long = {"action_type": "task_create", "payload": create_payload("x" * 513, None, None)}
+    r = await client.post(f"{R}/board-intents", json=too_long, headers=session_headers(a))
+    assert (r.status_code, r.json()) == (400, {"error": "title must be at most 512 characters"})
     # The same proposer registering the same payload again gets the same intent.
     assert (await intend(client, a, "task_create", payload))["id"] == intent["id"]
     # A worker that is not the manager may not decide; the manager may.

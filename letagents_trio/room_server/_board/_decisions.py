@@ -52,7 +52,7 @@ from ._governance import (
 )
 from ._intents import ID_CHARS, PENDING_NOT_FOUND_TEXT, SETTINGS_ADMIN_TEXT, text_field
 from ._leases import lease_json, new_work_lease, work_lease
-from ._tasks import parse_task_number, task_json
+from ._tasks import parse_new_task, parse_task_number, task_json
 
 if TYPE_CHECKING:
     from .._auth._accounts import Accounts
@@ -99,8 +99,12 @@ class IntentDecisions:
             if not isinstance(payload, Mapping):
                 refuse(400, "payload must be an object")
             title = payload.get("title")
-            if action_type == "task_create" and (not isinstance(title, str) or not title.strip()):
-                refuse(400, "task_create payload must include a title")
+            if action_type == "task_create":
+                if not isinstance(title, str) or not title.strip():
+                    refuse(400, "task_create payload must include a title")
+                # The task it creates must fit the board's bounds (ours: refused now, not
+                # cut at approval).
+                parse_new_task(payload, actor.label)
         except Refusal as refusal:
             return refusal.reply
         task_id = text_field(body, "task_id")
@@ -277,7 +281,7 @@ class IntentDecisions:
             task = self.store.add_task(
                 TaskRow(
                     room_id=intent.room_id,
-                    title=title.strip()[:512],
+                    title=title.strip(),
                     description=description if isinstance(description, str) else None,
                     status="accepted",
                     created_by=intent.proposer_actor_label or intent.decision_by,

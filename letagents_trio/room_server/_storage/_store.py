@@ -3,9 +3,11 @@
 The room keeps the rows of :mod:`._rows`: accounts, rooms, agent sessions (with
 every evidence column of PROTOCOL.md §7.1), messages (and, per thread, which
 messages answer its root), tasks, leases, each room's guidelines, and its
-memory and requests for people (knowledge records). Rows are frozen attrs
-values; the room changes a row by building a new one (``attrs.evolve``) and
-putting it back.
+memory and requests for people (knowledge records); a governed board's rows
+(:mod:`._board_rows`: settings, managers, intents, artifacts, review
+effects, events) live behind each store's ``board`` part
+(:mod:`._board_store`). Rows are frozen attrs values; the room changes a row
+by building a new one (``attrs.evolve``) and putting it back.
 
 Every store call is synchronous and short. The room runs on one trio thread and
 never awaits between reading rows and writing them back, so each such
