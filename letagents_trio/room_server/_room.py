@@ -57,8 +57,8 @@ from .._protocol import (
 from ._auth._accounts import Accounts
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
+from ._liveness import LivenessSweep
 from ._sessions import _registration
-from ._sessions._liveness import LivenessSweep
 from ._sessions._presence import SessionEvidence, evidence_of, exited
 from ._sessions._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
 from ._storage._rows import (
