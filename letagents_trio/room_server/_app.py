@@ -53,7 +53,7 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
-from ._board._routes import board_routes
+from ._board_routes import board_routes
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
 from ._storage._store_errors import StoreWriteError

@@ -1,7 +1,7 @@
-"""The governed board's HTTP routes, for the room's route table (``_app.py``).
+"""The governed board's HTTP routes, beside the room's route table (``_app.py``).
 
 Each handler parses the query, the credentials and the JSON body of one
-request and calls one method of the room's work parts (:class:`~.._work.RoomWork`):
+request and calls one method of the room's work parts (:class:`~._work.RoomWork`):
 Board Manager settings and assignments, intents and their decisions, review
 leases and verdicts, artifacts and events. :func:`board_routes` answers them
 as two groups of ``(pattern, {method: handler})``: patterns whose tail is all
@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .._room import Room
-    from .._wire import Credentials, Reply
+    from ._room import Room
+    from ._wire import Credentials, Reply
 
 __all__ = ["BoardRequest", "board_routes"]
 
