@@ -53,6 +53,7 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from ._agent_routes import agent_routes
 from ._board_routes import board_routes
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
@@ -322,6 +323,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         )
 
     sessions = "/rooms/{room+}/agent-sessions"
+    agents_fixed, agents_parametric = agent_routes(work)
     return (
         _Route("/agents/me", {"GET": me}),
         _Route("/agents", {"POST": register_identity}),
@@ -335,6 +337,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
         *(_Route(path, handlers) for path, handlers in fixed),
+        *(_Route(path, handlers) for path, handlers in agents_fixed),
         # Patterns with a parameter after the room come last (see the module docstring).
         _Route(sessions, {"POST": register}),
         _Route(sessions + "/{session}/process", {"GET": process_stream}),
@@ -344,6 +347,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/attention/{record}/respond", {"POST": respond}),
         *(_Route(path, handlers) for path, handlers in with_parameter),
         _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
+        *(_Route(path, handlers) for path, handlers in agents_parametric),
     )
 
 

@@ -201,8 +201,9 @@ class RoomWork:
         query: Mapping[str, str | int] | None = None,
         body: object = None,
     ) -> dict[str, Any]:
-        """One room route, ``/rooms/{room}/{route}``, as ``acting`` (for the host layer's other
-        route groups, e.g. :class:`~letagents_trio.workers._board_work.BoardWork`)."""
+        """One call of the room route ``…/rooms/<room>/<route>`` for ``acting``: a route
+        the other host-layer modules name (wake rules, reasoning, workspace captures, a
+        governed board's routes)."""
         return await self._call(acting, method, route, query=query, body=body)
 
     # --- messages ----------------------------------------------------------------------

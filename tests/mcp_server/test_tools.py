@@ -43,7 +43,13 @@ ROOM_TOOLS = (
     "remember_room_fact",
     "request_human_input",
     "get_human_requests",
+    "add_wake_rule",
+    "list_wake_rules",
+    "cancel_wake_rule",
     "post_status",
+    "post_reasoning",
+    "begin_workspace_capture",
+    "publish_workspace_capture",
     "add_task",
     "get_board",
     "get_board_settings",
@@ -95,6 +101,11 @@ WRITE_TOOLS = (
     "claim_task_review",
     "release_task_review",
     "submit_review_verdict",
+    "add_wake_rule",
+    "cancel_wake_rule",
+    "post_reasoning",
+    "begin_workspace_capture",
+    "publish_workspace_capture",
 )
 # Tools of the facade that take no agent_session_id of their own (Node's fields), and
 # assign_board_manager, whose agent_session_id names the session it promotes.
@@ -113,6 +124,15 @@ NO_SESSION_ARGUMENT = frozenset(
 SHA: Final = "0123456789abcdef0123456789abcdef01234567"
 # What each tool needs besides whom it acts as.
 REQUIRED: dict[str, dict[str, object]] = {
+    "add_wake_rule": {"event": "timer"},
+    "cancel_wake_rule": {"rule_id": "wake_1"},
+    "post_reasoning": {"summary": "s"},
+    "begin_workspace_capture": {"room_id": ROOM},
+    "publish_workspace_capture": {
+        "room_id": ROOM,
+        "capture_id": "0b0b0b0b-0b0b-4b0b-8b0b-0b0b0b0b0b0b",
+        "summary": "s",
+    },
     "send_message": {"text": "x"},
     "send_thread_message": {"text": "x", "thread_parent_id": "1"},
     "post_status": {"status": "s"},

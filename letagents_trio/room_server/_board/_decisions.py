@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -86,6 +86,8 @@ class IntentDecisions:
     accounts: Accounts
     record: RecordBoard
     governance: BoardGovernance
+    # Told of each task whose status an approval changed (a claim), after it is written.
+    status_changed: list[Callable[[TaskRow], None]] = attrs.field(factory=list)
 
     def register(self, room_id: str, creds: Credentials, body: Mapping[str, Any]) -> Reply:
         """``POST R/board-intents``: register an intent (201 ``{room_id, intent,
@@ -378,6 +380,8 @@ class IntentDecisions:
                 state="assigned",
                 task_id=task.task_id,
             )
+        for listener in self.status_changed:
+            listener(claimed)
         leases = [
             lease
             for lease in self.store.active_leases(intent.room_id)

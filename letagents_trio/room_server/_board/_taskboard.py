@@ -118,6 +118,8 @@ class TaskBoard:
     accounts: Accounts
     reachable: Callable[[str], bool]
     hooks: BoardHooks | None = None
+    # Told of each task whose status the board changed, right after it is written.
+    status_changed: list[Callable[[TaskRow], None]] = attrs.field(init=False, factory=list)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -260,7 +262,13 @@ class TaskBoard:
                             attrs.evolve(lease, pr_url=patch.pr_url, updated_at=now)
                         )
             self._written(prepared, task, updated, actor)
+        self._moved(task, updated)
         return Reply(status=200, body=self._json(updated, self._leases_of(room_id, now)))
+
+    def _moved(self, before: TaskRow, after: TaskRow) -> None:
+        if after.status != before.status:
+            for listener in self.status_changed:
+                listener(after)
 
     def _check_patch(
         self,
@@ -331,6 +339,7 @@ class TaskBoard:
             if new_lease is not None:
                 self.store.put_lease(new_lease)
             self._written(prepared, task, updated, actor)
+        self._moved(task, updated)
         body_out = {
             "room_id": room_id,
             "action": action.action,

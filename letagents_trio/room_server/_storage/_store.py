@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
 
+from ._agent_tables import AgentTables, MemoryAgentTables
 from ._board_store import MemoryBoardRecords
 from ._rows import (
     LEASE_ACTIVE,
@@ -70,10 +71,14 @@ class RoomStore(Protocol):
 
     Attributes:
         board: the governed board's rows (:mod:`._board_rows`).
+        agents: what agents keep beyond chat (wake rules, reasoning, work captures).
     """
 
     @property
     def board(self) -> BoardRecords: ...
+
+    @property
+    def agents(self) -> AgentTables: ...
 
     def get_account(self, login: str) -> Account | None:
         """Return the account with this login, if any."""
@@ -220,6 +225,7 @@ class MemoryStore:
     _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
     _knowledge: dict[tuple[str, str], KnowledgeRow] = attrs.field(factory=dict)
     board: MemoryBoardRecords = attrs.field(factory=MemoryBoardRecords)
+    agents: MemoryAgentTables = attrs.field(factory=MemoryAgentTables)
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)
