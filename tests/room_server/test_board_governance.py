@@ -322,3 +322,24 @@ async def test_a_change_to_the_task_supersedes_the_intents_it_made_moot(
     patch = {"status": "cancelled", "board_intent_id": close["id"], "board_approval_token": token}
     r = await client.patch(f"{R}/tasks/{task_id}", json=patch, headers=session_headers(a))
     assert r.json()["error"] == f"Board intent {close['id']} is superseded, not approved."
+
+
+async def test_an_approved_claim_fires_the_tasks_wake_rules_as_a_claim_does(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a, b = await governed(client)
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=owner_headers())
+    task_id = r.json()["id"]
+    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=owner_headers())
+    rule = {"event": "task.status_changed", "arguments": {"task_id": task_id}}
+    r = await client.post(f"{R}/wake-rules", json={"rule": rule}, headers=session_headers(b))
+    assert r.status_code == 201, r.text
+    payload = mutation_payload(
+        task_id, status="assigned", assignee=a["actor_label"], assignee_agent_key=a["agent_key"]
+    )
+    intent = await intend(client, a, "task_claim", payload, task_id=task_id)
+    assert (await decide(client, b, intent["id"])).status_code == 200
+    page = await client.get(f"{R}/messages", headers=session_headers(b))
+    woke = [m["text"] for m in page.json()["messages"] if m["source"] == "wake_rule"]
+    assert len(woke) == 1
+    assert f"{task_id} moved to assigned" in woke[0]
