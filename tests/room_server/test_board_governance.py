@@ -197,7 +197,9 @@ async def test_a_claim_intent_approval_assigns_the_task_and_its_work_lease(
     a, b = await governed(client)
     r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
-    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers())
+    await client.patch(
+        f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers()
+    )
     claim = {"status": "assigned", "assignee": a["actor_label"]}
     r = await client.patch(f"{R}/tasks/{task_id}", json=claim, headers=session_headers(a))
     assert r.json()["code"] == "board_intent_required"
@@ -276,7 +278,9 @@ async def test_intents_expire_pending_after_a_day_and_approved_after_half_an_hou
             "code": "board_intent_expired",
         },
     )
-    listed = (await client.get(f"{R}/board-intents?status=pending", headers=person_headers())).json()
+    listed = (
+        await client.get(f"{R}/board-intents?status=pending", headers=person_headers())
+    ).json()
     assert [i["id"] for i in listed["intents"]] == [pending["id"]]
     await trio.sleep(24 * 60 * 60)
     listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()["intents"]
@@ -293,7 +297,9 @@ async def test_a_change_to_the_task_supersedes_the_intents_it_made_moot(
     c = await registered(client, registration(name="C"))
     r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
-    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers())
+    await client.patch(
+        f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers()
+    )
     close = await intend(
         client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
     )
@@ -330,7 +336,9 @@ async def test_an_approved_claim_fires_the_tasks_wake_rules_as_a_claim_does(
     a, b = await governed(client)
     r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
-    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers())
+    await client.patch(
+        f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers()
+    )
     rule = {"event": "task.status_changed", "arguments": {"task_id": task_id}}
     r = await client.post(f"{R}/wake-rules", json={"rule": rule}, headers=session_headers(b))
     assert r.status_code == 201, r.text
