@@ -25,7 +25,9 @@ INSTRUCTIONS: Final = (
     " get_room_memory, check get_board (claim only accepted tasks), and loop on"
     " wait_for_messages with the last message you processed as after_message_id. Answer a"
     " thread reply with send_thread_message on its thread_parent_id; say what you are doing"
-    " with post_status; ask people with request_human_input."
+    " with post_status; ask people with request_human_input. Where the board needs approval"
+    " (get_board_settings), register intents (register_task_create_intent,"
+    " register_task_claim_intent) instead of add_task and claim_task."
 )
 # The same loop where a supervisor holds this worker's session.
 _SUPERVISED_LOOP: Final = (

@@ -51,6 +51,7 @@ from ..workers._local_chat import MAX_MESSAGE_PAGE
 from ..workers._presence import Presence, agent_identity, classify_status
 from ..workers._room_work import DEFAULT_READ, MAX_READ, Acting
 from ._facade import (
+    Deprecated,
     RoomId,
     SessionId,
     ToolContext,
@@ -250,6 +251,8 @@ async def send_message(
         str | None,
         Field(description="Post into this thread (any of its message ids; the root is found)."),
     ] = None,
+    sender: Deprecated = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -265,6 +268,7 @@ async def send_thread_message(
     text: Text,
     thread_parent_id: ThreadParent,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -307,6 +311,8 @@ async def post_status(
         str, Field(description="What this worker is doing now, e.g. 'reviewing PR #2'.")
     ],
     room_id: RoomId = None,
+    sender: Deprecated = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:

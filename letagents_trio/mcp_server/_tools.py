@@ -1,12 +1,13 @@
 """Which tools a profile serves, and the one registration path.
 
 The tools live by area: the session tools (``_session_tools``), messages
-(``_message_tools``, ``_wait_tool``), the board (``_task_tools``), memory and
-requests for people (``_knowledge_tools``), wake rules (``_wake_tools``), the
-visible reasoning (``_reasoning_tool``), workspace captures
-(``_workspace_tools``), and the supervised room turn's (``_turn_tools``);
-the ``worker_id`` facade, the arguments and the results they share in
-``_facade``.
+(``_message_tools``, ``_wait_tool``), the board (``_task_tools``), its
+governance (``_board_tools``, ``_intent_tools``), review work and the record
+(``_review_tools``), memory and requests for people (``_knowledge_tools``),
+wake rules (``_wake_tools``), the visible reasoning (``_reasoning_tool``),
+workspace captures (``_workspace_tools``), and the supervised room turn's
+(``_turn_tools``); the ``worker_id`` facade, the arguments and the results
+they share in ``_facade``.
 
 :func:`profile_tools` is the one answer to which tools a profile serves, in
 registration order (upstream's ``register-tools.ts``: agent-session tools,
@@ -37,6 +38,22 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, final
 # Tool signatures are evaluated at run time (the SDK and _without_parameter read them).
 from mcp_types import CallToolResult, ToolAnnotations
 
+from ._board_tools import (
+    approve_board_intent,
+    assign_board_manager,
+    deny_board_intent,
+    get_board_settings,
+    list_board_intents,
+    release_board_manager,
+    set_board_manager_mode,
+)
+from ._intent_tools import (
+    register_board_intent,
+    register_task_claim_intent,
+    register_task_close_intent,
+    register_task_create_intent,
+    register_task_lease_action_intent,
+)
 from ._knowledge_tools import (
     get_human_requests,
     get_room_memory,
@@ -52,6 +69,14 @@ from ._message_tools import (
 )
 from ._profiles import CURSOR_PROVIDER, FACADE_PROFILES, tool_surface
 from ._reasoning_tool import post_reasoning
+from ._review_tools import (
+    claim_task_review,
+    get_room_artifacts,
+    get_room_events,
+    publish_room_artifact,
+    release_task_review,
+    submit_review_verdict,
+)
 from ._session_tools import disconnect_agent_session, register_agent_session
 from ._task_tools import (
     add_task,
@@ -82,7 +107,6 @@ __all__ = [
     "profile_tools",
     "register_tools",
     "registered_tool_names",
-    "unrecognized_arguments",
 ]
 
 # Every tool, by name, in registration order.
@@ -103,11 +127,29 @@ TOOLS: Final[Mapping[str, ToolFn]] = {
     "publish_workspace_capture": publish_workspace_capture,
     "add_task": add_task,
     "get_board": get_board,
+    "get_board_settings": get_board_settings,
+    "set_board_manager_mode": set_board_manager_mode,
+    "assign_board_manager": assign_board_manager,
+    "release_board_manager": release_board_manager,
+    "register_board_intent": register_board_intent,
+    "register_task_create_intent": register_task_create_intent,
+    "register_task_claim_intent": register_task_claim_intent,
+    "register_task_close_intent": register_task_close_intent,
+    "register_task_lease_action_intent": register_task_lease_action_intent,
+    "list_board_intents": list_board_intents,
+    "approve_board_intent": approve_board_intent,
+    "deny_board_intent": deny_board_intent,
+    "get_room_events": get_room_events,
+    "get_room_artifacts": get_room_artifacts,
+    "publish_room_artifact": publish_room_artifact,
     "claim_task": claim_task,
     "update_task": update_task,
     "complete_task": complete_task,
+    "claim_task_review": claim_task_review,
+    "release_task_review": release_task_review,
     "release_task_lease": release_task_lease,
     "handoff_task_lease": handoff_task_lease,
+    "submit_review_verdict": submit_review_verdict,
     "send_message": send_message,
     "send_thread_message": send_thread_message,
     "read_messages": read_messages,
@@ -115,9 +157,9 @@ TOOLS: Final[Mapping[str, ToolFn]] = {
     "set_reply_thread": set_reply_thread,
     "complete_room_turn": complete_room_turn,
 }
-# Tools that take exactly the arguments of their schema, as Node's strict
-# (``z.object({}).strict()``) set_reply_thread: any other is refused as unrecognized
-# and the schema says ``additionalProperties: false``.
+# Tools whose schema says ``additionalProperties: false``, as Node's strict
+# (``z.object({}).strict()``) set_reply_thread (an argument no field takes is
+# refused for every tool, before it runs).
 STRICT_TOOLS: Final = frozenset({"set_reply_thread"})
 # The annotations a tool is registered with (Node's: set_reply_thread is no read).
 TOOL_ANNOTATIONS: Final[Mapping[str, ToolAnnotations]] = {
@@ -208,14 +250,6 @@ class _Recorder:
         annotations: ToolAnnotations | None = None,
     ) -> None:
         self.names.append(name or fn.__name__)
-
-
-def unrecognized_arguments(name: str, arguments: Mapping[str, Any]) -> list[str]:
-    """The arguments a :data:`STRICT_TOOLS` tool does not take (none for any other tool)."""
-    if name not in STRICT_TOOLS:
-        return []
-    taken = inspect.signature(TOOLS[name]).parameters
-    return sorted(key for key in arguments if key not in taken or key == "ctx")
 
 
 def registered_tool_names(profile: str, provider: str | None = None) -> list[str]:

@@ -267,7 +267,7 @@ async def test_set_reply_thread_is_strict_as_nodes(fake_room: FakeRoom, tmp_path
     assert tool.annotations.read_only_hint is False
     assert extra.is_error
     assert text_of(extra) == (
-        "set_reply_thread: room_id: Unrecognized key."
+        "set_reply_thread: unknown argument 'room_id': set_reply_thread takes no such field."
         " Correct the arguments and call set_reply_thread again."
     )
     assert (plain.is_error, text_of(plain)) == (True, REPLY_THREAD_TEXT)

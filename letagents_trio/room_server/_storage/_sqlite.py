@@ -32,6 +32,7 @@ import attrs
 
 from ._agent_tables import AGENT_SCHEMA, SQLiteAgentTables
 from ._presence_rows import PRESENCE_SCHEMA, PresenceRow, SQLitePresence
+from ._board_store import BOARD_SCHEMA, SQLiteBoardRecords
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -137,6 +138,7 @@ class SQLiteStore:
     _db: sqlite3.Connection = attrs.field(init=False, repr=False)
     _transactions: int = attrs.field(default=0, init=False, repr=False)
     _refusals: WriteRefusals = attrs.field(factory=WriteRefusals, init=False, repr=False)
+    board: SQLiteBoardRecords = attrs.field(init=False, repr=False)
     agents: SQLiteAgentTables = attrs.field(init=False, repr=False)
     _presence: SQLitePresence = attrs.field(init=False, repr=False)
 
@@ -152,6 +154,8 @@ class SQLiteStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA + PRESENCE_SCHEMA)
+        self._db.executescript(BOARD_SCHEMA)
+        self.board = SQLiteBoardRecords(self._db, self._write, self.atomic)
         self._db.executescript(AGENT_SCHEMA)
         self.agents = SQLiteAgentTables(self._db, self._write)
         self._presence = SQLitePresence(self._db, self._write)
