@@ -101,8 +101,16 @@ async def test_deprecated_fields_are_accepted_and_ignored(
             await call_ok(client, "send_message", said)
     (create,) = fake_room.requests_to("POST", f"/rooms/{ROOM}/tasks")
     (send,) = fake_room.requests_to("POST", f"/rooms/{ROOM}/messages")
-    assert create.body == {"title": "t"}
-    assert send.body == {"text": "hi"}
+    # As Node's (issue 44): the creator and sender are the worker's own actor label.
+    label = task["agent_identity"]["actor_label"]
+    assert create.body == {
+        "title": "t",
+        "created_by": label,
+        "actor_label": label,
+        "actor_key": task["agent_identity"]["canonical_key"],
+        "actor_instance_id": worker,
+    }
+    assert send.body == {"sender": label, "text": "hi"}
 
 
 async def test_the_room_messages_resource_pages_the_whole_history(

@@ -31,8 +31,8 @@ from typing import Any, Final, TypeVar, final
 import attrs
 
 from ._agent_tables import AGENT_SCHEMA, SQLiteAgentTables
-from ._presence_rows import PRESENCE_SCHEMA, PresenceRow, SQLitePresence
 from ._board_store import BOARD_SCHEMA, SQLiteBoardRecords
+from ._presence_rows import PRESENCE_SCHEMA, PresenceRow, SQLitePresence
 from ._rows import (
     LEASE_ACTIVE,
     Account,
