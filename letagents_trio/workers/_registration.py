@@ -22,11 +22,22 @@ held connections). A :class:`Registrar` does the registration itself:
    the room's current one, and ``pending`` removed. A definite refusal (4xx)
    removes the pending operation (the room stored nothing); a lost answer, a
    5xx or a cancellation keeps it, to be finished later with the same token.
+   A room that no longer knows the predecessor (it forgot its sessions: a
+   room restarted without its store) refuses the proof with 409
+   ``agent_instance_already_active`` naming no live session; the worker is
+   then registered once more without a proof, and the room makes it a new
+   session, which replaces the forgotten one in the state file.
 4. *Finish (local room)*: no HTTP. The session is made in the state file
    (:func:`~._records.store_local_session`): its id is
    ``local_`` + ``sha256_hex(worker_id + "\\n" + room)``, and a first
    registration de-duplicates its name against the room's other sessions
    with codenames (never numbered suffixes).
+
+*Confirm* (:meth:`Registrar.confirm`): a session this process pinned is
+asked for again in the lost-response form (its own token as the
+``connection_token``, itself as the proof). A room that still has it answers
+it unchanged (no new token, the held stream untouched); one that forgot it
+refuses the proof, and the worker registers again as above.
 
 Who registers is an :class:`Owner`: the account login of the state file's
 sign-in (``auth.account.login``) when the client's token is that sign-in's,
@@ -37,10 +48,11 @@ without an owner token (:class:`AccountCache`).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Literal, final
 from urllib.parse import urlsplit
 
 import attrs
@@ -48,6 +60,7 @@ import trio
 
 from .._client import encode_room_path
 from .._errors import ApiError, LetAgentsError, RoomUnreachable, StateError, WorkerError
+from .._protocol import ALREADY_ACTIVE_CODE
 from .._session import AgentSession
 from ._git import git_branch
 from ._identity import local_host_id, process_host_id, registration_liveness
@@ -71,6 +84,7 @@ from ._wire import (
     NO_ACCOUNT_ADVICE,
     NO_CANONICAL_IDENTITY_TEXT,
     NOT_A_ROOM_ADVICE,
+    NOT_CONFIRMED_TEXT,
     RESTART_ADVICE,
     ROOM_FAILING_ADVICE,
     SIGN_IN_AGAIN_ADVICE,
@@ -87,7 +101,10 @@ if TYPE_CHECKING:
     from .._client import RoomClient
     from ._state import LocalStateStore
 
-__all__ = ["Owner", "Registrar", "account_login"]
+__all__ = ["Confirmation", "Owner", "Registrar", "account_login"]
+
+Confirmation = Literal["live", "forgotten", "refused"]
+"""What the room said of a pinned session (:meth:`Registrar.confirm`)."""
 
 # R1: the owner's account.
 ACCOUNT_PATH = "/agents/me"
@@ -225,8 +242,12 @@ class Registrar:
         local: bool,
         runtime: str | None,
         cwd: str | None,
+        prove: bool = True,
     ) -> tuple[AgentSession, tuple[dict[str, str], ...]]:
         """Register ``worker`` in ``room_id`` (its stored room record is ``room``).
+
+        ``prove=False`` sends no proof of the current session: the room said it
+        forgot it (:meth:`confirm`).
 
         Returns:
             The stored session and the leases the room moved to it (hosted only).
@@ -255,14 +276,119 @@ class Registrar:
                 operation.operation_id,
             )
         else:
-            operation = await self._prepare(worker_id, room_id)
+            operation = await self._prepare(worker_id, room_id, prove=prove or local)
         if local:
             session = await self._finish_local(
                 owner, worker, room_id, operation, canonical_key, runtime=runtime, cwd=cwd
             )
             return session, ()
+        try:
+            return await self._finish_hosted(
+                worker, room_id, operation, canonical_key, runtime=runtime, cwd=cwd
+            )
+        except ApiError as exc:
+            if operation.predecessor is None or not forgotten_by_room(exc):
+                raise
+        logger.info(
+            "worker %s in %s: the room no longer knows session %s; registering a new one",
+            worker_id,
+            room_id,
+            operation.predecessor_id,
+        )
+        operation = await self._prepare(worker_id, room_id, prove=False)
         return await self._finish_hosted(
             worker, room_id, operation, canonical_key, runtime=runtime, cwd=cwd
+        )
+
+    async def confirm(
+        self,
+        worker: Mapping[str, Any],
+        room_id: str,
+        pin: AgentSession,
+        *,
+        runtime: str | None,
+        cwd: str | None,
+    ) -> Confirmation:
+        """Whether the room still has ``pin``, this process's session of ``worker``, live.
+
+        Asked as a lost response is finished: ``pin``'s own token as the
+        ``connection_token`` and ``pin`` as the proof, so a room that has the
+        session answers it unchanged and nothing is written anywhere.
+
+        Returns:
+            ``"live"`` when the room answered ``pin`` (or could not be reached:
+            the held stream goes on trying); ``"forgotten"`` when the room
+            knows no session of the worker (register without a proof);
+            ``"refused"`` when it refused ``pin`` otherwise (it ended the
+            session, or another process registered the worker): register again.
+
+        Raises:
+            WorkerError: the room answered another session (§5.2.10's text).
+            ApiError: the room refused otherwise than with 409.
+
+        Cancellation:
+            A checkpoint; nothing is written, before or after.
+        """
+        worker_id = str(worker["worker_id"])
+        actor_key = pin.extra.get("agent_key")
+        if not isinstance(actor_key, str) or not actor_key:
+            await trio.lowlevel.checkpoint()
+            return "refused"
+        own = Operation(
+            operation_id="confirm",
+            connection_token=pin.session_token,
+            predecessor_id=pin.session_id,
+            predecessor_token=pin.session_token,
+        )
+        body = await self._body(worker, own, actor_key, runtime=runtime, cwd=cwd)
+        try:
+            answer = await self.client.call_when_free(
+                "POST", f"/rooms/{encode_room_path(room_id)}/agent-sessions", json=body
+            )
+        except RoomUnreachable as exc:
+            logger.info("could not confirm session %s with the room: %s", pin.session_id, exc)
+            return "live"
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            logger.debug("the room refused session %s: %s", pin.session_id, exc.body)
+            return "forgotten" if forgotten_by_room(exc) else "refused"
+        record, _ = confirmed_record(
+            answer,
+            operation=own,
+            worker_id=worker_id,
+            canonical_key=actor_key,
+            room_id=room_id,
+            display_name=pin.display_name,
+        )
+        if record["session_id"] != pin.session_id:
+            raise WorkerError(NOT_CONFIRMED_TEXT)
+        return "live"
+
+    async def _body(
+        self,
+        worker: Mapping[str, Any],
+        operation: Operation,
+        canonical_key: str,
+        *,
+        runtime: str | None,
+        cwd: str | None,
+    ) -> dict[str, Any]:
+        """The registration body of ``operation`` for ``worker``."""
+        worker_id = str(worker["worker_id"])
+        runtime_label = runtime or self.runtime_label
+        host_id = await local_host_id(self.state)
+        return durable_registration_body(
+            actor_key=canonical_key,
+            worker_id=worker_id,
+            display_name=str(worker.get("display_name") or codename(worker_id).display_name),
+            connection_token=operation.connection_token,
+            process_host_id=process_host_id(host_id),
+            registration_liveness=registration_liveness(host_id, runtime_label),
+            runtime=runtime_label,
+            ide_label=self.ide_label,
+            repo_branch=git_branch(cwd),
+            predecessor=operation.predecessor,
         )
 
     async def _canonical_key(self, owner: Owner, worker: Mapping[str, Any], *, local: bool) -> str:
@@ -284,13 +410,18 @@ class Registrar:
             raise WorkerError(NO_CANONICAL_IDENTITY_TEXT)
         return key
 
-    async def _prepare(self, worker_id: str, room_id: str) -> Operation:
+    async def _prepare(self, worker_id: str, room_id: str, *, prove: bool = True) -> Operation:
         """Store a new pending operation (with the predecessor proof) before sending it."""
         token = new_connection_token()
         operation_id = str(uuid.uuid4())
         return await self.state.update(
             lambda state: prepare_operation(
-                state, worker_id, room_id, operation_id=operation_id, connection_token=token
+                state,
+                worker_id,
+                room_id,
+                operation_id=operation_id,
+                connection_token=token,
+                prove=prove,
             )
         )
 
@@ -317,20 +448,7 @@ class Registrar:
     ) -> tuple[AgentSession, tuple[dict[str, str], ...]]:
         worker_id = str(worker["worker_id"])
         display_name = str(worker.get("display_name") or codename(worker_id).display_name)
-        runtime_label = runtime or self.runtime_label
-        host_id = await local_host_id(self.state)
-        body = durable_registration_body(
-            actor_key=canonical_key,
-            worker_id=worker_id,
-            display_name=display_name,
-            connection_token=operation.connection_token,
-            process_host_id=process_host_id(host_id),
-            registration_liveness=registration_liveness(host_id, runtime_label),
-            runtime=runtime_label,
-            ide_label=self.ide_label,
-            repo_branch=git_branch(cwd),
-            predecessor=operation.predecessor,
-        )
+        body = await self._body(worker, operation, canonical_key, runtime=runtime, cwd=cwd)
         refusal: ApiError | None = None
         try:
             created = await self.client.call_when_free(
@@ -351,8 +469,11 @@ class Registrar:
             room_id=room_id,
             display_name=display_name,
         )
+        now = iso_now(self.state.wall_clock)
         await self.state.update(
-            lambda state: store_hosted_session(state, worker_id, room_id, operation, record)
+            lambda state: store_hosted_session(
+                state, worker_id, room_id, operation, record, now=now
+            )
         )
         logger.info(
             "worker %s registered in %s as session %s (%r)",
@@ -461,6 +582,26 @@ class AccountCache:
             return None
         login = auth.account.get("login") if auth.account is not None else None
         return login.strip() if isinstance(login, str) and login.strip() else None
+
+
+def forgotten_by_room(refusal: ApiError) -> bool:
+    """Whether a registration's refusal says the room knows no live session of the worker.
+
+    The room refuses a replacement proof it cannot check with 409
+    ``agent_instance_already_active``; naming no ``active_session_id``, it
+    holds no session of this worker at all (PROTOCOL §7.3).
+    """
+    if refusal.status != 409:
+        return False
+    try:
+        body = json.loads(refusal.body)
+    except ValueError:
+        return False
+    return (
+        isinstance(body, Mapping)
+        and body.get("code") == ALREADY_ACTIVE_CODE
+        and body.get("active_session_id") is None
+    )
 
 
 def no_sign_in(state: LocalStateStore, wording: HostWording) -> WorkerError:

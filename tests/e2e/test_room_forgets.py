@@ -1,0 +1,108 @@
+"""A room that forgot its sessions (a ``--memory`` room restarted) under held workers.
+
+Issue 42: resuming a worker by its key or ``worker_id`` asks the room, so a
+session the room no longer knows is replaced, its holder follows the new
+session and the state file records it. Real loopback and the real clock (the
+room is served by hypercorn), every test bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import trio
+
+from letagents_trio import HolderStatus
+from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
+
+from ..workers.helpers import OWNER_TOKEN, ROOM, open_proc
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from letagents_trio.workers import WorkerRegistration
+
+# Wall-clock bound of the whole test: generous for a loaded CI machine.
+BOUND = 60.0
+# How many workers the room forgets at once.
+WORKERS = 20
+# The promise: registered again by their keys, every worker is held again within a second.
+HELD_AGAIN_WITHIN = 1.0
+
+
+def _memory_room() -> Room:
+    return Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: "owner"}, config=RoomConfig())
+
+
+async def _serve(
+    room: Room,
+    port: int,
+    scope: trio.CancelScope,
+    stopped: trio.Event,
+    *,
+    task_status: trio.TaskStatus[str],
+) -> None:
+    """Serve ``room`` until ``scope`` is cancelled; ``stopped`` is set once its port is free."""
+    try:
+        with scope:
+            await serve_room(room, port=port, task_status=task_status)
+    finally:
+        stopped.set()
+
+
+async def test_a_restarted_memory_room_gets_every_worker_back_within_a_second(path: Path) -> None:
+    first_room, second_room = _memory_room(), _memory_room()
+    keys = [f"chat-{n}" for n in range(WORKERS)]
+    again: dict[str, WorkerRegistration] = {}
+    with trio.fail_after(BOUND):
+        async with trio.open_nursery() as rooms:
+            first_serving, first_stopped = trio.CancelScope(), trio.Event()
+            url: str = await rooms.start(
+                partial(_serve, first_room, 0, first_serving, first_stopped)
+            )
+            port = urlsplit(url).port
+            assert port is not None
+            async with open_proc(None, path, api_url=url) as proc:
+                first = [
+                    await proc.handles.register(room_id=ROOM, registration_key=key) for key in keys
+                ]
+                for reg in first:
+                    holder = proc.manager.holders[reg.session.session_id]
+                    await holder.wait_status(HolderStatus.OPEN)
+                # The room restarts with nothing stored, on the same port.
+                first_serving.cancel(reason="the room restarts")
+                await first_stopped.wait()
+                await rooms.start(
+                    partial(_serve, second_room, port, trio.CancelScope(), trio.Event())
+                )
+                started = trio.current_time()
+
+                async def register(key: str) -> None:
+                    reg = await proc.handles.register(room_id=ROOM, registration_key=key)
+                    holder = proc.manager.holders[reg.session.session_id]
+                    await holder.wait_status(HolderStatus.OPEN)
+                    again[key] = reg
+
+                async with trio.open_nursery() as registering:
+                    for key in keys:
+                        registering.start_soon(register, key)
+                took = trio.current_time() - started
+                for reg, key in zip(first, keys, strict=True):
+                    new = again[key]
+                    assert new.worker_id == reg.worker_id
+                    assert new.session.session_id != reg.session.session_id
+                    row = second_room.session(new.session.session_id)
+                    assert row is not None
+                    assert row.ended_at is None
+                    # The state file records the new session, and the forgotten one ended.
+                    assert proc.store.stored_session(new.session.session_id) == new.session
+                    forgotten = proc.store.stored_session(reg.session.session_id)
+                    assert forgotten is not None
+                    assert forgotten.ended_at is not None
+                    # The holder followed: the forgotten session is held no more.
+                    assert reg.session.session_id not in proc.manager.holders
+            rooms.cancel_scope.cancel(reason="the test is over")
+    assert took < HELD_AGAIN_WITHIN, f"held again after {took:.2f} s"
+    assert len(second_room.store.room_sessions(ROOM)) == WORKERS
