@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .._client import RoomClient
     from .._manager import ConnectionManager
     from .._session import AgentSession
-    from ._registration import Owner
+    from ._owner import Owner
     from ._state import LocalStateStore
     from ._wire import HostWording
 
