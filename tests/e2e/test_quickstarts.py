@@ -78,9 +78,15 @@ async def test_the_mcp_host_quickstart(tmp_path: Path) -> None:
     ]
 
 
-async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("signum", "last_line"),
+    [(signal.SIGINT, "stopped by Ctrl-C"), (signal.SIGTERM, "stopped by SIGTERM")],
+    ids=["SIGINT", "SIGTERM"],
+)
+async def test_the_embedder_quickstart_stops_on_a_signal_with_the_exit_report(
+    tmp_path: Path, signum: signal.Signals, last_line: str
 ) -> None:
+    """Ctrl-C, and SIGTERM as systemd or ``docker stop`` send it: both exits recorded."""
     program = write(tmp_path, "embed_quickstart.py")
     process = await trio.lowlevel.open_process(
         [sys.executable, "-c", AS_FROM_A_TERMINAL, "-u", str(program)],
@@ -98,7 +104,7 @@ async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
                 chunk = await process.stdout.receive_some()
                 assert chunk, output.decode()
                 output += chunk
-            os.kill(process.pid, signal.SIGINT)
+            os.kill(process.pid, signum)
             async for chunk in process.stdout:
                 output += chunk
             errors = b"".join([chunk async for chunk in process.stderr])
@@ -123,7 +129,7 @@ async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
         for kind in ("attempt", "open", "connection")
     )
     assert sorted(lines[7:9]) == ["exit of Cedar: recorded", "exit of Juniper: recorded"]
-    assert lines[9:] == ["stopped by Ctrl-C"]
+    assert lines[9:] == [last_line]
 
 
 async def test_the_tester_quickstart(tmp_path: Path) -> None:
