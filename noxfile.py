@@ -4,7 +4,7 @@ Each session installs the project with the extras its programs import and one
 PEP 735 dependency group from pyproject.toml, so the lists of tools and of
 dependencies live in one place.
 
-``nox -s mutate [-- _sse room_server/_presence ...]`` (on demand, never in CI)
+``nox -s mutate [-- _sse room_server/_sessions/_presence ...]`` (on demand, never in CI)
 is mutation testing with mutmut of the core, the reference room's rule modules
 and the host layer's pure modules: each module runs in its own folder
 ``mutants/<module>/`` (``mutants/room_server._presence/`` for a sub-package's)
@@ -228,12 +228,12 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     ),
     # The reference room's rules: which session keeps a name, who is present,
     # leases, liveness, guidelines and the process streams.
-    "room_server/_registration": _ROOM_TESTS,
-    "room_server/_presence": _ROOM_TESTS,
-    "room_server/_leases": _ROOM_TESTS,
-    "room_server/_liveness": _ROOM_TESTS,
+    "room_server/_sessions/_registration": _ROOM_TESTS,
+    "room_server/_sessions/_presence": _ROOM_TESTS,
+    "room_server/_board/_leases": _ROOM_TESTS,
+    "room_server/_sessions/_liveness": _ROOM_TESTS,
     "room_server/_guidelines": _ROOM_TESTS,
-    "room_server/_streams": _ROOM_TESTS,
+    "room_server/_sessions/_streams": _ROOM_TESTS,
     # The host layer's pure modules: the records of the state file, the
     # acting worker, names and codenames (the room allocates with them too),
     # and the state file's lock.

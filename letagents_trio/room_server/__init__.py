@@ -20,19 +20,19 @@ try:
     from ._config import RoomConfig as RoomConfig
     from ._room import Room as Room
     from ._room import RoomStatistics as RoomStatistics
-    from ._rows import Account as Account
-    from ._rows import GuidelinesRow as GuidelinesRow
-    from ._rows import KnowledgeRow as KnowledgeRow
-    from ._rows import LeaseRow as LeaseRow
-    from ._rows import MessageRow as MessageRow
-    from ._rows import SessionRow as SessionRow
-    from ._rows import TaskRow as TaskRow
     from ._serve import serve_room as serve_room
-    from ._sqlite import SQLiteStore as SQLiteStore
-    from ._store import MemoryStore as MemoryStore
-    from ._store import RoomStore as RoomStore
-    from ._streams import CloseMode as CloseMode
-    from ._streams import ProcessStream as ProcessStream
+    from ._sessions._streams import CloseMode as CloseMode
+    from ._sessions._streams import ProcessStream as ProcessStream
+    from ._storage._rows import Account as Account
+    from ._storage._rows import GuidelinesRow as GuidelinesRow
+    from ._storage._rows import KnowledgeRow as KnowledgeRow
+    from ._storage._rows import LeaseRow as LeaseRow
+    from ._storage._rows import MessageRow as MessageRow
+    from ._storage._rows import SessionRow as SessionRow
+    from ._storage._rows import TaskRow as TaskRow
+    from ._storage._sqlite import SQLiteStore as SQLiteStore
+    from ._storage._store import MemoryStore as MemoryStore
+    from ._storage._store import RoomStore as RoomStore
     from ._wire import Credentials as Credentials
     from ._wire import Reply as Reply
     from ._work import RoomWork as RoomWork

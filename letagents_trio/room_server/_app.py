@@ -36,7 +36,7 @@ dropped, as upstream destroys a stalled SSE response). Long polls get the same
 disconnect watcher, so a client that goes away stops counting as delivery.
 
 A ``websocket`` scope is the WebSocket form of the process stream (our
-extension, :mod:`._websocket`): served on the process route's path only; an
+extension, :mod:`._sessions._websocket`): served on the process route's path only; an
 upgrade with a malformed ``Sec-WebSocket-Key`` is refused with 400, and one of
 any other path with 404.
 """
@@ -55,13 +55,13 @@ import trio
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
-from ._store_errors import StoreWriteError
-from ._websocket import key_refusal, refuse_upgrade, serve_process_socket
+from ._sessions._websocket import key_refusal, refuse_upgrade, serve_process_socket
+from ._storage._store_errors import StoreWriteError
 from ._wire import Credentials, Reply, storage_refusal
 
 if TYPE_CHECKING:
     from ._room import Room
-    from ._streams import ProcessStream
+    from ._sessions._streams import ProcessStream
 
 __all__ = ["SSE_DRAIN_TIMEOUT", "create_app"]
 

@@ -12,7 +12,7 @@ Rooms, sessions, messages and leases live in a SQLite file (``--db``, default
 nothing. Owner tokens map a bearer token to an account login; they come from
 ``--owner-tokens-file`` (a 0600 file of the user's), the environment
 (``LETAGENTS_ROOM_OWNER_TOKENS``) or ``--owner-token``, which any local user
-can read from ``/proc/PID/cmdline`` (:mod:`._owner_tokens`). Person tokens
+can read from ``/proc/PID/cmdline`` (:mod:`._auth._owner_tokens`). Person tokens
 (a person signed in: only a person changes a room's settings) come from
 ``--person-tokens-file`` or ``LETAGENTS_ROOM_PERSON_TOKENS``. With no owner
 token, one dev account ``dev`` gets a fresh random owner token and person
@@ -45,8 +45,7 @@ from typing import Final
 import attrs
 import trio
 
-from ._config import MAX_SILENT_CONNECTIONS, RoomConfig
-from ._owner_tokens import (
+from ._auth._owner_tokens import (
     OWNER_TOKENS_ENV,
     PERSON_TOKENS_ENV,
     OwnerTokensError,
@@ -55,10 +54,11 @@ from ._owner_tokens import (
     parse_entry,
     read_owner_tokens_file,
 )
+from ._config import MAX_SILENT_CONNECTIONS, RoomConfig
 from ._room import Room
 from ._serve import serve_room
-from ._sqlite import SQLiteStore
-from ._store import MemoryStore, RoomStore
+from ._storage._sqlite import SQLiteStore
+from ._storage._store import MemoryStore, RoomStore
 
 __all__ = ["DEFAULT_DB_PATH", "build_parser", "is_loopback", "main"]
 
@@ -186,7 +186,7 @@ def is_loopback(host: str) -> bool:
 
 
 def _owner_tokens(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
-    """Every source's owner tokens, merged (see :mod:`._owner_tokens`)."""
+    """Every source's owner tokens, merged (see :mod:`._auth._owner_tokens`)."""
     tokens: dict[str, str] = {}
     if args.owner_tokens_file is not None:
         merge_owner_tokens(tokens, read_owner_tokens_file(args.owner_tokens_file), "the file")

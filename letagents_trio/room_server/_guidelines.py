@@ -31,7 +31,7 @@ The letagents API's rules (``src/api/routes/rooms/settings.ts``,
 ``guidelines`` (and ``updated_by`` / ``updated_at``) are null while a room has
 none. ``can_manage`` says whether the caller could write: a person who is an
 admin. Ours, since the reference room has no memberships nor room hierarchy:
-admins are the room's creator and explicit grants (:mod:`._accounts`), and
+admins are the room's creator and explicit grants (:mod:`._auth._accounts`), and
 nothing is inherited (``inherited_from_room_id`` is always null).
 """
 
@@ -45,15 +45,15 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 
 from ..workers._names import js_trim
-from ._rows import GuidelinesRow
+from ._storage._rows import GuidelinesRow
 from ._wire import OWNER_AUTH_TEXT, Credentials, Refusal, Reply, iso, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Accounts
+    from ._auth._accounts import Accounts
     from ._clock import RoomClock
-    from ._messages import MessageBoard
-    from ._rows import Account
-    from ._store import RoomStore
+    from ._messaging._messages import MessageBoard
+    from ._storage._rows import Account
+    from ._storage._store import RoomStore
 
 __all__ = [
     "GUIDELINES_NOTE",

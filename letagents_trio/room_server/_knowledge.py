@@ -38,14 +38,14 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ._rows import KnowledgeRow
+from ._storage._rows import KnowledgeRow
 from ._wire import Credentials, Refusal, Reply, iso, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Accounts, Actor
+    from ._auth._accounts import Accounts, Actor
     from ._clock import RoomClock
-    from ._messages import MessageBoard
-    from ._store import RoomStore
+    from ._messaging._messages import MessageBoard
+    from ._storage._store import RoomStore
 
 __all__ = [
     "ATTENTION",

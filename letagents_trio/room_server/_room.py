@@ -7,13 +7,13 @@ pure rules of one concern (functions of rows, bodies and times, tested without
 I/O) and, where the concern keeps state, the small part that applies them:
 
 * ``_accounts``: owner accounts (R1, R2), session authentication and who calls
-  a work route (:class:`~._accounts.Accounts`, :class:`~._accounts.Actor`);
+  a work route (:class:`~._auth._accounts.Accounts`, :class:`~._auth._accounts.Actor`);
 * ``_registration``: body checks, naming and the hand-over plan (R3, §7.3);
 * ``_presence``: has a session's process exited, is it gone (§7.2);
 * ``_streams``: process streams, their evidence and announced exits (R4, R5;
-  :class:`~._streams.StreamRegistry`);
+  :class:`~._sessions._streams.StreamRegistry`);
 * ``_liveness``: offline and recovery notices (§7.5;
-  :class:`~._liveness.LivenessSweep`);
+  :class:`~._sessions._liveness.LivenessSweep`);
 * the room's work (:class:`~._work.RoomWork`, the route table calls it
   directly): ``_messages`` and ``_threads`` (messages, threads, long polls and
   delivery connections, R7, R8), ``_guidelines``, ``_tasks`` and ``_leases``
@@ -54,13 +54,14 @@ from .._protocol import (
     SESSION_ID_REQUIRED_TEXT,
     SESSION_NOT_FOUND_TEXT,
 )
-from . import _registration
-from ._accounts import Accounts
+from ._auth._accounts import Accounts
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
-from ._liveness import LivenessSweep
-from ._presence import SessionEvidence, evidence_of, exited
-from ._rows import (
+from ._sessions import _registration
+from ._sessions._liveness import LivenessSweep
+from ._sessions._presence import SessionEvidence, evidence_of, exited
+from ._sessions._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
+from ._storage._rows import (
     END_REASON_DISCONNECT,
     END_REASON_NAME_HANDOVER,
     END_REASON_REPLACED,
@@ -69,12 +70,11 @@ from ._rows import (
     RoomRow,
     SessionRow,
 )
-from ._store_errors import StoreWriteError
-from ._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
+from ._storage._store_errors import StoreWriteError
 from ._work import RoomWork
 
 if TYPE_CHECKING:
-    from ._store import RoomStore
+    from ._storage._store import RoomStore
 
 from ._wire import (
     ROOM_NOT_FOUND_TEXT,

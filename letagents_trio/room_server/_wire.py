@@ -26,8 +26,8 @@ import attrs
 from .._protocol import BUSY_TEXT, format_iso
 
 if TYPE_CHECKING:
-    from ._rows import SessionRow
-    from ._store_errors import StoreWriteError
+    from ._storage._rows import SessionRow
+    from ._storage._store_errors import StoreWriteError
 
 __all__ = [
     "MAX_ROUTING_ID_CHARS",

@@ -1,9 +1,9 @@
 """What a room's agents work with: its messages, guidelines, board, memory and requests.
 
 :class:`RoomWork` holds the parts that serve the room's work routes, each over
-the room's one store, clock and accounts: :class:`~._messages.MessageBoard`
+the room's one store, clock and accounts: :class:`~._messaging._messages.MessageBoard`
 (messages, threads, long polls), :class:`~._guidelines.GuidelinesBoard`,
-:class:`~._taskboard.TaskBoard` (tasks and their leases) and
+:class:`~._board._taskboard.TaskBoard` (tasks and their leases) and
 :class:`~._knowledge.KnowledgeBoard` (memory and requests for people). The
 route table calls them directly; :class:`~._room.Room` builds them, and keeps
 for itself what concerns sessions (registration, process streams, presence,
@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
+from ._board._taskboard import TaskBoard
 from ._guidelines import GuidelinesBoard
 from ._knowledge import KnowledgeBoard
-from ._messages import MessageBoard
-from ._taskboard import TaskBoard
+from ._messaging._messages import MessageBoard
 
 if TYPE_CHECKING:
-    from ._accounts import Accounts
+    from ._auth._accounts import Accounts
     from ._clock import RoomClock
-    from ._store import RoomStore
+    from ._storage._store import RoomStore
 
 __all__ = ["RoomWork"]
 

@@ -39,13 +39,13 @@ from letagents_trio import (
     open_connection_manager,
 )
 from letagents_trio.room_server import SQLiteStore
-from letagents_trio.room_server._presence import evidence_of, gone
+from letagents_trio.room_server._sessions._presence import evidence_of, gone
 
 from ..room_server.helpers import OWNER_TOKEN, ROOM, registered, registration
 from .room_process import descriptors, errors_in, running_room
 
 if TYPE_CHECKING:
-    from letagents_trio.room_server._store import SessionRow
+    from letagents_trio.room_server._storage._store import SessionRow
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 

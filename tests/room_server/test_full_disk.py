@@ -22,9 +22,9 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import Room, RoomStore, SQLiteStore
-from letagents_trio.room_server._store import MessageRow, SessionRow
-from letagents_trio.room_server._store_errors import StoreWriteError
-from letagents_trio.room_server._streams import ProcessStream
+from letagents_trio.room_server._sessions._streams import ProcessStream
+from letagents_trio.room_server._storage._store import MessageRow, SessionRow
+from letagents_trio.room_server._storage._store_errors import StoreWriteError
 
 from .helpers import (
     EPOCH,

@@ -1,7 +1,7 @@
 """Work leases: the claim that takes one, lease actions, and adoption at registration (§7.3).
 
 Route tests over the real app (both stores, ``autojump_clock``); the pure
-rules of :mod:`letagents_trio.room_server._leases` at the end.
+rules of :mod:`letagents_trio.room_server._board._leases` at the end.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from letagents_trio.room_server import RoomStore, SQLiteStore
-from letagents_trio.room_server._accounts import Actor
-from letagents_trio.room_server._leases import (
+from letagents_trio.room_server._auth._accounts import Actor
+from letagents_trio.room_server._board._leases import (
     adopted,
     adopts,
     choose_target,
@@ -26,7 +26,7 @@ from letagents_trio.room_server._leases import (
     work_lease,
     work_task_ids,
 )
-from letagents_trio.room_server._rows import LeaseRow, SessionRow, TaskRow
+from letagents_trio.room_server._storage._rows import LeaseRow, SessionRow, TaskRow
 from letagents_trio.room_server._wire import Refusal
 
 from .helpers import (

@@ -10,14 +10,14 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import Credentials, MemoryStore, Room, RoomConfig, TrioClock
-from letagents_trio.room_server._liveness import (
+from letagents_trio.room_server._sessions._liveness import (
     announceable,
     format_offline_duration,
     offline_notice,
     offline_text,
     recovery_notice,
 )
-from letagents_trio.room_server._rows import SessionRow
+from letagents_trio.room_server._storage._rows import SessionRow
 
 from .helpers import EPOCH, OWNER_TOKEN, ROOM, claimed_task, drop, hold, registered, registration
 

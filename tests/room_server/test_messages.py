@@ -11,7 +11,7 @@ import trio.testing
 from letagents_trio._protocol import liveness_notice_after_from_env, poll_max_from_env
 from letagents_trio.mcp_server import ServerConfig
 from letagents_trio.room_server import RoomConfig
-from letagents_trio.room_server._messages import (
+from letagents_trio.room_server._messaging._messages import (
     Deliveries,
     parse_cursor,
     parse_page_size,

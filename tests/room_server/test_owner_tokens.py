@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from letagents_trio.room_server import Room, _cli
-from letagents_trio.room_server._accounts import account_id
-from letagents_trio.room_server._owner_tokens import (
+from letagents_trio.room_server._auth._accounts import account_id
+from letagents_trio.room_server._auth._owner_tokens import (
     OWNER_TOKENS_ENV,
     PERSON_TOKENS_ENV,
     OwnerTokensError,

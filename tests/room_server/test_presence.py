@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from letagents_trio.room_server._presence import (
+from letagents_trio.room_server._sessions._presence import (
     AGENT_DELIVERY_LINGERS_MS,
     AGENT_PROCESS_EXITED,
     AGENT_PROCESS_GONE_AFTER_MS,
@@ -33,7 +33,7 @@ from letagents_trio.room_server._presence import (
     name_comes_free_at,
     name_wait_ms,
 )
-from letagents_trio.room_server._store import SessionRow
+from letagents_trio.room_server._storage._store import SessionRow
 
 NOW = 1_700_000_000_000
 SECOND = 1_000

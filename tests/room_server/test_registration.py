@@ -9,10 +9,14 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio.room_server import _registration
-from letagents_trio.room_server._presence import Holder, evidence_of
-from letagents_trio.room_server._registration import Plan, parse_registration, plan_registration
-from letagents_trio.room_server._rows import Account, SessionRow
+from letagents_trio.room_server._sessions import _registration
+from letagents_trio.room_server._sessions._presence import Holder, evidence_of
+from letagents_trio.room_server._sessions._registration import (
+    Plan,
+    parse_registration,
+    plan_registration,
+)
+from letagents_trio.room_server._storage._rows import Account, SessionRow
 from letagents_trio.room_server._wire import Refusal, hash_token
 from letagents_trio.workers._wire import (
     PUBLIC_SESSION_FIELDS,

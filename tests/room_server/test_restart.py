@@ -22,8 +22,8 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import Room, RoomConfig, RoomStore, TrioClock
-from letagents_trio.room_server._presence import evidence_of, exited, gone
-from letagents_trio.room_server._streams import ProcessStream
+from letagents_trio.room_server._sessions._presence import evidence_of, exited, gone
+from letagents_trio.room_server._sessions._streams import ProcessStream
 
 from .helpers import EPOCH, OWNER_TOKEN, ROOM, credentials, registration
 

@@ -9,8 +9,7 @@ import attrs
 import trio
 import trio.testing
 
-from letagents_trio.room_server._rows import SessionRow
-from letagents_trio.room_server._streams import (
+from letagents_trio.room_server._sessions._streams import (
     SSE_FORM,
     WEBSOCKET_FORM,
     CloseMode,
@@ -23,6 +22,7 @@ from letagents_trio.room_server._streams import (
     refresh_outcome,
     serve_stream,
 )
+from letagents_trio.room_server._storage._rows import SessionRow
 
 from .helpers import OWNER_TOKEN, ROOM, credentials, registration
 

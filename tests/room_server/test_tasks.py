@@ -1,7 +1,7 @@
 """The board: tasks, their statuses and transitions, and who may move them (both stores).
 
 Route tests over the real app under ``autojump_clock``; the pure rules of
-:mod:`letagents_trio.room_server._tasks` at the end. Texts and codes are the
+:mod:`letagents_trio.room_server._board._tasks` at the end. Texts and codes are the
 letagents API's, compared whole.
 """
 
@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pytest
 
-from letagents_trio.room_server._accounts import Actor
-from letagents_trio.room_server._rows import LeaseRow, SessionRow, TaskRow
-from letagents_trio.room_server._tasks import (
+from letagents_trio.room_server._auth._accounts import Actor
+from letagents_trio.room_server._board._tasks import (
     ADMIN_TEXT,
     TASK_STATUSES,
     VALID_TRANSITIONS,
@@ -26,6 +25,7 @@ from letagents_trio.room_server._tasks import (
     parse_task_number,
     resolve_assignment,
 )
+from letagents_trio.room_server._storage._rows import LeaseRow, SessionRow, TaskRow
 from letagents_trio.workers import _room_work as room_work
 
 from .helpers import (

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from letagents_trio.room_server._messages import BAD_BEFORE_TEXT, parse_before
-from letagents_trio.room_server._threads import (
+from letagents_trio.room_server._messaging._messages import BAD_BEFORE_TEXT, parse_before
+from letagents_trio.room_server._messaging._threads import (
     REPLY_OUTSIDE_THREAD_TEXT,
     REPLY_TO_INVALID_TEXT,
     REPLY_TO_MISSING_TEXT,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from letagents_trio.room_server._rows import SessionRow
+from letagents_trio.room_server._storage._rows import SessionRow
 from letagents_trio.room_server._wire import (
     Refusal,
     hash_token,

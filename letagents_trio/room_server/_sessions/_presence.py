@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
-from .. import _protocol
-from ..workers._names import is_durable_worker_id, name_key
+from ... import _protocol
+from ...workers._names import is_durable_worker_id, name_key
 
 if TYPE_CHECKING:
-    from ._rows import SessionRow
+    from .._storage._rows import SessionRow
 
 
 def _ms(seconds: float) -> int:

@@ -38,7 +38,7 @@ leaves on the session row is a pure function here, given the row and the time:
 Writes that only keep evidence fresh (the refresh, a drop) are best-effort:
 a storage that refuses them (a full disk, logged by the store) leaves the row
 as it was and the stream as it is. Opening a stream and recording an exit
-raise :class:`~._store_errors.StoreWriteError`, for the caller to answer.
+raise :class:`~.._storage._store_errors.StoreWriteError`, for the caller to answer.
 
 The registry also counts, per room, the streams it holds and what became of
 the exits announced there (:class:`StreamCounts`, read by the room's admins on
@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 import attrs
 import trio
 
-from .._protocol import (
+from ..._protocol import (
     AGENT_PROCESS_EXITED,
     AGENT_SESSION_ENDED_ADVICE,
     AGENT_SESSION_ENDED_CODE,
@@ -67,14 +67,14 @@ from .._protocol import (
     OWN_PROCESS_TEXT,
     SESSION_ENDED_410_TEXT,
 )
-from ._store_errors import StoreWriteError
-from ._wire import Credentials, Refusal, Reply, refuse
+from .._storage._store_errors import StoreWriteError
+from .._wire import Credentials, Refusal, Reply, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Accounts
-    from ._clock import RoomClock
-    from ._rows import SessionRow
-    from ._store import RoomStore
+    from .._auth._accounts import Accounts
+    from .._clock import RoomClock
+    from .._storage._rows import SessionRow
+    from .._storage._store import RoomStore
 
 __all__ = [
     "SSE_FORM",

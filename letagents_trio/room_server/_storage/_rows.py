@@ -6,7 +6,7 @@ task's id). Times are integer epoch milliseconds; ``None`` when unset. Session
 tokens are never kept: only their SHA-256 (``token_hash``).
 
 The stores (:mod:`._store`, :mod:`._sqlite`) keep these rows; the rules beside
-:class:`~._room.Room` read them and decide the next ones (``attrs.evolve``).
+:class:`~.._room.Room` read them and decide the next ones (``attrs.evolve``).
 """
 
 from __future__ import annotations

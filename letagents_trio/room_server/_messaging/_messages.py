@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import attrs
 import trio
 
-from .._protocol import (
+from ..._protocol import (
     BAD_CURSOR_TEXT,
     DEFAULT_MESSAGE_PAGE,
     DEFAULT_POLL_TIMEOUT,
@@ -36,9 +36,10 @@ from .._protocol import (
     TEXT_REQUIRED_TEXT,
     TEXT_TOO_LONG_TEXT,
 )
-from .._util import Notifier
-from ._presence import AGENT_DELIVERY_LINGERS_MS
-from ._rows import MessageRow
+from ..._util import Notifier
+from .._sessions._presence import AGENT_DELIVERY_LINGERS_MS
+from .._storage._rows import MessageRow
+from .._wire import Credentials, Refusal, Reply, iso, refuse
 from ._threads import (
     REPLY_TO_INVALID_TEXT,
     REPLY_TO_MISSING_TEXT,
@@ -50,12 +51,11 @@ from ._threads import (
     thread_json,
     thread_of,
 )
-from ._wire import Credentials, Refusal, Reply, iso, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Accounts
-    from ._clock import RoomClock
-    from ._store import RoomStore
+    from .._auth._accounts import Accounts
+    from .._clock import RoomClock
+    from .._storage._store import RoomStore
 
 __all__ = [
     "BAD_BEFORE_TEXT",

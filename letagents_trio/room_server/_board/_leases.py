@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
-from ..workers._names import is_durable_worker_id, name_key
-from ._rows import END_REASON_ROOM_ADMIN, LeaseRow
+from ...workers._names import is_durable_worker_id, name_key
+from .._storage._rows import END_REASON_ROOM_ADMIN, LeaseRow
+from .._wire import iso, refuse
 from ._tasks import LEASE_RECOVERY_STATUSES
-from ._wire import iso, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Actor
-    from ._rows import SessionRow, TaskRow
+    from .._auth._accounts import Actor
+    from .._storage._rows import SessionRow, TaskRow
 
 __all__ = [
     "ACTION_TEXT",

@@ -15,7 +15,7 @@ they were, and the request goes on, so reads and exits never fail on it.
 Two kinds of bearer, as the letagents API has them: an *owner token* (what an
 MCP server sends for its owner) and a *person token* (``person_tokens``: a
 person signed in, the API's interactive sign-in). Both name an account; only a
-person may change a room's settings (:mod:`._guidelines`).
+person may change a room's settings (:mod:`.._guidelines`).
 
 A room's admins (:meth:`Accounts.is_admin`) are the account that created it
 (whose registration made it) and the accounts granted admin explicitly
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
-from .._protocol import (
+from ..._protocol import (
     AGENT_SESSION_ENDED_ADVICE,
     BEARER_MISMATCH_TEXT,
     IDENTITY_TOO_LONG_CODE,
@@ -49,10 +49,10 @@ from .._protocol import (
     SESSION_REQUIRED_TEXT,
     WORKER_REQUIRED_TEXT,
 )
-from ._registration import MAX_ACTOR_KEY_CHARS
-from ._rows import Account, RoomRow
-from ._store_errors import StoreWriteError
-from ._wire import (
+from .._sessions._registration import MAX_ACTOR_KEY_CHARS
+from .._storage._rows import Account, RoomRow
+from .._storage._store_errors import StoreWriteError
+from .._wire import (
     OWNER_AUTH_TEXT,
     ROOM_NOT_FOUND_TEXT,
     Credentials,
@@ -65,9 +65,9 @@ from ._wire import (
 )
 
 if TYPE_CHECKING:
-    from ._clock import RoomClock
-    from ._rows import SessionRow
-    from ._store import RoomStore
+    from .._clock import RoomClock
+    from .._storage._rows import SessionRow
+    from .._storage._store import RoomStore
 
 __all__ = ["AGENT_NAME_REQUIRED_TEXT", "Accounts", "Actor", "account_id", "agent_identity"]
 

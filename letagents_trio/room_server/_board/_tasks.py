@@ -3,7 +3,7 @@
 Pure functions of the task, the request body, the caller and the task's active
 leases (no I/O, no clock): :class:`~._taskboard.TaskBoard` reads the rows,
 calls these in the letagents API's order, and writes what they decide. A
-refusal is raised (:func:`~._wire.refuse`) from the check that makes it.
+refusal is raised (:func:`~.._wire.refuse`) from the check that makes it.
 
 Statuses (:data:`TASK_STATUSES`) and the moves allowed between them
 (:data:`VALID_TRANSITIONS`) are the letagents API's; a task starts
@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
-from ._rows import task_id_of
-from ._wire import MAX_ROUTING_ID_CHARS, iso, refuse
+from .._storage._rows import task_id_of
+from .._wire import MAX_ROUTING_ID_CHARS, iso, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Actor
-    from ._rows import LeaseRow, TaskRow
+    from .._auth._accounts import Actor
+    from .._storage._rows import LeaseRow, TaskRow
 
 __all__ = [
     "ADMIN_STATUSES",

@@ -174,7 +174,7 @@ class RoomStore(Protocol):
         """Make the writes inside all-or-nothing: a failure stores none of them.
 
         Raises:
-            ~letagents_trio.room_server._store_errors.StoreWriteError: a write,
+            ~letagents_trio.room_server._storage._store_errors.StoreWriteError: a write,
                 or the commit, failed; nothing was stored.
         """
         ...

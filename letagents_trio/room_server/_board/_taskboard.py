@@ -13,9 +13,9 @@
   work lease (:mod:`._leases`).
 
 A task is answered with its active leases (``active_leases``). Callers are
-:class:`~._accounts.Actor` values: agents by their session credentials, or the
+:class:`~.._auth._accounts.Actor` values: agents by their session credentials, or the
 room's admins as people. Each call reads, decides with the pure rules and
-writes with no ``await`` in between, so it is atomic (see :mod:`._room`).
+writes with no ``await`` in between, so it is atomic (see :mod:`.._room`).
 
 It also keeps the two lease facts the rest of the room needs: which leases a
 new registration adopts (§7.3) and which work leases a session holds (§7.5).
@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ._accounts import Actor
+from .._auth._accounts import Actor
+from .._storage._rows import LeaseRow, TaskRow
+from .._wire import Credentials, Refusal, Reply, refuse
 from ._leases import (
     NOT_HOLDER_TEXT,
     LeaseAction,
@@ -43,7 +45,6 @@ from ._leases import (
     work_lease,
     work_task_ids,
 )
-from ._rows import LeaseRow, TaskRow
 from ._tasks import (
     ADMIN_STATUSES,
     ADMIN_TEXT,
@@ -69,13 +70,12 @@ from ._tasks import (
     resolve_assignment,
     task_json,
 )
-from ._wire import Credentials, Refusal, Reply, refuse
 
 if TYPE_CHECKING:
-    from ._accounts import Accounts
-    from ._clock import RoomClock
-    from ._rows import SessionRow
-    from ._store import RoomStore
+    from .._auth._accounts import Accounts
+    from .._clock import RoomClock
+    from .._storage._rows import SessionRow
+    from .._storage._store import RoomStore
 
 __all__ = ["REVIEW_WORKER_TEXT", "TaskBoard"]
 

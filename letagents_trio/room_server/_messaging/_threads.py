@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from ._wire import iso, refuse
+from .._wire import iso, refuse
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._rows import MessageRow
+    from .._storage._rows import MessageRow
 
 __all__ = [
     "REPLY_OUTSIDE_THREAD_TEXT",

@@ -2,7 +2,7 @@
 
 Everything here is a function of the request body, the room's session rows
 and the time; the room reads the rows, calls these, and writes what they
-decide. A refusal is raised (:func:`~._wire.refuse`) from inside the check
+decide. A refusal is raised (:func:`~.._wire.refuse`) from inside the check
 that makes it.
 
 1. :func:`parse_registration`: the body checks (400 ``actor_key``, identity
@@ -38,7 +38,7 @@ from typing import Any, Final, NoReturn, final
 
 import attrs
 
-from .._protocol import (
+from ..._protocol import (
     ACTOR_KEY_NOT_OWNED_TEXT,
     ACTOR_KEY_REQUIRED_TEXT,
     ALREADY_ACTIVE_CODE,
@@ -52,13 +52,15 @@ from .._protocol import (
     REPLACEMENT_PROOF_CODE,
     SAME_INSTANCE_RECLAIM_STALE_AFTER,
 )
-from ..workers._names import (
+from ...workers._names import (
     actor_label,
     allocation_base,
     allocation_candidates,
     is_durable_worker_id,
     name_key,
 )
+from .._storage._rows import Account, LeaseRow, SessionRow
+from .._wire import Reply, opt_str, projection, refuse, token_matches
 from ._presence import (
     Holder,
     Registrant,
@@ -67,8 +69,6 @@ from ._presence import (
     name_comes_free_at,
     name_wait_ms,
 )
-from ._rows import Account, LeaseRow, SessionRow
-from ._wire import Reply, opt_str, projection, refuse, token_matches
 
 __all__ = [
     "MAX_ACTOR_KEY_CHARS",

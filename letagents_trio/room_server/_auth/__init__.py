@@ -1,0 +1,1 @@
+"""Who is asking: accounts and their tokens, owner tokens."""

@@ -1,0 +1,1 @@
+"""Messages: posting, reading, long polls, and threads."""

@@ -1,0 +1,1 @@
+"""Storage: the store seam both stores implement (memory and SQLite), its rows and its errors."""
