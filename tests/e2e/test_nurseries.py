@@ -10,6 +10,7 @@ them. The mock-clock timeline must print exactly its checked-in output.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -81,3 +82,59 @@ async def test_the_embedder_holds_a_worker_in_a_running_room_and_announces_its_e
         "stopped: the exit of Juniper was recorded",
     ]
     assert result.stderr == b""
+
+
+async def test_the_embedder_stops_on_sigterm_and_announces_its_exit(room: RunningRoom) -> None:
+    """Issue 42: SIGTERM (systemd, ``docker stop``) cancels the program's own scope."""
+    env = {**os.environ, "LETAGENTS_API_URL": room.url, "LETAGENTS_TOKEN": OWNER_TOKEN}
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-u", str(NURSERIES / "embed_in_your_loop.py"), "--hold"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        with trio.fail_after(60):
+            output = b""
+            while b"holding until stopped\n" not in output:
+                chunk = await process.stdout.receive_some()
+                assert chunk, output.decode()
+                output += chunk
+            process.send_signal(signal.SIGTERM)
+            async for chunk in process.stdout:
+                output += chunk
+            errors = b"".join([chunk async for chunk in process.stderr])
+            status = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(5, shield=True):
+                await process.wait()
+    assert status == 0, errors.decode()
+    assert output.decode().splitlines()[-2:] == [
+        "SIGTERM: stopping",
+        "stopped: the exit of Juniper was recorded",
+    ]
+    assert room.process.returncode is None
+
+
+async def test_a_refused_token_is_one_line_not_a_traceback(room: RunningRoom) -> None:
+    """Issue 42: a wrong token names the refusal and the fix, with no exception groups."""
+    env = {**os.environ, "LETAGENTS_API_URL": room.url, "LETAGENTS_TOKEN": "not-the-token,"}
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(NURSERIES / "embed_in_your_loop.py")],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+        )
+    assert result.returncode == 1
+    errors = result.stderr.decode()
+    assert "Traceback" not in errors
+    # (Before it, the library's own warnings, through logging's last resort.)
+    (error,) = [line for line in errors.splitlines() if line.startswith("error: ")]
+    assert error.startswith("error: Could not verify your LetAgents account"), errors
+    assert "HTTP 401" in error
