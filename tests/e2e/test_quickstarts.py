@@ -78,6 +78,42 @@ async def test_the_mcp_host_quickstart(tmp_path: Path) -> None:
     ]
 
 
+async def test_the_mcp_host_quickstart_stops_on_sigterm(tmp_path: Path) -> None:
+    """Issue 42: SIGTERM mid-run cancels the program's scope; leaving the client's block
+    closes the server's stdin (the server then announces every exit), and it exits 0."""
+    program = write(tmp_path, "mcp_quickstart.py")
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-u", str(program)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with trio.fail_after(BUDGET):
+            assert process.stdout is not None
+            assert process.stderr is not None
+            output = b""
+            while b"registered Juniper\n" not in output:
+                chunk = await process.stdout.receive_some()
+                assert chunk, output.decode()
+                output += chunk
+            process.send_signal(signal.SIGTERM)
+            async for chunk in process.stdout:
+                output += chunk
+            errors = b"".join([chunk async for chunk in process.stderr])
+            status = await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(10, shield=True):
+                await process.wait()
+    assert status == 0, errors.decode()
+    assert b"Traceback" not in errors
+    lines = output.decode().splitlines()
+    assert lines[1] == "registered Juniper"
+    assert lines[-1] == "stopped by SIGTERM: the MCP server announced every exit"
+
+
 @pytest.mark.parametrize(
     ("signum", "last_line"),
     [(signal.SIGINT, "stopped by Ctrl-C"), (signal.SIGTERM, "stopped by SIGTERM")],
