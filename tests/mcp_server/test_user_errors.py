@@ -19,10 +19,11 @@ import httpx2
 import trio
 from mcp import Client
 
+from letagents_trio._protocol import MAX_MESSAGE_CHARS
 from letagents_trio.mcp_server import ServerConfig, create_server
 from letagents_trio.workers import LocalStateStore
 
-from .helpers import ROOM, call_error, config_for
+from .helpers import ROOM, call_error, config_for, register, text_of
 
 if TYPE_CHECKING:
     import pytest
@@ -184,3 +185,33 @@ async def test_a_read_without_a_session_is_refused_as_a_read(
                     " required to read this room's messages.\"}"
                 ), tool
                 assert "write" not in text
+
+
+async def test_tool_inputs_are_refused_naming_the_field_a_worker_passes(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Issue 42 finding 7: a blank status or title, and a text over the limit, are refused
+    before anything is sent, naming the tool's own field and the limit."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            worker_id = (await register(client))["worker_id"]
+            sent = len(fake_room.requests)
+            refusals: list[str] = []
+            for tool, arguments in [
+                ("post_status", {"status": " \t"}),
+                ("add_task", {"title": ""}),
+                ("post_status", {"status": "x" * MAX_MESSAGE_CHARS}),
+                ("send_message", {"text": "x" * (MAX_MESSAGE_CHARS + 1)}),
+            ]:
+                result = await client.call_tool(tool, {"worker_id": worker_id, **arguments})
+                assert result.is_error
+                refusals.append(text_of(result))
+            assert len(fake_room.requests) == sent
+    assert refusals == [
+        "status is empty: pass a short line saying what this worker is doing.",
+        "title is empty: pass a short title for the task.",
+        f"status is too long: at most {MAX_MESSAGE_CHARS - len('[status] ')} characters",
+        f"send_message: text: String should have at most {MAX_MESSAGE_CHARS} characters."
+        " Correct the arguments and call send_message again.",
+    ]
