@@ -349,5 +349,7 @@ async def test_send_message_without_a_session_is_refused_in_a_hosted_room(
                 {"agent_session_id": controller["agent_session_id"], "text": "hi"},
             )
     assert (alone, as_controller) == (WORKER_SESSION_REQUIRED_TEXT, WORKER_KIND_REQUIRED_TEXT)
+    # Issue 42: the advice names the handle register_agent_session returns.
+    assert "then pass the returned worker_id" in alone
     assert fake_room.requests_to("POST", MESSAGES) == []
     assert len(fake_room.requests) > mark  # the controller did register
