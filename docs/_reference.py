@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import importlib
 import inspect
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -411,7 +412,8 @@ def entry(package: str, name: str, obj: object) -> list[str]:
     if (sig := signature(name, obj)) is not None:
         lines += ["```text", sig, "```", ""]
     elif not isinstance(obj, type):
-        lines += ["```python", f"{name} = {_ADDRESS.sub('', repr(obj))}", "```", ""]
+        value = json.dumps(obj) if isinstance(obj, str) else _ADDRESS.sub("", repr(obj))
+        lines += ["```python", f"{name} = {value}", "```", ""]
     lines += docstring(obj) if callable(obj) or isinstance(obj, type) else []
     if isinstance(obj, type) and issubclass(obj, enum.Enum):
         lines += ["", "Members: " + ", ".join(f"`{m.name}`" for m in obj) + "."]

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
@@ -32,7 +33,7 @@ from letagents_trio.workers import LocalStateStore, WorkerHandles
 ROOM = "room_embedded"
 
 
-async def cancel_on_signal(signals: trio.abc.ReceiveChannel[int], scope: trio.CancelScope) -> None:
+async def cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
     async for signum in signals:
         print(f"{signal.Signals(signum).name}: stopping")
         scope.cancel(reason="SIGTERM")
