@@ -21,6 +21,7 @@ import trio
 
 from ..room_server.helpers import OWNER_TOKEN
 from .room_process import RunningRoom, running_room
+from .signalled import signal_when
 
 NURSERIES = Path(__file__).resolve().parents[2] / "nurseries"
 PROGRAMS = sorted(NURSERIES.glob("*.py"))
@@ -87,33 +88,15 @@ async def test_the_embedder_holds_a_worker_in_a_running_room_and_announces_its_e
 async def test_the_embedder_stops_on_sigterm_and_announces_its_exit(room: RunningRoom) -> None:
     """Issue 42: SIGTERM (systemd, ``docker stop``) cancels the program's own scope."""
     env = {**os.environ, "LETAGENTS_API_URL": room.url, "LETAGENTS_TOKEN": OWNER_TOKEN}
-    process = await trio.lowlevel.open_process(
+    ended = await signal_when(
         [sys.executable, "-u", str(NURSERIES / "embed_in_your_loop.py"), "--hold"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        lambda output: b"holding until stopped\n" in output,
+        signal.SIGTERM,
+        budget=60,
         env=env,
     )
-    assert process.stdout is not None
-    assert process.stderr is not None
-    try:
-        with trio.fail_after(60):
-            output = b""
-            while b"holding until stopped\n" not in output:
-                chunk = await process.stdout.receive_some()
-                assert chunk, output.decode()
-                output += chunk
-            process.send_signal(signal.SIGTERM)
-            async for chunk in process.stdout:
-                output += chunk
-            errors = b"".join([chunk async for chunk in process.stderr])
-            status = await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.move_on_after(5, shield=True):
-                await process.wait()
-    assert status == 0, errors.decode()
-    assert output.decode().splitlines()[-2:] == [
+    assert ended.status == 0, ended.errors
+    assert ended.output.splitlines()[-2:] == [
         "SIGTERM: stopping",
         "stopped: the exit of Juniper was recorded",
     ]

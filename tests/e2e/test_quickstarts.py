@@ -9,10 +9,8 @@ processes; each run is bounded.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 import trio
 
 from ..doc_blocks import pytest_in, runnable
+from .signalled import signal_when
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
 # Generous: each program starts a room (and the MCP one an MCP server) on a busy machine.
@@ -82,34 +81,16 @@ async def test_the_mcp_host_quickstart_stops_on_sigterm(tmp_path: Path) -> None:
     """Issue 42: SIGTERM mid-run cancels the program's scope; leaving the client's block
     closes the server's stdin (the server then announces every exit), and it exits 0."""
     program = write(tmp_path, "mcp_quickstart.py")
-    process = await trio.lowlevel.open_process(
+    ended = await signal_when(
         [sys.executable, "-u", str(program)],
+        lambda output: b"registered Juniper\n" in output,
+        signal.SIGTERM,
+        budget=BUDGET,
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
     )
-    try:
-        with trio.fail_after(BUDGET):
-            assert process.stdout is not None
-            assert process.stderr is not None
-            output = b""
-            while b"registered Juniper\n" not in output:
-                chunk = await process.stdout.receive_some()
-                assert chunk, output.decode()
-                output += chunk
-            process.send_signal(signal.SIGTERM)
-            async for chunk in process.stdout:
-                output += chunk
-            errors = b"".join([chunk async for chunk in process.stderr])
-            status = await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.move_on_after(10, shield=True):
-                await process.wait()
-    assert status == 0, errors.decode()
-    assert b"Traceback" not in errors
-    lines = output.decode().splitlines()
+    assert ended.status == 0, ended.errors
+    assert "Traceback" not in ended.errors
+    lines = ended.output.splitlines()
     assert lines[1] == "registered Juniper"
     assert lines[-1] == "stopped by SIGTERM: the MCP server announced every exit"
 
@@ -124,39 +105,17 @@ async def test_the_embedder_quickstart_stops_on_a_signal_with_the_exit_report(
 ) -> None:
     """Ctrl-C, and SIGTERM as systemd or ``docker stop`` send it: both exits recorded."""
     program = write(tmp_path, "embed_quickstart.py")
-    process = await trio.lowlevel.open_process(
+    # The signal once both workers' connections are open (each prints "connection").
+    ended = await signal_when(
         [sys.executable, "-c", AS_FROM_A_TERMINAL, "-u", str(program)],
+        lambda output: output.count(b": connection\n") >= 2,
+        signum,
+        budget=BUDGET,
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
     )
-    try:
-        with trio.fail_after(BUDGET):
-            assert process.stdout is not None
-            assert process.stderr is not None
-            output = b""
-            # Ctrl-C once both workers' connections are open (each prints "connection").
-            while output.count(b": connection\n") < 2:
-                chunk = await process.stdout.receive_some()
-                assert chunk, output.decode()
-                output += chunk
-            os.kill(process.pid, signum)
-            async for chunk in process.stdout:
-                output += chunk
-            errors = b"".join([chunk async for chunk in process.stderr])
-            status = await process.wait()
-    finally:
-        if process.returncode is None:
-            # A failed run must not leave the program, or the room it started
-            # in a session of its own, behind: Ctrl-C stops both, then a kill.
-            with trio.move_on_after(10, shield=True) as cleanup:
-                process.send_signal(signal.SIGINT)
-                await process.wait()
-            if cleanup.cancelled_caught:
-                process.kill()
-    assert status == 0, errors.decode()
-    assert b"Traceback" not in errors
-    lines = output.decode().splitlines()
+    assert ended.status == 0, ended.errors
+    assert "Traceback" not in ended.errors
+    lines = ended.output.splitlines()
     assert lines[0] == "holding Juniper and Cedar; press Ctrl-C to stop"
     timed = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in lines[1:7]]
     assert sorted(timed) == sorted(
