@@ -54,6 +54,7 @@ STARTABLES = ",".join(
         "hold_stream",
         "run_server",
         "_serve",
+        "_serve_until",
         "_run_process",
         "_run_hypercorn",
         "serve_hypercorn",

@@ -39,7 +39,7 @@ def _memory_room() -> Room:
     return Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: "owner"}, config=RoomConfig())
 
 
-async def _serve(
+async def _serve_until(
     room: Room,
     port: int,
     scope: trio.CancelScope,
@@ -50,7 +50,9 @@ async def _serve(
     """Serve ``room`` until ``scope`` is cancelled; ``stopped`` is set once its port is free."""
     try:
         with scope:
-            await serve_room(room, port=port, task_status=task_status)
+            async with trio.open_nursery() as nursery:
+                url: str = await nursery.start(partial(serve_room, room, port=port))
+                task_status.started(url)
     finally:
         stopped.set()
 
@@ -64,7 +66,7 @@ async def _restart_under_held_workers(path: Path) -> float:
         async with trio.open_nursery() as rooms:
             first_serving, first_stopped = trio.CancelScope(), trio.Event()
             url: str = await rooms.start(
-                partial(_serve, first_room, 0, first_serving, first_stopped)
+                partial(_serve_until, first_room, 0, first_serving, first_stopped)
             )
             port = urlsplit(url).port
             assert port is not None
@@ -79,7 +81,7 @@ async def _restart_under_held_workers(path: Path) -> float:
                 first_serving.cancel(reason="the room restarts")
                 await first_stopped.wait()
                 await rooms.start(
-                    partial(_serve, second_room, port, trio.CancelScope(), trio.Event())
+                    partial(_serve_until, second_room, port, trio.CancelScope(), trio.Event())
                 )
                 started = trio.current_time()
 
