@@ -54,7 +54,6 @@ STARTABLES = ",".join(
         "hold_stream",
         "run_server",
         "_serve",
-        "_serve_until",
         "_run_process",
         "_run_hypercorn",
         "serve_hypercorn",

@@ -8,17 +8,15 @@ room is served by hypercorn), every test bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import pytest
 import trio
 
 from letagents_trio import HolderStatus
-from letagents_trio.room_server import MemoryStore, Room, RoomConfig, serve_room
 
-from ..workers.helpers import OWNER_TOKEN, ROOM, open_proc
+from ..workers.helpers import ROOM, open_proc
+from .mcp_loopback import OWNER_TOKEN, open_loopback_room
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,82 +33,53 @@ WORKERS = 20
 HELD_AGAIN_WITHIN = 1.0
 
 
-def _memory_room() -> Room:
-    return Room(store=MemoryStore(), owner_tokens={OWNER_TOKEN: "owner"}, config=RoomConfig())
-
-
-async def _serve_until(
-    room: Room,
-    port: int,
-    scope: trio.CancelScope,
-    stopped: trio.Event,
-    *,
-    task_status: trio.TaskStatus[str],
-) -> None:
-    """Serve ``room`` until ``scope`` is cancelled; ``stopped`` is set once its port is free."""
-    try:
-        with scope:
-            async with trio.open_nursery() as nursery:
-                url: str = await nursery.start(partial(serve_room, room, port=port))
-                task_status.started(url)
-    finally:
-        stopped.set()
-
-
 async def _restart_under_held_workers(path: Path) -> float:
-    """Hold WORKERS workers, restart the room empty, register them again; the seconds it took."""
-    first_room, second_room = _memory_room(), _memory_room()
+    """Hold WORKERS workers, restart the room empty, register them again; the seconds it took.
+
+    The room is served on loopback (port 0) behind the testing kit's fault layer,
+    whose ``restart(forget=True)`` closes every stream and brings the room back
+    with nothing stored, on the same address, as a restarted ``--memory`` room.
+    """
     keys = [f"chat-{n}" for n in range(WORKERS)]
     again: dict[str, WorkerRegistration] = {}
     with trio.fail_after(BOUND):
-        async with trio.open_nursery() as rooms:
-            first_serving, first_stopped = trio.CancelScope(), trio.Event()
-            url: str = await rooms.start(
-                partial(_serve_until, first_room, 0, first_serving, first_stopped)
-            )
-            port = urlsplit(url).port
-            assert port is not None
-            async with open_proc(None, path, api_url=url) as proc:
-                first = [
-                    await proc.handles.register(room_id=ROOM, registration_key=key) for key in keys
-                ]
-                for reg in first:
-                    holder = proc.manager.holders[reg.session.session_id]
-                    await holder.wait_status(HolderStatus.OPEN)
-                # The room restarts with nothing stored, on the same port.
-                first_serving.cancel(reason="the room restarts")
-                await first_stopped.wait()
-                await rooms.start(
-                    partial(_serve_until, second_room, port, trio.CancelScope(), trio.Event())
-                )
-                started = trio.current_time()
+        async with (
+            open_loopback_room() as served,
+            open_proc(None, path, api_url=served.url, owner_token=OWNER_TOKEN) as proc,
+        ):
+            first = [
+                await proc.handles.register(room_id=ROOM, registration_key=key) for key in keys
+            ]
+            for reg in first:
+                await proc.manager.holders[reg.session.session_id].wait_status(HolderStatus.OPEN)
+            served.fake.restart(forget=True)
+            started = trio.current_time()
 
-                async def register(key: str) -> None:
-                    reg = await proc.handles.register(room_id=ROOM, registration_key=key)
-                    holder = proc.manager.holders[reg.session.session_id]
-                    await holder.wait_status(HolderStatus.OPEN)
-                    again[key] = reg
+            async def register(key: str) -> None:
+                reg = await proc.handles.register(room_id=ROOM, registration_key=key)
+                await proc.manager.holders[reg.session.session_id].wait_status(HolderStatus.OPEN)
+                again[key] = reg
 
-                async with trio.open_nursery() as registering:
-                    for key in keys:
-                        registering.start_soon(register, key)
-                took = trio.current_time() - started
-                for reg, key in zip(first, keys, strict=True):
-                    new = again[key]
-                    assert new.worker_id == reg.worker_id
-                    assert new.session.session_id != reg.session.session_id
-                    row = second_room.session(new.session.session_id)
-                    assert row is not None
-                    assert row.ended_at is None
-                    # The state file records the new session, and the forgotten one ended.
-                    assert proc.store.stored_session(new.session.session_id) == new.session
-                    forgotten = proc.store.stored_session(reg.session.session_id)
-                    assert forgotten is not None
-                    assert forgotten.ended_at is not None
-                    # The holder followed: the forgotten session is held no more.
-                    assert reg.session.session_id not in proc.manager.holders
-            rooms.cancel_scope.cancel(reason="the test is over")
-    assert len(second_room.store.room_sessions(ROOM)) == WORKERS
+            async with trio.open_nursery() as registering:
+                for key in keys:
+                    registering.start_soon(register, key)
+            took = trio.current_time() - started
+            room = served.fake.room
+            for reg, key in zip(first, keys, strict=True):
+                new = again[key]
+                assert new.worker_id == reg.worker_id
+                assert new.session.session_id != reg.session.session_id
+                row = room.session(new.session.session_id)
+                assert row is not None
+                assert row.ended_at is None
+                # The state file records the new session, and the forgotten one ended.
+                assert proc.store.stored_session(new.session.session_id) == new.session
+                forgotten = proc.store.stored_session(reg.session.session_id)
+                assert forgotten is not None
+                assert forgotten.ended_at is not None
+                # The holder followed: the forgotten session is held no more.
+                assert reg.session.session_id not in proc.manager.holders
+            assert len(room.store.room_sessions(ROOM)) == WORKERS
     return took
 
 
