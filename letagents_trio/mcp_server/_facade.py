@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_ROOM_TEXT",
+    "Deprecated",
     "LocalCall",
     "RoomId",
     "ServerState",
@@ -119,6 +120,9 @@ WorkerId = Annotated[
 SessionId = Annotated[
     str | None, Field(description="Legacy: a registered agent session id. Prefer worker_id.")
 ]
+# A field Node's tool still takes but no longer reads (conversation_id, sender, created_by...):
+# accepted and ignored, as Node does, so a Node-shaped call is never refused for it.
+Deprecated = Annotated[str | None, Field(description="Deprecated; accepted and ignored.")]
 
 
 @final

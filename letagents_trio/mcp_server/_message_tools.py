@@ -40,6 +40,7 @@ from .._protocol import MAX_MESSAGE_CHARS
 from ..workers._local_chat import MAX_MESSAGE_PAGE
 from ..workers._room_work import DEFAULT_READ, MAX_READ, Acting
 from ._facade import (
+    Deprecated,
     RoomId,
     SessionId,
     ToolContext,
@@ -233,6 +234,8 @@ async def send_message(
         str | None,
         Field(description="Post into this thread (any of its message ids; the root is found)."),
     ] = None,
+    sender: Deprecated = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -248,6 +251,7 @@ async def send_thread_message(
     text: Text,
     thread_parent_id: ThreadParent,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -290,6 +294,8 @@ async def post_status(
         str, Field(description="What this worker is doing now, e.g. 'reviewing PR #2'.")
     ],
     room_id: RoomId = None,
+    sender: Deprecated = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:

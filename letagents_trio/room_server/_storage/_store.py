@@ -3,9 +3,11 @@
 The room keeps the rows of :mod:`._rows`: accounts, rooms, agent sessions (with
 every evidence column of PROTOCOL.md §7.1), messages (and, per thread, which
 messages answer its root), tasks, leases, each room's guidelines, and its
-memory and requests for people (knowledge records). Rows are frozen attrs
-values; the room changes a row by building a new one (``attrs.evolve``) and
-putting it back.
+memory and requests for people (knowledge records); a governed board's rows
+(:mod:`._board_rows`: settings, managers, intents, artifacts, review
+effects, events) live behind each store's ``board`` part
+(:mod:`._board_store`). Rows are frozen attrs values; the room changes a row
+by building a new one (``attrs.evolve``) and putting it back.
 
 Every store call is synchronous and short. The room runs on one trio thread and
 never awaits between reading rows and writing them back, so each such
@@ -28,11 +30,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterator
-from typing import Protocol, final
+from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
 
 from ._agent_tables import AgentTables, MemoryAgentTables
+from ._board_store import MemoryBoardRecords
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -44,6 +47,9 @@ from ._rows import (
     SessionRow,
     TaskRow,
 )
+
+if TYPE_CHECKING:
+    from ._board_rows import BoardRecords
 
 # The rows are re-exported: they lived here before ``_rows`` held them.
 __all__ = [
@@ -64,8 +70,12 @@ class RoomStore(Protocol):
     """What the room needs from storage. Every call is synchronous and short.
 
     Attributes:
+        board: the governed board's rows (:mod:`._board_rows`).
         agents: what agents keep beyond chat (wake rules, reasoning, work captures).
     """
+
+    @property
+    def board(self) -> BoardRecords: ...
 
     @property
     def agents(self) -> AgentTables: ...
@@ -214,6 +224,7 @@ class MemoryStore:
     _leases: dict[str, LeaseRow] = attrs.field(factory=dict)
     _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
     _knowledge: dict[tuple[str, str], KnowledgeRow] = attrs.field(factory=dict)
+    board: MemoryBoardRecords = attrs.field(factory=MemoryBoardRecords)
     agents: MemoryAgentTables = attrs.field(factory=MemoryAgentTables)
 
     def get_account(self, login: str) -> Account | None:
