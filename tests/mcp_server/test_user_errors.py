@@ -12,6 +12,7 @@ start-up refusals (an API URL that is not one, an unknown profile) are in
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -215,3 +216,30 @@ async def test_tool_inputs_are_refused_naming_the_field_a_worker_passes(
         f"send_message: text: String should have at most {MAX_MESSAGE_CHARS} characters."
         " Correct the arguments and call send_message again.",
     ]
+
+
+async def test_a_room_that_is_down_is_named_as_users_see_it(tmp_path: Path) -> None:
+    """Issue 42 finding 6: the text troubleshooting shows for a room that is not running
+    is the one a real closed port on localhost gives (both of its addresses refused)."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = ServerConfig(
+        api_url=f"http://localhost:{port}",
+        token="owner-token",
+        state_path=tmp_path / "mcp-state.json",
+        chat_storage_settings_path=tmp_path / "chat-storage.json",
+        local_chat_path=tmp_path / "local-chat.sqlite",
+    )
+    with trio.fail_after(20):
+        async with Client(create_server(config), mode="legacy") as client:
+            text = await call_error(
+                client, "register_agent_session", {"room_id": ROOM, "registration_key": "k"}
+            )
+    assert text == (
+        f"Could not verify your LetAgents account at http://localhost:{port}: the room did not"
+        f" answer (ConnectError: all attempts to connect to localhost:{port} failed). Check that"
+        " the room is running at that address (the MCP server's LETAGENTS_API_URL). Then retry"
+        " with the same worker_id or registration_key. Saved worker identities have not been"
+        " changed."
+    )
