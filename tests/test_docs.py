@@ -340,6 +340,12 @@ def layer(module: str) -> str:
     return "core"
 
 
+# The host layer's pure modules the room and its clients share.
+ROOM_SHARES = frozenset(
+    {"letagents_trio.workers._names", "letagents_trio.workers._intent_payloads"}
+)
+
+
 def allowed(importer: str, imported: str) -> bool:
     """The rules of docs/architecture.md, "Which way imports go"."""
     source, target = layer(importer), layer(imported)
@@ -354,7 +360,7 @@ def allowed(importer: str, imported: str) -> bool:
     if source == "workers":
         return False
     if source == "room_server":
-        return imported == "letagents_trio.workers._names"
+        return imported in ROOM_SHARES
     return True
 
 

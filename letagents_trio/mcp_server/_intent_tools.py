@@ -15,7 +15,7 @@ it, and the approval is carried out:
 * ``register_board_intent``: any action type with a payload given as is.
 
 The typed tools build the payload the room later rebuilds from the action
-(:mod:`letagents_trio._intent_payloads`), so the two hash alike: pass the
+(:mod:`letagents_trio.workers._intent_payloads`), so the two hash alike: pass the
 same values to the follow-up. Every registration needs a worker session.
 """
 
@@ -28,12 +28,12 @@ from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
 from .._errors import WorkerError
-from .._intent_payloads import (
+from ..workers._board_work import active_work_lease_id
+from ..workers._intent_payloads import (
     create_intent_payload,
     lease_intent_payload,
     mutation_intent_payload,
 )
-from ..workers._board_work import active_work_lease_id
 from ._board_tools import board_call
 from ._facade import Deprecated, RoomId, SessionId, ToolContext, Who, WorkerId, expected_errors
 

@@ -15,7 +15,7 @@ translation, and the one choice of a call's credentials) each method takes.
 * the record: ``GET``/``POST R/artifacts``, ``GET R/events``.
 
 An intent's payload is built as the board later rebuilds it from the action
-(:mod:`letagents_trio._intent_payloads`, shared with the reference room).
+(:mod:`letagents_trio.workers._intent_payloads`, shared with the reference room).
 """
 
 from __future__ import annotations

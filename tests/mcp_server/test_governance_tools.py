@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from letagents_trio.testing import FakeRoom
 
-NODE_TOOLS: Final = Path("/work/shared/reference/node-worker-tools.json")
+NODE_TOOLS: Final = Path(__file__).parent / "data" / "node-worker-tools.json"
 PR_URL: Final = "https://github.com/letagents/letagents-trio/pull/40"
 SHA: Final = "0123456789abcdef0123456789abcdef01234567"
 
@@ -46,7 +46,6 @@ async def schemas(client: Client) -> dict[str, set[str]]:
     return {t.name: set(t.input_schema["properties"]) for t in (await client.list_tools()).tools}
 
 
-@pytest.mark.skipif(not NODE_TOOLS.exists(), reason="the Node reference list is not here")
 async def test_every_tool_takes_nodes_fields_and_worker_id(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:

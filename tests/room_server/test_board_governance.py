@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio.testing
 
-from letagents_trio._intent_payloads import create_intent_payload as create_payload
-from letagents_trio._intent_payloads import lease_intent_payload as lease_payload
-from letagents_trio._intent_payloads import mutation_intent_payload as mutation_payload
 from letagents_trio.room_server._board._governance import payload_hash
+from letagents_trio.workers._intent_payloads import create_intent_payload as create_payload
+from letagents_trio.workers._intent_payloads import lease_intent_payload as lease_payload
+from letagents_trio.workers._intent_payloads import mutation_intent_payload as mutation_payload
 
-from .helpers import ROOM, owner_headers, registered, registration, session_headers
+from .helpers import ROOM, person_headers, registered, registration, session_headers
 
 if TYPE_CHECKING:
     import httpx2
@@ -28,11 +28,11 @@ async def governed(client: httpx2.AsyncClient, mode: str = "intent_required") ->
     a = await registered(client, registration(name="A"))
     b = await registered(client, registration(name="B"))
     r = await client.patch(
-        f"{R}/board-settings", json={"manager_mode": mode}, headers=owner_headers()
+        f"{R}/board-settings", json={"manager_mode": mode}, headers=person_headers()
     )
     assert r.status_code == 200, r.text
     r = await client.post(
-        f"{R}/board-managers", json={"agent_session_id": b["session_id"]}, headers=owner_headers()
+        f"{R}/board-managers", json={"agent_session_id": b["session_id"]}, headers=person_headers()
     )
     assert r.status_code == 201, r.text
     return a, b
@@ -55,7 +55,7 @@ async def intend(
 async def decide(
     client: httpx2.AsyncClient, who: dict[str, Any] | None, intent_id: str, verb: str = "approve"
 ) -> httpx2.Response:
-    headers = owner_headers() if who is None else session_headers(who)
+    headers = person_headers() if who is None else session_headers(who)
     return await client.post(f"{R}/board-intents/{intent_id}/{verb}", json={}, headers=headers)
 
 
@@ -83,25 +83,25 @@ async def test_settings_default_to_manager_optional_and_only_admins_change_them(
     )
     assert r.status_code == 403
     r = await client.patch(
-        f"{R}/board-settings", json={"manager_mode": "x"}, headers=owner_headers()
+        f"{R}/board-settings", json={"manager_mode": "x"}, headers=person_headers()
     )
     assert (r.status_code, r.json()) == (400, {"error": "manager_mode is invalid"})
     r = await client.patch(
         f"{R}/board-settings",
         json={"manager_mode": "off", "manager_failover": "never"},
-        headers=owner_headers(),
+        headers=person_headers(),
     )
     assert (r.status_code, r.json()) == (400, {"error": "manager_failover is invalid"})
     r = await client.patch(
-        f"{R}/board-settings", json={"manager_mode": "intent_required"}, headers=owner_headers()
+        f"{R}/board-settings", json={"manager_mode": "intent_required"}, headers=person_headers()
     )
     assert r.json()["settings"]["manager_mode"] == "intent_required"
     assert r.json()["settings"]["manager_failover"] == "auto"
     r = await client.post(
-        f"{R}/board-managers", json={"agent_session_id": "nope"}, headers=owner_headers()
+        f"{R}/board-managers", json={"agent_session_id": "nope"}, headers=person_headers()
     )
     assert (r.status_code, r.json()) == (404, {"error": "Active agent session not found"})
-    r = await client.post(f"{R}/board-managers", json={}, headers=owner_headers())
+    r = await client.post(f"{R}/board-managers", json={}, headers=person_headers())
     assert (r.status_code, r.json()) == (400, {"error": "agent_session_id is required"})
 
 
@@ -170,7 +170,7 @@ async def test_a_denied_intent_and_a_changed_payload_are_refused_with_the_rooms_
     assert (r.status_code, r.json()["code"]) == (409, "board_intent_not_approved")
     assert r.json()["error"] == f"Board intent {denied['id']} is denied, not approved."
     # An admin approves a close intent: a token, for exactly that payload.
-    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=owner_headers())
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
     close = await intend(
         client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
@@ -195,9 +195,11 @@ async def test_a_claim_intent_approval_assigns_the_task_and_its_work_lease(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
     a, b = await governed(client)
-    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=owner_headers())
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
-    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=owner_headers())
+    await client.patch(
+        f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers()
+    )
     claim = {"status": "assigned", "assignee": a["actor_label"]}
     r = await client.patch(f"{R}/tasks/{task_id}", json=claim, headers=session_headers(a))
     assert r.json()["code"] == "board_intent_required"
@@ -244,7 +246,7 @@ async def test_manager_optional_governs_only_while_a_manager_is_assigned(
     r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=session_headers(a))
     assert r.status_code == 409
     r = await client.request(
-        "DELETE", f"{R}/board-managers/active", json={"reason": "done"}, headers=owner_headers()
+        "DELETE", f"{R}/board-managers/active", json={"reason": "done"}, headers=person_headers()
     )
     assert (r.json()["manager"]["status"], r.json()["manager"]["release_reason"]) == (
         "released",
@@ -252,7 +254,7 @@ async def test_manager_optional_governs_only_while_a_manager_is_assigned(
     )
     r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=session_headers(a))
     assert r.status_code == 201
-    settings = (await client.get(f"{R}/board-settings", headers=owner_headers())).json()
+    settings = (await client.get(f"{R}/board-settings", headers=person_headers())).json()
     assert settings["active_manager"] is None
 
 
@@ -261,7 +263,7 @@ async def test_intents_expire_pending_after_a_day_and_approved_after_half_an_hou
 ) -> None:
     a, b = await governed(client)
     pending = await intend(client, a, "task_create", create_payload("p", None, None))
-    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=owner_headers())
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
     payload = mutation_payload(task_id, status="cancelled")
     close = await intend(client, a, "task_close", payload, task_id=task_id)
@@ -276,13 +278,15 @@ async def test_intents_expire_pending_after_a_day_and_approved_after_half_an_hou
             "code": "board_intent_expired",
         },
     )
-    listed = (await client.get(f"{R}/board-intents?status=pending", headers=owner_headers())).json()
+    listed = (
+        await client.get(f"{R}/board-intents?status=pending", headers=person_headers())
+    ).json()
     assert [i["id"] for i in listed["intents"]] == [pending["id"]]
     await trio.sleep(24 * 60 * 60)
-    listed = (await client.get(f"{R}/board-intents", headers=owner_headers())).json()["intents"]
+    listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()["intents"]
     assert [i["status"] for i in listed] == ["expired", "expired"]
     assert (await decide(client, b, pending["id"])).status_code == 404
-    settings = (await client.get(f"{R}/board-settings", headers=owner_headers())).json()
+    settings = (await client.get(f"{R}/board-settings", headers=person_headers())).json()
     assert settings["pending_intent_count"] == 0
 
 
@@ -291,9 +295,11 @@ async def test_a_change_to_the_task_supersedes_the_intents_it_made_moot(
 ) -> None:
     a, b = await governed(client)
     c = await registered(client, registration(name="C"))
-    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=owner_headers())
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
-    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=owner_headers())
+    await client.patch(
+        f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers()
+    )
     close = await intend(
         client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
     )
@@ -314,7 +320,7 @@ async def test_a_change_to_the_task_supersedes_the_intents_it_made_moot(
         for who in (a, c)
     ]
     assert (await decide(client, b, claims[0]["id"])).json()["result"]["kind"] == "task_claimed"
-    listed = (await client.get(f"{R}/board-intents", headers=owner_headers())).json()["intents"]
+    listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()["intents"]
     status = {i["id"]: (i["status"], i["decision_reason"]) for i in listed}
     assert status[claims[0]["id"]][0] == "used"
     assert status[claims[1]["id"]] == ("superseded", f"Superseded: {task_id} moved to assigned.")
@@ -328,9 +334,11 @@ async def test_an_approved_claim_fires_the_tasks_wake_rules_as_a_claim_does(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
     a, b = await governed(client)
-    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=owner_headers())
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
     task_id = r.json()["id"]
-    await client.patch(f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=owner_headers())
+    await client.patch(
+        f"{R}/tasks/{task_id}", json={"status": "accepted"}, headers=person_headers()
+    )
     rule = {"event": "task.status_changed", "arguments": {"task_id": task_id}}
     r = await client.post(f"{R}/wake-rules", json={"rule": rule}, headers=session_headers(b))
     assert r.status_code == 201, r.text

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
-from ..._intent_payloads import mutation_intent_payload
+from ...workers._intent_payloads import mutation_intent_payload
 from .._auth._accounts import Actor
 from .._storage._board_rows import BoardIntentRow
 from .._storage._rows import TaskRow

@@ -16,7 +16,7 @@ The high-impact actions and the intent action type each needs
 People (the room's admins) act without intents.
 
 An intent carries the exact payload of the later action (the letagents API's
-shapes, built by :mod:`letagents_trio._intent_payloads`, which the MCP
+shapes, built by :mod:`letagents_trio.workers._intent_payloads`, which the MCP
 tools register with and the board rebuilds an action's payload with);
 the room keeps its SHA-256 over a canonical JSON form (:func:`payload_hash`:
 keys sorted, no spaces), so the action must send the same fields with the same

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from ..._intent_payloads import (
+from ...workers._intent_payloads import (
     create_intent_payload,
     lease_intent_payload,
     mutation_intent_payload,
