@@ -187,7 +187,7 @@ _MCP_TESTS = ("tests/mcp_server/test_*.py",)
 # The worker loop's host calls: their own tests (walks over pages, credentials)
 # and the tools that make them.
 _ROOM_WORK_TESTS = (
-    "tests/workers/test_room_work.py",
+    "tests/workers/test_room_work*.py",
     "tests/workers/test_thread_lookups.py",
     *_MCP_TESTS,
 )
