@@ -112,3 +112,19 @@ async def test_a_local_read_keeps_at_most_max_read_messages(
         (newest(300), True),
         (newest(300), True),
     ]
+
+
+async def test_a_local_read_of_the_newest_page_says_whether_older_ones_remain(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Within one page: truncated only when the room holds more than the read took."""
+    settings = {"mode": "cloud", "roomOverrides": {LOCAL_ROOM: "local"}}
+    (tmp_path / "chat-storage.json").write_text(json.dumps(settings))
+    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+    with trio.fail_after(60):
+        async with Client(server, mode="legacy") as client:
+            worker = (await register(client, "k1", "Juniper", room=LOCAL_ROOM))["worker_id"]
+            for text in ("a", "b", "c"):
+                await call_ok(client, "send_message", {"worker_id": worker, "text": text})
+            reads = [await read_texts(client, worker, limit) for limit in (100, 3, 2)]
+    assert reads == [(["a", "b", "c"], False), (["a", "b", "c"], False), (["b", "c"], True)]
