@@ -120,6 +120,26 @@ async def test_a_link_python_cannot_parse_or_without_a_host_is_400(
     assert room.store.room_knowledge(ROOM, "memory") == []
 
 
+@pytest.mark.parametrize("url", ["http://example.test/a", "https://[::1]:8080/b?c#d"])
+async def test_an_http_or_https_link_with_a_host_is_kept(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, url: str
+) -> None:
+    a = await registered(client, registration(name="A"))
+    r = await post(client, "memory", session_headers(a), {**FACT, "source_url": url})
+    assert (r.status_code, r.json()["record"]["source_url"]) == (201, url)
+
+
+@pytest.mark.parametrize("url", ["https://user@x.test/", "https://:secret@x.test/"])
+async def test_a_link_with_a_user_or_a_password_is_400(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room, url: str
+) -> None:
+    a = await registered(client, registration(name="A"))
+    r = await post(client, "memory", session_headers(a), {**FACT, "source_url": url})
+    text = "Source URL must be an HTTP or HTTPS link without credentials."
+    assert (r.status_code, r.json()) == (400, {"error": text})
+    assert room.store.room_knowledge(ROOM, "memory") == []
+
+
 @pytest.mark.parametrize("absent", [{}, {"source_url": ""}, {"source_url": None}])
 async def test_no_link_is_kept_as_none(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, absent: dict[str, Any]

@@ -28,10 +28,12 @@ from .helpers import (
     registration,
     session_headers,
 )
-from .test_knowledge import ASK, post, read
+from .test_knowledge import ASK, FACT, post, read
 
 if TYPE_CHECKING:
     import httpx2
+
+    from letagents_trio.room_server import Room
 
 
 async def test_a_request_and_its_answer_are_shown_whole(
@@ -141,3 +143,50 @@ async def test_who_may_read_the_rooms_records(
         assert (r.status_code, r.json()) == (403, {"error": NOT_ADMIN_TEXT})
         r = await client.get(path, headers={"X-LetAgents-Agent-Session-Id": a["session_id"]})
         assert (r.status_code, r.json()) == (403, {"error": SESSION_REQUIRED_READ_TEXT})
+
+
+async def test_a_memory_record_keeps_no_recommendation_and_unblocks_nothing(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """Those two are a request's fields: a memory record given them is saved without."""
+    a = await registered(client, registration(name="A"))
+    said = await client.post(
+        f"/rooms/{ROOM}/messages", json={"text": "x"}, headers=session_headers(a)
+    )
+    fact = {**FACT, "recommendation": "r", "unblocks": "u", "source_message_id": said.json()["id"]}
+    r = await post(client, "memory", session_headers(a), fact)
+    agent = {"id": a["agent_key"], "label": a["actor_label"], "kind": "agent"}
+    assert (r.status_code, r.json()) == (
+        201,
+        {
+            "record": {
+                "id": "fact-0001",
+                "room_id": ROOM,
+                "type": "memory",
+                "category": "decision",
+                "title": "Storage",
+                "body": "We keep rooms in SQLite.",
+                "recommendation": "",
+                "unblocks": "",
+                "source_url": "",
+                "source_message_id": said.json()["id"],
+                "version": 1,
+                "author": agent,
+                "updated_by": agent,
+                "created_at": iso(EPOCH),
+                "updated_at": iso(EPOCH),
+                "archived": False,
+                "response": None,
+            }
+        },
+    )
+
+
+async def test_another_owner_writes_nothing(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    await registered(client, registration(name="A"))
+    for kind, record in (("memory", FACT), ("attention", ASK)):
+        r = await post(client, kind, owner_headers(OTHER_TOKEN), record)
+        assert (r.status_code, r.json()) == (403, {"error": NOT_ADMIN_TEXT})
+        assert room.store.room_knowledge(ROOM, kind) == []
