@@ -9,35 +9,24 @@ SDK's in-memory client against a FakeRoom (the reference room), under
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
-from mcp import Client
 
-from letagents_trio.mcp_server import create_server
 from letagents_trio.room_server import Credentials
 
-from .helpers import ROOM, call_error, call_ok, config_for, register
+from .helpers import ROOM, call_error, call_ok
+from .test_work_tools import alder_and_birch
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
+
+    from mcp import Client
 
     from letagents_trio.testing import FakeRoom
 
 TASKS = f"/rooms/{ROOM}/tasks"
-
-
-@asynccontextmanager
-async def two_workers(
-    fake_room: FakeRoom, tmp_path: Path
-) -> AsyncIterator[tuple[Client, dict[str, Any], dict[str, Any]]]:
-    """A server's SDK client with Alder and Birch registered: their answers."""
-    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
-    async with Client(server, mode="legacy") as client:
-        yield client, await register(client, "ka", "Alder"), await register(client, "kb", "Birch")
 
 
 def admin_moves(fake_room: FakeRoom, task_id: str, status: str) -> None:
@@ -66,7 +55,7 @@ async def test_add_task_passes_the_description_and_the_source_message_to_the_roo
     """An agent's description and the message the work was agreed in reach the room's
     task; without them the room's task has neither."""
     with trio.fail_after(60):
-        async with two_workers(fake_room, tmp_path) as (client, alder, _):
+        async with alder_and_birch(fake_room, tmp_path) as (client, alder, _):
             a = alder["worker_id"]
             await call_ok(client, "send_message", {"worker_id": a, "text": "let's fix CI"})
             read = await call_ok(client, "read_messages", {"worker_id": a, "limit": 1})
@@ -102,7 +91,7 @@ async def test_get_board_hides_done_and_cancelled_tasks_unless_asked(
     """By default the board is the open tasks (``open=true``); ``open_only`` false shows
     every task, and then a status picks some."""
     with trio.fail_after(60):
-        async with two_workers(fake_room, tmp_path) as (client, alder, _):
+        async with alder_and_birch(fake_room, tmp_path) as (client, alder, _):
             a = alder["worker_id"]
             for title in ("open", "cancelled", "done"):
                 await call_ok(client, "add_task", {"worker_id": a, "title": title})
@@ -130,7 +119,7 @@ async def test_a_handoff_names_the_target_session_and_instance_to_the_room(
     when given: the room then hands the lease to that session only, and refuses one that
     its key does not have."""
     with trio.fail_after(60):
-        async with two_workers(fake_room, tmp_path) as (client, alder, registered):
+        async with alder_and_birch(fake_room, tmp_path) as (client, alder, registered):
             a, birch = alder["worker_id"], registered["agent_session"]
             await call_ok(client, "add_task", {"worker_id": a, "title": "Fix the build"})
             task_id = (await board_task(client, a, "Fix the build"))["id"]

@@ -36,31 +36,39 @@ if TYPE_CHECKING:
     from letagents_trio.room_server import Room
 
 
+def first_version(author: dict[str, str], **fields: object) -> dict[str, object]:
+    """A record as the room shows it when first saved at ``EPOCH`` by ``author``."""
+    return {
+        "room_id": ROOM,
+        **fields,
+        "version": 1,
+        "author": author,
+        "updated_by": author,
+        "created_at": iso(EPOCH),
+        "updated_at": iso(EPOCH),
+        "archived": False,
+        "response": None,
+    }
+
+
 async def test_a_request_and_its_answer_are_shown_whole(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
 ) -> None:
     a = await registered(client, registration(name="A"))
     r = await post(client, "attention", session_headers(a), ASK)
     agent = {"id": a["agent_key"], "label": a["actor_label"], "kind": "agent"}
-    asked = {
-        "id": "ask-00001",
-        "room_id": ROOM,
-        "type": "attention",
-        "category": "approval",
-        "title": "Ship it?",
-        "body": "The release is ready.",
-        "recommendation": "Ship on Monday.",
-        "unblocks": "The release.",
-        "source_url": "https://example.test/pr/7",
-        "source_message_id": "",
-        "version": 1,
-        "author": agent,
-        "updated_by": agent,
-        "created_at": iso(EPOCH),
-        "updated_at": iso(EPOCH),
-        "archived": False,
-        "response": None,
-    }
+    asked = first_version(
+        agent,
+        id="ask-00001",
+        type="attention",
+        category="approval",
+        title="Ship it?",
+        body="The release is ready.",
+        recommendation="Ship on Monday.",
+        unblocks="The release.",
+        source_url="https://example.test/pr/7",
+        source_message_id="",
+    )
     assert (r.status_code, r.json()) == (201, {"record": asked})
     await trio.sleep(5)
     answer = {"response": "Yes.", "expected_version": 1}
@@ -156,30 +164,19 @@ async def test_a_memory_record_keeps_no_recommendation_and_unblocks_nothing(
     fact = {**FACT, "recommendation": "r", "unblocks": "u", "source_message_id": said.json()["id"]}
     r = await post(client, "memory", session_headers(a), fact)
     agent = {"id": a["agent_key"], "label": a["actor_label"], "kind": "agent"}
-    assert (r.status_code, r.json()) == (
-        201,
-        {
-            "record": {
-                "id": "fact-0001",
-                "room_id": ROOM,
-                "type": "memory",
-                "category": "decision",
-                "title": "Storage",
-                "body": "We keep rooms in SQLite.",
-                "recommendation": "",
-                "unblocks": "",
-                "source_url": "",
-                "source_message_id": said.json()["id"],
-                "version": 1,
-                "author": agent,
-                "updated_by": agent,
-                "created_at": iso(EPOCH),
-                "updated_at": iso(EPOCH),
-                "archived": False,
-                "response": None,
-            }
-        },
+    saved = first_version(
+        agent,
+        id="fact-0001",
+        type="memory",
+        category="decision",
+        title="Storage",
+        body="We keep rooms in SQLite.",
+        recommendation="",
+        unblocks="",
+        source_url="",
+        source_message_id=said.json()["id"],
     )
+    assert (r.status_code, r.json()) == (201, {"record": saved})
 
 
 async def test_another_owner_writes_nothing(
