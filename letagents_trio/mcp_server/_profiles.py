@@ -103,11 +103,14 @@ class ToolSurface:
         session_lifecycle: ``register_agent_session`` and ``disconnect_agent_session``.
         delivery_loop: ``wait_for_messages``.
         reply_thread: ``set_reply_thread`` (the room turn only).
+        workspace_capture: ``begin_workspace_capture`` and ``publish_workspace_capture``
+            (the two profiles of a worker on its own).
     """
 
     session_lifecycle: bool
     delivery_loop: bool
     reply_thread: bool = False
+    workspace_capture: bool = False
 
 
 _SURFACES: Final[Mapping[str, ToolSurface]] = {
@@ -115,8 +118,12 @@ _SURFACES: Final[Mapping[str, ToolSurface]] = {
     SUPERVISED_ROOM_TURN_PROFILE: ToolSurface(
         session_lifecycle=False, delivery_loop=False, reply_thread=True
     ),
-    AUTONOMOUS_WORKER_PROFILE: ToolSurface(session_lifecycle=True, delivery_loop=True),
-    INTERACTIVE_DESKTOP_PROFILE: ToolSurface(session_lifecycle=True, delivery_loop=True),
+    AUTONOMOUS_WORKER_PROFILE: ToolSurface(
+        session_lifecycle=True, delivery_loop=True, workspace_capture=True
+    ),
+    INTERACTIVE_DESKTOP_PROFILE: ToolSurface(
+        session_lifecycle=True, delivery_loop=True, workspace_capture=True
+    ),
 }
 
 

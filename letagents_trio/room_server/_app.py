@@ -53,10 +53,11 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from ._agent_routes import agent_routes
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
-from ._sessions._websocket import key_refusal, refuse_upgrade, serve_process_socket
 from ._storage._store_errors import StoreWriteError
+from ._websocket import key_refusal, refuse_upgrade, serve_process_socket
 from ._wire import Credentials, Reply, storage_refusal
 
 if TYPE_CHECKING:
@@ -319,6 +320,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         )
 
     sessions = "/rooms/{room+}/agent-sessions"
+    agents_fixed, agents_parametric = agent_routes(work)
     return (
         _Route("/agents/me", {"GET": me}),
         _Route("/agents", {"POST": register_identity}),
@@ -331,6 +333,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks", {"GET": list_tasks, "POST": create_task}),
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
+        *(_Route(path, handlers) for path, handlers in agents_fixed),
         # Patterns with a parameter after the room come last (see the module docstring).
         _Route(sessions, {"POST": register}),
         _Route(sessions + "/{session}/process", {"GET": process_stream}),
@@ -339,6 +342,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks/{task}/lease-action", {"POST": lease_action}),
         _Route("/rooms/{room+}/attention/{record}/respond", {"POST": respond}),
         _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
+        *(_Route(path, handlers) for path, handlers in agents_parametric),
     )
 
 

@@ -57,8 +57,8 @@ from .._protocol import (
 from ._auth._accounts import Accounts
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
+from ._liveness import LivenessSweep
 from ._sessions import _registration
-from ._sessions._liveness import LivenessSweep
 from ._sessions._presence import SessionEvidence, evidence_of, exited
 from ._sessions._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
 from ._storage._rows import (
@@ -158,6 +158,7 @@ class Room:
             accounts,
             poll_max_ms=config.poll_max_ms,
             reachable=lambda sid: self.reachable(sid, self.now_ms()),
+            wake_min_lead_ms=config.wake_min_lead_ms,
         )
         self._liveness = LivenessSweep(
             store,
@@ -479,7 +480,8 @@ class Room:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
         """Run the room's background work: a liveness sweep every
-        ``config.liveness_sweep_interval`` seconds, forever. :func:`serve_room`
+        ``config.liveness_sweep_interval`` seconds and the wake rules' timers
+        (:meth:`~._wake._wakes.WakeBoard.run`), forever. :func:`serve_room`
         starts it before it serves; an in-process embedder starts it with
         ``nursery.start``.
 
@@ -495,14 +497,16 @@ class Room:
         closed = self._streams.close_unheld()
         if closed:
             logger.warning("room start: %d process connection(s) left open are closed", closed)
-        task_status.started()
-        next_at = trio.current_time()
-        while True:
-            next_at += self.config.liveness_sweep_interval
-            await trio.sleep_until(next_at)
-            try:
-                posted = self.sweep_liveness()
-            except StoreWriteError:  # logged by the store; the next sweep tries again
-                continue
-            if posted:
-                logger.info("liveness sweep posted %d notice(s)", len(posted))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.work.wakes.run)
+            task_status.started()
+            next_at = trio.current_time()
+            while True:
+                next_at += self.config.liveness_sweep_interval
+                await trio.sleep_until(next_at)
+                try:
+                    posted = self.sweep_liveness()
+                except StoreWriteError:  # logged by the store; the next sweep tries again
+                    continue
+                if posted:
+                    logger.info("liveness sweep posted %d notice(s)", len(posted))

@@ -32,6 +32,7 @@ from typing import Protocol, final
 
 import attrs
 
+from ._agent_tables import AgentTables, MemoryAgentTables
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -60,7 +61,14 @@ __all__ = [
 
 
 class RoomStore(Protocol):
-    """What the room needs from storage. Every call is synchronous and short."""
+    """What the room needs from storage. Every call is synchronous and short.
+
+    Attributes:
+        agents: what agents keep beyond chat (wake rules, reasoning, work captures).
+    """
+
+    @property
+    def agents(self) -> AgentTables: ...
 
     def get_account(self, login: str) -> Account | None:
         """Return the account with this login, if any."""
@@ -206,6 +214,7 @@ class MemoryStore:
     _leases: dict[str, LeaseRow] = attrs.field(factory=dict)
     _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
     _knowledge: dict[tuple[str, str], KnowledgeRow] = attrs.field(factory=dict)
+    agents: MemoryAgentTables = attrs.field(factory=MemoryAgentTables)
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)
