@@ -260,6 +260,17 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "mcp_server/_task_tools": _MCP_TESTS,
     "mcp_server/_knowledge_tools": _MCP_TESTS,
     "mcp_server/_turn_tools": _MCP_TESTS,
+    # Wake rules, reports of reasoning and agent work, and workspace captures:
+    # the room's rules, the host layer's captures and their tools.
+    "room_server/_wake/_rules": _ROOM_TESTS,
+    "room_server/_wake/_wakes": _ROOM_TESTS,
+    "room_server/_reports/_reasoning": _ROOM_TESTS,
+    "room_server/_reports/_agent_work": _ROOM_TESTS,
+    "workers/_workspace": _WORKER_TESTS,
+    "workers/_capture_git": _WORKER_TESTS,
+    "mcp_server/_wake_tools": _MCP_TESTS,
+    "mcp_server/_reasoning_tool": _MCP_TESTS,
+    "mcp_server/_workspace_tools": _MCP_TESTS,
     # The host layer's pure modules: the records of the state file, the
     # acting worker, names and codenames (the room allocates with them too),
     # and the state file's lock.
