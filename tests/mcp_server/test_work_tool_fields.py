@@ -9,11 +9,13 @@ SDK's in-memory client against a FakeRoom (the reference room), under
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
 
+from letagents_trio._redact import REDACTED
 from letagents_trio.room_server import Credentials
 
 from .helpers import ROOM, call_error, call_ok
@@ -158,3 +160,23 @@ async def test_a_handoff_names_the_target_session_and_instance_to_the_room(
             "target_agent_session_id": birch["session_id"],
         },
     ]
+
+
+async def test_board_answers_say_success_and_never_show_the_workers_token(
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """A task whose title quotes the worker's own session token is answered, by add_task
+    and by get_board, with the token redacted."""
+    with trio.fail_after(60):
+        async with alder_and_birch(fake_room, tmp_path) as (client, alder, _):
+            a, session_id = alder["worker_id"], alder["agent_session"]["session_id"]
+            state = json.loads((tmp_path / "mcp-state.json").read_text())
+            token = state["agent_sessions"][session_id]["session_token"]
+            title = f"rotate {token}"
+            added = await call_ok(client, "add_task", {"worker_id": a, "title": title})
+            board = await call_ok(client, "get_board", {"worker_id": a})
+    assert (added["success"], added["task"]["title"]) == (True, f"rotate {REDACTED}")
+    assert (board["success"], [t["title"] for t in board["tasks"]]) == (
+        True,
+        [f"rotate {REDACTED}"],
+    )
