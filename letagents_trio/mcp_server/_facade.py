@@ -179,20 +179,14 @@ def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None
     return redacted
 
 
-def guarded_json(
-    state: ServerState, payload: object, *sessions: AgentSession | None, pretty: bool = False
-) -> str:
-    """``payload`` as compact JSON (``pretty``: indented by 2), guarded against the owner
-    token and the sessions' tokens."""
-    raw = json.dumps(payload, indent=2, ensure_ascii=False) if pretty else _compact(payload)
-    return _guard(raw, state, sessions)
+def guarded_json(state: ServerState, payload: object, *sessions: AgentSession | None) -> str:
+    """``payload`` as compact JSON, guarded against the owner token and the sessions' tokens."""
+    return _guard(_compact(payload), state, sessions)
 
 
-def ok(
-    state: ServerState, payload: object, *sessions: AgentSession | None, pretty: bool = False
-) -> CallToolResult:
+def ok(state: ServerState, payload: object, *sessions: AgentSession | None) -> CallToolResult:
     """A successful result: ``payload`` as :func:`guarded_json` writes it."""
-    text = guarded_json(state, payload, *sessions, pretty=pretty)
+    text = guarded_json(state, payload, *sessions)
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 

@@ -60,6 +60,7 @@ from ._facade import (
     blank,
     call_as,
     expected_errors,
+    failed,
     local_refusal,
     ok,
     recheck,
@@ -100,6 +101,11 @@ LOCAL_THREAD_TEXT: Final = (
 REPLY_MISMATCH_TEXT: Final = "reply_to and thread_parent_id must match when both are provided."
 # A status is a message with this prefix (the Node client's reserved form).
 STATUS_PREFIX: Final = "[status] "
+STATUS_TOO_LONG_TEXT: Final = (
+    f"status is too long: at most {MAX_MESSAGE_CHARS - len(STATUS_PREFIX)} characters"
+)
+# A blank status would post "[status] " and say nothing.
+BLANK_STATUS_TEXT: Final = "status is empty: pass a short line saying what this worker is doing."
 
 
 def _readable(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -319,6 +325,11 @@ async def post_status(
     """Tell the room what this worker is doing now: a short status line, posted as a
     '[status] …' message that people and agents can tell apart from chat."""
     state = server_state(ctx)
+    if not status.strip():
+        return failed(state, BLANK_STATUS_TEXT)
+    if len(STATUS_PREFIX + status) > MAX_MESSAGE_CHARS:
+        # The room's refusal would name its own field, text.
+        return failed(state, STATUS_TOO_LONG_TEXT)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
     text = STATUS_PREFIX + status
 

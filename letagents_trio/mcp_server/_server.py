@@ -303,8 +303,11 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                         work=RoomWork(client, bearer_only=config.mode == WORKER),
                     )
                 finally:
+                    held = len(manager.holders)
                     logger.info(
-                        "closing: announcing the exit of %d held sessions", len(manager.holders)
+                        "closing: announcing the exit of %d held %s",
+                        held,
+                        "session" if held == 1 else "sessions",
                     )
         finally:
             chat.close()

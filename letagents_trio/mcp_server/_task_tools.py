@@ -42,6 +42,7 @@ from ._facade import (
     WorkerId,
     call_as,
     expected_errors,
+    failed,
     local_refusal,
     ok,
     server_state,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from ..workers._room_work import Acting
 
 __all__ = [
+    "BLANK_TITLE_TEXT",
     "LOCAL_BOARD_TEXT",
     "add_task",
     "claim_task",
@@ -61,6 +63,8 @@ __all__ = [
     "update_task",
 ]
 
+# Ours: the room's refusal of a blank title also names created_by, which the tool fills in.
+BLANK_TITLE_TEXT: Final = "title is empty: pass a short title for the task."
 # Ours: local rooms keep their chat on this machine and nothing else.
 LOCAL_BOARD_TEXT: Final = (
     "This room keeps its chat on this machine (chat storage: local), so it has no room server"
@@ -156,6 +160,9 @@ async def add_task(
     """Add a task to the room's board. It starts proposed: a room admin accepts it before
     anyone can claim it. Where the board needs approval, use register_task_create_intent."""
     state = server_state(ctx)
+    if not title.strip():
+        # The room's own text names created_by too, which a worker never passes.
+        return failed(state, BLANK_TITLE_TEXT)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
     fields: dict[str, Any] = {"title": title, **_approval(board_intent_id, board_approval_token)}
     if description is not None:

@@ -62,8 +62,8 @@ from ._names import (
     codename,
     js_trim,
 )
+from ._owner import agent_names, no_sign_in
 from ._records import read_leases, stored_session
-from ._registration import agent_names, no_sign_in
 from ._results import WorkerRegistration
 from ._stateparts import ensure_mapping, iso_now, mapping_at
 from ._wire import (
@@ -76,7 +76,7 @@ from ._wire import (
 if TYPE_CHECKING:
     from .._client import RoomClient
     from .._manager import ConnectionManager
-    from ._registration import Owner
+    from ._owner import Owner
     from ._state import LocalStateStore
 
 __all__ = [

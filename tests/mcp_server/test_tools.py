@@ -484,3 +484,33 @@ async def test_guidelines_come_from_the_agent_guidelines_route(
         registered["agent_session"]["session_id"],
         True,
     )
+
+
+async def test_a_session_the_room_forgot_is_replaced_by_register_agent_session(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Issue 42: after a --memory room restarted, registering by the same key gives a
+    live session, held, and a message sent by worker_id reaches the new room."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            first = await register(client)
+            old_id = first["agent_session"]["session_id"]
+            await fake_room.wait_until(lambda: len(fake_room.room.process_streams(old_id)) == 1)
+            fake_room.restart(forget=True)
+            again = await register(client)
+            new_id = again["agent_session"]["session_id"]
+            assert again["worker_id"] == first["worker_id"]
+            assert new_id != old_id
+            await fake_room.wait_until(lambda: len(fake_room.room.process_streams(new_id)) == 1)
+            row = fake_room.room.session(new_id)
+            assert row is not None
+            assert row.ended_at is None
+            sent = await call_ok(
+                client, "send_message", {"worker_id": first["worker_id"], "text": "back"}
+            )
+            assert sent["message"]["agent_session_id"] == new_id
+    forgotten = store.stored_session(old_id)
+    assert forgotten is not None
+    assert forgotten.ended_at is not None
