@@ -85,8 +85,8 @@ async def test_a_reply_naming_two_different_targets_is_refused_before_any_reques
             # The same target twice is one target, padded or not.
             same = {**args, "thread_parent_id": f" {one} "}
             sent = await call_ok(client, "send_message", same)
-    assert sent["success"] is True
-    assert (sent["message"]["text"], sent["message"]["thread_parent_id"]) == ("re", one)
+    # Issue 44: the message's own fields, as Node's send answers.
+    assert (sent["text"], sent["thread_parent_id"]) == ("re", one)
 
 
 async def test_a_workers_own_token_never_shows_in_an_answer(
@@ -106,11 +106,11 @@ async def test_a_workers_own_token_never_shows_in_an_answer(
             thread = await call_ok(
                 client,
                 "send_thread_message",
-                {"worker_id": worker, "text": text, "thread_parent_id": sent["message"]["id"]},
+                {"worker_id": worker, "text": text, "thread_parent_id": sent["id"]},
             )
             read = await call_ok(client, "read_messages", {"worker_id": worker})
     redacted = f"my token is {REDACTED}"
-    assert (sent["message"]["text"], thread["message"]["text"]) == (redacted, redacted)
+    assert (sent["text"], thread["text"]) == (redacted, redacted)
     assert [m["text"] for m in read["messages"]] == [redacted, redacted]
 
 

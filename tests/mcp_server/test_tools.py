@@ -510,7 +510,7 @@ async def test_a_session_the_room_forgot_is_replaced_by_register_agent_session(
             sent = await call_ok(
                 client, "send_message", {"worker_id": first["worker_id"], "text": "back"}
             )
-            assert sent["message"]["agent_session_id"] == new_id
+            assert sent["agent_session_id"] == new_id
     forgotten = store.stored_session(old_id)
     assert forgotten is not None
     assert forgotten.ended_at is not None

@@ -77,7 +77,12 @@ async def test_add_task_passes_the_description_and_the_source_message_to_the_roo
         agreed["id"],
     )
     assert (bare["description"], bare["source_message_id"]) == (None, None)
-    assert sent_bodies(fake_room, "POST", TASKS) == [
+    # Issue 44: the creator's fields (as Node's) follow the title and description.
+    fields = ("title", "description", "source_message_id")
+    assert [
+        {k: v for k, v in body.items() if k in fields}
+        for body in sent_bodies(fake_room, "POST", TASKS)
+    ] == [
         {
             "title": "Fix CI",
             "description": "The runner image lacks git.",
