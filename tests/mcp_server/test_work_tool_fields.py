@@ -33,7 +33,7 @@ TASKS = f"/rooms/{ROOM}/tasks"
 
 def admin_moves(fake_room: FakeRoom, task_id: str, status: str) -> None:
     """The room's admin, as a person, moves a task (accepts, cancels, closes)."""
-    admin = Credentials(owner_token=fake_room.owner_token)
+    admin = Credentials(owner_token=fake_room.person_token)  # the room's admin, signed in
     answer = fake_room.room.work.tasks.patch(ROOM, task_id, admin, {"status": status})
     assert answer.status == 200, answer.body
 

@@ -24,6 +24,7 @@ from .helpers import (
     ROOM,
     claimed_task,
     owner_headers,
+    person_headers,
     registered,
     registration,
     session_headers,
@@ -73,7 +74,7 @@ async def test_a_request_and_its_answer_are_shown_whole(
     await trio.sleep(5)
     answer = {"response": "Yes.", "expected_version": 1}
     r = await client.post(
-        f"/rooms/{ROOM}/attention/ask-00001/respond", json=answer, headers=owner_headers()
+        f"/rooms/{ROOM}/attention/ask-00001/respond", json=answer, headers=person_headers()
     )
     assert r.status_code == 200, r.text
     person = r.json()["record"]["updated_by"]
@@ -130,7 +131,7 @@ async def test_unanswered_requests_come_before_answered_ones(
         await trio.sleep(1)
     answer = {"response": "Yes.", "expected_version": 1}
     r = await client.post(
-        f"/rooms/{ROOM}/attention/ask-00001/respond", json=answer, headers=owner_headers()
+        f"/rooms/{ROOM}/attention/ask-00001/respond", json=answer, headers=person_headers()
     )
     assert r.status_code == 200, r.text
     page = await read(client, "attention", headers)

@@ -19,9 +19,9 @@ from letagents_trio.room_server._knowledge import NOT_ADMIN_TEXT, response_text
 from letagents_trio.room_server._storage._rows import KnowledgeRow
 
 from .helpers import (
-    OTHER_TOKEN,
+    OTHER_PERSON_TOKEN,
     ROOM,
-    owner_headers,
+    person_headers,
     registered,
     registration,
     session_headers,
@@ -86,11 +86,11 @@ async def test_each_refused_answer_says_why_and_changes_nothing(
     assert (await post(client, "memory", session_headers(a), FACT)).status_code == 201
     before = room.store.room_knowledge(ROOM, "attention")
     chosen = {
-        "owner": owner_headers(),
-        "other_owner": owner_headers(OTHER_TOKEN),
+        "owner": person_headers(),  # the room's admin, signed in
+        "other_owner": person_headers(OTHER_PERSON_TOKEN),
         "agent": session_headers(a),
         "session_id_only": {
-            **owner_headers(),
+            **person_headers(),
             "X-LetAgents-Agent-Session-Id": a["session_id"],
         },
     }[headers]
@@ -105,7 +105,7 @@ async def test_an_answer_of_8000_characters_is_taken(
     a = await registered(client, registration(name="A"))
     assert (await post(client, "attention", session_headers(a), ASK)).status_code == 201
     answer = {"response": "y" * 8000, "expected_version": 1}
-    r = await client.post(respond_path("ask-00001"), json=answer, headers=owner_headers())
+    r = await client.post(respond_path("ask-00001"), json=answer, headers=person_headers())
     assert r.status_code == 200, r.text
     assert r.json()["record"]["response"]["body"] == "y" * 8000
 
