@@ -62,10 +62,11 @@ async def test_a_blank_or_null_reference_is_none(
 @pytest.mark.parametrize(
     ("fields", "text"),
     [
-        ({"reply_to": "9" * 18}, REPLY_TO_MISSING_TEXT),
-        ({"reply_to": "9" * 19}, REPLY_TO_INVALID_TEXT),
-        ({"thread_root_id": "9" * 18}, THREAD_ROOT_MISSING_TEXT),
-        ({"thread_root_id": "9" * 19}, THREAD_ROOT_INVALID_TEXT),
+        # Issue 44: ids are the API's msg_<n>.
+        ({"reply_to": "msg_" + "9" * 18}, REPLY_TO_MISSING_TEXT),
+        ({"reply_to": "msg_" + "9" * 19}, REPLY_TO_INVALID_TEXT),
+        ({"thread_root_id": "msg_" + "9" * 18}, THREAD_ROOT_MISSING_TEXT),
+        ({"thread_root_id": "msg_" + "9" * 19}, THREAD_ROOT_INVALID_TEXT),
         ({"reply_to": "1 2"}, REPLY_TO_INVALID_TEXT),
         ({"thread_root_id": "-1"}, THREAD_ROOT_INVALID_TEXT),
     ],
