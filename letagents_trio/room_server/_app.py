@@ -53,6 +53,7 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from ._auth._device_page import decision_page, form_fields, form_page, send_page
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
 from ._sessions._websocket import key_refusal, refuse_upgrade, serve_process_socket
@@ -318,8 +319,40 @@ def _routes(room: Room) -> tuple[_Route, ...]:
             r.params["room"], r.params["record"], r.credentials(body), body
         )
 
+    async def create_invite_room(r: _Request) -> Reply:
+        await r.body()  # read (and bound) whatever came; the route takes nothing
+        return room.entry.create_invite_room(r.credentials().owner_token)
+
+    async def join(r: _Request) -> Reply:
+        await r.body()
+        bearer = r.credentials().owner_token
+        return room.entry.join(r.params["room"], bearer, create=r.query("create"))
+
+    async def device_start(r: _Request) -> Reply:
+        await r.body()
+        return room.sign_in.start(_base_url(r.scope))
+
+    def device_poll(r: _Request) -> Reply:
+        return room.sign_in.poll(r.params["request"])
+
+    async def device_page(r: _Request) -> None:
+        await send_page(r.send, 200, form_page(r.query("user_code")))
+
+    async def device_decide(r: _Request) -> None:
+        fields = form_fields(await r.gate.read(r.scope, r.receive))
+        code, decision = fields.get("user_code", "").strip(), fields.get("decision")
+        if not code or decision not in ("approve", "deny"):
+            await send_page(r.send, 400, form_page(code))
+            return
+        decided = room.sign_in.decide(code, fields.get("token"), approve=decision == "approve")
+        await send_page(r.send, decided.status, decision_page(decided))
+
     sessions = "/rooms/{room+}/agent-sessions"
     return (
+        _Route("/auth/device/start", {"POST": device_start}),
+        _Route("/auth/device/poll/{request}", {"GET": device_poll}),
+        _Route("/device", {"GET": device_page, "POST": device_decide}),
+        _Route("/projects", {"POST": create_invite_room}),
         _Route("/agents/me", {"GET": me}),
         _Route("/agents", {"POST": register_identity}),
         _Route("/health", {"GET": health}),
@@ -331,6 +364,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks", {"GET": list_tasks, "POST": create_task}),
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
+        _Route("/rooms/{room+}/join", {"POST": join}),
         # Patterns with a parameter after the room come last (see the module docstring).
         _Route(sessions, {"POST": register}),
         _Route(sessions + "/{session}/process", {"GET": process_stream}),
@@ -340,6 +374,12 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/attention/{record}/respond", {"POST": respond}),
         _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
     )
+
+
+def _base_url(scope: Scope) -> str:
+    """The address the request reached this room at (its ``Host``), for links it hands out."""
+    host = header(scope, b"host") or "localhost"
+    return f"{scope.get('scheme', 'http')}://{host}"
 
 
 async def _serve_process_stream(room: Room, r: _Request) -> None:

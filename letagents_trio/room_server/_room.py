@@ -55,6 +55,7 @@ from .._protocol import (
     SESSION_NOT_FOUND_TEXT,
 )
 from ._auth._accounts import Accounts
+from ._auth._device import DeviceSignIn
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
 from ._sessions import _registration
@@ -71,6 +72,7 @@ from ._storage._rows import (
     SessionRow,
 )
 from ._storage._store_errors import StoreWriteError
+from ._rooms._entry import RoomEntry
 from ._work import RoomWork
 
 if TYPE_CHECKING:
@@ -125,6 +127,8 @@ class Room:
     Attributes:
         work: the parts that serve the room's work routes (messages,
             guidelines, the board, memory and requests).
+        entry: making invite rooms and joining rooms.
+        sign_in: device sign-in (pending requests and the tokens they end in).
     """
 
     store: RoomStore = attrs.field(on_setattr=attrs.setters.frozen)
@@ -137,6 +141,8 @@ class Room:
     )
     config: RoomConfig = attrs.field(factory=RoomConfig, on_setattr=attrs.setters.frozen)
     work: RoomWork = attrs.field(init=False)
+    entry: RoomEntry = attrs.field(init=False)
+    sign_in: DeviceSignIn = attrs.field(init=False)
     _accounts: Accounts = attrs.field(init=False)
     _streams: StreamRegistry = attrs.field(init=False)
     _liveness: LivenessSweep = attrs.field(init=False)
@@ -145,6 +151,8 @@ class Room:
     def __attrs_post_init__(self) -> None:
         store, clock, config = self.store, self.clock, self.config
         self._accounts = accounts = Accounts(store, clock, self.owner_tokens, self.person_tokens)
+        self.entry = RoomEntry(store, clock, accounts)
+        self.sign_in = DeviceSignIn(store, clock, accounts)
         self._streams = StreamRegistry(
             store,
             clock,

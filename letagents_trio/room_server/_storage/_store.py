@@ -32,6 +32,7 @@ from typing import Protocol, final
 
 import attrs
 
+from ._auth_rows import MintedTokenRow
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -170,6 +171,14 @@ class RoomStore(Protocol):
         """Every knowledge record of the room of that type, in no particular order."""
         ...
 
+    def get_minted_token(self, token_hash: str) -> MintedTokenRow | None:
+        """Return the minted owner token with this SHA-256, if any."""
+        ...
+
+    def put_minted_token(self, row: MintedTokenRow) -> None:
+        """Insert or replace a minted owner token (keyed by its hash)."""
+        ...
+
     def atomic(self) -> contextlib.AbstractContextManager[None]:
         """Make the writes inside all-or-nothing: a failure stores none of them.
 
@@ -206,6 +215,13 @@ class MemoryStore:
     _leases: dict[str, LeaseRow] = attrs.field(factory=dict)
     _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
     _knowledge: dict[tuple[str, str], KnowledgeRow] = attrs.field(factory=dict)
+    _minted: dict[str, MintedTokenRow] = attrs.field(factory=dict)
+
+    def get_minted_token(self, token_hash: str) -> MintedTokenRow | None:
+        return self._minted.get(token_hash)
+
+    def put_minted_token(self, row: MintedTokenRow) -> None:
+        self._minted[row.token_hash] = row
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)
