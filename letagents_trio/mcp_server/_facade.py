@@ -66,6 +66,7 @@ from ..workers._wire import (
     WORKER_KIND_REQUIRED_TEXT,
     WORKER_SESSION_REQUIRED_TEXT,
 )
+from ._chat_context import ChatContext
 from ._profiles import OWNER, SUPERVISED, SUPERVISED_CREDENTIAL_TEXT, WORKER
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ class ServerState:
         handles: the worker handles (registration, the facade's guard).
         chat: the local rooms' chat (one per server; closed when the lifespan ends).
         work: the room-work routes (messages, the board, memory), over ``client``.
+        context: the room joined here and the conversations' names (``_chat_context``).
     """
 
     config: ServerConfig
@@ -141,6 +143,7 @@ class ServerState:
     handles: WorkerHandles
     chat: LocalChat
     work: RoomWork
+    context: ChatContext = attrs.field(factory=ChatContext)
 
 
 ToolContext = Context[ServerState, Any]

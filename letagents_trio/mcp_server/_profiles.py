@@ -12,7 +12,8 @@ one of ``supervised_room_turn``, ``supervised_mcp_polling``,
 key for the room turn under the provider ``cursor``.)
 
 **Tool surfaces** (:func:`tool_surface`). The two supervised profiles serve no
-agent-session tools (their supervisor owns the session); the room turn serves
+agent-session tools (their supervisor owns the session), no onboarding (the
+supervisor signs in) and no ``resume_room_session``; the room turn serves
 no delivery loop (``wait_for_messages``: the supervisor delivers) but
 ``set_reply_thread``, and ``complete_room_turn`` when the provider is
 ``cursor``.
@@ -103,11 +104,15 @@ class ToolSurface:
         session_lifecycle: ``register_agent_session`` and ``disconnect_agent_session``.
         delivery_loop: ``wait_for_messages``.
         reply_thread: ``set_reply_thread`` (the room turn only).
+        onboarding: the sign-in and naming tools (``get_onboarding_status``, ...).
+        room_resume: ``resume_room_session``.
     """
 
     session_lifecycle: bool
     delivery_loop: bool
     reply_thread: bool = False
+    onboarding: bool = False
+    room_resume: bool = False
 
 
 _SURFACES: Final[Mapping[str, ToolSurface]] = {
@@ -115,8 +120,12 @@ _SURFACES: Final[Mapping[str, ToolSurface]] = {
     SUPERVISED_ROOM_TURN_PROFILE: ToolSurface(
         session_lifecycle=False, delivery_loop=False, reply_thread=True
     ),
-    AUTONOMOUS_WORKER_PROFILE: ToolSurface(session_lifecycle=True, delivery_loop=True),
-    INTERACTIVE_DESKTOP_PROFILE: ToolSurface(session_lifecycle=True, delivery_loop=True),
+    AUTONOMOUS_WORKER_PROFILE: ToolSurface(
+        session_lifecycle=True, delivery_loop=True, onboarding=True, room_resume=True
+    ),
+    INTERACTIVE_DESKTOP_PROFILE: ToolSurface(
+        session_lifecycle=True, delivery_loop=True, onboarding=True, room_resume=True
+    ),
 }
 
 

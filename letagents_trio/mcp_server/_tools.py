@@ -47,7 +47,26 @@ from ._message_tools import (
     send_message,
     send_thread_message,
 )
+from ._onboarding_tools import (
+    clear_saved_auth,
+    get_onboarding_status,
+    poll_device_auth,
+    set_agent_name,
+    start_device_auth,
+)
 from ._profiles import CURSOR_PROVIDER, FACADE_PROFILES, tool_surface
+from ._room_tools import (
+    check_repo,
+    check_repo_visibility,
+    create_project,
+    create_room,
+    get_current_room,
+    initialize_repo,
+    join_code,
+    join_project,
+    join_room,
+    resume_room_session,
+)
 from ._session_tools import disconnect_agent_session, register_agent_session
 from ._task_tools import (
     add_task,
@@ -66,6 +85,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELIVERY_TOOLS",
+    "ONBOARDING_TOOLS",
+    "RESUME_TOOLS",
     "ROOM_TOOLS",
     "SESSION_TOOLS",
     "TOOLS",
@@ -77,6 +98,15 @@ __all__ = [
 
 # Every tool, by name, in registration order.
 TOOLS: Final[Mapping[str, ToolFn]] = {
+    "create_room": create_room,
+    "create_project": create_project,
+    "join_code": join_code,
+    "join_project": join_project,
+    "join_room": join_room,
+    "get_current_room": get_current_room,
+    "check_repo": check_repo,
+    "initialize_repo": initialize_repo,
+    "check_repo_visibility": check_repo_visibility,
     "register_agent_session": register_agent_session,
     "disconnect_agent_session": disconnect_agent_session,
     "get_room_guidelines": get_room_guidelines,
@@ -98,6 +128,12 @@ TOOLS: Final[Mapping[str, ToolFn]] = {
     "wait_for_messages": wait_for_messages,
     "set_reply_thread": set_reply_thread,
     "complete_room_turn": complete_room_turn,
+    "get_onboarding_status": get_onboarding_status,
+    "start_device_auth": start_device_auth,
+    "poll_device_auth": poll_device_auth,
+    "clear_saved_auth": clear_saved_auth,
+    "set_agent_name": set_agent_name,
+    "resume_room_session": resume_room_session,
 }
 # The session lifecycle: not served where a supervisor owns it.
 SESSION_TOOLS: Final = ("register_agent_session", "disconnect_agent_session")
@@ -105,9 +141,22 @@ SESSION_TOOLS: Final = ("register_agent_session", "disconnect_agent_session")
 DELIVERY_TOOLS: Final = ("wait_for_messages",)
 # The supervised room turn's.
 _TURN_TOOLS: Final = ("set_reply_thread", "complete_room_turn")
-# The room's work: every profile serves these, in upstream's order.
+# Signing in and naming the agent: where the chat itself onboards (not under a supervisor).
+ONBOARDING_TOOLS: Final = (
+    "get_onboarding_status",
+    "start_device_auth",
+    "poll_device_auth",
+    "clear_saved_auth",
+    "set_agent_name",
+)
+# Rejoining the saved room after a restart: likewise.
+RESUME_TOOLS: Final = ("resume_room_session",)
+# The rooms and the room's work: every profile serves these, in upstream's order.
 ROOM_TOOLS: Final = tuple(
-    name for name in TOOLS if name not in (*SESSION_TOOLS, *DELIVERY_TOOLS, *_TURN_TOOLS)
+    name
+    for name in TOOLS
+    if name
+    not in (*SESSION_TOOLS, *DELIVERY_TOOLS, *_TURN_TOOLS, *ONBOARDING_TOOLS, *RESUME_TOOLS)
 )
 
 
@@ -124,6 +173,10 @@ def profile_tools(profile: str, provider: str | None = None) -> tuple[str, ...]:
         names.append("set_reply_thread")
         if provider == CURSOR_PROVIDER:
             names.append("complete_room_turn")
+    if surface.onboarding:
+        names.extend(ONBOARDING_TOOLS)
+    if surface.room_resume:
+        names.extend(RESUME_TOOLS)
     return tuple(names)
 
 
