@@ -357,6 +357,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/agents", {"POST": register_identity}),
         _Route("/health", {"GET": health}),
         _Route("/healthz", {"GET": health}),
+        _Route("/api/health", {"GET": health}),
         _Route("/rooms/{room+}/messages", {"GET": list_messages, "POST": send_message}),
         _Route("/rooms/{room+}/messages/poll", {"GET": poll}),
         _Route("/rooms/{room+}/agent-guidelines", {"GET": get_guidelines, "PUT": put_guidelines}),

@@ -8,9 +8,7 @@ Times are exact: the room runs on ``TrioClock(EPOCH)`` under the autojump clock.
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import trio
 
@@ -21,47 +19,11 @@ from letagents_trio.room_server._auth._device import (
     normalize_user_code,
 )
 
+from ..device_page import approve_as_person
 from .helpers import EPOCH, OTHER_PERSON_TOKEN, OWNER_TOKEN, PERSON_TOKEN, owner_headers
 
 if TYPE_CHECKING:
     import httpx2
-
-
-class _Form(HTMLParser):
-    """The first form of a page: its action, method, and its inputs' names and values."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.action: str | None = None
-        self.method = "get"
-        self.fields: dict[str, str] = {}
-        self.buttons: dict[str, str] = {}
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = {k: v or "" for k, v in attrs}
-        if tag == "form" and self.action is None:
-            self.action, self.method = found.get("action", ""), found.get("method", "get")
-        elif tag == "input" and "name" in found:
-            self.fields[found["name"]] = found.get("value", "")
-        elif tag == "button" and "name" in found:
-            self.buttons[found.get("value", "")] = found["name"]
-
-
-async def approve_as_person(
-    http: httpx2.AsyncClient, verification_uri: str, user_code: str, token: str, choice: str = "approve"
-) -> httpx2.Response:
-    """What a person does: open the page, type the code and their token, press a button."""
-    page = await http.get(urlsplit(verification_uri).path)
-    assert page.status_code == 200
-    assert page.headers["content-type"].startswith("text/html")
-    form = _Form()
-    form.feed(page.text)
-    assert form.method == "post"
-    assert form.action is not None
-    assert set(form.fields) == {"user_code", "token"}
-    filled = {**form.fields, "user_code": user_code, "token": token}
-    filled[form.buttons[choice]] = choice
-    return await http.post(form.action, data=filled)
 
 
 async def start(http: httpx2.AsyncClient) -> dict[str, Any]:
