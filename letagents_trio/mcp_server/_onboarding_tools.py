@@ -42,7 +42,13 @@ from .._errors import ApiError, RoomUnreachable, WorkerError
 from ..workers._joining import looks_like_invite_code, saved_room
 from ..workers._names import actor_label, normalize_agent_base_name, owner_attribution
 from ..workers._registration import account_login
-from ..workers._repo_context import config_room, git_branches, git_remote_room, git_root, room_context
+from ..workers._repo_context import (
+    config_room,
+    git_branches,
+    git_remote_room,
+    git_root,
+    room_context,
+)
 from ..workers._sign_in import clear_sign_in, pending_sign_in, poll_sign_in, start_sign_in
 from ..workers._stateparts import iso_now
 from ._facade import RoomId, ToolContext, WorkerId, blank, expected_errors, ok, server_state
@@ -68,7 +74,9 @@ HEALTH_PATH: Final = "/api/health"
 # The Node server's texts.
 AUTH_REQUIRED_TEXT: Final = "Authentication required. Run start_device_auth first."
 NAME_LENGTH_TEXT: Final = "Name must be between 2 and 64 characters."
-SIGNED_IN_HINT: Final = "You can change your agent's display name anytime using the set_agent_name tool."
+SIGNED_IN_HINT: Final = (
+    "You can change your agent's display name anytime using the set_agent_name tool."
+)
 AUTH_HINT: Final = (
     "Public Git Rooms and ad-hoc rooms can be joined without auth. Private Git Rooms require"
     " start_device_auth, browser verification, then poll_device_auth to persist a LetAgents token."
@@ -120,7 +128,9 @@ async def get_onboarding_status(
     ctx: ToolContext,
     cwd: Annotated[
         str | None,
-        Field(description="Working directory to inspect for repo context. Defaults to the server's."),
+        Field(
+            description="Working directory to inspect for repo context. Defaults to the server's."
+        ),
     ] = None,
 ) -> CallToolResult:
     """Inspect local Let Agents MCP auth and room-session state so a user can finish onboarding
@@ -134,7 +144,9 @@ async def get_onboarding_status(
     root = await git_root(start)
     configured = config_room(start)
     current_branch, default_branch = await git_branches(root) if root else (None, None)
-    git = room_context(await git_remote_room(root) if root else None, current_branch, default_branch)
+    git = room_context(
+        await git_remote_room(root) if root else None, current_branch, default_branch
+    )
     from_config = room_context(configured, current_branch, default_branch) if configured else None
     health = await _health(state)
     authenticated = bool(state.config.token or auth)
@@ -207,9 +219,11 @@ async def start_device_auth(
     state = server_state(ctx)
     _owner_only(state, "start_device_auth")
     current = state.context.current_room
-    suggested = await worker_room(state, worker_id, room_id) or (
-        None if current is None else current["room_id"]
-    ) or config_room(os.getcwd())
+    suggested = (
+        await worker_room(state, worker_id, room_id)
+        or (None if current is None else current["room_id"])
+        or config_room(os.getcwd())
+    )
     pending, reused = await start_sign_in(
         state.client, state.store, suggested_room_id=suggested, force=bool(force)
     )
@@ -247,7 +261,9 @@ async def poll_device_auth(
         return ok(state, {"success": True, **polled})
     state.handles.forget_account()
     current = state.context.current_room
-    target = wanted or outcome.suggested_room_id or (None if current is None else current["room_id"])
+    target = (
+        wanted or outcome.suggested_room_id or (None if current is None else current["room_id"])
+    )
     joined: dict[str, Any] | None = None
     if auto_join and target:
         via = "join_code" if looks_like_invite_code(target) else "join_room"
@@ -336,5 +352,9 @@ async def set_agent_name(
         state.context.conversation_identities[str(conversation_id)] = identity
     return ok(
         state,
-        {"success": True, "message": f'Agent name changed to "{shown}".', "agent_identity": identity},
+        {
+            "success": True,
+            "message": f'Agent name changed to "{shown}".',
+            "agent_identity": identity,
+        },
     )

@@ -34,13 +34,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
 
+import trio
+
 # Tool signatures are evaluated at run time (the SDK reads them).
 from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
 from .._client import encode_room_path
 from .._errors import LetAgentsError, WorkerError
-from ..workers._joining import create_invite_room, join_room as join_by, saved_room
+from ..workers._joining import create_invite_room, saved_room
+from ..workers._joining import join_room as join_by
 from ..workers._repo_context import (
     CONFIG_FILE,
     config_room,
@@ -52,7 +55,7 @@ from ..workers._repo_context import (
     repo_visibility,
     room_context,
 )
-from ._facade import RoomId, ToolContext, WorkerId, blank, expected_errors, ok, server_state
+from ._facade import ToolContext, WorkerId, blank, expected_errors, ok, server_state
 from ._profiles import SUPERVISED, SUPERVISED_CREDENTIAL_TEXT
 
 if TYPE_CHECKING:
@@ -126,7 +129,8 @@ def _check_can_call(state: ServerState) -> None:
 
 def _remember_here(state: ServerState, session: Mapping[str, Any]) -> dict[str, Any]:
     state.context.current_room = {
-        key: session.get(key) for key in ("room_id", "project_id", "code", "display_name", "joined_via")
+        key: session.get(key)
+        for key in ("room_id", "project_id", "code", "display_name", "joined_via")
     }
     return state.context.current_room
 
@@ -152,7 +156,9 @@ def _join_answer(
     }
 
 
-async def _join(ctx: ToolContext, identifier: str, joined_via: str, mode: str | None) -> CallToolResult:
+async def _join(
+    ctx: ToolContext, identifier: str, joined_via: str, mode: str | None
+) -> CallToolResult:
     state = server_state(ctx)
     if mode == "live":
         raise WorkerError(LIVE_MODE_TEXT)
@@ -183,7 +189,9 @@ async def create_project(ctx: ToolContext) -> CallToolResult:
 
 
 @expected_errors
-async def join_code(ctx: ToolContext, code: Code, session_mode: SessionMode = None) -> CallToolResult:
+async def join_code(
+    ctx: ToolContext, code: Code, session_mode: SessionMode = None
+) -> CallToolResult:
     """Join an existing room using an invite code."""
     return await _join(ctx, code, "join_code", session_mode)
 
@@ -199,7 +207,9 @@ async def join_project(
 @expected_errors
 async def join_room(
     ctx: ToolContext,
-    name: Annotated[str, Field(description="The room name to join (e.g. 'github.com/owner/repo').")],
+    name: Annotated[
+        str, Field(description="The room name to join (e.g. 'github.com/owner/repo').")
+    ],
     session_mode: SessionMode = None,
 ) -> CallToolResult:
     """Join a named room on Let Agents Chat. Creates the room if it doesn't exist. Use this for
@@ -221,7 +231,8 @@ async def worker_room(state: ServerState, worker_id: str | None, room_id: str | 
 async def resume_room_session(
     ctx: ToolContext,
     room_id: Annotated[
-        str | None, Field(description="Optional saved room ID to resume. Defaults to the last current room.")
+        str | None,
+        Field(description="Optional saved room ID to resume. Defaults to the last current room."),
     ] = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -232,8 +243,11 @@ async def resume_room_session(
     wanted = await worker_room(state, worker_id, room_id)
     saved = saved_room(state.store.read().data, wanted)
     if saved is None or (wanted is not None and saved.get("room_id") != wanted):
-        raise WorkerError(NO_SAVED_ROOM_TEXT if wanted is None else f"{NO_SAVED_ROOM_TEXT} ({wanted})")
-    joined_via = saved.get("joined_via") if isinstance(saved.get("joined_via"), str) else "join_room"
+        raise WorkerError(
+            NO_SAVED_ROOM_TEXT if wanted is None else f"{NO_SAVED_ROOM_TEXT} ({wanted})"
+        )
+    via = saved.get("joined_via")
+    joined_via = via if isinstance(via, str) else "join_room"
     room = await join_identifier(state, str(saved["room_id"]), joined_via)
     return ok(
         state,
@@ -268,14 +282,14 @@ async def get_current_room(
     ] = None,
 ) -> CallToolResult:
     """Get information about the currently joined room, including how it was joined."""
+    await trio.lowlevel.checkpoint()
     state = server_state(ctx)
     current = state.context.current_room
     if current is None:
         return ok(state, {"connected": False, "message": "Not currently in any room"})
-    identity = (
-        state.context.conversation_identities.get(conversation_id or "")
-        or state.store.read().data.get("agent_identity")
-    )
+    identity = state.context.conversation_identities.get(
+        conversation_id or ""
+    ) or state.store.read().data.get("agent_identity")
     return ok(
         state,
         {
@@ -303,7 +317,9 @@ async def check_repo(ctx: ToolContext, cwd: Cwd = None) -> CallToolResult:
     config_path = None if config_dir is None else config_dir / CONFIG_FILE
     configured = config_room(start) if root else None
     current_branch, default_branch = await git_branches(root) if root else (None, None)
-    git = room_context(await git_remote_room(root) if root else None, current_branch, default_branch)
+    git = room_context(
+        await git_remote_room(root) if root else None, current_branch, default_branch
+    )
     from_config = room_context(configured, current_branch, default_branch) if configured else None
     detected = (from_config.active_room if from_config else None) or git.active_room
     current = state.context.current_room
@@ -339,9 +355,13 @@ async def check_repo(ctx: ToolContext, cwd: Cwd = None) -> CallToolResult:
 
 def _join_hint(root: str | None, detected: str | None, matches: bool) -> str | None:
     if not root:
-        return "Not inside a git repo. Use create_room, join_code, or join_room to connect manually."
+        return (
+            "Not inside a git repo. Use create_room, join_code, or join_room to connect manually."
+        )
     if not detected:
-        return "Run initialize_repo to set up .letagents.json, or use join_room/join_code to connect."
+        return (
+            "Run initialize_repo to set up .letagents.json, or use join_room/join_code to connect."
+        )
     if matches:
         return None
     return (
@@ -409,7 +429,9 @@ async def initialize_repo(
         answer["hint"] = "The .letagents.json was created. Use join_room to connect."
         return ok(state, answer)
     answer.update(room_id=joined["room_id"], code=joined.get("code"), joined=True)
-    answer["hint"] = "Consider adding .letagents.json to git so other contributors join the same room."
+    answer["hint"] = (
+        "Consider adding .letagents.json to git so other contributors join the same room."
+    )
     return ok(state, answer)
 
 

@@ -155,8 +155,7 @@ RESUME_TOOLS: Final = ("resume_room_session",)
 ROOM_TOOLS: Final = tuple(
     name
     for name in TOOLS
-    if name
-    not in (*SESSION_TOOLS, *DELIVERY_TOOLS, *_TURN_TOOLS, *ONBOARDING_TOOLS, *RESUME_TOOLS)
+    if name not in (*SESSION_TOOLS, *DELIVERY_TOOLS, *_TURN_TOOLS, *ONBOARDING_TOOLS, *RESUME_TOOLS)
 )
 
 

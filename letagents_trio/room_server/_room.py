@@ -58,6 +58,7 @@ from ._auth._accounts import Accounts
 from ._auth._device import DeviceSignIn
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
+from ._rooms._entry import RoomEntry
 from ._sessions import _registration
 from ._sessions._liveness import LivenessSweep
 from ._sessions._presence import SessionEvidence, evidence_of, exited
@@ -72,7 +73,6 @@ from ._storage._rows import (
     SessionRow,
 )
 from ._storage._store_errors import StoreWriteError
-from ._rooms._entry import RoomEntry
 from ._work import RoomWork
 
 if TYPE_CHECKING:

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import re
 import subprocess
 from collections.abc import Mapping
+from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 from urllib.parse import quote, urlsplit
@@ -66,6 +66,8 @@ GIT_TIMEOUT: Final = 5.0
 _MAX_GIT_OUTPUT: Final = 64 * 1024
 # Seconds a provider's visibility answer may take: the Node client's 10 s.
 VISIBILITY_TIMEOUT: Final = 10.0
+# Bytes of a provider's answer read at most: a repository's JSON is a few kilobytes.
+MAX_PROVIDER_ANSWER: Final = 256 * 1024
 # How far upwards a room file is looked for (the Node client's 50).
 _MAX_CONFIG_DEPTH: Final = 50
 _LIKELY_DEFAULT_BRANCHES: Final = frozenset({"main", "master", "trunk"})
@@ -163,7 +165,9 @@ def room_context(
         and current
         and (current != default if default else current not in _LIKELY_DEFAULT_BRANCHES)
     )
-    ref_room = _branch_room(repo_room, current) if on_side_branch and repo_room and current else None
+    ref_room = (
+        _branch_room(repo_room, current) if on_side_branch and repo_room and current else None
+    )
     return GitRoomContext(
         repo_room=repo_room,
         current_branch=current,
@@ -177,7 +181,9 @@ def room_context(
 async def git_branches(cwd: str) -> tuple[str | None, str | None]:
     """``cwd``'s current branch and its remote's default branch."""
     current = await _git(["branch", "--show-current"], cwd)
-    origin_head = await _git(["symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD"], cwd)
+    origin_head = await _git(
+        ["symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD"], cwd
+    )
     default = origin_head.removeprefix("origin/") or None if origin_head else None
     return current, default
 
@@ -255,12 +261,10 @@ async def repo_visibility(
         )
         return _visibility(canonical_key, provider, "unknown", error)
     visibility = await _ask_provider(provider, owner, repo, transport)
-    error = (
-        "Could not determine visibility — treating Git Room access as private/unknown"
-        if visibility == "unknown"
-        else None
+    unsure = "Could not determine visibility — treating Git Room access as private/unknown"
+    return _visibility(
+        canonical_key, provider, visibility, unsure if visibility == "unknown" else None
     )
-    return _visibility(canonical_key, provider, visibility, error)
 
 
 def _visibility(key: str, provider: str, visibility: str, error: str | None) -> dict[str, Any]:
@@ -292,11 +296,19 @@ async def _ask_provider(
     headers = {"User-Agent": "letagents-trio", "Accept": "application/json"}
     with trio.move_on_after(VISIBILITY_TIMEOUT):
         try:
-            async with httpx2.AsyncClient(transport=transport, timeout=math.inf) as http:
-                response = await http.get(urls[provider], headers=headers)
+            async with (
+                httpx2.AsyncClient(transport=transport, timeout=None) as http,
+                http.stream("GET", urls[provider], headers=headers) as response,
+                aclosing(response.aiter_bytes()) as chunks,
+            ):
+                content = bytearray()
+                async for chunk in chunks:
+                    content += chunk
+                    if len(content) > MAX_PROVIDER_ANSWER:  # no answer of theirs is this long
+                        return "unknown"
+                return _visibility_of(provider, response.status_code, bytes(content))
         except httpx2.HTTPError:
             return "unknown"
-        return _visibility_of(provider, response.status_code, response.content)
     return "unknown"
 
 
@@ -308,12 +320,18 @@ def _visibility_of(provider: str, status: int, content: bytes) -> str:
     if not 200 <= status < 300:
         return "unknown"
     try:
-        data = json.loads(content[:_MAX_GIT_OUTPUT])
+        data = json.loads(content)
     except (ValueError, RecursionError):
         return "unknown"
     if provider == "gitlab" and isinstance(data, dict):
         shown = data.get("visibility")
-        return "public" if shown == "public" else "private" if shown in ("internal", "private") else "unknown"
+        return (
+            "public"
+            if shown == "public"
+            else "private"
+            if shown in ("internal", "private")
+            else "unknown"
+        )
     if isinstance(data, dict) and isinstance(data.get("is_private"), bool):
         return "private" if data["is_private"] else "public"
     return "unknown"

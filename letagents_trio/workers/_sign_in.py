@@ -69,7 +69,11 @@ DENIED_TEXT: Final = (
     " a mistake."
 )
 EXPIRED_TEXT: Final = "The device sign-in expired before it was approved. Start again."
-NO_TOKEN_TEXT: Final = "The room authorized the device sign-in but sent no token; nothing was stored."
+# What each refusal of a poll says (None: the unknown-request text, with the room's words).
+_REFUSED: Final[Mapping[int, str | None]] = {403: DENIED_TEXT, 404: None, 410: EXPIRED_TEXT}
+NO_TOKEN_TEXT: Final = (
+    "The room authorized the device sign-in but sent no token; nothing was stored."
+)
 
 
 @final
@@ -249,14 +253,14 @@ async def poll_sign_in(
     except ApiError as exc:
         if exc.status == 429:
             return PollOutcome(status="slow_down", interval=_interval_of(exc.body, pending))
-        if exc.status in (403, 404, 410):
-            await _forget_pending(store, asked)
-            if exc.status == 403:
-                raise WorkerError(DENIED_TEXT) from None
-            if exc.status == 410:
-                raise WorkerError(EXPIRED_TEXT) from None
-            raise WorkerError(UNKNOWN_TEXT.format(detail=str(exc))) from None
-        raise
+        if exc.status not in _REFUSED:
+            raise
+        refusal: str | None = _REFUSED[exc.status] or UNKNOWN_TEXT.format(detail=str(exc))
+    else:
+        refusal = None
+    if refusal is not None:
+        await _forget_pending(store, asked)
+        raise WorkerError(refusal)
     fields: Mapping[str, Any] = answer if isinstance(answer, Mapping) else {}
     status = fields.get("status")
     suggested = None if pending is None else pending.suggested_room_id
@@ -279,7 +283,6 @@ async def poll_sign_in(
 
 
 def _interval_of(body: str, pending: PendingSignIn | None) -> int:
-
 
     try:
         parsed = json.loads(body)

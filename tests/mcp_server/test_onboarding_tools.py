@@ -141,7 +141,11 @@ async def test_bad_polls_are_tool_errors_naming_the_cause(tmp_path: Path) -> Non
                 started = await call_ok(client, "start_device_auth", {})
                 async with browser(room) as http:
                     await approve_as_person(
-                        http, started["verification_uri"], started["user_code"], PERSON_TOKEN, "deny"
+                        http,
+                        started["verification_uri"],
+                        started["user_code"],
+                        PERSON_TOKEN,
+                        "deny",
                     )
                 denied = await call_error(client, "poll_device_auth", {})
                 assert "denied" in denied
@@ -157,7 +161,9 @@ async def test_clear_saved_auth_removes_only_the_sign_in(tmp_path: Path) -> None
             config = config_for(room, tmp_path, token=None)
             store = LocalStateStore(path)
             await store.save_auth("stored-token", account={"login": "owner"})
-            await store.update(lambda s: s.update(local_host_id="host_" + "a" * 32, custom={"k": 1}))
+            await store.update(
+                lambda s: s.update(local_host_id="host_" + "a" * 32, custom={"k": 1})
+            )
             async with Client(create_server(config, transport=room.transport)) as client:
                 await call_ok(client, "start_device_auth", {"force": True})
                 before = state_of(tmp_path)
@@ -195,5 +201,9 @@ async def test_set_agent_name(tmp_path: Path) -> None:
     assert state_of(tmp_path)["agent_identity"]["display_name"] == "River Otter"
     assert scoped["agent_identity"]["source"] == "local"
     (posted,) = room.requests_to("POST", "/agents")
-    assert posted.body == {"name": "river-otter", "display_name": "River Otter", "owner_label": "owner"}
+    assert posted.body == {
+        "name": "river-otter",
+        "display_name": "River Otter",
+        "owner_label": "owner",
+    }
     assert current == {"connected": False, "message": "Not currently in any room"}

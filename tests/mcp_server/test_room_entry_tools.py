@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import pytest
@@ -18,10 +18,12 @@ import trio
 from mcp import Client
 
 from letagents_trio.mcp_server import create_server
-from letagents_trio.testing import FakeRoom
 from letagents_trio.workers._repo_context import normalize_git_remote, repo_visibility, room_context
 
 from .helpers import call_error, call_ok, config_for, supervised_config
+
+if TYPE_CHECKING:
+    from letagents_trio.testing import FakeRoom
 
 
 def state_of(tmp_path: Path) -> dict[str, Any]:
@@ -46,7 +48,9 @@ async def test_create_join_by_code_and_what_is_remembered(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     with trio.fail_after(20):
-        async with Client(create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)) as client:
+        async with Client(
+            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        ) as client:
             made = await call_ok(client, "create_room", {})
             code = made["room_id"]
             assert made["code"] == code
@@ -84,7 +88,9 @@ async def test_a_code_no_room_has_is_a_tool_error_and_writes_nothing(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     with trio.fail_after(20):
-        async with Client(create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)) as client:
+        async with Client(
+            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        ) as client:
             error = await call_error(client, "join_code", {"code": "zzzz-9999"})
             blank = await call_error(client, "join_code", {"code": "  "})
             live = await call_error(client, "join_room", {"name": "x", "session_mode": "live"})
@@ -125,13 +131,17 @@ async def test_resume_with_a_worker_rejoins_the_workers_room(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     with trio.fail_after(20):
-        async with Client(create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)) as client:
+        async with Client(
+            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        ) as client:
             await call_ok(client, "join_room", {"name": "room_a"})
             await call_ok(client, "join_room", {"name": "room_b"})
             worker = await call_ok(
                 client, "register_agent_session", {"room_id": "room_a", "registration_key": "k"}
             )
-            resumed = await call_ok(client, "resume_room_session", {"worker_id": worker["worker_id"]})
+            resumed = await call_ok(
+                client, "resume_room_session", {"worker_id": worker["worker_id"]}
+            )
     assert resumed["room"]["room_id"] == "room_a"
 
 
@@ -143,7 +153,9 @@ async def test_supervised_profiles_join_nothing(fake_room: FakeRoom, tmp_path: P
             refused = await call_error(client, "join_room", {"name": "x"})
     assert {"join_room", "join_code", "create_room", "check_repo"} <= names
     assert not names & {"start_device_auth", "resume_room_session", "get_onboarding_status"}
-    assert refused == "The daemon-supervised worker credential is stale or missing its exact context."
+    assert (
+        refused == "The daemon-supervised worker credential is stale or missing its exact context."
+    )
     assert fake_room.requests_to("POST", "/rooms/x/join") == []
 
 
@@ -155,7 +167,9 @@ async def test_check_repo_reports_the_rooms_of_a_repository(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     with trio.fail_after(20):
-        async with Client(create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)) as client:
+        async with Client(
+            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        ) as client:
             inside = await call_ok(client, "check_repo", {"cwd": str(repo)})
             outside = await call_ok(client, "check_repo", {"cwd": str(elsewhere)})
             # A host no provider has: answered without asking anyone (tests stay offline).
@@ -166,7 +180,10 @@ async def test_check_repo_reports_the_rooms_of_a_repository(
     assert Path(inside["git_repo_root"]) == repo.resolve()
     assert inside["derived_repo_room_from_git"] == "github.com/owner/repo"
     assert inside["git_current_branch"] == "feature/x"
-    assert inside["derived_branch_room_from_git"] == "git-room:github.com:owner/repo:branch:ZmVhdHVyZS94"
+    assert (
+        inside["derived_branch_room_from_git"]
+        == "git-room:github.com:owner/repo:branch:ZmVhdHVyZS94"
+    )
     assert inside["detected_room_from_context"] == inside["derived_branch_room_from_git"]
     assert outside["repo_context_status"] == "not_inside_git_repo"
     assert outside["join_hint"].startswith("Not inside a git repo.")
@@ -186,7 +203,9 @@ async def test_initialize_repo_writes_once_and_joins(fake_room: FakeRoom, tmp_pa
     sub = repo / "src"
     sub.mkdir()
     with trio.fail_after(20):
-        async with Client(create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)) as client:
+        async with Client(
+            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        ) as client:
             made = await call_ok(client, "initialize_repo", {"cwd": str(sub)})
             again = await call_error(client, "initialize_repo", {"cwd": str(sub), "room": "other"})
             checked = await call_ok(client, "check_repo", {"cwd": str(sub)})
@@ -228,6 +247,7 @@ def test_a_default_branch_keeps_the_repository_room() -> None:
         ("github.com/o/r", 403, b"{}", "unknown"),
         ("gitlab.com/o/r", 200, b'{"visibility": "internal"}', "private"),
         ("bitbucket.org/o/r", 200, b'{"is_private": false}', "public"),
+        ("gitlab.com/o/r", 200, b" " * (257 * 1024) + b'{"visibility": "public"}', "unknown"),
     ],
 )
 async def test_visibility_is_the_providers_answer(

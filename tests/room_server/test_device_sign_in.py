@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.lowlevel
 
 from letagents_trio.room_server import Room, RoomConfig, RoomStore, TrioClock
 from letagents_trio.room_server._auth._device import (
@@ -100,7 +101,9 @@ async def test_an_expired_request_is_unknown_and_its_code_cannot_be_approved(
 ) -> None:
     body = await start(client)
     await trio.sleep(DEVICE_CODE_TTL)
-    page = await approve_as_person(client, body["verification_uri"], body["user_code"], PERSON_TOKEN)
+    page = await approve_as_person(
+        client, body["verification_uri"], body["user_code"], PERSON_TOKEN
+    )
     assert page.status_code == 404
     assert "Unknown code" in page.text
     gone = await client.get(f"/auth/device/poll/{body['request_id']}")
@@ -136,13 +139,15 @@ async def test_a_decided_code_cannot_be_decided_again(
     client: httpx2.AsyncClient, autojump_clock: trio.testing.MockClock
 ) -> None:
     body = await start(client)
-    first = await approve_as_person(client, body["verification_uri"], body["user_code"], PERSON_TOKEN)
+    first = await approve_as_person(
+        client, body["verification_uri"], body["user_code"], PERSON_TOKEN
+    )
     assert first.status_code == 200
     second = await approve_as_person(
         client, body["verification_uri"], body["user_code"], OTHER_PERSON_TOKEN, choice="deny"
     )
     assert second.status_code == 409
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()
     answer = (await client.get(f"/auth/device/poll/{body['request_id']}")).json()
     assert answer["account"]["login"] == "owner"
 

@@ -158,7 +158,10 @@ class DeviceSignIn:
         pending = self._pending.get(request_id)
         if pending is None:
             return Reply(status=404, body={"error": UNKNOWN_REQUEST_TEXT})
-        if pending.last_poll_at is not None and now - pending.last_poll_at < pending.interval * 1000:
+        if (
+            pending.last_poll_at is not None
+            and now - pending.last_poll_at < pending.interval * 1000
+        ):
             return Reply(
                 status=429, body={"error": POLLING_TOO_QUICKLY_TEXT, "interval": pending.interval}
             )

@@ -38,7 +38,8 @@ _HEADERS: Final = (
     (b"x-frame-options", b"DENY"),
     (
         b"content-security-policy",
-        b"default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        b"default-src 'none'; style-src 'unsafe-inline'; form-action 'self';"
+        b" frame-ancestors 'none'",
     ),
 )
 _STYLE: Final = (
@@ -58,7 +59,7 @@ _OUTCOMES: Final = {
 
 def _document(title: str, body: str) -> bytes:
     return (
-        f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>"
     ).encode()

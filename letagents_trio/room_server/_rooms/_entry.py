@@ -1,4 +1,4 @@
-"""Entering rooms: making an invite room (``POST /projects``) and joining one (``POST /rooms/{room}/join``).
+"""Entering rooms: making an invite room (``POST /projects``), joining one (``POST …/join``).
 
 The letagents API's rules, for the reference room:
 
@@ -89,7 +89,7 @@ class RoomEntry:
     clock: RoomClock
     accounts: Accounts
 
-    def _caller(self, bearer: str | None) -> Account | None | Reply:
+    def _caller(self, bearer: str | None) -> Account | Reply | None:
         if bearer is None:
             return None
         found = self.accounts.bearer(bearer)
@@ -135,7 +135,9 @@ class RoomEntry:
             self.store.put_room(room)
         return Reply(
             status=200,
-            body=room_json(room, role=self._role(room_id, caller), authenticated=caller is not None),
+            body=room_json(
+                room, role=self._role(room_id, caller), authenticated=caller is not None
+            ),
         )
 
     def _role(self, room_id: str, caller: Account | None) -> str:

@@ -108,7 +108,9 @@ CREATE TABLE IF NOT EXISTS knowledge (
     doc TEXT NOT NULL,
     PRIMARY KEY (room_id, id)
 );
-CREATE TABLE IF NOT EXISTS minted_tokens (id TEXT PRIMARY KEY, room_id TEXT NOT NULL, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS minted_tokens (
+    id TEXT PRIMARY KEY, room_id TEXT NOT NULL, doc TEXT NOT NULL
+);
 """
 
 

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterator
-from typing import Protocol, final
+from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
 
-from ._auth_rows import MintedTokenRow
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -46,6 +45,9 @@ from ._rows import (
 )
 
 # The rows are re-exported: they lived here before ``_rows`` held them.
+if TYPE_CHECKING:
+    from ._auth_rows import MintedTokenRow
+
 __all__ = [
     "Account",
     "GuidelinesRow",
