@@ -39,8 +39,13 @@ from mcp_types import CallToolResult  # noqa: TC002
 from pydantic import Field
 
 from .._errors import ApiError, RoomUnreachable, WorkerError
-from ..workers._joining import looks_like_invite_code, saved_room
-from ..workers._names import actor_label, normalize_agent_base_name, owner_attribution
+from ..workers._joining import saved_room
+from ..workers._names import (
+    actor_label,
+    looks_like_invite_code,
+    normalize_agent_base_name,
+    owner_attribution,
+)
 from ..workers._registration import account_login
 from ..workers._repo_context import (
     config_room,

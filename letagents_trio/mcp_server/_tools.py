@@ -2,26 +2,28 @@
 
 The tools live by area: the session tools (``_session_tools``), messages
 (``_message_tools``, ``_wait_tool``), the board (``_task_tools``), memory and
-requests for people (``_knowledge_tools``), and the supervised room turn's
-(``_turn_tools``); the ``worker_id`` facade, the arguments and the results
-they share in ``_facade``.
+requests for people (``_knowledge_tools``), finding and joining rooms
+(``_room_tools``), onboarding (``_onboarding_tools``), and the supervised room
+turn's (``_turn_tools``); the ``worker_id`` facade, the arguments and the
+results they share in ``_facade``.
 
 :func:`profile_tools` is the one answer to which tools a profile serves, in
 registration order (upstream's ``register-tools.ts``: agent-session tools,
 room inspection, knowledge, status, tasks, messages, the delivery loop, the
 room turn's). It reads the profile's surface (``_profiles.tool_surface``, the
 one table of what each profile has): the session lifecycle, the delivery loop
-(``wait_for_messages``) and the room turn's ``set_reply_thread`` (with
-``complete_room_turn`` for the provider ``cursor``); every profile serves
-:data:`ROOM_TOOLS`. :func:`register_tools` registers exactly those, and
+(``wait_for_messages``), the room turn's ``set_reply_thread`` (with
+``complete_room_turn`` for the provider ``cursor``), :data:`ONBOARDING_TOOLS`
+and :data:`RESUME_TOOLS`; every profile serves :data:`ROOM_TOOLS` (the rooms
+and the room's work). :func:`register_tools` registers exactly those, and
 nothing else decides which tools exist: the server registers through it, and
 :func:`registered_tool_names` runs it against a recorder, so the readiness
 resource and ``--letagents-runtime-contract`` list exactly what a client can
 call (upstream's rule: discover through the production registration path).
 
 In the profiles whose room tools get the ``worker_id`` facade (PROTOCOL §5.1)
-every tool but ``register_agent_session`` takes it; in the others it is not
-part of any schema.
+every tool that takes ``room_id`` but ``register_agent_session`` takes it; in
+the others it is not part of any schema.
 """
 
 from __future__ import annotations

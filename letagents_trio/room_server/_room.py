@@ -8,6 +8,9 @@ I/O) and, where the concern keeps state, the small part that applies them:
 
 * ``_accounts``: owner accounts (R1, R2), session authentication and who calls
   a work route (:class:`~._auth._accounts.Accounts`, :class:`~._auth._accounts.Actor`);
+* ``_device``: device sign-in, a person's approval, the owner tokens it mints
+  (:class:`~._auth._device.DeviceSignIn`, the page in ``_device_page``);
+* ``_entry``: invite rooms and joining rooms (:class:`~._rooms._entry.RoomEntry`);
 * ``_registration``: body checks, naming and the hand-over plan (R3, §7.3);
 * ``_presence``: has a session's process exited, is it gone (§7.2);
 * ``_streams``: process streams, their evidence and announced exits (R4, R5;

@@ -17,12 +17,12 @@ with ``register_agent_session``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from .._client import encode_room_path
 from .._errors import ApiError, WorkerError
+from ._names import looks_like_invite_code
 from ._stateparts import ensure_mapping, iso_now, mapping_at
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ __all__ = [
     "ROOM_SESSIONS_KEY",
     "create_invite_room",
     "join_room",
-    "looks_like_invite_code",
     "normalize_invite_code",
     "saved_room",
 ]
@@ -42,19 +41,12 @@ __all__ = [
 # The Node client's keys for joined rooms.
 ROOM_SESSIONS_KEY: Final = "room_sessions"
 CURRENT_ROOM_KEY: Final = "current_room"
-# What the Node client takes for an invite code.
-_INVITE_CODE: Final = re.compile(r"[A-Z0-9]{4}(?:-[A-Z0-9]{4})+")
 # Ours.
 UNKNOWN_CODE_TEXT: Final = (
     "No room has the invite code {code} (the room answered 404). Check the code with the"
     " person who shared it, or make a room with create_room."
 )
 BLANK_TEXT: Final = "Pass the {what} to join."
-
-
-def looks_like_invite_code(value: str) -> bool:
-    """Whether ``value`` has an invite code's shape (``ABCX-7291``), in any case."""
-    return _INVITE_CODE.fullmatch(value.strip().upper()) is not None
 
 
 def normalize_invite_code(value: str) -> str:

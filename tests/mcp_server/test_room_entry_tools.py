@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from letagents_trio.testing import FakeRoom
 
 
+def serving(fake_room: FakeRoom, tmp_path: Path, **changes: Any) -> Client:
+    """An in-memory client of a server for ``fake_room`` (state files under ``tmp_path``)."""
+    config = config_for(fake_room, tmp_path, **changes)
+    return Client(create_server(config, transport=fake_room.transport))
+
+
 def state_of(tmp_path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((tmp_path / "mcp-state.json").read_text("utf-8"))
     return data
@@ -48,9 +54,7 @@ async def test_create_join_by_code_and_what_is_remembered(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     with trio.fail_after(20):
-        async with Client(
-            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
-        ) as client:
+        async with serving(fake_room, tmp_path) as client:
             made = await call_ok(client, "create_room", {})
             code = made["room_id"]
             assert made["code"] == code
@@ -88,9 +92,7 @@ async def test_a_code_no_room_has_is_a_tool_error_and_writes_nothing(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     with trio.fail_after(20):
-        async with Client(
-            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
-        ) as client:
+        async with serving(fake_room, tmp_path) as client:
             error = await call_error(client, "join_code", {"code": "zzzz-9999"})
             blank = await call_error(client, "join_code", {"code": "  "})
             live = await call_error(client, "join_room", {"name": "x", "session_mode": "live"})
@@ -131,9 +133,7 @@ async def test_resume_with_a_worker_rejoins_the_workers_room(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     with trio.fail_after(20):
-        async with Client(
-            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
-        ) as client:
+        async with serving(fake_room, tmp_path) as client:
             await call_ok(client, "join_room", {"name": "room_a"})
             await call_ok(client, "join_room", {"name": "room_b"})
             worker = await call_ok(
@@ -167,9 +167,7 @@ async def test_check_repo_reports_the_rooms_of_a_repository(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     with trio.fail_after(20):
-        async with Client(
-            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
-        ) as client:
+        async with serving(fake_room, tmp_path) as client:
             inside = await call_ok(client, "check_repo", {"cwd": str(repo)})
             outside = await call_ok(client, "check_repo", {"cwd": str(elsewhere)})
             # A host no provider has: answered without asking anyone (tests stay offline).
@@ -203,9 +201,7 @@ async def test_initialize_repo_writes_once_and_joins(fake_room: FakeRoom, tmp_pa
     sub = repo / "src"
     sub.mkdir()
     with trio.fail_after(20):
-        async with Client(
-            create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
-        ) as client:
+        async with serving(fake_room, tmp_path) as client:
             made = await call_ok(client, "initialize_repo", {"cwd": str(sub)})
             again = await call_error(client, "initialize_repo", {"cwd": str(sub), "room": "other"})
             checked = await call_ok(client, "check_repo", {"cwd": str(sub)})

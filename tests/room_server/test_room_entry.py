@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from letagents_trio.room_server._rooms._entry import looks_like_invite_code
+from letagents_trio.workers._names import looks_like_invite_code
 
 from .helpers import OTHER_TOKEN, OWNER_TOKEN, owner_headers
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 
 from .._storage._auth_rows import MintedTokenRow
-from .._wire import Reply, hash_token
+from .._wire import Reply, hash_token, random_code
 
 if TYPE_CHECKING:
     from .._clock import RoomClock
@@ -59,8 +59,6 @@ DEVICE_PAGE_PATH: Final = "/device"
 # The API's texts.
 UNKNOWN_REQUEST_TEXT: Final = "Unknown or expired device authorization request"
 POLLING_TOO_QUICKLY_TEXT: Final = "Polling too quickly"
-# User codes avoid vowels (no words) and look-alikes (0/O, 1/I/L).
-_CODE_ALPHABET: Final = "BCDFGHJKMNPQRSTVWXZ23456789"
 # Pending requests beyond this are refused (503) rather than kept: memory is bounded.
 MAX_PENDING: Final = 10_000
 # The answer when that many are pending.
@@ -71,11 +69,6 @@ def normalize_user_code(code: str) -> str:
     """A user code as typed (any case, spaces, with or without its dash) in canonical form."""
     compact = "".join(code.split()).replace("-", "").upper()
     return f"{compact[:4]}-{compact[4:]}" if len(compact) == 8 else compact
-
-
-def _user_code() -> str:
-    chars = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
-    return f"{chars[:4]}-{chars[4:]}"
 
 
 @final
@@ -134,9 +127,9 @@ class DeviceSignIn:
             return Reply(status=503, body={"error": TOO_MANY_PENDING_TEXT})
         request_id = secrets.token_hex(16)
         taken = {p.user_code for p in self._pending.values()}
-        code = _user_code()
+        code = random_code()
         while code in taken:  # 27**8 codes: a clash is rare, and retried
-            code = _user_code()
+            code = random_code()
         self._pending[request_id] = _Pending(
             user_code=code, expires_at=now + DEVICE_CODE_TTL * 1000, interval=DEVICE_POLL_INTERVAL
         )

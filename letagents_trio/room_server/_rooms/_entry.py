@@ -24,14 +24,13 @@ reference room has: ``room_id``, ``name``, ``display_name``, ``code``,
 
 from __future__ import annotations
 
-import re
-import secrets
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
 
+from ...workers._names import looks_like_invite_code
 from .._storage._rows import RoomRow
-from .._wire import OWNER_AUTH_TEXT, ROOM_NOT_FOUND_TEXT, Reply, iso, valid_room_id
+from .._wire import OWNER_AUTH_TEXT, ROOM_NOT_FOUND_TEXT, Reply, iso, random_code, valid_room_id
 
 if TYPE_CHECKING:
     from .._auth._accounts import Accounts
@@ -39,24 +38,10 @@ if TYPE_CHECKING:
     from .._storage._rows import Account
     from .._storage._store import RoomStore
 
-__all__ = ["INVITE_CODE_PATTERN", "RoomEntry", "looks_like_invite_code"]
+__all__ = ["RoomEntry", "room_json"]
 
-# What the API's clients take for an invite code (``looksLikeInviteCode``).
-INVITE_CODE_PATTERN: Final = re.compile(r"[A-Z0-9]{4}(?:-[A-Z0-9]{4})+")
-# Codes this room makes: no vowels (no words), no look-alikes.
-_CODE_ALPHABET: Final = "BCDFGHJKMNPQRSTVWXZ23456789"
 # The query values that forbid making a missing room.
 _NO_CREATE: Final = frozenset({"false", "0"})
-
-
-def looks_like_invite_code(value: str) -> bool:
-    """Whether ``value`` has an invite code's shape (any case, surrounding blanks ignored)."""
-    return INVITE_CODE_PATTERN.fullmatch(value.strip().upper()) is not None
-
-
-def _invite_code() -> str:
-    chars = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
-    return f"{chars[:4]}-{chars[4:]}"
 
 
 def room_json(room: RoomRow, *, role: str, authenticated: bool) -> dict[str, Any]:
@@ -104,9 +89,9 @@ class RoomEntry:
             return caller
         if caller is None:
             return Reply(status=401, body={"error": OWNER_AUTH_TEXT})
-        code = _invite_code()
+        code = random_code()
         while self.store.get_room(code) is not None:  # 27**8 codes: a clash is rare
-            code = _invite_code()
+            code = random_code()
         room = RoomRow(room_id=code, created_at=self.clock.now_ms(), created_by=caller.account_id)
         self.store.put_room(room)
         body = room_json(room, role="admin", authenticated=True)
