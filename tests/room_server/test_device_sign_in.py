@@ -14,6 +14,7 @@ import trio
 import trio.lowlevel
 
 from letagents_trio.room_server import Room, RoomConfig, RoomStore, TrioClock
+from letagents_trio.room_server._auth import _device as device_rules
 from letagents_trio.room_server._auth._device import (
     DEVICE_CODE_TTL,
     DEVICE_POLL_INTERVAL,
@@ -25,6 +26,7 @@ from .helpers import EPOCH, OTHER_PERSON_TOKEN, OWNER_TOKEN, PERSON_TOKEN, owner
 
 if TYPE_CHECKING:
     import httpx2
+    import pytest
 
 
 async def start(http: httpx2.AsyncClient) -> dict[str, Any]:
@@ -174,3 +176,18 @@ async def test_a_minted_token_outlives_a_restart(
     assert me.status == 200
     assert me.body["account"]["login"] == "owner"
     assert again.me("not-" + token).status == 401
+
+
+async def test_pending_requests_are_bounded(
+    client: httpx2.AsyncClient,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(device_rules, "MAX_PENDING", 2)
+    await start(client)
+    await start(client)
+    full = await client.post("/auth/device/start")
+    assert full.status_code == 503
+    assert full.json() == {"error": "Too many device sign-ins are pending. Try again later."}
+    await trio.sleep(DEVICE_CODE_TTL)  # expired ones make room
+    assert (await client.post("/auth/device/start")).status_code == 201

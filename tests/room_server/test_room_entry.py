@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from letagents_trio.room_server._storage._rows import RoomRow
 from letagents_trio.workers._names import looks_like_invite_code
 
 from .helpers import OTHER_TOKEN, OWNER_TOKEN, owner_headers
@@ -11,6 +12,8 @@ from .helpers import OTHER_TOKEN, OWNER_TOKEN, owner_headers
 if TYPE_CHECKING:
     import httpx2
     import trio.testing
+
+    from letagents_trio.room_server import Room
 
 
 async def test_an_invite_room_is_made_by_its_caller_and_joined_by_its_code(
@@ -42,16 +45,28 @@ async def test_a_code_no_room_has_is_404_and_makes_nothing(
 async def test_a_named_room_is_made_on_join_unless_create_is_false(
     client: httpx2.AsyncClient, autojump_clock: trio.testing.MockClock
 ) -> None:
-    refused = await client.post("/rooms/github.com/o/r/join?create=false")
+    refused = await client.post("/rooms/github.com/o/r/join?create=false", headers=owner_headers())
     assert refused.status_code == 404
+    nobody = await client.post("/rooms/github.com/o/r/join")
+    assert (nobody.status_code, nobody.json()) == (401, {"error": "Authentication required."})
+    first = await client.post("/rooms/github.com/o/r/join", headers=owner_headers())
+    assert first.status_code == 200
+    assert first.json()["room_id"] == "github.com/o/r"
+    assert first.json()["role"] == "admin"  # it made the room
+    second = await client.post("/rooms/github.com/o/r/join", headers=owner_headers(OTHER_TOKEN))
+    assert second.json()["role"] == "participant"
     anonymous = await client.post("/rooms/github.com/o/r/join")
     assert anonymous.status_code == 200
-    assert anonymous.json()["room_id"] == "github.com/o/r"
-    assert anonymous.json()["role"] == "anonymous"
-    assert anonymous.json()["authenticated"] is False
-    first = await client.post("/rooms/github.com/o/r/join", headers=owner_headers())
-    assert first.json()["role"] == "admin"  # nobody administered it: the first signed-in joiner
-    second = await client.post("/rooms/github.com/o/r/join", headers=owner_headers(OTHER_TOKEN))
+    assert (anonymous.json()["role"], anonymous.json()["authenticated"]) == ("anonymous", False)
+
+
+async def test_the_first_signed_in_joiner_of_a_room_nobody_administers_is_its_admin(
+    room: Room, client: httpx2.AsyncClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    room.store.put_room(RoomRow(room_id="orphan", created_at=0))
+    first = await client.post("/rooms/orphan/join", headers=owner_headers(OTHER_TOKEN))
+    assert first.json()["role"] == "admin"
+    second = await client.post("/rooms/orphan/join", headers=owner_headers())
     assert second.json()["role"] == "participant"
 
 

@@ -12,10 +12,13 @@ The letagents API's rules, for the reference room:
   room that does not exist is made, a *named* room only: an id shaped like
   an invite code that no room has is 404 ``Room not found`` (a code is made
   by ``POST /projects``, never by guessing), and so is any missing room when
-  the query says ``create=false`` or ``create=0``. A signed-in caller who
-  joins a room nobody administers yet becomes its first admin (the API's
-  ``assignInitialProjectAdmin``). A bearer that is given but is no
-  account's is 401; joining needs none.
+  the query says ``create=false`` or ``create=0``. Joining an existing room
+  needs no bearer; making one does (401 without): the API lets anyone make a
+  named room, under a rate limit of ten joins a minute per address, which the
+  reference room does not keep, so only an account makes rooms here. A
+  signed-in caller who joins a room nobody administers yet becomes its first
+  admin (the API's ``assignInitialProjectAdmin``). A bearer that is given but
+  is no account's is 401.
 
 The room's answer (:func:`room_json`) carries the API's room fields the
 reference room has: ``room_id``, ``name``, ``display_name``, ``code``,
@@ -109,6 +112,8 @@ class RoomEntry:
             may_create = (create or "").strip().lower() not in _NO_CREATE
             if looks_like_invite_code(room_id) or not may_create:
                 return Reply(status=404, body={"error": ROOM_NOT_FOUND_TEXT})
+            if caller is None:  # no rate limit here: only an account makes rooms
+                return Reply(status=401, body={"error": OWNER_AUTH_TEXT})
             room = RoomRow(
                 room_id=room_id,
                 created_at=self.clock.now_ms(),
