@@ -231,7 +231,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "room_server/_sessions/_registration": _ROOM_TESTS,
     "room_server/_sessions/_presence": _ROOM_TESTS,
     "room_server/_board/_leases": _ROOM_TESTS,
-    "room_server/_sessions/_liveness": _ROOM_TESTS,
+    "room_server/_liveness": _ROOM_TESTS,
     "room_server/_guidelines": _ROOM_TESTS,
     "room_server/_sessions/_streams": _ROOM_TESTS,
     # The host layer's pure modules: the records of the state file, the

@@ -56,8 +56,8 @@ from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
 from ._auth._device_page import decision_page, form_fields, form_page, send_page
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
-from ._sessions._websocket import key_refusal, refuse_upgrade, serve_process_socket
 from ._storage._store_errors import StoreWriteError
+from ._websocket import key_refusal, refuse_upgrade, serve_process_socket
 from ._wire import Credentials, Reply, storage_refusal
 
 if TYPE_CHECKING:

@@ -61,9 +61,9 @@ from ._auth._accounts import Accounts
 from ._auth._device import DeviceSignIn
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
+from ._liveness import LivenessSweep
 from ._rooms._entry import RoomEntry
 from ._sessions import _registration
-from ._sessions._liveness import LivenessSweep
 from ._sessions._presence import SessionEvidence, evidence_of, exited
 from ._sessions._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
 from ._storage._rows import (

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from ._storage._store_errors import StoreWriteError
 
 __all__ = [
+    "MAX_ACTOR_KEY_CHARS",
+    "MAX_DISPLAY_NAME_CHARS",
+    "MAX_INSTANCE_ID_CHARS",
     "MAX_ROUTING_ID_CHARS",
     "OWNER_AUTH_TEXT",
     "ROOM_NOT_FOUND_TEXT",
@@ -58,6 +61,11 @@ _CODE_ALPHABET: Final = "BCDFGHJKMNPQRSTVWXZ23456789"
 OWNER_AUTH_TEXT: Final = "Authentication required."
 # Room and session ids beyond this are refused before any lookup.
 MAX_ROUTING_ID_CHARS: Final = 256
+# Identity fields longer than these cannot be routed in mentions; upstream's
+# exact bounds were not read, so these are ours (documented in docs/room-server.md).
+MAX_ACTOR_KEY_CHARS: Final = 256
+MAX_INSTANCE_ID_CHARS: Final = 128
+MAX_DISPLAY_NAME_CHARS: Final = 128
 # A write the room's storage refused (issue 30): 507 when it is full, else 503.
 STORAGE_FULL_TEXT: Final = (
     "The room's storage is full: nothing was written. Try again once it has space."

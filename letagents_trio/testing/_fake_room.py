@@ -59,7 +59,7 @@ from .._client import RoomClient
 from .._session import AgentSession
 from .._util import Notifier
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
-from ..room_server._sessions._websocket import exit_body, refuse_upgrade
+from ..room_server._websocket import exit_body, refuse_upgrade
 from ..room_server._wire import Reply
 from ..workers._wire import (
     durable_registration_body,

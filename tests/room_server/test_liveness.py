@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from letagents_trio.room_server import Credentials, MemoryStore, Room, RoomConfig, TrioClock
-from letagents_trio.room_server._sessions._liveness import (
+from letagents_trio.room_server._liveness import (
     announceable,
     format_offline_duration,
     offline_notice,

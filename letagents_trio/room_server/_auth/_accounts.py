@@ -49,10 +49,10 @@ from ..._protocol import (
     SESSION_REQUIRED_TEXT,
     WORKER_REQUIRED_TEXT,
 )
-from .._sessions._registration import MAX_ACTOR_KEY_CHARS
 from .._storage._rows import Account, RoomRow
 from .._storage._store_errors import StoreWriteError
 from .._wire import (
+    MAX_ACTOR_KEY_CHARS,
     OWNER_AUTH_TEXT,
     ROOM_NOT_FOUND_TEXT,
     Credentials,

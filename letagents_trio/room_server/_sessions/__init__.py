@@ -1,2 +1,1 @@
-"""Agent sessions: registration and naming, presence, liveness, and the process
-connections (SSE streams and WebSockets)."""
+"""Agent sessions: registration and naming, presence, and the held process streams."""

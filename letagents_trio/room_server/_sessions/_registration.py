@@ -60,7 +60,16 @@ from ...workers._names import (
     name_key,
 )
 from .._storage._rows import Account, LeaseRow, SessionRow
-from .._wire import Reply, opt_str, projection, refuse, token_matches
+from .._wire import (
+    MAX_ACTOR_KEY_CHARS,
+    MAX_DISPLAY_NAME_CHARS,
+    MAX_INSTANCE_ID_CHARS,
+    Reply,
+    opt_str,
+    projection,
+    refuse,
+    token_matches,
+)
 from ._presence import (
     Holder,
     Registrant,
@@ -71,9 +80,6 @@ from ._presence import (
 )
 
 __all__ = [
-    "MAX_ACTOR_KEY_CHARS",
-    "MAX_DISPLAY_NAME_CHARS",
-    "MAX_INSTANCE_ID_CHARS",
     "NameChoice",
     "Plan",
     "RegistrationRequest",
@@ -89,11 +95,6 @@ __all__ = [
     "wanted_name",
 ]
 
-# Identity fields longer than these cannot be routed in mentions; upstream's
-# exact bounds were not read, so these are ours (documented in docs/room-server.md).
-MAX_ACTOR_KEY_CHARS: Final = 256
-MAX_INSTANCE_ID_CHARS: Final = 128
-MAX_DISPLAY_NAME_CHARS: Final = 128
 # A connection credential is base64url; the client sends 43 characters.
 _TOKEN_RE: Final = re.compile(r"[A-Za-z0-9_-]{32,256}")
 # The _protocol.py value the room compares with its millisecond clock.

@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Final, final
 
 import attrs
 
-from ..._protocol import OFFLINE_ANNOUNCE_MAX_AGE
-from .._messaging._messages import LIVENESS_SOURCE
+from .._protocol import OFFLINE_ANNOUNCE_MAX_AGE
+from ._messaging._messages import LIVENESS_SOURCE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .._board._taskboard import TaskBoard
-    from .._clock import RoomClock
-    from .._messaging._messages import MessageBoard
-    from .._storage._rows import MessageRow, SessionRow
-    from .._storage._store import RoomStore
+    from ._board._taskboard import TaskBoard
+    from ._clock import RoomClock
+    from ._messaging._messages import MessageBoard
+    from ._storage._rows import MessageRow, SessionRow
+    from ._storage._store import RoomStore
 
 __all__ = [
     "OFFLINE_ANNOUNCE_MAX_AGE_MS",

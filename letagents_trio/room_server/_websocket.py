@@ -46,14 +46,14 @@ from typing import TYPE_CHECKING, Any, Final
 import h11
 import trio
 
-from .._storage._store_errors import StoreWriteError
-from .._wire import Reply, storage_refusal
-from ._streams import WEBSOCKET_FORM
+from ._sessions._streams import WEBSOCKET_FORM
+from ._storage._store_errors import StoreWriteError
+from ._wire import Reply, storage_refusal
 
 if TYPE_CHECKING:
-    from .._room import Room
-    from .._wire import Credentials
-    from ._streams import ProcessStream
+    from ._room import Room
+    from ._sessions._streams import ProcessStream
+    from ._wire import Credentials
 
 __all__ = ["BAD_KEY_TEXT", "MAX_CLIENT_FRAME", "key_refusal", "serve_process_socket"]
 
