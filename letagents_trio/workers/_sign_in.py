@@ -18,7 +18,9 @@ Every write is one locked update of the state file (``0600``, atomic), so a
 failure leaves it as it was. The token is in the poll's answer and nowhere
 else: it is written to the file and never returned, logged or put in an
 error. The ``request_id`` is a secret too (whoever holds it may collect the
-token once the person approved), so it is kept in the file and never shown.
+token once the person approved), so it is kept in the file and never put in
+an answer; it is part of the poll's path (the API's route), which an HTTP log
+at ``DEBUG`` shows.
 
 A denied, expired or unknown request forgets the pending sign-in and keeps
 any sign-in stored before it (the Node client forgets that one too; a
