@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,29 @@ async def test_bad_polls_are_tool_errors_naming_the_cause(tmp_path: Path) -> Non
     state = state_of(tmp_path)
     assert "pending_device_auth" not in state  # the refused sign-in is forgotten,
     assert state["auth"]["token"] == "earlier-token"  # the earlier one kept
+
+
+async def test_an_expired_pending_sign_in_is_no_sign_in(tmp_path: Path) -> None:
+    """A pending sign-in past its expires_at counts as none: nothing is asked of the room."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    expired = {
+        "request_id": "a" * 32,
+        "user_code": "BCDF-GHJK",
+        "verification_uri": "http://room.test/device",
+        "interval_seconds": 5,
+        "expires_at": "2020-01-01T00:00:00.000Z",
+        "started_at": "2020-01-01T00:00:00.000Z",
+    }
+    await store.update(lambda state: state.update(pending_device_auth=expired))
+    with trio.fail_after(20):
+        async with open_room_with_person() as room:
+            config = config_for(room, tmp_path, token=None)
+            async with Client(create_server(config, transport=room.transport)) as client:
+                error = await call_error(client, "poll_device_auth", {})
+                status = await call_ok(client, "get_onboarding_status", {"cwd": str(tmp_path)})
+    assert error == "No pending device auth request found."
+    assert status["pending_device_auth"] is None
+    assert room.requests_to("GET", re.compile(r"/auth/device/poll/.*")) == []
 
 
 async def test_clear_saved_auth_removes_only_the_sign_in(tmp_path: Path) -> None:
