@@ -49,6 +49,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar, final
 
 import attrs
@@ -66,6 +67,7 @@ from ..workers._wire import (
     WORKER_KIND_REQUIRED_TEXT,
     WORKER_SESSION_REQUIRED_TEXT,
 )
+from ..workers._workspace import WorkspaceCaptures
 from ._chat_context import ChatContext
 from ._profiles import OWNER, SUPERVISED, SUPERVISED_CREDENTIAL_TEXT, WORKER
 
@@ -134,6 +136,7 @@ class ServerState:
         chat: the local rooms' chat (one per server; closed when the lifespan ends).
         work: the room-work routes (messages, the board, memory), over ``client``.
         context: the room joined here and the conversations' names (``_chat_context``).
+        captures: the workspace captures of the state file's workers.
     """
 
     config: ServerConfig
@@ -144,6 +147,11 @@ class ServerState:
     chat: LocalChat
     work: RoomWork
     context: ChatContext = attrs.field(factory=ChatContext)
+    captures: WorkspaceCaptures = attrs.field(
+        default=attrs.Factory(
+            lambda self: WorkspaceCaptures(Path(f"{self.store.path}.workspaces")), takes_self=True
+        )
+    )
 
 
 ToolContext = Context[ServerState, Any]

@@ -106,6 +106,8 @@ class ToolSurface:
         reply_thread: ``set_reply_thread`` (the room turn only).
         onboarding: the sign-in and naming tools (``get_onboarding_status``, ...).
         room_resume: ``resume_room_session``.
+        workspace_capture: ``begin_workspace_capture`` and ``publish_workspace_capture``
+            (the two profiles of a worker on its own).
     """
 
     session_lifecycle: bool
@@ -113,6 +115,7 @@ class ToolSurface:
     reply_thread: bool = False
     onboarding: bool = False
     room_resume: bool = False
+    workspace_capture: bool = False
 
 
 _SURFACES: Final[Mapping[str, ToolSurface]] = {
@@ -121,10 +124,18 @@ _SURFACES: Final[Mapping[str, ToolSurface]] = {
         session_lifecycle=False, delivery_loop=False, reply_thread=True
     ),
     AUTONOMOUS_WORKER_PROFILE: ToolSurface(
-        session_lifecycle=True, delivery_loop=True, onboarding=True, room_resume=True
+        session_lifecycle=True,
+        delivery_loop=True,
+        onboarding=True,
+        room_resume=True,
+        workspace_capture=True,
     ),
     INTERACTIVE_DESKTOP_PROFILE: ToolSurface(
-        session_lifecycle=True, delivery_loop=True, onboarding=True, room_resume=True
+        session_lifecycle=True,
+        delivery_loop=True,
+        onboarding=True,
+        room_resume=True,
+        workspace_capture=True,
     ),
 }
 

@@ -2,20 +2,24 @@
 
 The tools live by area: the session tools (``_session_tools``), messages
 (``_message_tools``, ``_wait_tool``), the board (``_task_tools``), memory and
-requests for people (``_knowledge_tools``), finding and joining rooms
-(``_room_tools``), onboarding (``_onboarding_tools``), and the supervised room
-turn's (``_turn_tools``); the ``worker_id`` facade, the arguments and the
-results they share in ``_facade``.
+requests for people (``_knowledge_tools``), wake rules (``_wake_tools``), the
+visible reasoning (``_reasoning_tool``), workspace captures
+(``_workspace_tools``), finding and joining rooms (``_room_tools``),
+onboarding (``_onboarding_tools``), and the supervised room turn's
+(``_turn_tools``); the ``worker_id`` facade, the arguments and the results
+they share in ``_facade``.
 
 :func:`profile_tools` is the one answer to which tools a profile serves, in
 registration order (upstream's ``register-tools.ts``: agent-session tools,
-room inspection, knowledge, status, tasks, messages, the delivery loop, the
-room turn's). It reads the profile's surface (``_profiles.tool_surface``, the
-one table of what each profile has): the session lifecycle, the delivery loop
-(``wait_for_messages``), the room turn's ``set_reply_thread`` (with
-``complete_room_turn`` for the provider ``cursor``), :data:`ONBOARDING_TOOLS`
-and :data:`RESUME_TOOLS`; every profile serves :data:`ROOM_TOOLS` (the rooms
-and the room's work). :func:`register_tools` registers exactly those, and
+room inspection, knowledge, wake rules, status, tasks, messages, the delivery
+loop, the room turn's). It reads the profile's surface
+(``_profiles.tool_surface``, the one table of what each profile has): the
+session lifecycle, the delivery loop (``wait_for_messages``), the room turn's
+``set_reply_thread`` (with ``complete_room_turn`` for the provider
+``cursor``), the workspace captures (:data:`WORKSPACE_TOOLS`),
+:data:`ONBOARDING_TOOLS` and :data:`RESUME_TOOLS`; every profile serves
+:data:`ROOM_TOOLS` (the rooms and the room's work). :func:`register_tools`
+registers exactly those, and
 nothing else decides which tools exist: the server registers through it, and
 :func:`registered_tool_names` runs it against a recorder, so the readiness
 resource and ``--letagents-runtime-contract`` list exactly what a client can
@@ -57,6 +61,7 @@ from ._onboarding_tools import (
     start_device_auth,
 )
 from ._profiles import CURSOR_PROVIDER, FACADE_PROFILES, tool_surface
+from ._reasoning_tool import post_reasoning
 from ._room_tools import (
     check_repo,
     check_repo_visibility,
@@ -81,6 +86,8 @@ from ._task_tools import (
 )
 from ._turn_tools import complete_room_turn, set_reply_thread
 from ._wait_tool import wait_for_messages
+from ._wake_tools import add_wake_rule, cancel_wake_rule, list_wake_rules
+from ._workspace_tools import begin_workspace_capture, publish_workspace_capture
 
 if TYPE_CHECKING:
     from ._facade import ToolFn
@@ -92,6 +99,7 @@ __all__ = [
     "ROOM_TOOLS",
     "SESSION_TOOLS",
     "TOOLS",
+    "WORKSPACE_TOOLS",
     "ToolRegistrar",
     "profile_tools",
     "register_tools",
@@ -116,7 +124,13 @@ TOOLS: Final[Mapping[str, ToolFn]] = {
     "remember_room_fact": remember_room_fact,
     "request_human_input": request_human_input,
     "get_human_requests": get_human_requests,
+    "add_wake_rule": add_wake_rule,
+    "list_wake_rules": list_wake_rules,
+    "cancel_wake_rule": cancel_wake_rule,
     "post_status": post_status,
+    "post_reasoning": post_reasoning,
+    "begin_workspace_capture": begin_workspace_capture,
+    "publish_workspace_capture": publish_workspace_capture,
     "add_task": add_task,
     "get_board": get_board,
     "claim_task": claim_task,
@@ -143,6 +157,8 @@ SESSION_TOOLS: Final = ("register_agent_session", "disconnect_agent_session")
 DELIVERY_TOOLS: Final = ("wait_for_messages",)
 # The supervised room turn's.
 _TURN_TOOLS: Final = ("set_reply_thread", "complete_room_turn")
+# Workspace captures: only where a worker edits a repository on its own.
+WORKSPACE_TOOLS: Final = ("begin_workspace_capture", "publish_workspace_capture")
 # Signing in and naming the agent: where the chat itself onboards (not under a supervisor).
 ONBOARDING_TOOLS: Final = (
     "get_onboarding_status",
@@ -157,7 +173,15 @@ RESUME_TOOLS: Final = ("resume_room_session",)
 ROOM_TOOLS: Final = tuple(
     name
     for name in TOOLS
-    if name not in (*SESSION_TOOLS, *DELIVERY_TOOLS, *_TURN_TOOLS, *ONBOARDING_TOOLS, *RESUME_TOOLS)
+    if name
+    not in (
+        *SESSION_TOOLS,
+        *DELIVERY_TOOLS,
+        *_TURN_TOOLS,
+        *WORKSPACE_TOOLS,
+        *ONBOARDING_TOOLS,
+        *RESUME_TOOLS,
+    )
 )
 
 
@@ -168,6 +192,8 @@ def profile_tools(profile: str, provider: str | None = None) -> tuple[str, ...]:
     if surface.session_lifecycle:
         names.extend(SESSION_TOOLS)
     names.extend(ROOM_TOOLS)
+    if surface.workspace_capture:
+        names.extend(WORKSPACE_TOOLS)
     if surface.delivery_loop:
         names.extend(DELIVERY_TOOLS)
     if surface.reply_thread:

@@ -53,6 +53,7 @@ import attrs
 import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from ._agent_routes import agent_routes
 from ._auth._device_page import decision_page, form_fields, form_page, send_page
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
@@ -348,6 +349,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         await send_page(r.send, decided.status, decision_page(decided))
 
     sessions = "/rooms/{room+}/agent-sessions"
+    agents_fixed, agents_parametric = agent_routes(work)
     return (
         _Route("/auth/device/start", {"POST": device_start}),
         _Route("/auth/device/poll/{request}", {"GET": device_poll}),
@@ -366,6 +368,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
         _Route("/rooms/{room+}/join", {"POST": join}),
+        *(_Route(path, handlers) for path, handlers in agents_fixed),
         # Patterns with a parameter after the room come last (see the module docstring).
         _Route(sessions, {"POST": register}),
         _Route(sessions + "/{session}/process", {"GET": process_stream}),
@@ -374,6 +377,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks/{task}/lease-action", {"POST": lease_action}),
         _Route("/rooms/{room+}/attention/{record}/respond", {"POST": respond}),
         _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
+        *(_Route(path, handlers) for path, handlers in agents_parametric),
     )
 
 

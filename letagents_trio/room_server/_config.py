@@ -4,7 +4,8 @@ Intervals are seconds on trio's clock (they drive ``trio.sleep``); the two
 settings that upstream reads from the environment are milliseconds, as their
 environment variables are. The defaults are the protocol's
 (:mod:`letagents_trio._protocol`); :meth:`RoomConfig.from_env` applies the two
-environment overrides with upstream's rules (PROTOCOL.md §1). Only an entry
+environment overrides with upstream's rules (PROTOCOL.md §1), and our own
+``LETAGENTS_ROOM_WAKE_MIN_LEAD_MS``. Only an entry
 point (the room CLI) calls it: everything below is handed its config.
 """
 
@@ -26,6 +27,7 @@ from .._protocol import (
     poll_max_from_env,
 )
 from ..workers._names import MAX_DISPLAY_NAME_COLLISION_OFFSET
+from ._wake._rules import MIN_LEAD_MS
 
 __all__ = [
     "BODY_TIMEOUT",
@@ -33,10 +35,15 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_PENDING_BODIES",
     "MAX_SILENT_CONNECTIONS",
+    "WAKE_MIN_LEAD_ENV",
     "RoomConfig",
     "default_silent_connections",
+    "wake_min_lead_from_env",
 ]
 
+# Ours: lowers the wake timers' least lead (a test on the real clock); never below a second.
+WAKE_MIN_LEAD_ENV: Final = "LETAGENTS_ROOM_WAKE_MIN_LEAD_MS"
+WAKE_MIN_LEAD_FLOOR_MS: Final = 1000
 # Liveness notices are due at minute granularity (§7.5): sweeping once a minute
 # posts each within a minute of its moment, for one pass over the sessions.
 LIVENESS_SWEEP_INTERVAL: Final = 60.0
@@ -93,6 +100,9 @@ class RoomConfig:
             :func:`~letagents_trio.room_server.serve_room` only.
         max_name_offset: the last codename offset a registration scans
             (upstream's 1 024); a test may lower it to reach "exhausted".
+        wake_min_lead_ms: the least time ahead a wake timer may be, in ms
+            (upstream's 30 000; ``LETAGENTS_ROOM_WAKE_MIN_LEAD_MS`` may lower
+            it to 1 000 for a room a test drives on the real clock).
     """
 
     heartbeat_interval: float = SSE_HEARTBEAT_INTERVAL
@@ -108,6 +118,7 @@ class RoomConfig:
         default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
     )
     max_name_offset: int = MAX_DISPLAY_NAME_COLLISION_OFFSET
+    wake_min_lead_ms: int = MIN_LEAD_MS
 
     def silent_connections_cap(self) -> int:
         """The cap a served room keeps: ``max_silent_connections``, else this process's default."""
@@ -128,7 +139,17 @@ class RoomConfig:
         return cls(
             poll_max_ms=poll_max_from_env(env),
             liveness_notice_after_ms=liveness_notice_after_from_env(env),
+            wake_min_lead_ms=wake_min_lead_from_env(env),
         )
+
+
+def wake_min_lead_from_env(environ: Mapping[str, str]) -> int:
+    """``LETAGENTS_ROOM_WAKE_MIN_LEAD_MS`` when it is a whole number from 1 000 to
+    30 000; else upstream's 30 000."""
+    raw = environ.get(WAKE_MIN_LEAD_ENV, "").strip()
+    if raw.isascii() and raw.isdigit() and WAKE_MIN_LEAD_FLOOR_MS <= int(raw[:9]) <= MIN_LEAD_MS:
+        return int(raw)
+    return MIN_LEAD_MS
 
 
 def default_silent_connections(open_files: int | None = None) -> int:

@@ -169,6 +169,7 @@ class Room:
             accounts,
             poll_max_ms=config.poll_max_ms,
             reachable=lambda sid: self.reachable(sid, self.now_ms()),
+            wake_min_lead_ms=config.wake_min_lead_ms,
         )
         self._liveness = LivenessSweep(
             store,
@@ -490,7 +491,8 @@ class Room:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
         """Run the room's background work: a liveness sweep every
-        ``config.liveness_sweep_interval`` seconds, forever. :func:`serve_room`
+        ``config.liveness_sweep_interval`` seconds and the wake rules' timers
+        (:meth:`~._wake._wakes.WakeBoard.run`), forever. :func:`serve_room`
         starts it before it serves; an in-process embedder starts it with
         ``nursery.start``.
 
@@ -506,14 +508,16 @@ class Room:
         closed = self._streams.close_unheld()
         if closed:
             logger.warning("room start: %d process connection(s) left open are closed", closed)
-        task_status.started()
-        next_at = trio.current_time()
-        while True:
-            next_at += self.config.liveness_sweep_interval
-            await trio.sleep_until(next_at)
-            try:
-                posted = self.sweep_liveness()
-            except StoreWriteError:  # logged by the store; the next sweep tries again
-                continue
-            if posted:
-                logger.info("liveness sweep posted %d notice(s)", len(posted))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.work.wakes.run)
+            task_status.started()
+            next_at = trio.current_time()
+            while True:
+                next_at += self.config.liveness_sweep_interval
+                await trio.sleep_until(next_at)
+                try:
+                    posted = self.sweep_liveness()
+                except StoreWriteError:  # logged by the store; the next sweep tries again
+                    continue
+                if posted:
+                    logger.info("liveness sweep posted %d notice(s)", len(posted))

@@ -4,7 +4,10 @@
 the room's one store, clock and accounts: :class:`~._messaging._messages.MessageBoard`
 (messages, threads, long polls), :class:`~._guidelines.GuidelinesBoard`,
 :class:`~._board._taskboard.TaskBoard` (tasks and their leases) and
-:class:`~._knowledge.KnowledgeBoard` (memory and requests for people). The
+:class:`~._knowledge.KnowledgeBoard` (memory and requests for people),
+:class:`~._wake._wakes.WakeBoard` (wake rules), and what agents report:
+:class:`~._reports._reasoning.ReasoningBoard` and
+:class:`~._reports._agent_work.AgentWorkBoard` (workspace captures). The
 route table calls them directly; :class:`~._room.Room` builds them, and keeps
 for itself what concerns sessions (registration, process streams, presence,
 liveness).
@@ -21,6 +24,9 @@ from ._board._taskboard import TaskBoard
 from ._guidelines import GuidelinesBoard
 from ._knowledge import KnowledgeBoard
 from ._messaging._messages import MessageBoard
+from ._reports._agent_work import AgentWorkBoard
+from ._reports._reasoning import ReasoningBoard
+from ._wake._wakes import WakeBoard
 
 if TYPE_CHECKING:
     from ._auth._accounts import Accounts
@@ -40,12 +46,18 @@ class RoomWork:
         guidelines: each room's agent guidelines.
         tasks: the board: tasks and their leases.
         knowledge: room memory and requests for people's input.
+        wakes: agents' wake rules, and the loop that fires them.
+        reasoning: agents' visible reasoning.
+        agent_work: published workspace captures.
     """
 
     messages: MessageBoard
     guidelines: GuidelinesBoard
     tasks: TaskBoard
     knowledge: KnowledgeBoard
+    wakes: WakeBoard
+    reasoning: ReasoningBoard
+    agent_work: AgentWorkBoard
 
     @classmethod
     def build(
@@ -56,17 +68,27 @@ class RoomWork:
         *,
         poll_max_ms: int,
         reachable: Callable[[str], bool],
+        wake_min_lead_ms: int,
     ) -> RoomWork:
         """The parts, over one store, clock and accounts.
 
         Args:
             poll_max_ms: the long-poll cap.
             reachable: whether a session can be reached in its room now.
+            wake_min_lead_ms: the least time ahead a wake timer may be.
         """
         messages = MessageBoard(store, clock, accounts, poll_max_ms=poll_max_ms)
+        tasks = TaskBoard(store, clock, accounts, reachable)
+        wakes = WakeBoard(store, clock, accounts, messages, min_lead_ms=wake_min_lead_ms)
+        tasks.status_changed.append(wakes.task_changed)
+        agent_work = AgentWorkBoard(store, clock, accounts)
+        messages.attachments.append(agent_work.attachments)
         return cls(
             messages=messages,
             guidelines=GuidelinesBoard(store, clock, accounts, messages),
-            tasks=TaskBoard(store, clock, accounts, reachable),
+            tasks=tasks,
             knowledge=KnowledgeBoard(store, clock, accounts, messages),
+            wakes=wakes,
+            reasoning=ReasoningBoard(store, clock, accounts),
+            agent_work=agent_work,
         )

@@ -192,6 +192,19 @@ class RoomWork:
         answer = await self.client.call(method, path, json=body, session=self.credentials(acting))
         return _dict(answer)
 
+    async def call(
+        self,
+        acting: Acting,
+        method: str,
+        route: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: object = None,
+    ) -> dict[str, Any]:
+        """One call of the room route ``…/rooms/<room>/<route>`` for ``acting``: a route
+        the other host-layer modules name (wake rules, reasoning, workspace captures)."""
+        return await self._call(acting, method, route, query=query, body=body)
+
     # --- messages ----------------------------------------------------------------------
 
     async def send(

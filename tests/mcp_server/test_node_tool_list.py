@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 NODE: Final[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "node_worker_tools.json").read_text("utf-8")
 )["tools"]
-# Tools other branches add (issue 40's board governance; issue 41's wake rules, reasoning
-# and workspace captures). Remove each name here when its branch is merged.
+# Tools another branch adds (issue 40's board governance). Remove each name here when
+# its branch is merged.
 NOT_YET_HERE: Final = frozenset(
     {
         # issue 40
@@ -47,13 +47,6 @@ NOT_YET_HERE: Final = frozenset(
         "list_board_intents",
         "approve_board_intent",
         "deny_board_intent",
-        # issue 41, its other half
-        "add_wake_rule",
-        "list_wake_rules",
-        "cancel_wake_rule",
-        "post_reasoning",
-        "begin_workspace_capture",
-        "publish_workspace_capture",
     }
 )
 # Issue 41's rooms and onboarding: their fields are checked one by one below.

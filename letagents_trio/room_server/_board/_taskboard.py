@@ -109,6 +109,8 @@ class TaskBoard:
     clock: RoomClock
     accounts: Accounts
     reachable: Callable[[str], bool]
+    # Told of each task whose status the board changed, right after it is written.
+    status_changed: list[Callable[[TaskRow], None]] = attrs.field(init=False, factory=list)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -237,7 +239,13 @@ class TaskBoard:
                         self.store.put_lease(
                             attrs.evolve(lease, pr_url=patch.pr_url, updated_at=now)
                         )
+        self._moved(task, updated)
         return Reply(status=200, body=self._json(updated, self._leases_of(room_id, now)))
+
+    def _moved(self, before: TaskRow, after: TaskRow) -> None:
+        if after.status != before.status:
+            for listener in self.status_changed:
+                listener(after)
 
     def _check_patch(
         self, task: TaskRow, patch: TaskPatch, actor: Actor, leases: list[LeaseRow]
@@ -295,6 +303,7 @@ class TaskBoard:
             self.store.put_task(updated)
             if new_lease is not None:
                 self.store.put_lease(new_lease)
+        self._moved(task, updated)
         body_out = {
             "room_id": room_id,
             "action": action.action,

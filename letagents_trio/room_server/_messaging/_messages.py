@@ -21,7 +21,7 @@ closed, count as an open delivery connection for the presence rules.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
@@ -85,6 +85,10 @@ LATEST: Final = "latest"
 DEFAULT_POLL_TIMEOUT_MS: Final = round(DEFAULT_POLL_TIMEOUT * 1000)
 # Cursors longer than this are no message id (and would not fit the store's integer).
 _MAX_CURSOR_DIGITS: Final = 18
+# A message's own id from its client (``client_message_id``): a retry with it
+# answers the message already posted.
+MAX_CLIENT_MESSAGE_ID: Final = 200
+CLIENT_MESSAGE_ID_TEXT: Final = "client_message_id must be a string of at most 200 characters"
 # Room notices (liveness, §7.5) are posted as the room itself, marked as such.
 LIVENESS_SENDER: Final = "letagents"
 LIVENESS_SOURCE: Final = "agent_liveness"
@@ -100,7 +104,9 @@ def message_json(
 ) -> dict[str, Any]:
     """The JSON of a message, with what it answers (``reply``) and its thread's summary."""
     created = iso(message.created_at)
+    shown = {"addressed_to": message.addressed_to, "display_text": message.display_text}
     return {
+        **{key: value for key, value in shown.items() if value is not None},
         "id": str(message.message_id),
         "room_id": message.room_id,
         "sender": message.sender,
@@ -115,6 +121,15 @@ def message_json(
         "thread_reply_to_id": None if message.reply_to_id is None else str(message.reply_to_id),
         "thread": thread,
     }
+
+
+def _client_dedupe_id(agent_key: str, client_id: object) -> str | None:
+    """The dedupe id of a client's own message id (a retry posts nothing new), or refuse."""
+    if client_id is None:
+        return None
+    if not isinstance(client_id, str) or not 0 < len(client_id) <= MAX_CLIENT_MESSAGE_ID:
+        refuse(400, CLIENT_MESSAGE_ID_TEXT)
+    return f"client:{agent_key}:{client_id}"
 
 
 def parse_cursor(after: str | None) -> int:
@@ -230,6 +245,10 @@ class MessageBoard:
     poll_max_ms: int
     deliveries: Deliveries = attrs.field(init=False, factory=Deliveries)
     _changed: dict[str, Notifier] = attrs.field(init=False, factory=dict)
+    # What other parts add to a room's messages: ``room_id -> {message_id: fields}``.
+    attachments: list[Callable[[str], Mapping[int, Mapping[str, Any]]]] = attrs.field(
+        init=False, factory=list
+    )
 
     def _add(self, message: MessageRow) -> MessageRow:
         """Store a message and wake its room's polls."""
@@ -247,6 +266,9 @@ class MessageBoard:
         """The JSON of ``rows``, each with what it answers and its thread's summary."""
         rendered = []
         summaries: dict[int, dict[str, Any] | None] = {}
+        attached: dict[int, Mapping[str, Any]] = {}
+        for attach in self.attachments if rows else ():
+            attached.update(attach(room_id))
         for row in rows:
             reply = None
             if row.reply_to_id is not None:
@@ -255,7 +277,8 @@ class MessageBoard:
             if root not in summaries:
                 count, latest = self.store.thread_replies(room_id, root)
                 summaries[root] = thread_json(root, count, latest) if count else None
-            rendered.append(message_json(row, reply=reply, thread=summaries[root]))
+            shown = message_json(row, reply=reply, thread=summaries[root])
+            rendered.append({**shown, **attached.get(row.message_id, {})})
         return rendered
 
     def _page(
@@ -300,10 +323,15 @@ class MessageBoard:
                 THREAD_ROOT_MISSING_TEXT,
             )
             thread_root = thread_of(reply, named)
+            dedupe_id = _client_dedupe_id(row.agent_key, body.get("client_message_id"))
         except Refusal as refusal:
             return refusal.reply
+        sent = None if dedupe_id is None else self.store.message_by_dedupe_id(room_id, dedupe_id)
+        if sent is not None:  # the same client message again: the one already posted
+            return Reply(status=201, body=self.render(room_id, [sent])[0])
         message = self._add(
             MessageRow(
+                dedupe_id=dedupe_id,
                 room_id=room_id,
                 sender=row.display_name,
                 text=text,
@@ -316,9 +344,20 @@ class MessageBoard:
         return Reply(status=201, body=self.render(room_id, [message])[0])
 
     def post_notice(
-        self, room_id: str, text: str, *, dedupe_id: str, source: str, prompt_kind: str | None
+        self,
+        room_id: str,
+        text: str,
+        *,
+        dedupe_id: str,
+        source: str,
+        prompt_kind: str | None,
+        addressed_to: dict[str, str] | None = None,
+        display_text: str | None = None,
     ) -> MessageRow | None:
-        """Post a notice as ``letagents`` once per dedupe id; ``None`` if already posted."""
+        """Post a notice as ``letagents`` once per dedupe id; ``None`` if already posted.
+
+        ``addressed_to`` (``{agent_key, reason}``) names the agent it is for.
+        """
         if self.store.message_by_dedupe_id(room_id, dedupe_id) is not None:
             return None
         return self._add(
@@ -330,6 +369,8 @@ class MessageBoard:
                 source=source,
                 prompt_kind=prompt_kind,
                 dedupe_id=dedupe_id,
+                addressed_to=addressed_to,
+                display_text=display_text,
             )
         )
 

@@ -146,6 +146,10 @@ class MessageRow:
     dedupe_id: str | None = None
     reply_to_id: int | None = None
     thread_root_id: int | None = None
+    # Whom the room addresses the message to (``{agent_key, reason}``, a wake
+    # notice's), and the one line people see instead of ``text``.
+    addressed_to: dict[str, str] | None = None
+    display_text: str | None = None
 
 
 def task_id_of(number: int) -> str:

@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar, final
 
 import attrs
 
+from ._agent_tables import AGENT_SCHEMA, SQLiteAgentTables
 from ._auth_rows import MintedTokenRow
 from ._rows import (
     LEASE_ACTIVE,
@@ -140,6 +141,7 @@ class SQLiteStore:
     _db: sqlite3.Connection = attrs.field(init=False, repr=False)
     _transactions: int = attrs.field(default=0, init=False, repr=False)
     _refusals: WriteRefusals = attrs.field(factory=WriteRefusals, init=False, repr=False)
+    agents: SQLiteAgentTables = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         # Owner-only, whatever the umask: the database holds messages and
@@ -153,6 +155,8 @@ class SQLiteStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._db.executescript(AGENT_SCHEMA)
+        self.agents = SQLiteAgentTables(self._db, self._write)
 
     def _write(self, sql: str, parameters: tuple[Any, ...]) -> sqlite3.Cursor:
         """One write statement (a transaction of its own outside :meth:`atomic`)."""

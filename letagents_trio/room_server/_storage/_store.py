@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
 
+from ._agent_tables import AgentTables, MemoryAgentTables
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -63,7 +64,14 @@ __all__ = [
 
 
 class RoomStore(Protocol):
-    """What the room needs from storage. Every call is synchronous and short."""
+    """What the room needs from storage. Every call is synchronous and short.
+
+    Attributes:
+        agents: what agents keep beyond chat (wake rules, reasoning, work captures).
+    """
+
+    @property
+    def agents(self) -> AgentTables: ...
 
     def get_account(self, login: str) -> Account | None:
         """Return the account with this login, if any."""
@@ -224,6 +232,8 @@ class MemoryStore:
 
     def put_minted_token(self, row: MintedTokenRow) -> None:
         self._minted[row.token_hash] = row
+
+    agents: MemoryAgentTables = attrs.field(factory=MemoryAgentTables)
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)

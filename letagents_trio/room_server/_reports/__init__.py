@@ -1,0 +1,1 @@
+"""What agents report beyond chat: their visible reasoning and their workspace captures."""

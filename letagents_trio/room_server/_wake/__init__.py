@@ -1,0 +1,1 @@
+"""Wake rules: what agents wait for, kept and fired by the room."""
