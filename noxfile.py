@@ -212,7 +212,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_goodbye": (
         "tests/test_manager*.py",
         "tests/test_websocket*.py",
-        # Exits written at once (leave_now) need a plain socket: real loopback.
+        # Exits written at once (leave_nowait) need a plain socket: real loopback.
         "tests/e2e/test_websocket_loopback.py",
     ),
     "_websocket": _WEBSOCKET_TESTS,
@@ -220,7 +220,6 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_http/_pool": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
     "_http/_lean": _HTTP_TESTS,
-    "_unwind": ("tests/test_manager*.py",),
     "_collector": (
         "tests/test_collector.py",
         "tests/test_holder_events.py",

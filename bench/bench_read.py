@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 import trio
 import trio.testing
 
-from letagents_trio._http._sockio import read_some
+from letagents_trio._http import read_some
 
 Read = Callable[[trio.SocketStream], Awaitable[bytes]]
 

@@ -52,7 +52,14 @@ import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
-from ._http import HTTPFailure, Opener, Response, choose_stack, failure_name
+from ._http import (
+    HTTPFailure,
+    Opener,
+    Response,
+    bound_informational,
+    choose_stack,
+    failure_name,
+)
 from ._redact import redact
 from ._refusals import WORKER_CREDENTIAL_KEYS, StateHooks, after_refusal, path_of, read_answer
 from ._util import is_http_url
@@ -226,8 +233,6 @@ class RoomClient:
                 # The message is ours: a proxy URL can hold credentials.
                 raise RoomUnreachable(_UNUSABLE_PROXY) from exc
             if self._transport is None:
-                from ._http._informational import bound_informational
-
                 bound_informational(self._http_client)
         return self._http_client
 
@@ -344,11 +349,13 @@ class RoomClient:
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
 
-        Each exit goes out on a connection of its own while it waits for its
-        answer: over the lean path, an idle one kept alive from an earlier
-        exit, else a new one (never behind another request), so exits asked
-        at once are in flight at once, and a fast room's connections serve
-        the next ones.
+        Over the lean path each exit is written as soon as it is asked,
+        pipelined behind the exits already on one of a few kept-alive
+        connections to the room (:mod:`letagents_trio._http._pool`): exits
+        asked at once are in flight at once, a room slow to answer holds back
+        only the answers, and a replayed exit changes nothing (PROTOCOL §2.2).
+        Over httpx2 (a proxy, or a transport given), each is one request
+        through the client's httpx2 connection pool.
 
         Args:
             session: the session whose process is gone.

@@ -6,21 +6,27 @@ inside the holder's own cancel scope, and gets a :class:`ProcessStream`:
 
 * iterated, the stream yields :class:`StreamNews`, one item per chunk of
   bytes the room wrote (so a comment-only heartbeat still counts as news and
-  re-arms the holder's silence deadline); the ``open`` event (or frame) names
-  the connection, and ``ended`` says the room ended the session;
+  re-arms the holder's silence deadline, from :attr:`ProcessStream.heard_at`,
+  the one thing the holder asks about the stream's reads); the ``open`` event
+  (or frame) names the connection, and ``ended`` says the room ended the
+  session;
 * a refusal is :class:`AttemptRejected` with the attempt's
   :class:`~letagents_trio.Outcome`, a network failure
   :class:`~letagents_trio.RoomUnreachable`, a broken stream
   :class:`~letagents_trio.StreamProtocolError`;
-* leaving (the goodbye): a transport that can carry the exit itself (a
-  WebSocket) sends it over the stream (:meth:`ProcessStream.send_exit`, or
-  :meth:`ProcessStream.send_exit_nowait` with no checkpoint at all); otherwise
-  the holder closes the stream (:meth:`ProcessStream.aclose`) and announces
-  its exit with the connector's :meth:`ProcessConnector.announce_exit`
-  (``POST …/process/exit``, PROTOCOL §2.1 R5). Either way the stream may be
-  closed from the goodbye's task while the holder's task reads it: the reader
-  then ends, and the holder, which knows it is leaving, stops instead of
-  retrying. A connector raises nothing special for that.
+* leaving (the goodbye) is the stream's own verb, :meth:`ProcessStream.leave`:
+  whatever the transport, it carries the exit naming the connection and
+  returns the room's answer (recorded, refused) or None when the exit went
+  and no answer comes. A WebSocket writes its exit frame over the socket and,
+  where the room acknowledges exits, waits for that answer; SSE closes its
+  stream and POSTs ``…/process/exit`` (PROTOCOL §2.1 R5) through the room
+  client. :meth:`ProcessStream.leave_nowait` writes the exit at once, with no
+  checkpoint, where the transport can (a WebSocket on a plain socket): the
+  goodbye's burst over thousands of holders. Either may run in the goodbye's
+  task while the holder's task reads the stream: the reader then ends, and
+  the holder, which knows it is leaving, stops instead of retrying. A
+  connector raises nothing special for that. A holder with no stream to
+  leave by announces its exit with :meth:`ProcessConnector.announce_exit`.
 
 The connectors of this package: :class:`~letagents_trio.SSEConnector` (the
 room's route, every letagents room has it), and the WebSocket form, our
@@ -53,14 +59,10 @@ class StreamNews:
     Attributes:
         connection_id: the id the room gave this connection, if this read named one.
         ended: the room said the session has ended.
-        heard_at: when these bytes arrived (trio's clock), if the read found
-            them kept by the kernel (a quiet read); None when they were read
-            as they came. The holder's silence deadline counts from it.
     """
 
     connection_id: str | None = None
     ended: bool = False
-    heard_at: float | None = None
 
 
 @final
@@ -79,7 +81,7 @@ class AttemptRejected(LetAgentsError):
 
 
 class ProcessStream(Protocol):
-    """An open process connection: its news, and how the exit leaves by it.
+    """An open process connection: its news, and the exit, which leaves by it.
 
     Iterating it yields :class:`StreamNews` until the connection ends (a plain
     end is ``dropped``; raise :class:`~letagents_trio.RoomUnreachable` for a
@@ -98,36 +100,49 @@ class ProcessStream(Protocol):
         """
         ...
 
-    def send_exit_nowait(self, connection_id: str) -> bool:
-        """Write the exit over the stream itself at once, with no checkpoint, if it can.
+    @property
+    def heard_at(self) -> float:
+        """When the room's bytes were last heard, in seconds on trio's clock.
 
-        True once the exit is written whole; False having done nothing that
-        :meth:`send_exit` or a POST could not follow (a transport without an
-        exit of its own always answers False).
+        The holder's silence deadline counts from it after each item of news.
+        A stream that reads bytes as they come says the time of the read; one
+        that lets the kernel keep heartbeats for a while says when they came.
         """
         ...
 
-    async def send_exit(self, connection_id: str) -> bool:
-        """Send the exit over the stream itself; whether it went.
+    def leave_nowait(self, connection_id: str) -> bool | None:
+        """Write the exit over the stream at once, with no checkpoint, if it can.
 
-        False when the transport has no exit of its own, or the stream can no
-        longer carry it: the holder then closes the stream and POSTs the exit.
+        Returns:
+            None when the exit is done, as :meth:`leave` would say of it: it
+            went over the stream and no answer comes (the stream is closing).
+            True when it is written and the room's answer is to come
+            (:meth:`leave` waits for it). False having done nothing
+            :meth:`leave` cannot follow: a transport without an exit of its
+            own, or a socket that cannot take it at once (:meth:`leave` sends it).
+        """
+        ...
+
+    async def leave(self, connection_id: str) -> bool | None:
+        """Carry the exit naming ``connection_id``; the room's answer.
+
+        Over the stream itself where the transport has an exit of its own,
+        else (or when the stream can no longer carry it) the stream is closed
+        and the exit POSTed (``…/process/exit``). An exit sent over the
+        stream to a room that answers exits waits for that answer, until it
+        comes or the stream closes (its holder stopped).
+
+        Returns:
+            Whether the room recorded the exit; None when it went over the
+            stream and no answer came.
+
+        Raises:
+            ApiError: the room refused the POSTed exit.
+            RoomUnreachable: it could not be POSTed.
 
         Cancellation:
-            A checkpoint; under the goodbye's deadline, which may cancel it.
-        """
-        ...
-
-    @property
-    def exit_answer_expected(self) -> bool:
-        """Whether the room answers an exit sent over this stream (it said so as it opened)."""
-        ...
-
-    @property
-    def exit_recorded(self) -> bool | None:
-        """The room's answer to the exit sent over this stream, once it came (else None).
-
-        A stream whose room answers ends its iteration once the answer came.
+            A checkpoint; under the goodbye's deadline, which may cancel it:
+            the room may or may not have the exit.
         """
         ...
 
@@ -156,6 +171,8 @@ class ProcessConnector(Protocol):
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         """Tell the room this process is gone (``POST …/process/exit``); whether it recorded it.
+
+        For a holder with no stream to leave by (none open, or none named).
 
         Raises:
             ApiError: the room refused the announcement.

@@ -1,43 +1,53 @@
-"""The goodbye: every held session's exit, in its transport's order, under one deadline.
+"""The goodbye: every held session's exit, in its transport's order, within one deadline.
 
 :meth:`ConnectionManager.announce_exits <letagents_trio.ConnectionManager.announce_exits>`
-runs one :class:`Goodbye` when the manager's block is left, however it is
-left (normal exit, an exception, the embedder cancelling its own scope,
-Ctrl-C), with every holder, taken at once and forgotten by the manager (so a
-second announcement sends nothing). Each holder knows how to leave
-(:meth:`~letagents_trio.ProcessHolder.leave`); the goodbye only orders them:
+sets the goodbye's one deadline (a shielded scope around :meth:`Goodbye.run`)
+and gives the :class:`Goodbye` that time, with every holder, taken at once
+and forgotten by the manager (so a second announcement sends nothing). Each
+holder knows how to leave (:meth:`~letagents_trio.ProcessHolder.leave`, its
+stream's own exit); the goodbye orders them and writes the report:
 
 1. first, in one loop over the holders (a checkpoint every
-   :data:`_GOODBYES_PER_CHECKPOINT`), each whose transport can write its exit
-   at once does so (:meth:`~letagents_trio.ProcessHolder.leave_now`: a
-   WebSocket on a plain socket), with no task and no checkpoint of its own;
-   every other holder gets a task that runs its
-   :meth:`~letagents_trio.ProcessHolder.leave` (at most
-   ``policy.exit_concurrency`` at a time, when set): over SSE, close the
-   stream, then ``POST …/process/exit`` naming the connection it held;
+   :data:`_GOODBYES_PER_CHECKPOINT`), each begins to leave
+   (:meth:`~letagents_trio.ProcessHolder.leave_nowait`); a WebSocket on a
+   plain socket writes its exit frame there, with no task and no checkpoint
+   of its own. Every holder whose exit did not go at once gets a task that
+   runs its :meth:`~letagents_trio.ProcessHolder.leave` and reports what it
+   returns (at most ``exit_concurrency`` at a time, when set): over SSE, the
+   stream closed, then ``POST …/process/exit``; over a WebSocket, the exit
+   frame, and the answer of a room that acknowledges exits;
 2. only once every exit that could go at once is written are those holders
    stopped, so that their unwinding never runs between two exits;
-3. exits sent at once to a room that answers them (it said so as the stream
-   opened) are waited for until :data:`ANSWER_SHARE` of the deadline, or
-   earlier when the holders still waiting need the rest to unwind; those
-   holders are stopped then, and their exits POSTed while one more still
-   unwinds by the deadline (an exit with no answer either way was sent:
-   reported unconfirmed);
-4. the whole runs under the manager's ONE shielded deadline,
-   ``policy.exit_deadline``. Inside it, the exits still waiting for an answer
-   are cancelled early enough for their own unwinding to end by that
-   deadline (:mod:`letagents_trio._unwind`: each costs a task woken, frames
-   unwound and a socket closed, and a black-holed room leaves thousands in
-   flight);
+3. the answers to the exits written at once to a room that acknowledges
+   them are read in the goodbye's own task (``leave`` again: no task each),
+   until :data:`ANSWER_SHARE` of the time, or earlier when the holders
+   waiting need the rest to unwind; the holders still waiting then (those
+   leaving in tasks too) are stopped, which closes their sockets, and an exit
+   whose answer never came is POSTed as well while one more still unwinds
+   by the deadline (else it is reported sent, unconfirmed);
+4. the exits' tasks run in one nursery whose cancel scope is the goodbye's
+   one bound on its exits: the deadline, less the time the tasks it would
+   cancel need to unwind (:func:`exits_deadline`: each costs a task woken,
+   frames unwound and, for a holder stopped late, a socket closed; a
+   black-holed room leaves thousands in flight). Each exit that ends gives
+   its share back;
 5. one :class:`ExitAnnouncement` per session is reported; failures are
    logged and reported, never raised.
+
+The time kept per task is measured, not looked up: :data:`UNWIND_ALLOWANCE`
+and :data:`EXIT_ALLOWANCE` are seconds of real time, and the goodbye keeps
+them at the rate its clock moved, in trio seconds per real second, over its
+own first loop (:func:`measured_allowance`): 1 on the system clock; 0 on a
+``trio.testing.MockClock`` whose time stands still while tasks run, where a
+goodbye therefore ends at its deadline exactly.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
 import attrs
@@ -46,20 +56,75 @@ import trio
 from ._errors import ApiError, RoomUnreachable
 from ._events import EventKind, HolderEvent
 from ._holder import HolderStatus
-from ._unwind import UnwindBudget
 
 if TYPE_CHECKING:
     from ._holder import ProcessHolder
-    from ._policy import HoldPolicy
-    from ._session import AgentSession
 
-__all__ = ["ExitAnnouncement", "Goodbye"]
+__all__ = [
+    "EXIT_ALLOWANCE",
+    "UNWIND_ALLOWANCE",
+    "Allowance",
+    "ExitAnnouncement",
+    "Goodbye",
+    "exits_deadline",
+    "measured_allowance",
+]
 
 # The manager's log: the goodbye is what the manager is for, and one logger
 # name is what an embedder configures.
 logger = logging.getLogger("letagents_trio.manager")
 
 _T = TypeVar("_T")
+
+# What one holder stopped late costs to unwind, in seconds of real time: its
+# task woken with Cancelled, its frames' finally blocks run, its socket closed.
+UNWIND_ALLOWANCE: Final = 100e-6
+# What one exit still running at the deadline costs to unwind: its task woken
+# with Cancelled and its frames' finally blocks run; its request waits on a
+# connection shared with others, which it leaves open.
+EXIT_ALLOWANCE: Final = 30e-6
+
+# The part of the goodbye's time given to the rooms' answers to exits over
+# sockets; the rest is for POSTing those not answered by then.
+ANSWER_SHARE: Final = 0.5
+
+# Sessions taken between two checkpoints by the goodbye's loops: over ten
+# thousand sessions, neither holds the run loop for more than a few milliseconds.
+_GOODBYES_PER_CHECKPOINT: Final = 256
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Allowance:
+    """The time kept for each task the goodbye's deadline would cancel, in seconds on trio's clock.
+
+    Attributes:
+        holder: for each holder stopped late (its task, and its socket closed).
+        exit: for each exit still running (its task only).
+    """
+
+    holder: float
+    exit: float
+
+
+def measured_allowance(trio_elapsed: float, real_elapsed: float) -> Allowance:
+    """The allowances on a clock that moved ``trio_elapsed`` while ``real_elapsed`` really passed.
+
+    :data:`UNWIND_ALLOWANCE` and :data:`EXIT_ALLOWANCE` are real time; kept on
+    trio's clock, they scale with its rate: the whole of them on the system
+    clock, none on a clock that stood still (a ``MockClock``, whose time does
+    not pass while tasks unwind). A measure too short to tell keeps them whole.
+    """
+    rate = trio_elapsed / real_elapsed if real_elapsed > 0 else 1.0
+    return Allowance(holder=UNWIND_ALLOWANCE * rate, exit=EXIT_ALLOWANCE * rate)
+
+
+def exits_deadline(deadline: float, allowance: Allowance, *, holders: int, exits: int) -> float:
+    """When the exits still running are cancelled.
+
+    Early enough for them, and ``holders`` stopped late, to unwind by ``deadline``.
+    """
+    return deadline - allowance.holder * holders - allowance.exit * exits
 
 
 @final
@@ -91,41 +156,54 @@ class Goodbye:
 
     Args:
         holders: every holder held when the goodbye began.
-        policy: the manager's policy (``exit_deadline``, ``exit_concurrency``).
+        deadline: when every exit, the unwinding of their tasks included,
+            must be done (trio's clock): the manager's shielded bound.
+        concurrency: at most this many exits announced at once (None: no limit).
         emit: where each session's ``EXIT`` event goes.
+        allowance: the time kept for each task the deadline would cancel;
+            measured on the run's clock (:func:`measured_allowance`) unless given.
     """
 
     def __init__(
         self,
         holders: Sequence[ProcessHolder],
         *,
-        policy: HoldPolicy,
+        deadline: float,
+        concurrency: int | None,
         emit: Callable[[HolderEvent], None],
+        allowance: Allowance | None = None,
     ) -> None:
-        # Each with the connection it held as the goodbye began, for the report.
-        self._held = [(holder, holder.held_connection_id) for holder in holders]
-        self._sessions = len(holders)
-        self._policy = policy
+        self._holders = list(holders)
+        self._sessions = len(self._holders)
+        self._deadline = deadline
         self._emit = emit
-        self._limiter = (
-            None
-            if policy.exit_concurrency is None
-            else trio.CapacityLimiter(policy.exit_concurrency)
+        self._allowance = allowance
+        # Each exit's turn: at most ``concurrency`` leaving at once, when set.
+        self._turn: AbstractAsyncContextManager[object] = (
+            nullcontext() if concurrency is None else trio.CapacityLimiter(concurrency)
         )
-        self._results: dict[str, ExitAnnouncement] = {}
+        self._started = trio.current_time()
+        # The exits' nursery's scope: the goodbye's one bound on its exits (see _update).
+        self._exits = trio.CancelScope()
+        # The exits' tasks running, their turn taken or not; told when none is left.
+        self._running = 0
+        self._task_ended = trio.lowlevel.ParkingLot()
+        # The holders whose leave() runs in a task (their turn taken), and those
+        # the goodbye stopped late, when their answers were due.
+        self._leaving: set[ProcessHolder] = set()
+        self._late: set[ProcessHolder] = set()
         # The sessions whose exit went over their socket unanswered and is POSTed as
         # well: cut by the deadline, such an exit is still reported as sent.
         self._sent: set[str] = set()
-        # Until when the room's answer to an exit over a stream is awaited.
-        self._answer_by = math.inf
+        self._results: dict[str, ExitAnnouncement] = {}
         # Empty until the goodbye has ended; then one announcement per session held.
         self.report: tuple[ExitAnnouncement, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Goodbye sessions={self._sessions} announced={len(self._results)}>"
 
-    async def run(self, deadline: float) -> None:
-        """Say every goodbye; exits in flight are cancelled early enough to unwind by ``deadline``.
+    async def run(self) -> None:
+        """Say every goodbye; exits in flight are cancelled early enough to unwind by the deadline.
 
         Once only. :attr:`report` is made however it ends: an exit that did
         not finish is reported with ``error="deadline"``. From then on the
@@ -135,41 +213,51 @@ class Goodbye:
             Runs under its caller's deadline (the manager's shielded
             ``exit_deadline``); cancelled, it still makes its report.
         """
-        budget = UnwindBudget(deadline)
-        self._answer_by = deadline - self._policy.exit_deadline * (1 - ANSWER_SHARE)
+        # Real time first, and last at the end: the rate measured is never above the clock's.
+        real_started = time.perf_counter()
+        self._started = trio.current_time()
         try:
-            with budget.scope:
-                async with trio.open_nursery() as nursery:
-                    left, answering = await self._leave_now(nursery, budget)
-                    # Only then are the holders stopped: their unwinding (each closes
-                    # its stream) never delays an exit still to be written.
-                    await _for_each(left, _stop)
-                    await self._answers(answering, nursery, budget)
+            async with trio.open_nursery() as exits:
+                self._exits = exits.cancel_scope
+                self._exits.deadline = self._deadline
+                left, answering = await self._leave_nowait(exits)
+                if self._allowance is None:
+                    self._allowance = measured_allowance(
+                        trio.current_time() - self._started, time.perf_counter() - real_started
+                    )
+                self._update()
+                # Only then are the holders stopped: their unwinding (each closes
+                # its stream) never delays an exit still to be written.
+                await _for_each(left, _stop)
+                unanswered = await self._answers(answering)
+                await self._stop_late(unanswered, exits)
         finally:
             now = trio.current_time()
             self.report = tuple(
                 self._results.get(holder.session.session_id)
                 or ExitAnnouncement(
                     session_id=holder.session.session_id,
-                    connection_id=connection_id,
+                    connection_id=holder.held_connection_id,
                     recorded=None,
                     error=None if holder.session.session_id in self._sent else "deadline",
                     finished_at=now,
                 )
-                for holder, connection_id in self._held
+                for holder in self._holders
             )
             # The report is all that is kept: a holder refers to its manager
             # (its callbacks), so keeping the holders here would leave the two
             # in a cycle for the collector's next full pass.
-            self._held = []
+            self._holders = []
+            self._leaving.clear()
+            self._late.clear()
 
-    def log(self, took: float) -> None:
+    def log(self) -> None:
         """Log the report: a warning when the deadline cut some exits, then its summary."""
         late = sum(1 for item in self.report if item.error == "deadline")
         if late:
             logger.warning(
                 "exit deadline of %.1f s passed before %d of %d exits were announced",
-                self._policy.exit_deadline,
+                self._deadline - self._started,
                 late,
                 len(self.report),
             )
@@ -179,119 +267,176 @@ class Goodbye:
             logging.WARNING if any(item.error for item in self.report) else logging.INFO,
             "announced %d exits in %.0f ms: %s",
             len(self.report),
-            took * 1000,
+            (trio.current_time() - self._started) * 1000,
             _summary(self.report),
         )
 
-    async def _leave_now(
-        self, nursery: trio.Nursery, budget: UnwindBudget
-    ) -> tuple[list[ProcessHolder], list[tuple[ProcessHolder, str | None]]]:
+    async def _leave_nowait(
+        self, exits: trio.Nursery
+    ) -> tuple[list[ProcessHolder], list[ProcessHolder]]:
         """Write every exit that can go at once; start a leaving task for each other holder.
 
-        Returns the holders whose exit went at once (over their open sockets),
-        apart from those whose room answers such an exit (with the connection
-        each named), whose answer is still to come.
+        Returns the holders whose exit is done (written over their open
+        sockets, no answer to come), and those whose exit is written and
+        whose answer is to come.
         """
         left: list[ProcessHolder] = []
-        answering: list[tuple[ProcessHolder, str | None]] = []
+        answering: list[ProcessHolder] = []
 
-        def leave(item: tuple[ProcessHolder, str | None]) -> None:
-            holder, connection_id = item
-            if not holder.leave_now():
-                budget.exit_started()
-                nursery.start_soon(self._leave, holder, connection_id, budget)
-            elif holder.exit_answer_expected:
-                answering.append(item)
-            else:
+        def leave(holder: ProcessHolder) -> None:
+            written = holder.leave_nowait()
+            if written is None:
                 left.append(holder)
-                self._finished(holder.session, connection_id, None, None)
+                self._finished(holder, None, None)
+            elif written:
+                answering.append(holder)
+            else:
+                self._start(exits, self._leave, holder)
 
-        await _for_each(self._held, leave)
+        await _for_each(self._holders, leave)
         return left, answering
 
-    async def _answers(
-        self,
-        answering: list[tuple[ProcessHolder, str | None]],
-        nursery: trio.Nursery,
-        budget: UnwindBudget,
-    ) -> None:
-        """Wait for the rooms' answers to exits sent at once; POST those not answered.
+    async def _answers(self, answering: list[ProcessHolder]) -> list[ProcessHolder]:
+        """The rooms' answers to the exits written at once, read in this task (no task each).
 
-        The wait ends at ``_answer_by``, or earlier when the holders waiting
-        need more than what is left after it to unwind. Each answered holder
-        has stopped by itself; every other is stopped then, its unwinding kept
-        time for, and its exit POSTed as well (its holder's :meth:`leave`)
-        while one more exit still unwinds by the deadline. An exit with no
-        answer from either went over its socket: it is reported as sent,
-        unconfirmed (``recorded`` None), not as cut by the deadline.
+        Awaited until :data:`ANSWER_SHARE` of the time, or earlier when the
+        holders waiting need the rest to unwind; then also until every exit's
+        task has ended, if that comes first. Returns the holders whose
+        answer did not come.
         """
-        # One deadline for the whole wait: past it, one wait is cancelled, not
-        # one for each holder still waiting.
-        with trio.move_on_at(min(self._answer_by, budget.unwind_by(len(answering)))):
-            for holder, _ in answering:
-                if holder.status not in _DONE:
-                    await holder.wait_status(*_DONE)
-        unanswered: list[tuple[ProcessHolder, str | None]] = []
-        for holder, connection_id in answering:
-            recorded = holder.exit_recorded
-            if recorded is None:
-                holder.stop("process exit")
-                unanswered.append((holder, connection_id))
-            else:
-                self._finished(holder.session, connection_id, recorded, None)
-        budget.reserve(len(unanswered))
-        posted = 0
-        while posted < len(unanswered) and budget.has_time():
-            holder, connection_id = unanswered[posted]
-            self._sent.add(holder.session.session_id)
-            budget.exit_started()
-            nursery.start_soon(self._leave, holder, connection_id, budget)
-            posted += 1
-        for holder, connection_id in unanswered[posted:]:
-            self._finished(holder.session, connection_id, None, None)
+        assert self._allowance is not None
+        share = self._started + (self._deadline - self._started) * ANSWER_SHARE
+        unwound = exits_deadline(self._deadline, self._allowance, holders=len(answering), exits=0)
+        read = 0
+        unanswered: list[ProcessHolder] = []
+        with trio.move_on_at(min(share, unwound)):
+            for holder in answering:
+                try:
+                    recorded, error = await holder.leave(), None
+                except ApiError as exc:  # the room hung up unanswered; its POST refused
+                    recorded, error = None, f"HTTP {exc.status}"
+                except RoomUnreachable:
+                    recorded, error = None, "unreachable"
+                read += 1
+                if recorded is None and error is None:
+                    unanswered.append(holder)
+                else:
+                    # Answered, the holder's reader has ended: it stops by itself.
+                    self._finished(holder, recorded, error)
+            while self._running:
+                await self._task_ended.park()
+        return unanswered + answering[read:]
 
-    async def _leave(
-        self, holder: ProcessHolder, connection_id: str | None, budget: UnwindBudget
-    ) -> None:
-        """One holder's :meth:`~letagents_trio.ProcessHolder.leave`, reported."""
-        try:
-            if self._limiter is None:
-                recorded, error = await holder.leave(answer_by=self._answer_by), None
+    async def _stop_late(self, unanswered: list[ProcessHolder], exits: trio.Nursery) -> None:
+        """Stop every holder whose exit still waits for its answer, and POST its exit as well.
+
+        Time to unwind is kept for each one still holding its socket; an exit
+        is POSTed while one more still unwinds by the deadline, and reported
+        sent over its socket, unconfirmed, until its POST's answer comes.
+        Holders still waiting for their turn are not stopped, nor counted:
+        cutting the goodbye short for them would leave exits unsent, which is
+        worse than a late end.
+        """
+
+        def stop(holder: ProcessHolder) -> None:
+            if holder.status not in _DONE:
+                self._late.add(holder)
+                holder.stop("process exit")
+
+        await _for_each([*unanswered, *self._leaving], stop)
+        self._update()
+        for holder in unanswered:
+            if self._has_time():
+                self._sent.add(holder.session.session_id)
+                self._start(exits, self._post, holder)
             else:
-                async with self._limiter:
-                    recorded, error = await holder.leave(answer_by=self._answer_by), None
+                # Its exit went over its socket: sent, unconfirmed.
+                self._finished(holder, None, None)
+
+    def _start(
+        self,
+        exits: trio.Nursery,
+        leave: Callable[[ProcessHolder], Awaitable[None]],
+        holder: ProcessHolder,
+    ) -> None:
+        self._running += 1
+        self._update()
+        exits.start_soon(leave, holder)
+
+    async def _leave(self, holder: ProcessHolder) -> None:
+        """One holder's :meth:`~letagents_trio.ProcessHolder.leave`, reported.
+
+        An exit over a socket whose answer had not come when the holder was
+        stopped late is reported sent, and POSTed as well.
+        """
+        try:
+            async with self._turn:
+                self._leaving.add(holder)
+                recorded, error = await holder.leave(), None
+            if recorded is None and holder in self._late and self._has_time():
+                self._sent.add(holder.session.session_id)
+                recorded = await holder.leave()
         except ApiError as exc:
             recorded, error = None, f"HTTP {exc.status}"
         except RoomUnreachable:
             recorded, error = None, "unreachable"
-        holder.stop("process exit")
-        self._finished(holder.session, connection_id, recorded, error)
-        budget.exit_ended()
+        self._ended(holder, recorded, error)
 
-    def _finished(
-        self,
-        session: AgentSession,
-        connection_id: str | None,
-        recorded: bool | None,
-        error: str | None,
-    ) -> None:
+    async def _post(self, holder: ProcessHolder) -> None:
+        """The POST that follows an exit whose answer never came (its holder stopped)."""
+        try:
+            async with self._turn:
+                recorded, error = await holder.leave(), None
+        except ApiError as exc:
+            recorded, error = None, f"HTTP {exc.status}"
+        except RoomUnreachable:
+            recorded, error = None, "unreachable"
+        self._ended(holder, recorded, error)
+
+    def _ended(self, holder: ProcessHolder, recorded: bool | None, error: str | None) -> None:
+        holder.stop("process exit")
+        self._finished(holder, recorded, error)
+        self._leaving.discard(holder)
+        self._running -= 1
+        if not self._running:
+            # The goodbye's own task waits for the last one only (one wake-up, not one each).
+            self._task_ended.unpark_all()
+        self._update()
+
+    def _has_time(self) -> bool:
+        """Whether one more exit's task could still unwind by the deadline."""
+        assert self._allowance is not None
+        one_more = exits_deadline(
+            self._deadline, self._allowance, holders=len(self._late), exits=self._running + 1
+        )
+        return one_more > trio.current_time()
+
+    def _update(self) -> None:
+        """Keep the exits' bound where what it would cancel unwinds by the deadline."""
+        if self._allowance is not None:
+            self._exits.deadline = exits_deadline(
+                self._deadline, self._allowance, holders=len(self._late), exits=self._running
+            )
+
+    def _finished(self, holder: ProcessHolder, recorded: bool | None, error: str | None) -> None:
         """Report one session's goodbye: its :class:`ExitAnnouncement` and its exit event."""
+        session_id = holder.session.session_id
         if error is not None:
-            logger.debug("exit of %s not announced: %s", session.session_id, error)
+            logger.debug("exit of %s not announced: %s", session_id, error)
         result = ExitAnnouncement(
-            session_id=session.session_id,
-            connection_id=connection_id,
+            session_id=session_id,
+            connection_id=holder.held_connection_id,
             recorded=recorded,
             error=error,
             finished_at=trio.current_time(),
         )
-        self._results[session.session_id] = result
+        self._results[session_id] = result
         self._emit(
             HolderEvent(
                 time=result.finished_at,
-                session_id=session.session_id,
+                session_id=session_id,
                 kind=EventKind.EXIT,
-                connection_id=connection_id,
+                connection_id=result.connection_id,
                 detail=error or _EXIT_DETAILS[recorded],
             )
         )
@@ -304,15 +449,6 @@ def _summary(report: tuple[ExitAnnouncement, ...]) -> str:
         kind = item.error or _EXIT_DETAILS[item.recorded]
         counts[kind] = counts.get(kind, 0) + 1
     return ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "none held"
-
-
-# The part of the exit deadline spent waiting for the rooms' answers to exits
-# sent over open streams; the rest is for POSTing those not answered by then.
-ANSWER_SHARE: Final = 0.5
-
-# Sessions taken between two checkpoints by the goodbye's loops: over ten
-# thousand sessions, neither holds the run loop for more than a few milliseconds.
-_GOODBYES_PER_CHECKPOINT: Final = 256
 
 
 async def _for_each(items: Iterable[_T], action: Callable[[_T], object]) -> None:
@@ -336,7 +472,7 @@ _EXIT_DETAILS: dict[bool | None, str] = {
 }
 
 
-# A holder in one of these has closed its stream: its exit has its answer, or none comes.
+# A holder in one of these has closed its stream.
 _DONE = (HolderStatus.ENDED, HolderStatus.STOPPED)
 
 

@@ -8,9 +8,9 @@ holds it. Its loop, one pass per attempt:
    is first the *answer timeout* (10 s) until the room accepts the connection;
    from then on it is a *sliding silence deadline* (45 s), re-armed
    each time a chunk of bytes arrives, comment-only heartbeats included, to
-   45 s after those bytes arrived (``StreamNews.heard_at``: a quiet read takes
-   heartbeats the kernel kept, some time after they came). Opening resets
-   every backoff counter.
+   45 s after those bytes arrived (the stream's ``heard_at``: a quiet read
+   takes heartbeats the kernel kept, some time after they came). Opening
+   resets every backoff counter.
    The ``open`` event names the connection; an ``ended`` event ends the attempt
    at once. The attempt's outcome:
 
@@ -23,7 +23,8 @@ holds it. Its loop, one pass per attempt:
    any other answer, or a body that is no event stream    ``refused``
    =====================================================  ==============
 
-2. **After** the attempt the connection id is cleared. ``ended``: the holder
+2. **After** an attempt that ended by itself the connection id is cleared (a
+   stop keeps it: it is what the exit names). ``ended``: the holder
    leaves the manager, runs the ``on_ended`` hook and stops for good.
    ``refused`` / ``unsupported``: the ``still_ours`` hook is asked whether the
    session still belongs to this process (another process may have taken it
@@ -38,20 +39,21 @@ stream is closed on the way out. Nothing here polls, and every wait is on
 trio's clock, so ``MockClock`` drives it exactly.
 
 **Leaving** (the manager's goodbye) is the holder's too, since it owns its
-stream and knows the connection it holds. :meth:`ProcessHolder.leave` closes
-the stream, then announces the exit naming that connection (the connector's
-``POST …/process/exit``); a transport with an exit of its own (a WebSocket)
-sends it over the open stream instead, then closes it.
-:meth:`ProcessHolder.leave_now` does the latter without a checkpoint, when
-the transport can. Either way the holder, once leaving, ends its attempt as
-a stop however the stream ends, and never retries.
+stream and knows the connection it holds: :meth:`ProcessHolder.leave` hands
+that connection to the stream's own exit (:meth:`ProcessStream.leave
+<letagents_trio.ProcessStream.leave>`: a frame over a WebSocket, a POST after
+the close over SSE) and returns what it returns;
+:meth:`ProcessHolder.leave_nowait` is the stream's exit at once, without a
+checkpoint, where the transport can. With no stream named, the holder stops
+and POSTs the exit itself (the connector's ``announce_exit``). Either way the
+holder, once leaving, ends its attempt as a stop however the stream ends, and
+never retries.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, final
@@ -112,6 +114,10 @@ class HolderStatus(enum.Enum):
 
     def __repr__(self) -> str:
         return f"HolderStatus.{self.name}"
+
+
+# A holder in one of these is done: its stream is closed and it never attempts again.
+_DONE = (HolderStatus.ENDED, HolderStatus.STOPPED)
 
 
 @final
@@ -230,25 +236,20 @@ class ProcessHolder:
         self._stream: ProcessStream | None = None
         # Set once the goodbye began this holder's leaving: it never retries.
         self._leaving = False
-        # Set once leave() has begun: one exit per holder.
-        self._left = False
-        # The room's answer to an exit sent over the stream, once it ended.
-        self._exit_recorded: bool | None = None
         self._status = HolderStatus.CONNECTING
         opening.started()
         self._status_lot = trio.lowlevel.ParkingLot()
+        # The connection the room named, which this process holds (or held when
+        # it was stopped): cleared only when an attempt ends by itself, never
+        # by a stop, so that the exit names it however the holder was stopped.
         self._connection_id: str | None = None
-        # The connection this process still holds (or held when it was stopped):
-        # cleared only when an attempt ends on its own, never by cancellation,
-        # so the exit announcement can name it however the holder was stopped.
-        self._held_connection_id: str | None = None
         self._tally = _Tally()
         self._stop_reason = "stopped"
 
     def __repr__(self) -> str:
         return (
             f"<ProcessHolder session_id={self._session.session_id!r} "
-            f"status={self._status.value} connection_id={self._connection_id!r}>"
+            f"status={self._status.value} connection_id={self.connection_id!r}>"
         )
 
     # --- observing ---------------------------------------------------------------
@@ -265,12 +266,12 @@ class ProcessHolder:
 
     @property
     def connection_id(self) -> str | None:
-        """The id the room gave the open connection; None between attempts."""
-        return self._connection_id
+        """The id the room gave the open connection; None between attempts and once done."""
+        return None if self._status in _DONE else self._connection_id
 
     def statistics(self) -> HolderStatistics:
         """A frozen snapshot of the holder's state and counts."""
-        return self._tally.snapshot(self._session.session_id, self._status, self._connection_id)
+        return self._tally.snapshot(self._session.session_id, self._status, self.connection_id)
 
     async def wait_status(self, *statuses: HolderStatus) -> HolderStatus:
         """Wait until the holder's status is one of ``statuses``; return it.
@@ -294,10 +295,10 @@ class ProcessHolder:
         """The connection an exit announcement names.
 
         The id of the stream that was open when the holder stopped, even when
-        it was stopped by cancellation from outside (which clears
-        :attr:`connection_id` on the way out); None when no stream was open.
+        it was stopped by cancellation from outside (:attr:`connection_id`
+        is None once the holder is done); None when no stream was open.
         """
-        return self._held_connection_id
+        return self._connection_id
 
     # --- steering ------------------------------------------------------------------
 
@@ -324,92 +325,58 @@ class ProcessHolder:
 
     # --- leaving -------------------------------------------------------------------
 
-    def leave_now(self) -> bool:
-        """Begin leaving; send the exit over the open stream at once if the transport can.
+    def leave_nowait(self) -> bool | None:
+        """Begin leaving; the stream's exit at once, with no checkpoint, if the transport can.
 
         From here on the holder never retries, and its exit names the
-        connection it holds now. True: the exit is written, with no task and
-        no checkpoint, and the goodbye then only stops the holder. False,
-        having done nothing :meth:`leave` could not follow: no stream open on
-        a named connection, or a transport (SSE) or socket that cannot write
-        the exit at once.
+        connection it holds now.
+
+        Returns:
+            As :meth:`ProcessStream.leave_nowait
+            <letagents_trio.ProcessStream.leave_nowait>`: None when the exit is
+            done (written, no answer comes: the goodbye then only stops the
+            holder); True when it is written and its answer is to come
+            (:meth:`leave` waits for it); False when :meth:`leave` must send
+            it (no stream open on a named connection, SSE, or a socket that
+            cannot write it at once).
         """
         self._begin_leaving()
-        stream, connection_id = self._stream, self._held_connection_id
-        return (
-            stream is not None
-            and connection_id is not None
-            and stream.send_exit_nowait(connection_id)
-        )
+        stream, connection_id = self._stream, self._connection_id
+        if stream is None or connection_id is None:
+            return False
+        return stream.leave_nowait(connection_id)
 
-    async def leave(self, *, answer_by: float = math.inf) -> bool | None:
-        """Close the stream, then announce the exit naming the connection it held.
+    async def leave(self) -> bool | None:
+        """The exit naming the connection this holder holds, by its stream's own way out.
 
-        A transport with an exit of its own sends it over the open stream
-        first; where the room answers such an exit (it said so as the stream
-        opened), the answer is awaited until ``answer_by`` (trio's clock) and
-        an exit not answered by then is POSTed as well. With no connection
-        named yet, the holder stops first: the room records such an exit only
-        once it has seen the close (PROTOCOL §2.2). The holder stops either way.
+        The stream carries it (:meth:`ProcessStream.leave
+        <letagents_trio.ProcessStream.leave>`). With no stream open on a
+        named connection, or once the holder is stopped, the holder stops
+        (its stream closes) and then POSTs the exit itself: the room records
+        an exit naming no connection only once it has seen the stream close
+        (PROTOCOL §2.2). So a second call, after an exit over a socket whose
+        answer never came and the holder's stop, POSTs it as well. The holder
+        stops either way.
 
         Returns:
             Whether the room recorded the exit; None when it went over the
-            stream and the room gives no answer.
+            stream and no answer came.
 
         Raises:
             ApiError: the room refused the POSTed exit.
             RoomUnreachable: it could not be sent.
-            RuntimeError: this holder has left already (one exit per holder).
 
         Cancellation:
             A checkpoint; cancelled (the goodbye's deadline), the room may or
             may not have the exit.
         """
-        if self._left:
-            raise RuntimeError(f"the holder of {self._session.session_id} has left already")
-        self._left = True
         self._begin_leaving()
-        stream, connection_id = self._stream, self._held_connection_id
-        if stream is None or connection_id is None:
-            # No connection to name: the room records such an exit only once it
-            # has seen the stream close (§2.2), so the holder stops, and its
-            # stream closes, first.
-            self.stop("process exit")
-            await self.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
-        elif await stream.send_exit(connection_id):
-            if stream.exit_answer_expected:
-                recorded = await self.wait_exit_answer(answer_by)
-                if recorded is not None:
-                    return recorded
-            await stream.aclose()
-            if not stream.exit_answer_expected:
-                return None
-        else:
-            await stream.aclose()
+        stream, connection_id = self._stream, self._connection_id
+        if stream is not None and connection_id is not None and not self._scope.cancel_called:
+            return await stream.leave(connection_id)
+        self.stop("process exit")
+        await self.wait_status(*_DONE)
         return await self._connector.announce_exit(self._session, connection_id)
-
-    @property
-    def exit_answer_expected(self) -> bool:
-        """Whether the room answers an exit sent over the open stream (it said so as it opened)."""
-        return self._stream is not None and self._stream.exit_answer_expected
-
-    @property
-    def exit_recorded(self) -> bool | None:
-        """The room's answer to the exit sent over the stream, once the stream has ended."""
-        return self._exit_recorded
-
-    async def wait_exit_answer(self, until: float) -> bool | None:
-        """Wait until the room answers the exit sent over the stream, or ``until``.
-
-        Returns:
-            :attr:`exit_recorded`: the room's answer, or None when none came in time.
-
-        Cancellation:
-            A checkpoint; cancelling it changes nothing about the holder.
-        """
-        with trio.move_on_at(until):
-            await self.wait_status(HolderStatus.ENDED, HolderStatus.STOPPED)
-        return self._exit_recorded
 
     def _begin_leaving(self) -> None:
         """From now on the holder never retries, and its manager no longer holds it."""
@@ -435,7 +402,6 @@ class ProcessHolder:
                 task_status.started()
                 await self._loop()
         finally:
-            self._connection_id = None
             self._tally.next_attempt_at = None
             if self._status is not HolderStatus.ENDED:
                 self._set_status(HolderStatus.STOPPED)
@@ -451,11 +417,11 @@ class ProcessHolder:
                 if not self._scope.cancel_called:
                     self._stop_reason = "process exit"
                 return
-            closed_id, self._connection_id = self._connection_id, None
+            closed_id = self._connection_id
             if not self._leaving:
                 # Leaving, the exit still names the connection (the room ended
                 # the session as the goodbye began).
-                self._held_connection_id = None
+                self._connection_id = None
             self._tally.closed(outcome)
             self._event(EventKind.CLOSED, outcome=outcome, connection_id=closed_id, detail=detail)
             logger.info(
@@ -502,20 +468,16 @@ class ProcessHolder:
                     scope.relative_deadline = self._policy.silence_timeout
                     try:
                         async for news in stream:
-                            heard_at = news.heard_at
-                            if heard_at is None:
-                                scope.relative_deadline = self._policy.silence_timeout
-                            else:
-                                scope.deadline = heard_at + self._policy.silence_timeout
+                            scope.deadline = stream.heard_at + self._policy.silence_timeout
                             if news.connection_id is not None:
                                 self._connection_id = news.connection_id
-                                self._held_connection_id = news.connection_id
                                 self._event(EventKind.CONNECTION, connection_id=news.connection_id)
                             if news.ended:
                                 return Outcome.ENDED, "ended event"
                     finally:
-                        self._stream = None
-                        self._exit_recorded = stream.exit_recorded
+                        if not self._leaving:
+                            # Leaving, the stream is still what leave() asks for its exit's answer.
+                            self._stream = None
                     return Outcome.DROPPED, "stream end"
             except AttemptRejected as exc:
                 return exc.outcome, exc.detail

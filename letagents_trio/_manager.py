@@ -6,12 +6,13 @@ holders for thousands of sessions cost one task and a few objects each.
 
 Shutdown is the reason this module exists. However the block is left (normal
 exit, an exception, the embedder cancelling its own scope, Ctrl-C), the manager
-takes every holder, forgets them all, and lets each leave (its stream closed,
-its exit announced naming the connection it held) within ONE shielded
-deadline, ``policy.exit_deadline``, set in one place:
-:meth:`ConnectionManager.announce_exits` (the order is
-:class:`~letagents_trio._goodbye.Goodbye`'s). Then the holders' nursery is
-cancelled and every remaining task unwinds.
+takes every holder, forgets them all, and lets each leave (its exit, naming
+the connection it held, carried by its stream's own way out) within ONE
+shielded deadline, ``policy.exit_deadline``, set in one place:
+:meth:`ConnectionManager.announce_exits`, which gives that time to the
+:class:`~letagents_trio._goodbye.Goodbye` (the order of the exits and the
+report are its). Then the holders' nursery is cancelled and every remaining
+task unwinds.
 
 The library changes no process-wide state by default. An operator of
 thousands of sessions may opt in to pausing the cyclic garbage collector
@@ -313,17 +314,20 @@ class ConnectionManager:
         if self._goodbye is not None:
             await trio.lowlevel.checkpoint()
             return self._goodbye.report
-        started = trio.current_time()
+        # The one deadline of the goodbye, set here and given to it.
+        deadline = trio.current_time() + self.policy.exit_deadline
         self._goodbye = goodbye = Goodbye(
-            list(self._holders.values()), policy=self.policy, emit=self._emit
+            list(self._holders.values()),
+            deadline=deadline,
+            concurrency=self.policy.exit_concurrency,
+            emit=self._emit,
         )
         self._holders.clear()
         if self._goodbye_pause is not None:
             self._goodbye_pause.pause()
-        # The one deadline of the goodbye.
-        with trio.move_on_after(self.policy.exit_deadline, shield=True):
-            await goodbye.run(started + self.policy.exit_deadline)
-        goodbye.log(trio.current_time() - started)
+        with trio.move_on_at(deadline, shield=True):
+            await goodbye.run()
+        goodbye.log()
         return goodbye.report
 
 

@@ -18,8 +18,11 @@ is read (before its blank line), with no ``data`` line, or cut off by the end
 of the stream or a broken connection (``docs/process-connection.md``
 tabulates where ours and Node's still differ, and why).
 
-SSE carries no exit of its own: a holder leaving closes the stream, then
-POSTs ``…/process/exit`` (:meth:`SSEConnector.announce_exit`).
+SSE carries no exit of its own: the stream's :meth:`~_SSEStream.leave`
+closes it, then POSTs ``…/process/exit`` naming the connection, through the
+room client (:meth:`RoomClient.announce_exit
+<letagents_trio.RoomClient.announce_exit>`, pipelined on its kept-alive
+connections).
 """
 
 from __future__ import annotations
@@ -125,6 +128,7 @@ class _SSEStream:
         self._done = False
         # What the kernel may keep unread (see _KEPT_BYTES); nothing until named.
         self._keep = 0
+        self._heard_at = trio.current_time()
 
     async def __aenter__(self) -> _SSEStream:
         url = self._client.session_url(self._session, "/process")
@@ -155,6 +159,8 @@ class _SSEStream:
             raise StopAsyncIteration
         try:
             chunk = await response.next_chunk(keep=self._keep)
+            kept_since = response.heard_at
+            self._heard_at = trio.current_time() if kept_since is None else kept_since
         except HTTPFailure as exc:
             if self._ended_at_close():
                 return StreamNews(ended=True)
@@ -182,35 +188,35 @@ class _SSEStream:
             # Named, the stream carries nothing but heartbeats until it ends,
             # and its end closes the connection, which wakes any read.
             self._keep = _KEPT_BYTES
-        return StreamNews(connection_id=connection_id, ended=ended, heard_at=response.heard_at)
+        return StreamNews(connection_id=connection_id, ended=ended)
 
     def _ended_at_close(self) -> bool:
         """The stream ended: close the decoder; was an ``ended`` block cut off?"""
         self._done = True
         return any(event.event == _ENDED_EVENT for event in self._decoder.close())
 
-    def send_exit_nowait(self, connection_id: str) -> bool:
-        """Never: SSE has no exit of its own (the holder POSTs it)."""
+    @property
+    def heard_at(self) -> float:
+        """When the latest chunk's bytes arrived (trio's clock): kept by the kernel, or read."""
+        return self._heard_at
+
+    def leave_nowait(self, connection_id: str) -> bool | None:
+        """Never at once: SSE has no exit of its own, and a POST needs a checkpoint."""
         return False
 
-    @property
-    def exit_answer_expected(self) -> bool:
-        """Never: SSE has no exit of its own."""
-        return False
+    async def leave(self, connection_id: str) -> bool | None:
+        """Close the stream, then POST the exit naming ``connection_id``; whether it was recorded.
 
-    @property
-    def exit_recorded(self) -> bool | None:
-        """None: SSE has no exit of its own."""
-        return None
-
-    async def send_exit(self, connection_id: str) -> bool:
-        """Never: SSE has no exit of its own (the holder POSTs it).
+        Raises:
+            ApiError: the room refused the exit.
+            RoomUnreachable: it could not be sent.
 
         Cancellation:
-            A checkpoint.
+            A checkpoint; the stream is closed even when cancelled; the room
+            may or may not have the exit.
         """
-        await trio.lowlevel.checkpoint()
-        return False
+        await self.aclose()
+        return await self._client.announce_exit(self._session, connection_id)
 
     async def aclose(self) -> None:
         """Close the connection: one socket close when it can be, else forcefully.

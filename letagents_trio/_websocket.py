@@ -17,11 +17,13 @@ One socket's life:
    answered as it would an SSE request) is unsupported too.
 2. **Held**: the open socket is a :class:`~letagents_trio._ws_socket.ProcessSocket`
    (news, pings and pongs, the exit frames), the holder's stream.
-3. **Goodbye**: the holder sends the exit over the socket
+3. **Goodbye**: the socket carries the exit itself
+   (:meth:`ProcessSocket.leave <letagents_trio._ws_socket.ProcessSocket.leave>`):
    ``{"event":"exit","process_connection_id":…}``, then a normal close, and
-   the socket is closed without waiting on a closing handshake. A session
-   with no open socket, or one that cannot take the frame, falls back to
-   ``POST …/process/exit`` inside the same shielded deadline.
+   the socket is closed without waiting on a closing handshake. A socket
+   that cannot take the frame POSTs ``…/process/exit`` instead, through the
+   room client, and so does a holder with no open socket
+   (:meth:`WebSocketConnector.announce_exit`), inside the same shielded deadline.
 
 :class:`AutoConnector` tries the WebSocket first and falls back to SSE for a
 room (origin and room id) whose answer to the upgrade is ``unsupported``,
@@ -31,6 +33,7 @@ remembering it.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import logging
 import math
@@ -118,7 +121,7 @@ class _SocketBlock:
             "GET", client.session_url(session, "/process"), session=session, headers=headers
         )
         try:
-            self._socket = connector._accepted(response, key)
+            self._socket = connector._accepted(response, key, session)
         except BaseException:
             await response.aclose()
             raise
@@ -129,7 +132,6 @@ class _SocketBlock:
     async def __aexit__(self, *exc_info: object) -> None:
         socket, self._socket = self._socket, None
         if socket is not None:
-            socket.release()
             await socket.aclose()
 
 
@@ -178,7 +180,7 @@ class WebSocketConnector:
         """
         return _SocketBlock(self, session)
 
-    def _accepted(self, response: Response, key: bytes) -> ProcessSocket:
+    def _accepted(self, response: Response, key: bytes, session: AgentSession) -> ProcessSocket:
         """The socket the room's ``101`` opened; any other answer is rejected."""
         outcome = classify_upgrade(response.status)
         if outcome is not None:
@@ -191,6 +193,7 @@ class WebSocketConnector:
             ping_interval=self._ping_interval,
             pong_timeout=self._pong_timeout,
             max_event_bytes=self._max_message_bytes,
+            announce_exit=functools.partial(self.client.announce_exit, session),
         )
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:

@@ -13,16 +13,19 @@ tests), with no task of its own. It iterates as the holder's news:
    socket pings, and one silent ``pong_timeout`` longer is dropped
    (:class:`~letagents_trio.RoomUnreachable`). The deadline lives in the read
    itself: no timer task per socket.
-3. **The exit**: the exit frame, made when the room names the connection,
-   goes out at once without a checkpoint when the kernel takes it
-   (:meth:`ProcessSocket.send_exit_nowait`: with its normal close, the socket
-   then closed at once; to a room that acknowledges exits, alone, its close
-   written as the socket closes), or with its close in turn with the
-   reader's pongs (:meth:`ProcessSocket.send_exit`). From then on the reader sends nothing;
-   a close or a break ends the iteration (the holder, leaving, stops), the
-   room's answer waits unparsed for the holder's stop or the socket's close,
-   and the socket is drained before it closes, so that the room sees an
-   orderly end and not a reset.
+3. **The exit** (:meth:`ProcessSocket.leave`): the exit frame, made when
+   the room names the connection, goes out at once without a checkpoint when
+   the kernel takes it (:meth:`ProcessSocket.leave_nowait`: with its normal
+   close, the socket then closed at once; to a room that acknowledges exits,
+   alone, its close written as the socket closes), or with its close in turn
+   with the reader's pongs. From then on the reader sends nothing; a close
+   or a break ends the iteration (the holder, leaving, stops). A room that
+   acknowledges exits has its answer read by the reader and awaited by
+   :meth:`~ProcessSocket.leave` until the socket closes; an exit the socket
+   cannot carry, or whose answer never came, is POSTed through the room
+   client. Any other answer waits unparsed for the holder's stop or the
+   socket's close, and the socket is drained before it closes, so that the
+   room sees an orderly end and not a reset.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import types
+from collections.abc import Awaitable, Callable
 from typing import Final, NoReturn, final
 
 import trio
@@ -40,7 +43,7 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from . import _protocol
 from ._connector import StreamNews
 from ._errors import RoomUnreachable, StreamProtocolError
-from ._http._sockio import QuietReads, can_send_now, close_now, discard_unread, send_now
+from ._http import QuietReads, can_send_now, close_now, discard_unread, send_now
 
 __all__ = ["ProcessSocket"]
 
@@ -69,7 +72,7 @@ def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
     """The exit frame and a normal close, as a client writes them (each with a fresh mask).
 
     Two frames, written together, or the close later to a room that answers
-    exits (:meth:`ProcessSocket.send_exit_nowait`).
+    exits (:meth:`ProcessSocket.leave_nowait`).
     Serialized by a connection of their own, so that they can be made before
     they are sent: WebSocket frames stand alone, and the socket's own
     connection sends nothing after them.
@@ -158,9 +161,14 @@ class ProcessSocket:
         ping_interval: float,
         pong_timeout: float,
         max_event_bytes: int,
+        announce_exit: Callable[[str | None], Awaitable[bool]],
     ) -> None:
         self._stream = stream
         self._reads = QuietReads(stream)
+        # POSTs the exit (the room client's, for this socket's session): for an
+        # exit the socket cannot carry, or one its room should have answered.
+        self._announce_exit = announce_exit
+        self._heard_at = trio.current_time()
         self._ws = ws
         self._ping_interval = ping_interval
         self._pong_timeout = pong_timeout
@@ -169,7 +177,7 @@ class ProcessSocket:
         self._bounds = _Bounds(max_event_bytes, ping_interval)
         self._finished = False
         self._reply = b""
-        # The part of the exit the kernel could not take at once (send_exit sends it).
+        # The part of the exit the kernel could not take at once (leave sends it).
         self._unsent = b""
         # Set once the exit and the close are written whole: the socket may close then.
         self._exit_written = False
@@ -189,6 +197,8 @@ class ProcessSocket:
         self.exit_ack = False
         self._exit_names: str | None = None
         self.exit_recorded: bool | None = None
+        # Set once nothing more can be heard of the exit: answered, closed or finished.
+        self._exit_settled = trio.Event()
 
     def __aiter__(self) -> ProcessSocket:
         return self
@@ -213,6 +223,10 @@ class ProcessSocket:
                     if self._answered():
                         raise StopAsyncIteration
                     continue
+                if not data and not self._closed:
+                    # The room hung up (or the socket broke): no answer comes now.
+                    self._finished = True
+                    self._exit_settled.set()
                 await self._leave(answered=bool(data))
             if data:
                 self._ws.receive_data(data)
@@ -261,7 +275,12 @@ class ProcessSocket:
             self.connection_id = connection_id
             # Made now rather than at the goodbye, which writes thousands of them.
             self._exit = _exit_frames(connection_id)
-        return StreamNews(connection_id=connection_id, ended=ended, heard_at=self._reads.heard_at)
+        return StreamNews(connection_id=connection_id, ended=ended)
+
+    @property
+    def heard_at(self) -> float:
+        """When the room's latest bytes arrived (trio's clock): kept by the kernel, or just read."""
+        return self._heard_at
 
     async def _receive(self) -> bytes:
         """Read one chunk, pinging after ``ping_interval`` of silence."""
@@ -277,10 +296,9 @@ class ProcessSocket:
                     data = await self._reads.read(_RECEIVE_BYTES, keep=keep)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
-                heard_at = self._reads.heard_at
-                self._deadline = (
-                    trio.current_time() if heard_at is None else heard_at
-                ) + self._ping_interval
+                kept_since = self._reads.heard_at
+                self._heard_at = trio.current_time() if kept_since is None else kept_since
+                self._deadline = self._heard_at + self._ping_interval
                 self._awaiting_pong = False
                 return data
             if self._awaiting_pong or self.leaving:
@@ -295,7 +313,14 @@ class ProcessSocket:
         """Send the pongs and pings (or the close echo) waiting to go.
 
         Written at once when the socket takes them (:func:`send_now`: a pong
-        is one small write), else in turn with any other sender.
+        is one small write), else in turn with any other sender, waiting at
+        most the pong timeout for the room to take them: a room that stopped
+        reading would otherwise hold the reader until the holder's silence
+        deadline, its own pings unanswered meanwhile.
+
+        Raises:
+            RoomUnreachable: the socket broke, or the room took nothing within
+                the pong timeout (part of a frame may be out: the socket is done).
         """
         data, self._reply = self._reply, b""
         if not data or self.leaving:
@@ -306,10 +331,13 @@ class ProcessSocket:
                 data = data[sent:] if sent is not None else data
                 if not data:
                     return
-            async with self._send_lock:
-                await self._stream.send_all(data)
+            with trio.move_on_after(self._pong_timeout) as waited:
+                async with self._send_lock:
+                    await self._stream.send_all(data)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+        if waited.cancelled_caught:
+            raise RoomUnreachable("process socket: the room took nothing within the pong timeout")
 
     def _exit_bytes(self, connection_id: str | None) -> tuple[bytes, bytes] | None:
         """Mark the socket leaving; the exit frame and a normal close, serialized apart.
@@ -341,7 +369,7 @@ class ProcessSocket:
             nothing can be written at once and nothing was done (not a plain
             socket, or a pong is on its way). False otherwise: the socket
             cannot take the exit (closed, broken), or the kernel took only
-            part of it, and :meth:`send_exit` must send the rest.
+            part of it, and :meth:`leave` must send the rest.
         """
         if self._send_lock.locked() or not can_send_now(self._stream):
             return None
@@ -361,31 +389,76 @@ class ProcessSocket:
         self._exit_written = not self._unsent
         return self._exit_written
 
-    def send_exit_nowait(self, connection_id: str) -> bool:
-        """Write the exit at once, without a checkpoint; whether it went whole.
+    def leave_nowait(self, connection_id: str) -> bool | None:
+        """Write the exit at once, without a checkpoint, when the socket takes it.
 
-        To a room that does not acknowledge exits, the exit frame and its
-        normal close go in one write and the socket closes right after
-        (:meth:`close`): the room's answer to the close finds no reader to
-        wake, and the reader wakes once, to end (the holder, leaving, stops).
-        To a room that acknowledges them, the exit frame goes alone, and its
-        close as the socket closes (:meth:`aclose`), after the room's answer.
-        False when the socket is not a plain one, a pong is on its way, or
-        the kernel took only part of it (:meth:`send_exit` sends the rest).
+        Returns:
+            None when the exit is done: to a room that does not acknowledge
+            exits, the exit frame and its normal close go in one write and
+            the socket closes right after (:meth:`close`): the room's answer
+            to the close finds no reader to wake, and the reader wakes once,
+            to end (the holder, leaving, stops). True when the exit frame is
+            written alone, to a room that acknowledges exits: its close goes
+            as the socket closes (:meth:`aclose`), after the room's answer,
+            which :meth:`leave` waits for. False, having done nothing
+            :meth:`leave` cannot follow, when the socket is not a plain one, a
+            pong is on its way, or the kernel took only part of the exit
+            (:meth:`leave` sends the rest).
         """
         if self.exit_ack:
             return bool(self._write_now(connection_id, close=False))
         if not self._write_now(connection_id, close=True):
             return False
         self.close()
-        return True
+        return None
 
-    async def send_exit(self, connection_id: str) -> bool:
+    async def leave(self, connection_id: str) -> bool | None:
+        """The exit over this socket; the room's answer, or None where none comes.
+
+        The exit frame and a normal close, at once when the socket takes
+        them, else in turn with the reader's pongs (or the rest of an exit
+        :meth:`leave_nowait` wrote in part). To a room that acknowledges exits
+        the close waits for its answer, which is awaited until it comes or
+        the socket closes. An exit the socket cannot carry (it is closed,
+        broken, or its room does not read), and one the room hung up on
+        without an answer, is POSTed, through the room client: its answer is
+        the POST's.
+
+        Returns:
+            The room's answer; None when the exit went over the socket and
+            no answer came: a room that does not acknowledge exits, or a
+            socket closed by its holder (stopped by the goodbye when the
+            answers were due, which then POSTs the exit itself).
+
+        Raises:
+            ApiError: the room refused the POSTed exit.
+            RoomUnreachable: it could not be POSTed.
+
+        Cancellation:
+            A checkpoint; under the goodbye's deadline, which may cancel it.
+        """
+        if not self._exit_written and not await self._send_exit(connection_id):
+            await self.aclose()
+            return await self._announce_exit(connection_id)
+        if not self.exit_ack:
+            await self.aclose()
+            return None
+        if self.exit_recorded is None and not self._exit_settled.is_set():
+            await self._exit_settled.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        if self.exit_recorded is None and self._finished:
+            # The room closed (or the socket broke) without an answer: POSTed as well.
+            await self.aclose()
+            return await self._announce_exit(connection_id)
+        return self.exit_recorded
+
+    async def _send_exit(self, connection_id: str) -> bool:
         """Send the exit frame and a normal close; whether the socket took them.
 
         At once when it can; what the kernel could not take at once (or all
         of it on a stream that cannot be written so, or the rest of a
-        :meth:`send_exit_nowait` cut short, with the close it kept) goes out
+        :meth:`leave_nowait` cut short, with the close it kept) goes out
         in turn with the reader's pongs.
 
         Cancellation:
@@ -405,7 +478,7 @@ class ProcessSocket:
             return False
         if self._unsent:
             # The rest of an exit the kernel took only part of, here or in
-            # send_exit_nowait (which kept the close for the socket's close): both go now.
+            # leave_nowait (which kept the close for the socket's close): both go now.
             data, self._close_frame = self._unsent + self._close_frame, b""
         elif sent is None:
             frames = self._exit_bytes(connection_id)
@@ -448,12 +521,10 @@ class ProcessSocket:
                     self.exit_recorded = recorded
             elif isinstance(event, CloseConnection):
                 self._finished = True
-        return self.exit_recorded is not None or self._finished
-
-    @property
-    def exit_answer_expected(self) -> bool:
-        """Whether the room answers an exit sent over this socket (``exit_ack`` when it opened)."""
-        return self.exit_ack
+        if self.exit_recorded is not None or self._finished:
+            self._exit_settled.set()
+            return True
+        return False
 
     async def _leave(self, *, answered: bool) -> NoReturn:
         """The reader woke after the exit began: end the iteration, now or once the socket closes.
@@ -477,21 +548,6 @@ class ProcessSocket:
             await waiter.wait()
         raise StopAsyncIteration
 
-    def release(self) -> None:
-        """Let wsproto's parser go now, not at the collector's next full pass.
-
-        wsproto's frame parser is a generator that refers back to the object
-        holding it: a reference cycle per socket, which only the cyclic GC
-        frees, thousands of them after every goodbye or reconnection wave.
-        Closing the generator breaks the cycle, so reference
-        counting frees it all at once. The attributes are wsproto's own
-        (1.2 to 1.3), looked up defensively: without them nothing is done.
-        Only for a socket that is done with: nothing can be read after it.
-        """
-        parser = getattr(getattr(self._ws, "_proto", None), "_parse_more", None)
-        if isinstance(parser, types.GeneratorType):
-            parser.close()
-
     async def aclose(self) -> None:
         """Close the socket: at once when it can be (:meth:`close`), else forcefully.
 
@@ -512,10 +568,11 @@ class ProcessSocket:
         stopped after the exit. After
         an exit, what the room sent meanwhile is read and dropped first, so
         that the close is an orderly end, not a reset that could cost the
-        room the exit (see :func:`~letagents_trio._http._sockio.discard_unread`);
+        room the exit (see :func:`~letagents_trio._http.discard_unread`);
         after an exit written alone, its normal close goes first.
         """
         self._closed = True
+        self._exit_settled.set()
         if self._close_waiter is not None:
             self._close_waiter.set()
         if self.leaving:

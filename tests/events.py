@@ -3,8 +3,9 @@ every call on, scripted streams."""
 
 from __future__ import annotations
 
+import functools
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -51,13 +52,18 @@ class ScriptedStream:
     """A :class:`~letagents_trio.ProcessStream` for the core's tests.
 
     Gives ``news`` in turn (one per read, each read a checkpoint), then waits
-    until it is closed, and ends. It has no exit of its own, as SSE: the
-    holder POSTs. Tests subclass it to change the one method they are about.
+    until it is closed, and ends. It has no exit of its own, as SSE: leaving
+    closes it, then POSTs through ``post`` (its connector's ``announce_exit``
+    for its session). Tests subclass it to change the one method they are about.
     """
 
-    def __init__(self, *news: StreamNews) -> None:
+    def __init__(
+        self, *news: StreamNews, post: Callable[[str | None], Awaitable[bool]] | None = None
+    ) -> None:
         self._news = list(news)
+        self._post = post
         self.closed = trio.Event()
+        self.heard_at = trio.current_time()
 
     def __aiter__(self) -> ScriptedStream:
         return self
@@ -65,24 +71,19 @@ class ScriptedStream:
     async def __anext__(self) -> StreamNews:
         if self._news:
             await trio.lowlevel.checkpoint()
+            self.heard_at = trio.current_time()
             return self._news.pop(0)
         await self.closed.wait()
         raise StopAsyncIteration
 
-    def send_exit_nowait(self, connection_id: str) -> bool:
+    def leave_nowait(self, connection_id: str) -> bool | None:
         return False
 
-    async def send_exit(self, connection_id: str) -> bool:
-        await trio.lowlevel.checkpoint()
-        return False
-
-    @property
-    def exit_answer_expected(self) -> bool:
-        return False
-
-    @property
-    def exit_recorded(self) -> bool | None:
-        return None
+    async def leave(self, connection_id: str) -> bool | None:
+        await self.aclose()
+        if self._post is None:
+            raise AssertionError("this stream's exit was not expected")
+        return await self._post(connection_id)
 
     async def aclose(self) -> None:
         self.closed.set()
@@ -98,7 +99,10 @@ class SlowToUnwind:
     @asynccontextmanager
     async def open(self, session: AgentSession) -> AsyncIterator[ScriptedStream]:
         try:
-            yield ScriptedStream(StreamNews(connection_id=f"conn-{session.session_id}"))
+            yield ScriptedStream(
+                StreamNews(connection_id=f"conn-{session.session_id}"),
+                post=functools.partial(self.announce_exit, session),
+            )
         finally:
             with trio.CancelScope(shield=True):
                 await trio.sleep(0.1)

@@ -254,7 +254,7 @@ async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends
 
 
 async def test_by_default_an_embedders_burst_and_goodbye_leave_the_collector_alone(
-    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom
+    autojump_clock: trio.testing.MockClock, fake_room: FakeRoom, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The collector is the whole process's: a library leaves it enabled unless told.
 
@@ -268,6 +268,14 @@ async def test_by_default_an_embedders_burst_and_goodbye_leave_the_collector_alo
     seen: list[bool] = []
     async with fake_room.client() as client:
         connector = Watching(SSEConnector(client))
+        # The open streams' exits go through the client, not the connector.
+        announce_exit = client.announce_exit
+
+        async def watched(session: AgentSession, connection_id: str | None) -> bool:
+            connector.seen.append(gc.isenabled())
+            return await announce_exit(session, connection_id)
+
+        monkeypatch.setattr(client, "announce_exit", watched)
         async with open_connection_manager(client, connector=connector) as manager:
             holders = [manager.hold(session) for session in sessions]
             await trio.testing.wait_all_tasks_blocked()

@@ -396,11 +396,16 @@ async def test_a_named_stream_is_read_quietly_only_when_its_room_closes_the_conn
     response = RecordedReads(connection, b": connected\n\n", OPEN_EVENT, b": hb\n\n", b"")
     stream = _SSEStream(None, SESSION, MAX_EVENT_BYTES)  # type: ignore[arg-type]
     stream._response = response  # type: ignore[assignment]
+    news: list[StreamNews] = []
+    heard: list[float] = []
     with trio.fail_after(5):
-        news = [item async for item in stream]
+        async for item in stream:
+            news.append(item)
+            heard.append(stream.heard_at)
     assert response.kept == [0, 0, kept, kept]
     assert [item.connection_id for item in news] == [None, "c-1", None]
-    assert [item.heard_at for item in news] == [None, None, 7.0 if kept else None]
+    # Kept by the kernel: heard when the bytes came (7), not when they were read.
+    assert [at == 7.0 for at in heard] == [False, False, bool(kept)]
 
 
 @pytest.mark.parametrize(
@@ -552,8 +557,10 @@ def stream_and_exits(log: list[object]) -> Any:
     return app
 
 
-async def test_an_sse_stream_carries_no_exit_of_its_own() -> None:
-    """The holder then closes it and POSTs: nothing is written on the stream."""
+async def test_an_sse_stream_leaves_by_closing_then_posting_its_exit() -> None:
+    """SSE has no exit of its own: nothing goes at once; leaving closes the stream (its
+    next read fails, as a reader waiting would wake), then POSTs the exit naming the
+    connection, and returns the answer."""
     log: list[object] = []
     with trio.fail_after(10):
         async with (
@@ -561,9 +568,12 @@ async def test_an_sse_stream_carries_no_exit_of_its_own() -> None:
             connector.open(SESSION) as stream,
         ):
             assert await anext(stream) == StreamNews(connection_id="conn-7")
-            assert stream.send_exit_nowait("conn-7") is False
-            assert await stream.send_exit("conn-7") is False
-    assert log == []
+            assert stream.leave_nowait("conn-7") is False
+            assert log == []
+            assert await stream.leave("conn-7") is True
+            with pytest.raises(RoomUnreachable):
+                await anext(stream)
+    assert log == [exit_post("conn-7")]
 
 
 async def test_a_stream_closed_by_another_task_ends_its_waiting_reader(

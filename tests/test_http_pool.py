@@ -8,6 +8,7 @@ test says: at once, late, never, or by closing the connection.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Literal
@@ -284,14 +285,23 @@ async def every_answered_each_connection_taking(
     """``count`` exchanges at once are all answered, each connection answering ``k``.
 
     The first ``k`` on each connection were answered; the rest went out again
-    on the next connection, in the same order.
+    on the next connection, in the same order, one at a time: the room read
+    each there only once the one before was answered, so a replacement
+    carries its answered requests and at most the one it closed on.
     """
     results = await exchange_all(pool, count)
     assert all(isinstance(r, Answer) for r in results.values())
     assert room.opened == -(-count // k)
-    assert len(answered_sessions(room, 0)) == count
-    for connection in range(room.opened - 1):
-        assert answered_sessions(room, connection + 1) == answered_sessions(room, connection)[k:]
+    unanswered = answered_sessions(room, 0)
+    assert len(unanswered) == count
+    for connection in range(1, room.opened):
+        unanswered = unanswered[k:]
+        carried = answered_sessions(room, connection)
+        assert carried[:k] == unanswered[:k]
+        assert carried == unanswered[: len(carried)]
+        assert len(carried) <= k + 1
+    assert len(room.seen) < 2 * count
+    assert max(Counter(session_of(t) for _, _, t, _ in room.seen).values()) <= 3
 
 
 async def test_a_room_that_closes_after_k_requests_gets_the_rest_on_new_connections(
@@ -382,19 +392,18 @@ async def test_an_opener_that_fails_fails_every_request_of_the_connection(
 # --- answers ---------------------------------------------------------------------------
 
 
-async def test_an_answer_over_the_cap_fails_its_request_alone(
+async def test_an_answer_over_the_cap_fails_every_request_unanswered_on_its_connection(
     autojump_clock: trio.testing.MockClock, room: ScriptedRoom
 ) -> None:
+    """The room had each request once; what follows the big answer is not read."""
     big = b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"x" * 2000
-    room.script = lambda connection, request: big if (connection, request) == (0, 0) else OK
+    room.script = lambda connection, request: big if (connection, request) == (0, 1) else OK
     pool = PipelinedPool(room, ORIGIN, lanes=1)
     results = await exchange_all(pool, 3)
-    first = int(answered_sessions(room, 0)[0][1:])
-    assert {n: str(r) for n, r in results.items() if not isinstance(r, Answer)} == {
-        first: "BodyTooLarge"
-    }
-    assert room.opened == 2
-    assert answered_sessions(room, 1) == answered_sessions(room, 0)[1:]
+    first, *rest = (int(s[1:]) for s in answered_sessions(room, 0))
+    assert isinstance(results[first], Answer)
+    assert {n: str(results[n]) for n in rest} == dict.fromkeys(rest, "BodyTooLarge")
+    assert room.opened == 1
 
 
 async def test_an_answer_of_exactly_the_cap_is_read(
@@ -444,6 +453,32 @@ async def test_too_many_informational_answers_fail_the_request(
     pool = PipelinedPool(room, ORIGIN)
     with pytest.raises(HTTPFailure, match=r"^TooManyInformational$"):
         await exchange(pool)
+
+
+GARBLED = {
+    # The body is longer than said: the next answer starts mid-body.
+    "short-length": OK.replace(b"Content-Length: 17", b"Content-Length: 5"),
+    # The body is shorter than said: the next answers are read as its body.
+    "long-length": OK.replace(b"Content-Length: 17", b"Content-Length: 100"),
+    "huge-body": b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100_000,
+    "continue-flood": b"HTTP/1.1 100 Continue\r\n\r\n" * 50 + OK,
+}
+
+
+@pytest.mark.parametrize("answer", GARBLED.values(), ids=GARBLED.keys())
+async def test_a_room_that_garbles_every_answer_gets_each_request_once_on_at_most_lanes(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, answer: bytes
+) -> None:
+    """1,000 exits at once to a room whose every answer is garbled: no connection
+    beyond the first ``LANES``, no request read twice, each one done."""
+    room.script = lambda connection, request: answer
+    pool = PipelinedPool(room, ORIGIN)
+    with trio.fail_after(5):
+        results = await exchange_all(pool, 1000)
+    assert room.opened == LANES
+    assert max(Counter(session_of(t) for _, _, t, _ in room.seen).values()) == 1
+    assert len(results) == 1000
+    assert sum(isinstance(r, HTTPFailure) for r in results.values()) >= 1000 - LANES
 
 
 # --- cancellation and closing ----------------------------------------------------------

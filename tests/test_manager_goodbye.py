@@ -35,21 +35,29 @@ from letagents_trio import (
     ProcessHolder,
     ProcessStream,
     RoomClient,
+    RoomUnreachable,
     SSEConnector,
     StreamNews,
     WebSocketConnector,
-    _unwind,
+    _goodbye,
     open_connection_manager,
     serve_connection_manager,
 )
-from letagents_trio._goodbye import Goodbye, _for_each
-from letagents_trio._unwind import UnwindBudget
+from letagents_trio._goodbye import (
+    EXIT_ALLOWANCE,
+    UNWIND_ALLOWANCE,
+    Allowance,
+    Goodbye,
+    _for_each,
+    exits_deadline,
+    measured_allowance,
+)
 from letagents_trio.testing import FakeRoom, ProcessMode
 
 from .events import Delegating, ScriptedStream, SlowToUnwind, drain
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from trio.testing import MockClock
 
@@ -308,14 +316,15 @@ async def test_deadline_entries_name_each_session_and_its_connection(
 def allowed(monkeypatch: pytest.MonkeyPatch) -> HoldPolicy:
     """The default policy, with a sixty-fourth of a second kept per exit in flight or holder.
 
-    Under MockClock no time is kept (its time does not pass while exits
-    unwind); on the system clock each exit in flight keeps
-    :data:`~letagents_trio._unwind.EXIT_ALLOWANCE`, each holder stopped late
-    :data:`~letagents_trio._unwind.UNWIND_ALLOWANCE`. A sixty-fourth of a
-    second is exact in binary, so the times below are exact.
+    Under MockClock no time is kept (its time stands still while exits
+    unwind, so the measured allowance is nothing); on the system clock each
+    exit in flight keeps :data:`~letagents_trio._goodbye.EXIT_ALLOWANCE`, each
+    holder stopped late :data:`~letagents_trio._goodbye.UNWIND_ALLOWANCE`. A
+    sixty-fourth of a second is exact in binary, so the times below are exact.
     """
-    monkeypatch.setattr(_unwind, "unwind_allowance", lambda: 1 / 64)
-    monkeypatch.setattr(_unwind, "exit_unwind_allowance", lambda: 1 / 64)
+    monkeypatch.setattr(
+        _goodbye, "measured_allowance", lambda *_: Allowance(holder=1 / 64, exit=1 / 64)
+    )
     return HoldPolicy()
 
 
@@ -359,34 +368,38 @@ async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind
 
 @final
 class UnansweredSocket:
-    """A holder whose exit went out over its socket at once, and whose room never answers it."""
+    """A holder whose exit went over its socket, and whose room never answers it.
+
+    Its first ``leave`` (the wait for the answer) ends only with the holder's stop
+    (its socket closed), unanswered; called again once stopped, it POSTs the
+    exit, answered or black-holed.
+    """
 
     held_connection_id = "connection"
-    exit_answer_expected = True
-    exit_recorded = None
+    status = HolderStatus.OPEN
 
     def __init__(self, session: AgentSession, *, posts_answered: bool = True) -> None:
         self.session = session
         self._posts_answered = posts_answered
+        self._stopped = trio.Event()
         self.stopped_at: float | None = None
         self.stopped_for: str | None = None
         self.posted_at: float | None = None
 
-    status = HolderStatus.OPEN
-
-    def leave_now(self) -> bool:
-        return True
-
-    async def wait_status(self, *statuses: HolderStatus) -> None:
-        await trio.sleep_forever()
+    def leave_nowait(self) -> bool | None:
+        return True  # written: its answer is to come
 
     def stop(self, reason: str) -> None:
         if self.stopped_at is None:
             self.stopped_at, self.stopped_for = trio.current_time(), reason
+            self._stopped.set()
 
-    async def leave(self, *, answer_by: float) -> bool:
-        # Its stream was closed first: its POSTed exit follows the close.
-        assert self.stopped_at is not None
+    async def leave(self) -> bool | None:
+        if self.stopped_at is None:
+            await self._stopped.wait()
+            return None
+        await trio.lowlevel.checkpoint()
+        # Its socket was closed first: its POSTed exit follows the close.
         self.posted_at = trio.current_time()
         if not self._posts_answered:
             await trio.sleep_forever()
@@ -395,7 +408,7 @@ class UnansweredSocket:
 
 
 async def unanswered_goodbye(
-    fake_room: FakeRoom, count: int, policy: HoldPolicy, *, posts_answered: bool = True
+    fake_room: FakeRoom, count: int, allowance: Allowance, *, posts_answered: bool = True
 ) -> tuple[list[UnansweredSocket], tuple[ExitAnnouncement, ...]]:
     """``count`` exits sent over sockets at t=10 and never answered, the deadline at 11.5."""
     holders = [
@@ -404,20 +417,27 @@ async def unanswered_goodbye(
         )
         for i in range(count)
     ]
-    goodbye = Goodbye(cast("list[ProcessHolder]", holders), policy=policy, emit=lambda _: None)
     await trio.sleep_until(10)
-    await goodbye.run(11.5)
+    goodbye = Goodbye(
+        cast("list[ProcessHolder]", holders),
+        deadline=11.5,
+        concurrency=None,
+        emit=lambda _: None,
+        allowance=allowance,
+    )
+    await goodbye.run()
     return holders, goodbye.report
 
 
 async def test_the_wait_for_answers_ends_in_time_for_the_waiting_holders_to_unwind(
-    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
+    autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     """64 exits over sockets, none answered: at 1/64 s each the waiting holders
     need a second to unwind, so the wait ends and they are stopped at 10.5
     rather than at half the deadline (10.75); no POST could still unwind in
-    time, so none is sent: each exit is reported sent, unconfirmed."""
-    holders, report = await unanswered_goodbye(fake_room, 64, allowed)
+    time: each is cut at once, before it is sent, and each exit is reported
+    sent, unconfirmed."""
+    holders, report = await unanswered_goodbye(fake_room, 64, Allowance(holder=1 / 64, exit=1 / 64))
     assert trio.current_time() == 10.5
     assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in holders} == {
         (10.5, "process exit", None)
@@ -427,26 +447,32 @@ async def test_the_wait_for_answers_ends_in_time_for_the_waiting_holders_to_unwi
     }
 
 
-async def test_unanswered_exits_are_posted_while_their_unwinding_still_fits(
-    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
+async def test_unanswered_exits_are_posted_once_their_answers_are_due(
+    autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     """32 exits unanswered at half the deadline (10.75): their holders are stopped
-    then, keeping half a second (32/64) to unwind, and each POST 1/64 s more:
-    15 are POSTed, since 11.5 - (32 + 15) / 64 > 10.75 and one more would not fit."""
-    holders, report = await unanswered_goodbye(fake_room, 32, allowed)
+    then, keeping half a second (32/64) to unwind, and their POSTs an eighth more
+    (32/256): each is POSTed, and answered."""
+    holders, report = await unanswered_goodbye(
+        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 256)
+    )
     assert trio.current_time() == 10.75
-    assert {h.stopped_at for h in holders} == {10.75}
-    assert [h.posted_at for h in holders] == [10.75] * 15 + [None] * 17
-    assert [(a.recorded, a.error) for a in report] == [(True, None)] * 15 + [(None, None)] * 17
+    assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.75, 10.75)}
+    assert {(a.recorded, a.error, a.finished_at) for a in report} == {(True, None, 10.75)}
 
 
-async def test_an_unanswered_exit_whose_post_the_deadline_cuts_is_reported_sent(
-    autojump_clock: MockClock, fake_room: FakeRoom, allowed: HoldPolicy
+async def test_a_post_after_an_unanswered_exit_is_cut_in_time_to_unwind(
+    autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    """Its exit went over its socket before the POST: unconfirmed, but not lost to the deadline."""
-    holders, report = await unanswered_goodbye(fake_room, 32, allowed, posts_answered=False)
-    assert [h.posted_at for h in holders] == [10.75] * 15 + [None] * 17
-    assert {(a.recorded, a.error) for a in report} == {(None, None)}
+    """The POSTs are black-holed too: cut at 11.5 - 32/64 - 32/256, where the
+    holders stopped late and the POSTs still running unwind by the deadline.
+    Each exit went over its socket first: reported sent, unconfirmed, not cut."""
+    holders, report = await unanswered_goodbye(
+        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 256), posts_answered=False
+    )
+    assert trio.current_time() == 10.875
+    assert {h.posted_at for h in holders} == {10.75}
+    assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, None, 10.875)}
 
 
 async def test_a_goodbye_with_nothing_held_says_so(
@@ -558,44 +584,107 @@ async def test_the_goodbyes_loops_let_the_program_run_after_every_256_sessions()
     assert yielded_after == [256, 512]
 
 
-async def test_the_allowance_is_real_time_kept_only_on_a_clock_that_follows_it() -> None:  # noqa: ASYNC124 (reads the run's clock)
-    assert _unwind.unwind_allowance() == _unwind.UNWIND_ALLOWANCE == 100e-6
-    assert _unwind.exit_unwind_allowance() == _unwind.EXIT_ALLOWANCE == 30e-6
+def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
+    """Real time kept on trio's clock: whole where it follows real time, none where it stands."""
+    whole = Allowance(holder=UNWIND_ALLOWANCE, exit=EXIT_ALLOWANCE)
+    assert (UNWIND_ALLOWANCE, EXIT_ALLOWANCE) == (100e-6, 30e-6)
+    assert measured_allowance(0.25, 0.25) == whole
+    assert measured_allowance(0.0, 0.25) == Allowance(holder=0, exit=0)
+    assert measured_allowance(0.125, 0.25) == Allowance(holder=50e-6, exit=15e-6)
+    assert measured_allowance(0.0, 0.0) == whole  # too short to tell: kept whole
 
 
-async def test_no_allowance_is_kept_under_a_mock_clock(autojump_clock: MockClock) -> None:  # noqa: ASYNC124 (reads the run's clock)
-    assert _unwind.unwind_allowance() == _unwind.exit_unwind_allowance() == 0
+class LeftAtOnce:
+    """A holder whose exit is done at once."""
+
+    held_connection_id = "connection"
+    status = HolderStatus.OPEN
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    def leave_nowait(self) -> bool | None:
+        return None
+
+    def stop(self, reason: str) -> None:
+        pass
 
 
-def test_an_unwind_budget_keeps_the_allowance_for_each_exit_running() -> None:
-    budget = UnwindBudget(10.0, 0.5, 0.5)
-    assert (budget.running, budget.scope.deadline) == (0, 10.0)
-    budget.exit_started()
-    budget.exit_started()
-    assert (budget.running, budget.scope.deadline) == (2, 9.0)
-    budget.exit_ended()
-    assert (budget.running, budget.scope.deadline) == (1, 9.5)
-    assert repr(budget) == "<UnwindBudget running=1 exits_deadline=9.5>"
+async def run_goodbye_of(holders: list[LeftAtOnce]) -> Goodbye:
+    goodbye = Goodbye(
+        cast("list[ProcessHolder]", holders),
+        deadline=trio.current_time() + 1.5,
+        concurrency=None,
+        emit=lambda _: None,
+    )
+    await goodbye.run()
+    return goodbye
 
 
-def test_an_unwind_budget_keeps_time_for_every_task_reserved_besides_its_exits() -> None:
-    budget = UnwindBudget(10.0, 0.5, 0.5)
-    budget.reserve(2)
-    budget.reserve(3)
-    assert budget.scope.deadline == 7.5
-    budget.exit_started()
-    assert (budget.running, budget.scope.deadline) == (1, 7.0)
+async def test_on_the_system_clock_the_goodbye_keeps_the_whole_allowance() -> None:
+    sessions = [
+        AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(300)
+    ]
+    goodbye = await run_goodbye_of([LeftAtOnce(s) for s in sessions])
+    allowance = goodbye._allowance
+    assert allowance is not None
+    assert 0.5 * UNWIND_ALLOWANCE < allowance.holder <= UNWIND_ALLOWANCE * 1.001
+    assert 0.5 * EXIT_ALLOWANCE < allowance.exit <= EXIT_ALLOWANCE * 1.001
 
 
-def test_an_unwind_budget_keeps_an_exits_allowance_for_exits_and_a_holders_for_holders() -> None:
+async def test_under_a_mock_clock_the_goodbye_keeps_none(autojump_clock: MockClock) -> None:
+    sessions = [
+        AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(300)
+    ]
+    goodbye = await run_goodbye_of([LeftAtOnce(s) for s in sessions])
+    assert goodbye._allowance == Allowance(holder=0, exit=0)
+
+
+@final
+class HungUpOn:
+    """A holder whose exit went at once, and whose room hung up without an answer:
+    the POST that follows fails."""
+
+    held_connection_id = "connection"
+    status = HolderStatus.OPEN
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    def leave_nowait(self) -> bool | None:
+        return True
+
+    def stop(self, reason: str) -> None:
+        pass
+
+    async def leave(self) -> bool | None:
+        await trio.lowlevel.checkpoint()
+        raise RoomUnreachable("POST …/process/exit failed: ConnectError")
+
+
+async def test_a_failure_while_the_answers_are_read_is_reported_not_raised(
+    autojump_clock: MockClock,
+) -> None:
+    sessions = [AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(2)]
+    goodbye = Goodbye(
+        cast("list[ProcessHolder]", [HungUpOn(s) for s in sessions]),
+        deadline=1.5,
+        concurrency=None,
+        emit=lambda _: None,
+    )
+    await goodbye.run()
+    assert [(a.recorded, a.error, a.finished_at) for a in goodbye.report] == [
+        (None, "unreachable", 0)
+    ] * 2
+
+
+def test_the_exits_are_cut_early_by_the_allowance_of_each_task_they_would_cancel() -> None:
     """An exit waiting on a shared connection unwinds cheaper than a holder and its socket."""
-    budget = UnwindBudget(10.0, 0.5, 0.125)
-    budget.exit_started()
-    budget.exit_started()
-    assert budget.scope.deadline == 9.75
-    budget.reserve(1)
-    assert budget.scope.deadline == 9.25
-    assert budget.unwind_by(3) == 8.5
+    allowance = Allowance(holder=0.5, exit=0.125)
+    assert exits_deadline(10.0, allowance, holders=0, exits=0) == 10.0
+    assert exits_deadline(10.0, allowance, holders=0, exits=2) == 9.75
+    assert exits_deadline(10.0, allowance, holders=1, exits=2) == 9.25
+    assert exits_deadline(10.0, allowance, holders=3, exits=0) == 8.5
 
 
 # --- serve_connection_manager passes each option on ------------------------------------
@@ -668,7 +757,9 @@ async def test_serve_connection_manager_passes_each_option_on(
             nursery.cancel_scope.cancel()
         # The black-holed exit ends at this policy's deadline (less its unwinding).
         assert trio.current_time() == 1 + 2.5
-    assert connector.log == [f"open {sid}", f"open {sid}", f"exit {sid}"]
+    # The stream's own exit: POSTed through the client, not the connector.
+    assert connector.log == [f"open {sid}", f"open {sid}"]
+    assert [e.session_id for e in fake_room.exits] == [sid]
 
 
 @pytest.mark.parametrize("pause_collector", [None, True])
@@ -737,8 +828,8 @@ async def test_the_one_failure_of_an_embedders_nursery_leaves_as_itself(
 
 
 class _BuggyStream(ScriptedStream):
-    def send_exit_nowait(self, connection_id: str) -> bool:
-        raise RuntimeError("a bug in send_exit_nowait")
+    def leave_nowait(self, connection_id: str) -> bool:
+        raise RuntimeError("a bug in leave_nowait")
 
 
 class LeavesWithABug:
@@ -774,7 +865,7 @@ async def test_a_goodbye_that_fails_still_stops_every_holder_and_leaves_with_the
         holders: list[ProcessHolder] = []
         with (
             trio.fail_after(60),
-            pytest.raises(RuntimeError, match=r"^a bug in send_exit_nowait$"),
+            pytest.raises(RuntimeError, match=r"^a bug in leave_nowait$"),
         ):
             await hold_one_then_leave(client, LeavesWithABug(), session, holders)
     assert [holder.status for holder in holders] == [HolderStatus.STOPPED]
@@ -799,8 +890,10 @@ async def test_several_failures_leave_as_a_group_holding_each(
 class EndingNews(ScriptedStream):
     """A stream that names the connection, then says ``ended`` once ``end`` is set."""
 
-    def __init__(self, end: trio.Event) -> None:
-        super().__init__(StreamNews(connection_id="conn-1"))
+    def __init__(
+        self, end: trio.Event, post: Callable[[str | None], Awaitable[bool]] | None = None
+    ) -> None:
+        super().__init__(StreamNews(connection_id="conn-1"), post=post)
         self._end = end
 
     async def __anext__(self) -> StreamNews:
@@ -820,7 +913,7 @@ class EndingConnector:
     @asynccontextmanager
     async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
         await trio.lowlevel.checkpoint()
-        yield EndingNews(self.end)
+        yield EndingNews(self.end, partial(self.announce_exit, session))
 
     async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
         await trio.lowlevel.checkpoint()
@@ -858,21 +951,11 @@ class EndsOnItsExit(EndingNews):
 
     def __init__(self) -> None:
         super().__init__(trio.Event())
-        self.recorded: bool | None = None
 
-    async def send_exit(self, connection_id: str) -> bool:
-        await trio.lowlevel.checkpoint()
-        self.recorded = True
+    async def leave(self, connection_id: str) -> bool | None:
         self._end.set()
+        await trio.lowlevel.checkpoint()
         return True
-
-    @property
-    def exit_answer_expected(self) -> bool:
-        return True
-
-    @property
-    def exit_recorded(self) -> bool | None:
-        return self.recorded
 
 
 class EndsOnItsExitConnector(EndingConnector):
@@ -1049,12 +1132,12 @@ class _AtOnce(ScriptedStream):
         super().__init__(StreamNews(connection_id=connection_id))
         self._connector = connector
 
-    def send_exit_nowait(self, connection_id: str) -> bool:
+    def leave_nowait(self, connection_id: str) -> bool | None:
         self._connector.statuses_seen.update(holder.status for holder in self._connector.holders)
         self._connector.left.append(connection_id)
-        return True
+        return None
 
-    async def send_exit(self, connection_id: str) -> bool:
+    async def leave(self, connection_id: str) -> bool | None:
         raise AssertionError("every exit went at once")
 
 
@@ -1087,22 +1170,26 @@ async def test_every_exit_sent_at_once_goes_before_any_holder_is_stopped(
     assert stopped == ["process exit"] * 600
 
 
-class _UnansweredAtOnce(ScriptedStream):
-    """Written at once to a room that answers exits, which never answers this one."""
+class _Unanswered(ScriptedStream):
+    """An exit over the stream to a room that answers exits, which never answers this one:
+    waited for until the stream closes (the holder stopped), then POSTed."""
 
-    def send_exit_nowait(self, connection_id: str) -> bool:
-        return True
-
-    @property
-    def exit_answer_expected(self) -> bool:
-        return True
+    async def leave(self, connection_id: str) -> bool | None:
+        await self.closed.wait()
+        return await super().leave(connection_id)
 
 
 class _PostsWhatWasNotAnswered(EndingConnector):
     @asynccontextmanager
     async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
         await trio.lowlevel.checkpoint()
-        yield _UnansweredAtOnce(StreamNews(connection_id="conn-1"))
+        stream = _Unanswered(
+            StreamNews(connection_id="conn-1"), post=partial(self.announce_exit, session)
+        )
+        try:
+            yield stream
+        finally:
+            stream.closed.set()
 
 
 async def test_an_exit_written_at_once_and_not_answered_by_the_answer_time_is_posted(

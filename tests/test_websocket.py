@@ -332,7 +332,7 @@ async def test_a_socket_that_cannot_take_the_exit_is_closed_then_the_exit_posted
 async def test_a_holder_leaves_over_an_in_memory_socket_with_a_task(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
-    """``leave_now`` cannot write to a stream that is not a plain socket, and touches nothing.
+    """``leave_nowait`` cannot write to a stream that is not a plain socket, and touches nothing.
 
     So the exit then goes by ``leave``: over the socket all the same, with a
     checkpoint, and the socket is closed right after the frames are written,
@@ -346,7 +346,7 @@ async def test_a_holder_leaves_over_an_in_memory_socket_with_a_task(
             await trio.sleep(1)
             connection_id = holder.connection_id
             assert connection_id is not None
-            assert not holder.leave_now()
+            assert not holder.leave_nowait()
             await trio.sleep(1)
             assert (holder.status, fake_room.exits) == (HolderStatus.OPEN, [])
             with manager.subscribe() as events:
@@ -367,7 +367,7 @@ async def test_a_holder_leaves_over_an_in_memory_socket_with_a_task(
     assert len(fake_room.process_requests(session.session_id)) == 1
 
 
-async def test_leave_now_before_the_room_named_the_connection_does_nothing(
+async def test_leave_nowait_before_the_room_named_the_connection_does_nothing(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     session = await fake_room.add_worker()
@@ -378,7 +378,7 @@ async def test_leave_now_before_the_room_named_the_connection_does_nothing(
             holder = manager.hold(session)
             await trio.sleep(0.5)
             assert holder.status is HolderStatus.CONNECTING
-            assert not holder.leave_now()
+            assert not holder.leave_nowait()
             await holder.wait_status(HolderStatus.OPEN)
     assert len(fake_room.process_requests(session.session_id)) == 1
 

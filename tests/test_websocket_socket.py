@@ -5,8 +5,9 @@ wsproto server ``Connection`` on the other end written and read by the test,
 so every frame the room sends and every byte the client answers is exact:
 pongs, the close echo, the exit frame and its close, size limits on text
 frames, the ids an ``open`` frame may name, and the errors that end a socket.
-Then the socket as a :class:`~letagents_trio.ProcessStream` (``send_exit_nowait``,
-``send_exit``, ``aclose``), over in-memory streams and real sockets; and the
+Then the socket as a :class:`~letagents_trio.ProcessStream` (``leave_nowait``,
+``leave``, ``aclose``; the frames' writing, ``_send_exit``, on its own), over
+in-memory streams and real sockets; and the
 connectors: their exit POST, a bad upgrade answer, and the message limit each
 passes on to the streams it opens.
 """
@@ -19,9 +20,8 @@ import gc
 import json
 import os
 import sys
-import types
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -102,7 +102,14 @@ def new_socket(stream: trio.abc.Stream, max_event_bytes: int = 1024) -> ProcessS
         ping_interval=PING_INTERVAL,
         pong_timeout=PONG_TIMEOUT,
         max_event_bytes=max_event_bytes,
+        announce_exit=no_post,
     )
+
+
+async def no_post(connection_id: str | None) -> bool:
+    """The POSTed exit of a socket whose test sends every exit over the socket."""
+    await trio.lowlevel.checkpoint()
+    raise AssertionError(f"an exit POSTed: {connection_id}")
 
 
 def open_socket(max_event_bytes: int = 1024) -> tuple[ProcessSocket, Room]:
@@ -295,7 +302,7 @@ async def test_a_close_from_the_room_is_echoed_and_ends_the_stream_at_once(
     assert heard == [*pong, CloseConnection(code=1000, reason="")]
     # Nothing after the close echo (wsproto would not show it).
     assert len(room.raw) == client_frames_length(*pong, CloseConnection(code=1000, reason=""))
-    assert not await socket.send_exit("conn-1")
+    assert not await socket._send_exit("conn-1")
 
 
 async def test_a_room_that_hangs_up_without_a_close_ends_the_stream(
@@ -309,7 +316,7 @@ async def test_a_room_that_hangs_up_without_a_close_ends_the_stream(
         with pytest.raises(StopAsyncIteration):
             await anext(socket)
         assert trio.current_time() == 0
-    assert not await socket.send_exit("conn-1")
+    assert not await socket._send_exit("conn-1")
 
 
 async def test_the_exit_goes_as_one_compact_frame_and_a_normal_close(
@@ -317,9 +324,9 @@ async def test_the_exit_goes_as_one_compact_frame_and_a_normal_close(
 ) -> None:
     socket, room = open_socket()
     with trio.fail_after(1):
-        assert await socket.send_exit("conn-1")
+        assert await socket._send_exit("conn-1")
         assert await room.heard() == EXIT_EVENTS
-        assert not await socket.send_exit("conn-1")
+        assert not await socket._send_exit("conn-1")
 
 
 async def test_the_exit_is_made_when_the_room_names_the_connection(
@@ -335,7 +342,7 @@ async def test_the_exit_is_made_when_the_room_names_the_connection(
         await room.send(frame(event="open", connection_id="conn-1"))
         assert await anext(socket) == StreamNews(connection_id="conn-1")
         monkeypatch.setattr(_ws_socket, "_exit_frames", not_now)
-        assert await socket.send_exit("conn-1")
+        assert await socket._send_exit("conn-1")
         assert await room.heard() == EXIT_EVENTS
 
 
@@ -344,7 +351,7 @@ async def test_no_pong_follows_the_exit_frame(autojump_clock: MockClock) -> None
     with trio.fail_after(60):
         await room.send(Ping(payload=b"late"))
         assert await anext(socket) == StreamNews()  # the pong waits for the next read
-        assert await socket.send_exit("conn-1")
+        assert await socket._send_exit("conn-1")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stops_at, socket, PING_INTERVAL)
             assert await room.heard() == EXIT_EVENTS
@@ -374,7 +381,7 @@ async def test_the_rooms_answer_to_the_exit_leaves_the_reader_waiting_to_be_stop
     """
     socket, room = open_socket()
     with trio.fail_after(PING_INTERVAL * 10):
-        assert await socket.send_exit("conn-1")
+        assert await socket._send_exit("conn-1")
         await room.send(Ping(payload=b"crossed"))
         await room.heard()
         await room.send(CloseConnection(code=1000))
@@ -402,12 +409,12 @@ async def test_a_reader_waiting_after_the_exit_ends_as_the_socket_is_closed(
     assert isinstance(client, trio.StapledStream)
     with trio.fail_after(PING_INTERVAL * 10):
         if how == "answered":
-            assert await socket.send_exit("conn-1")
+            assert await socket._send_exit("conn-1")
             await room.heard()
             await room.send(CloseConnection(code=1000))
         else:
             await client.send_stream.aclose()
-            assert not await socket.send_exit("conn-1")
+            assert not await socket._send_exit("conn-1")
             assert socket.leaving
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stops_at, socket, 1)
@@ -420,7 +427,7 @@ async def test_a_socket_broken_after_the_exit_stops_the_reader(
 ) -> None:
     socket, room = open_socket()
     with trio.fail_after(1):
-        assert await socket.send_exit("conn-1")
+        assert await socket._send_exit("conn-1")
         await room.stream.aclose()
         await stops_at(socket, 0)
 
@@ -456,7 +463,7 @@ async def test_the_reader_waits_while_the_exit_is_being_written(
                     await anext(socket)
 
             nursery.start_soon(read)
-            nursery.start_soon(socket.send_exit, "conn-1")
+            nursery.start_soon(socket._send_exit, "conn-1")
             await trio.testing.wait_all_tasks_blocked()
             if wake == "ping":
                 await room.stream.send_all(room.ws.send(Ping()))
@@ -476,7 +483,7 @@ async def test_an_exit_on_a_broken_socket_is_not_sent(autojump_clock: MockClock)
     socket, room = open_socket()
     await room.stream.aclose()
     with trio.fail_after(1):
-        assert not await socket.send_exit("conn-1")
+        assert not await socket._send_exit("conn-1")
 
 
 # --- what ends a socket ----------------------------------------------------------------------
@@ -491,6 +498,21 @@ async def test_a_silent_room_is_pinged_then_dropped_saying_why(autojump_clock: M
             await anext(socket)
         assert trio.current_time() == PING_INTERVAL + PONG_TIMEOUT
         assert await room.heard() == [Ping(payload=b"")]
+
+
+async def test_a_room_that_stops_reading_is_dropped_within_the_pong_timeout(
+    autojump_clock: MockClock,
+) -> None:
+    """The client's writes are bounded too: its ping waits for a room that reads nothing."""
+    client, _room_end = trio.testing.lockstep_stream_pair()  # a write waits for the read
+    socket = new_socket(client)
+    with trio.fail_after(60):
+        with pytest.raises(
+            RoomUnreachable,
+            match=r"^process socket: the room took nothing within the pong timeout$",
+        ):
+            await anext(socket)
+    assert trio.current_time() == PING_INTERVAL + PONG_TIMEOUT
 
 
 async def test_a_socket_closed_under_the_reader_says_how_it_broke(
@@ -559,7 +581,7 @@ async def test_aclose_under_a_waiting_reader_ends_it_as_a_break(over: str) -> No
                     RoomUnreachable, match=r"^process socket broke: ClosedResourceError$"
                 ):
                     await anext(socket)
-            assert not await socket.send_exit("conn-1")
+            assert not await socket._send_exit("conn-1")
 
 
 @pytest.mark.parametrize("over", ["memory", "socket"])
@@ -567,7 +589,7 @@ async def test_aclose_after_the_exit_ends_the_waiting_reader(over: str) -> None:
     """Leaving, the reader woken by the close ends the iteration: the holder stops."""
     async with socket_over(over) as (socket, room):
         with trio.fail_after(5):
-            assert await socket.send_exit("conn-1")
+            assert await socket._send_exit("conn-1")
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(closed_twice_under_the_reader, socket)
                 with pytest.raises(StopAsyncIteration):
@@ -645,9 +667,9 @@ async def test_a_101_with_the_wrong_accept_value_is_refused(
     async with fake_room.client() as client:
         connector = WebSocketConnector(client)
         answer = cast("Response", _Answer(101, _accept_value(key)))
-        assert isinstance(connector._accepted(answer, key), ProcessSocket)
+        assert isinstance(connector._accepted(answer, key, SESSION), ProcessSocket)
         with pytest.raises(AttemptRejected) as refused:
-            connector._accepted(cast("Response", _Answer(101, "wrong")), key)
+            connector._accepted(cast("Response", _Answer(101, "wrong")), key, SESSION)
     assert (refused.value.outcome, refused.value.detail) == (Outcome.REFUSED, "bad upgrade answer")
 
 
@@ -754,9 +776,9 @@ async def socket_over_a_socketpair() -> AsyncIterator[tuple[ProcessSocket, Room]
 async def test_the_exit_over_a_socket_is_written_at_once() -> None:
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
-            assert await socket.send_exit("conn-1")
+            assert await socket._send_exit("conn-1")
             assert await room.heard() == EXIT_EVENTS
-            assert not await socket.send_exit("conn-1")
+            assert not await socket._send_exit("conn-1")
         # Once: wsproto would not show a second copy after the close frame.
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
@@ -766,7 +788,7 @@ async def test_an_exit_written_at_once_is_sent_even_as_its_deadline_passes() -> 
     async with socket_over_a_socketpair() as (socket, room):
         with trio.CancelScope() as scope:
             scope.cancel()
-            sent = await socket.send_exit("conn-1")
+            sent = await socket._send_exit("conn-1")
         assert sent is True
         with trio.fail_after(5):
             assert await room.heard() == EXIT_EVENTS
@@ -775,7 +797,7 @@ async def test_an_exit_written_at_once_is_sent_even_as_its_deadline_passes() -> 
 async def test_an_exit_behind_a_stuck_pong_goes_by_post_at_once() -> None:
     """Issue 30 row 7: a room that floods pings and never reads held the exit on the
     send lock until the deadline. A pong still being written means the room does
-    not read: the exit does not wait for it, it is POSTed (send_exit says False)."""
+    not read: the exit does not wait for it, it is POSTed (_send_exit says False)."""
     sent: list[bool] = []
     async with socket_over_a_socketpair() as (socket, room):
         with trio.fail_after(5):
@@ -788,71 +810,72 @@ async def test_an_exit_behind_a_stuck_pong_goes_by_post_at_once() -> None:
 
 
 async def _send_exit(socket: ProcessSocket, sent: list[bool]) -> None:
-    sent.append(await socket.send_exit("conn-1"))
+    sent.append(await socket._send_exit("conn-1"))
 
 
 async def test_the_exit_to_a_closed_socket_is_not_sent() -> None:
     async with socket_over_a_socketpair() as (socket, room):
         await room.stream.aclose()
         with trio.fail_after(5):
-            assert not await socket.send_exit("conn-1")
+            assert not await socket._send_exit("conn-1")
 
 
 async def test_the_exit_frame_is_written_at_once_alone_to_a_room_that_answers_it() -> None:
     """No checkpoint: a plain socket takes it (its close waits for the room's answer)."""
     async with socket_over_a_socketpair() as (socket, room):
         socket.exit_ack = True
-        assert socket.send_exit_nowait("conn-1") is True
+        assert socket.leave_nowait("conn-1") is True  # written alone: leave() waits for the answer
         assert socket.leaving
+        assert socket._exit_written
         with trio.fail_after(5):
             assert await room.heard() == EXIT_EVENTS[:1]
-        assert socket.send_exit_nowait("conn-1") is False  # once
-        assert await socket.send_exit("conn-1") is False
+        assert socket.leave_nowait("conn-1") is False  # once
+        assert await socket._send_exit("conn-1") is False
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS[:1])
 
 
 async def test_to_a_room_that_does_not_answer_exits_the_exit_and_its_close_go_together() -> None:
     """One write, then the socket closes at once: the room's answer wakes no reader."""
     async with socket_over_a_socketpair() as (socket, room):
-        assert socket.send_exit_nowait("conn-1") is True
+        assert socket.leave_nowait("conn-1") is None  # done
         assert socket.leaving
         assert socket._stream.socket.fileno() == -1  # type: ignore[attr-defined]
         with trio.fail_after(5):
             assert await room.heard() == EXIT_EVENTS
             assert await room.stream.receive_some() == b""  # then the end
-        assert socket.send_exit_nowait("conn-1") is False  # once
+        assert socket.leave_nowait("conn-1") is False  # once
         assert len(room.raw) == client_frames_length(*EXIT_EVENTS)
 
 
 async def test_an_exit_that_cannot_be_written_at_once_is_left_whole_for_send_exit(
     autojump_clock: MockClock,
 ) -> None:
-    """Not a plain socket: ``send_exit_nowait`` is False having done nothing at all.
+    """Not a plain socket: ``leave_nowait`` is False having done nothing at all.
 
     The socket is not leaving: its reader still answers pings, and
-    ``send_exit`` then sends the whole exit and its close.
+    ``_send_exit`` then sends the whole exit and its close.
     """
     socket, room = open_socket()
     with trio.fail_after(1):
         await room.send(frame(event="open", connection_id="conn-1"), Ping(payload=b"1"))
         assert await anext(socket) == StreamNews(connection_id="conn-1")
-        assert socket.send_exit_nowait("conn-1") is False
+        assert socket.leave_nowait("conn-1") is False
         assert not socket.leaving
         async with trio.open_nursery() as nursery:
             nursery.start_soon(anext, socket)  # flushes the pong, then reads
             assert await room.heard() == [Pong(payload=b"1")]
             nursery.cancel_scope.cancel()
-        assert await socket.send_exit("conn-1")
+        assert await socket._send_exit("conn-1")
         assert await room.heard() == EXIT_EVENTS
 
 
 async def test_an_exit_is_not_written_at_once_while_a_pong_is_on_its_way() -> None:
     async with socket_over_a_socketpair() as (socket, room):
         async with socket._send_lock:  # a pong being sent
-            assert socket.send_exit_nowait("conn-1") is False
+            assert socket.leave_nowait("conn-1") is False
         assert not socket.leaving
         with trio.fail_after(5):
-            assert await socket.send_exit("conn-1")
+            assert await socket._send_exit("conn-1")
             assert await room.heard() == EXIT_EVENTS
 
 
@@ -871,15 +894,15 @@ def fill(socket: ProcessSocket) -> int:
 async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> None:
     """The kernel takes part of the frames at once; the rest waits for room.
 
-    Also when the part went from the goodbye's loop (``send_exit_nowait``,
-    the exit frame alone): then ``send_exit`` sends the rest, and its close.
+    Also when the part went from the goodbye's loop (``leave_nowait``,
+    the exit frame alone): then ``_send_exit`` sends the rest, and its close.
     """
     async with socket_over_a_socketpair() as (socket, room):
         filler = fill(socket)
         sent: list[bool] = []
         received = bytearray()
         if at_once_first:
-            assert socket.send_exit_nowait("conn-1") is False
+            assert socket.leave_nowait("conn-1") is False
             assert socket.leaving
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
@@ -897,7 +920,7 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
                 events += room.ws.events()
             # Once: the rest that waited is not sent again, nor its close as
             # the socket closes; the room then reads the end.
-            assert not await socket.send_exit("conn-1")
+            assert not await socket._send_exit("conn-1")
             with trio.move_on_after(0.1):
                 await room.stream.receive_some()
                 pytest.fail("more was written after the exit went out whole")
@@ -908,15 +931,15 @@ async def test_the_exit_to_a_full_socket_goes_out_whole(at_once_first: bool) -> 
 
 
 async def test_the_rest_of_an_exit_cut_short_behind_a_stuck_pong_goes_by_post() -> None:
-    """The rest of a partial ``send_exit_nowait`` does not wait for a pong the room does
-    not read: ``send_exit`` says False at once, and the holder POSTs the exit."""
+    """The rest of a partial ``leave_nowait`` does not wait for a pong the room does
+    not read: ``_send_exit`` says False at once, and the exit is POSTed."""
     async with socket_over_a_socketpair() as (socket, _room):
         fill(socket)
-        assert socket.send_exit_nowait("conn-1") is False
+        assert socket.leave_nowait("conn-1") is False
         with trio.fail_after(5):
             async with socket._send_lock:  # a pong the room does not read
                 started = trio.current_time()
-                assert await socket.send_exit("conn-1") is False
+                assert await socket._send_exit("conn-1") is False
                 assert trio.current_time() - started < 1
 
 
@@ -969,23 +992,10 @@ async def test_a_pong_to_a_reset_socket_says_how_it_broke() -> None:
                 await anext(socket)
 
 
-# --- wsproto's parser let go at once --------------------------------------------------------------
+# --- leaving the socket's block -------------------------------------------------------------------
 
 
-async def test_a_released_socket_needs_no_cyclic_gc_to_be_freed() -> None:  # noqa: ASYNC124 (a socket reads trio's clock)
-    """wsproto's parser is a generator referring back to its owner: release breaks the cycle."""
-    socket, _room = open_socket()
-    parser = weakref.ref(socket._ws._proto)
-    gc.disable()
-    try:
-        socket.release()
-        del socket, _room
-        assert parser() is None
-    finally:
-        gc.enable()
-
-
-async def test_leaving_the_socket_block_releases_the_parser_and_closes_the_socket(
+async def test_leaving_the_socket_block_closes_the_socket(
     autojump_clock: MockClock, fake_room: FakeRoom
 ) -> None:
     session = await fake_room.add_worker()
@@ -993,24 +1003,20 @@ async def test_leaving_the_socket_block_releases_the_parser_and_closes_the_socke
         connector = WebSocketConnector(client)
         async with connector.open(session) as socket:
             assert isinstance(socket, ProcessSocket)
-            parser = socket._ws._proto._parse_more
-            assert isinstance(parser, types.GeneratorType)
-            assert parser.gi_frame is not None
         with pytest.raises(RoomUnreachable, match=r"^process socket broke: ClosedResourceError$"):
             await anext(socket)
-        assert parser.gi_frame is None  # closed: the cycle through its frame is gone
 
 
-@pytest.mark.parametrize("by", ["nowait", "send_exit", "block"])
+@pytest.mark.parametrize("by", ["nowait", "send_exit"])
 async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by: str) -> None:
     """What the room sent meanwhile is read and dropped before the close.
 
     Closed with bytes unread, the socket would reset the connection, and a
     room whose next heartbeat then fails may never read the exit before it.
     Whichever way the holder left: its exit frame written at once, the
-    socket then closed as the holder stops (``release``, then ``aclose``, as
-    the socket's block does, the normal close written then); or the exit
-    and its close sent (``send_exit``), then the socket closed (``aclose``).
+    socket then closed as the holder stops (``aclose``, as the socket's
+    block does, the normal close written then); or the exit and its close
+    sent (``_send_exit``), then the socket closed (``aclose``).
     """
     async with tcp_pair() as (stream, room):
         socket = new_socket(stream)
@@ -1018,12 +1024,10 @@ async def test_a_socket_closed_after_its_exit_ends_in_order_not_with_a_reset(by:
             await room.send(Connection(ConnectionType.SERVER).send(Ping(payload=b"beat")))
             await trio.lowlevel.wait_readable(stream.socket)
             if by == "send_exit":
-                assert await socket.send_exit("conn-1") is True
+                assert await socket._send_exit("conn-1") is True
                 await socket.aclose()
             else:
-                assert socket.send_exit_nowait("conn-1") is True
-                if by == "block":
-                    socket.release()
+                assert socket.leave_nowait("conn-1") is None  # done
                 await socket.aclose()
             heard = bytearray()
             while chunk := await room.recv(4096):  # an end, not ConnectionResetError
@@ -1044,10 +1048,10 @@ async def test_a_held_socket_keeps_nothing_of_its_upgrade(
     accepted = WebSocketConnector._accepted
 
     def keep_a_weak_reference(
-        self: WebSocketConnector, response: Response, key: bytes
+        self: WebSocketConnector, response: Response, key: bytes, session: AgentSession
     ) -> ProcessSocket:
         responses.append(weakref.ref(response))
-        return accepted(self, response, key)
+        return accepted(self, response, key, session)
 
     monkeypatch.setattr(WebSocketConnector, "_accepted", keep_a_weak_reference)
     async with fake_room.client() as client:
@@ -1072,7 +1076,7 @@ async def test_an_exit_written_at_once_leaves_its_close_for_the_sockets_close() 
         with trio.fail_after(5):
             await room.send(frame(event="open", connection_id="conn-1", exit_ack=True))
             assert await anext(socket) == StreamNews(connection_id="conn-1")
-            assert socket.send_exit_nowait("conn-1") is True
+            assert socket.leave_nowait("conn-1") is True  # written alone: its answer is to come
             assert await room.heard() == EXIT_EVENTS[:1]
             with trio.move_on_after(0.1):
                 await room.stream.receive_some()
@@ -1094,7 +1098,7 @@ async def test_the_close_of_an_exit_written_alone_is_not_written_after_half_an_e
     """
     async with socket_over_a_socketpair() as (socket, room):
         filler = fill(socket)
-        assert socket.send_exit_nowait("conn-1") is False
+        assert socket.leave_nowait("conn-1") is False
         with trio.fail_after(5):
             received = bytearray()
             while len(received) < filler:  # the room reads: the socket has room again
@@ -1107,7 +1111,8 @@ async def test_the_close_of_an_exit_written_alone_is_not_written_after_half_an_e
 
 async def test_the_close_of_an_exit_written_alone_to_a_room_gone_raises_nothing() -> None:
     async with socket_over_a_socketpair() as (socket, room):
-        assert socket.send_exit_nowait("conn-1") is True
+        socket.exit_ack = True
+        assert socket.leave_nowait("conn-1") is True
         await room.stream.aclose()
         await socket.aclose()  # the close frame's write fails: the socket closes all the same
         stream = socket._stream
@@ -1142,15 +1147,6 @@ async def test_a_socket_close_now_cannot_close_is_closed_by_aclose() -> None:
     assert stream.closed
 
 
-async def test_release_leaves_a_wsproto_without_its_private_parser_alone() -> None:  # noqa: ASYNC124 (a socket reads trio's clock)
-    """The parser's attributes are wsproto's own: without them, nothing is done."""
-    socket, _room = open_socket()
-    socket._ws = cast("Connection", types.SimpleNamespace(state=None))
-    socket.release()
-    socket._ws = cast("Connection", types.SimpleNamespace(_proto=None))
-    socket.release()
-
-
 async def test_an_exit_to_a_socket_the_room_closed_writes_nothing() -> None:
     """A socket finished by the room's close takes no exit: nothing more is written."""
     async with socket_over_a_socketpair() as (socket, room):
@@ -1160,7 +1156,7 @@ async def test_an_exit_to_a_socket_the_room_closed_writes_nothing() -> None:
             with pytest.raises(StopAsyncIteration):
                 await anext(socket)
             assert await room.heard() == [CloseConnection(code=1000, reason="")]  # the echo
-            assert not await socket.send_exit("conn-1")
+            assert not await socket._send_exit("conn-1")
             with trio.move_on_after(0.1):
                 await room.stream.receive_some()
                 pytest.fail("something was written after the socket finished")
@@ -1204,14 +1200,14 @@ async def test_a_room_that_offers_acks_says_so_in_its_open_frame(
     autojump_clock: MockClock,
 ) -> None:
     socket, room = open_socket()
-    assert socket.exit_answer_expected is False
+    assert socket.exit_ack is False
     with trio.fail_after(1):
         await room.send(TextMessage(data='{"event":"open","connection_id":"conn-0"}'))
         await anext(socket)
-        assert socket.exit_answer_expected is False  # fastroom.mjs, an older room
+        assert socket.exit_ack is False  # fastroom.mjs, an older room
         await room.send(OPEN_WITH_ACK)
         await anext(socket)
-    assert socket.exit_answer_expected is True
+    assert socket.exit_ack is True
 
 
 @pytest.mark.parametrize("recorded", [True, False])
@@ -1224,7 +1220,7 @@ async def test_the_acknowledgement_ends_the_iteration_with_the_rooms_answer(
     with trio.fail_after(1):
         await room.send(OPEN_WITH_ACK)
         assert await anext(socket) == StreamNews(connection_id="conn-1")
-        assert await socket.send_exit("conn-1") is True
+        assert await socket._send_exit("conn-1") is True
         assert await room.heard() == EXIT_EVENTS[:1]  # no close yet
         assert socket.exit_recorded is None
         await room.send(Ping(payload=b"p"), ack(recorded))
@@ -1239,7 +1235,7 @@ async def test_an_acknowledgement_in_fragments_is_read_whole(autojump_clock: Moc
     with trio.fail_after(1):
         await room.send(OPEN_WITH_ACK)
         await anext(socket)
-        assert await socket.send_exit("conn-1") is True
+        assert await socket._send_exit("conn-1") is True
         await room.send(
             TextMessage(data=text[:10], message_finished=False), TextMessage(data=text[10:])
         )
@@ -1255,7 +1251,7 @@ async def test_an_acknowledgement_for_another_connection_is_not_this_exits(
     with trio.fail_after(1):
         await room.send(OPEN_WITH_ACK)
         await anext(socket)
-        assert await socket.send_exit("conn-1") is True
+        assert await socket._send_exit("conn-1") is True
         await room.send(ack(True, "conn-other"), CloseConnection(code=1000))
         with pytest.raises(StopAsyncIteration):
             await anext(socket)  # the room's close ends it, unanswered
@@ -1270,12 +1266,142 @@ async def test_a_room_that_closes_instead_of_answering_leaves_the_exit_unconfirm
     with trio.fail_after(1):
         await room.send(OPEN_WITH_ACK)
         await anext(socket)
-        assert socket.send_exit_nowait("conn-1") is False  # in memory: not at once
-        assert await socket.send_exit("conn-1") is True
+        assert socket.leave_nowait("conn-1") is False  # in memory: not at once
+        assert await socket._send_exit("conn-1") is True
         await room.send(CloseConnection(code=1011))
         with pytest.raises(StopAsyncIteration):
             await anext(socket)
     assert socket.exit_recorded is None
+
+
+# --- leave: the socket's own exit, and the POST when it cannot carry it or is not answered --
+
+
+def posting(
+    posted: list[str | None], answer: bool = True
+) -> Callable[[str | None], Awaitable[bool]]:
+    """The socket's POSTed exit: noted in ``posted``, answered ``answer``."""
+
+    async def post(connection_id: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        posted.append(connection_id)
+        return answer
+
+    return post
+
+
+def socket_posting(posted: list[str | None], answer: bool = True) -> tuple[ProcessSocket, Room]:
+    client, server = trio.testing.memory_stream_pair()
+    socket = ProcessSocket(
+        client,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=PING_INTERVAL,
+        pong_timeout=PONG_TIMEOUT,
+        max_event_bytes=1024,
+        announce_exit=posting(posted, answer),
+    )
+    return socket, Room(server)
+
+
+async def test_leaving_to_a_room_that_gives_no_answer_sends_the_exit_and_closes(
+    autojump_clock: MockClock,
+) -> None:
+    posted: list[str | None] = []
+    socket, room = socket_posting(posted)
+    with trio.fail_after(1):
+        await room.send(frame(event="open", connection_id="conn-1"))
+        await anext(socket)
+        assert await socket.leave("conn-1") is None  # sent, unanswered
+        assert await room.heard() == EXIT_EVENTS
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)  # closed: the reader ends
+    assert posted == []
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+async def test_leaving_to_a_room_that_answers_returns_its_answer(
+    autojump_clock: MockClock, recorded: bool
+) -> None:
+    """The reader reads the answer; ``leave`` returns it, and POSTs nothing."""
+    posted: list[str | None] = []
+    socket, room = socket_posting(posted)
+    with trio.fail_after(1):
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stops_at, socket, 0)
+            answer: list[bool | None] = []
+
+            async def leave() -> None:
+                answer.append(await socket.leave("conn-1"))
+
+            nursery.start_soon(leave)
+            assert await room.heard() == EXIT_EVENTS[:1]  # no close before the answer
+            await room.send(ack(recorded))
+    assert (answer, posted) == ([recorded], [])
+
+
+async def test_an_exit_unanswered_when_its_holder_closes_the_socket_is_sent_unconfirmed(
+    autojump_clock: MockClock,
+) -> None:
+    """The goodbye stops the holder when the answers are due: its socket closes, and
+    ``leave`` says sent, unanswered (the goodbye POSTs it then, not the socket)."""
+    posted: list[str | None] = []
+    socket, room = socket_posting(posted)
+    with trio.fail_after(10):
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+        async with trio.open_nursery() as nursery:
+            answer: list[bool | None] = []
+
+            async def leave() -> None:
+                answer.append(await socket.leave("conn-1"))
+
+            nursery.start_soon(leave)
+            await trio.sleep(2)
+            assert answer == []
+            socket.close()
+        assert trio.current_time() == 2
+    assert (answer, posted) == ([None], [])
+
+
+@pytest.mark.parametrize("hangs_up", ["close frame", "end of stream"])
+async def test_an_exit_the_room_hangs_up_on_without_an_answer_is_posted(
+    autojump_clock: MockClock, hangs_up: str
+) -> None:
+    """A room whose storage refused the exit closes without an answer: POSTed as well."""
+    posted: list[str | None] = []
+    socket, room = socket_posting(posted, answer=False)
+    with trio.fail_after(10):
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stops_at, socket, 0)
+            answer: list[bool | None] = []
+
+            async def leave() -> None:
+                answer.append(await socket.leave("conn-1"))
+
+            nursery.start_soon(leave)
+            assert await room.heard() == EXIT_EVENTS[:1]
+            if hangs_up == "close frame":
+                await room.send(CloseConnection(code=1011))
+            else:
+                await room.stream.aclose()
+    assert (answer, posted) == ([False], ["conn-1"])
+
+
+async def test_an_exit_the_socket_cannot_carry_is_posted(autojump_clock: MockClock) -> None:
+    posted: list[str | None] = []
+    socket, room = socket_posting(posted)
+    with trio.fail_after(1):
+        await room.send(frame(event="open", connection_id="conn-1"))
+        await anext(socket)
+        await room.stream.aclose()
+        with pytest.raises(StopAsyncIteration):
+            await anext(socket)
+        assert await socket.leave("conn-1") is True
+    assert posted == ["conn-1"]
 
 
 # --- quiet reads: a lone ping waits in the kernel (Linux TCP) ----------------------------
@@ -1322,6 +1448,7 @@ async def test_the_ping_deadline_counts_from_when_a_kept_ping_arrived() -> None:
             ping_interval=3.0,
             pong_timeout=5.0,
             max_event_bytes=1024,
+            announce_exit=no_post,
         )
         room = Room(trio.SocketStream(theirs))
         with trio.fail_after(10):

@@ -22,12 +22,13 @@ configured for no scheme is no proxy); a proxy httpx2 cannot use fails the
 request loudly and is never bypassed.
 
 **The lean path** (:class:`LeanStack`) is HTTP/1.1 with h11 over trio
-streams: one connection per stream, the exits over kept-alive connections
-one request at a time (:mod:`._pool`), no timeout anywhere (the holder's
-scope owns the answer time and silence, the manager's shielded deadline the
-goodbye). An :class:`Opener` gives it its connections:
-:class:`NetworkOpener` dials TCP (Happy Eyeballs over cached addresses) and
-TLS; the testing kit serves an app in memory.
+streams: one connection per stream, the exits pipelined over a few
+kept-alive connections per origin, each written as soon as it is asked
+(:mod:`._pool`), no timeout anywhere (the holder's scope owns the answer
+time and silence, the manager's shielded deadline the goodbye). An
+:class:`Opener` gives it its connections: :class:`NetworkOpener` dials TCP
+(Happy Eyeballs over cached addresses) and TLS; the testing kit serves an
+app in memory.
 
 **The httpx2 path** (:class:`HTTPXStack`) sends the same requests through
 the client's ``httpx2.AsyncClient``; a WebSocket upgrade's raw stream is the
@@ -49,7 +50,15 @@ from ._lean import LeanStack
 from ._net import NetworkOpener
 from ._pool import Answer
 from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
-from ._sockio import Prefixed
+from ._sockio import (
+    Prefixed,
+    QuietReads,
+    can_send_now,
+    close_now,
+    discard_unread,
+    read_some,
+    send_now,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -65,11 +74,18 @@ __all__ = [
     "Opener",
     "Origin",
     "Prefixed",
+    "QuietReads",
     "Response",
     "Stack",
+    "bound_informational",
+    "can_send_now",
     "choose_stack",
+    "close_now",
+    "discard_unread",
     "failure_name",
     "proxy_configured",
+    "read_some",
+    "send_now",
     "split_url",
 ]
 
@@ -91,7 +107,11 @@ class Response(Protocol):
 
     @property
     def heard_at(self) -> float | None:
-        """When the latest chunk's bytes arrived, if a quiet read found them kept; else None."""
+        """When the latest chunk's bytes arrived, if a quiet read found them kept; else None.
+
+        The stream reading the response turns it into the one thing its
+        holder asks (``ProcessStream.heard_at``): when bytes were last heard.
+        """
         ...
 
     async def next_chunk(self, *, keep: int = 0) -> bytes:
@@ -169,6 +189,18 @@ class Stack(Protocol):
             Closes even when cancelled.
         """
         ...
+
+
+def bound_informational(client: httpx2.AsyncClient) -> None:
+    """Make ``client``'s own connections count each answer's 1xx heads, as the lean path does.
+
+    Past ``MAX_INFORMATIONAL`` the request fails (:mod:`._informational`). That
+    module is imported here, on first use, with httpcore2: a client that never
+    makes an httpx2 call does not load it.
+    """
+    from ._informational import bound_informational as bound
+
+    bound(client)
 
 
 def proxy_configured() -> bool:

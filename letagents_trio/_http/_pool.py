@@ -23,11 +23,19 @@ that may be sent twice belong here.
   once its own has come, hands the reading to the next caller waiting.
 * A connection that breaks, or that the room closes (after an answer that
   says so, or while idle), leaves its requests still unanswered to a new
-  connection, written there in the same order, if an answer was ever read on
-  it; on a connection that never answered, they fail. So every new
-  connection is opened on an answer, and a room that closes after each
-  answer still gets every request. An answer that breaks HTTP's rules or
-  the caller's cap fails its own request and ends the connection likewise.
+  connection, if an answer was ever read on it; on a connection that never
+  answered, they fail. So every new connection is opened on an answer, and
+  a room that closes after each answer still gets every request. The new
+  connection carries them one at a time (the next written once the one
+  before is answered): its room closes connections early, and a request
+  pipelined behind one that ends its connection would go out again, and
+  again; so each request is written at most twice.
+* An answer that breaks HTTP's rules or the caller's cap (a length that
+  leaves the next answer garbled, a body over the cap, endless ``1xx``
+  heads) fails its own request and every one still unanswered on its
+  connection, which ends: the room had each of them once, and what it
+  answers on that connection can no longer be read. A garbling room never
+  makes the pool open a connection, or write a request, beyond the first.
 * A caller that stops waiting (cancelled: the goodbye's deadline) leaves
   its request where it is; its answer, when it comes, is read and dropped.
 
@@ -137,9 +145,11 @@ class _Lane:
         "closed",
         "conn",
         "connecting",
+        "eof",
         "h11",
         "head",
         "informational",
+        "one_at_a_time",
         "outbox",
         "reading",
         "stream",
@@ -147,8 +157,13 @@ class _Lane:
         "writing",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, one_at_a_time: bool = False) -> None:
         self.stream: trio.abc.Stream | None = None
+        # A replacement (see the module docstring): the next request is
+        # written once the one before is answered.
+        self.one_at_a_time = one_at_a_time
+        # The room closed it: a protocol error now is its end, not garbling.
+        self.eof = False
         self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.waiting: deque[_Request] = deque()
         # Bytes of its requests not written yet.
@@ -232,7 +247,8 @@ class PipelinedPool:
         request = _Request(data, max_body, self._pick())
         lane = request.lane
         lane.waiting.append(request)
-        lane.outbox += data
+        if not lane.one_at_a_time or len(lane.waiting) == 1:
+            lane.outbox += data
         self._write_now(lane)
         try:
             while not request.done:
@@ -356,15 +372,30 @@ class PipelinedPool:
                 try:
                     head.answer, keep = await self._answer(lane, head.max_body)
                 except _AnswerFailed as exc:
-                    head.failure, keep = HTTPFailure(exc.failure), False
+                    garbled: str | None = exc.failure
+                except h11.ProtocolError as exc:
+                    if lane.eof:
+                        raise  # the room closed it: the rest may move (see _turn)
+                    garbled = failure_kind(exc)
+                else:
+                    garbled = None
+                if garbled is not None:
+                    # Neither this answer nor any after it can be read: the
+                    # room had these requests once, and they fail here.
+                    await self._end(lane, garbled, retry=False)
+                    return
                 lane.waiting.popleft()
                 lane.answered += 1
                 head.wake()
                 if not keep:
-                    # The room closes it after this answer, or the answer broke
-                    # a rule: the rest go on a new connection.
-                    await self._end(lane, str(head.failure or "ConnectionClosed"), retry=True)
+                    # The room closes it after this answer: the rest go on a new connection.
+                    await self._end(lane, "ConnectionClosed", retry=True)
                     return
+                if lane.one_at_a_time and lane.waiting:
+                    lane.outbox += lane.waiting[0].data
+                    self._write_now(lane)
+                    if lane.outbox:
+                        return  # a caller's turn writes it (this one's, or the next's)
 
     async def _answer(self, lane: _Lane, max_body: int) -> tuple[Answer, bool]:
         """Read the next answer on ``lane``, and whether the connection stays open after it.
@@ -377,8 +408,6 @@ class PipelinedPool:
             h11.ProtocolError, OSError, trio.BrokenResourceError: the connection
                 broke, or the room broke HTTP's rules.
         """
-        stream = lane.stream
-        assert stream is not None
         buffer = lane.buffer
         while not lane.h11:
             head = simple_head(buffer)
@@ -386,13 +415,13 @@ class PipelinedPool:
                 if HEAD_END.search(buffer) or len(buffer) > MAX_HEAD_BYTES:
                     self._hand_to_h11(lane)
                     break
-                await _read_more(stream, buffer)
+                await _read_more(lane)
                 continue
             if head.length > max_body:
                 raise _AnswerFailed("BodyTooLarge")
             end = head.size + head.length
             while len(buffer) < end:
-                await _read_more(stream, buffer)
+                await _read_more(lane)
             body = bytes(buffer[head.size : end])
             del buffer[:end]
             return Answer(head.status, head.headers, body), not head.close
@@ -417,7 +446,9 @@ class PipelinedPool:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                conn.receive_data(await read_some(stream, READ_SIZE))
+                data = await read_some(stream, READ_SIZE)
+                lane.eof = not data
+                conn.receive_data(data)
             elif isinstance(event, h11.Response):
                 lane.head = event
             elif isinstance(event, h11.Data):
@@ -438,6 +469,7 @@ class PipelinedPool:
                     raise _AnswerFailed(TOO_MANY_INFORMATIONAL)
             else:
                 # ConnectionClosed: the room closed it without an answer.
+                lane.eof = True
                 raise h11.RemoteProtocolError("server disconnected without an answer")
 
     async def _end(self, lane: _Lane, failure: str, *, retry: bool) -> None:
@@ -455,12 +487,12 @@ class PipelinedPool:
         lane.waiting.clear()
         lane.outbox.clear()
         if waiting and retry and lane.answered and not self._closed:
-            moved = _Lane()
+            moved = _Lane(one_at_a_time=True)
             self._lanes.append(moved)
             for request in waiting:
                 request.lane = moved
                 moved.waiting.append(request)
-                moved.outbox += request.data
+            moved.outbox += waiting[0].data
             moved.wake_next()
         else:
             for request in waiting:
@@ -470,16 +502,18 @@ class PipelinedPool:
             await _close(lane.stream)
 
 
-async def _read_more(stream: trio.abc.Stream, buffer: bytearray) -> None:
-    """Add the next bytes the room sends to ``buffer``.
+async def _read_more(lane: _Lane) -> None:
+    """Add the next bytes the room sends on ``lane`` to its buffer.
 
     Raises:
         h11.RemoteProtocolError: the room closed the connection (mid-answer, or before one).
     """
-    data = await read_some(stream, READ_SIZE)
+    assert lane.stream is not None
+    data = await read_some(lane.stream, READ_SIZE)
     if not data:
+        lane.eof = True
         raise h11.RemoteProtocolError("server disconnected without an answer")
-    buffer += data
+    lane.buffer += data
 
 
 async def _close(stream: trio.abc.Stream) -> None:

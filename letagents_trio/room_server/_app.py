@@ -31,7 +31,7 @@ before those that end in a parameter.
 The process stream (R4) is a raw ASGI response with its own nursery: one task
 watches ``receive()`` for ``http.disconnect`` and closes the stream as
 ``"dropped"``; the other runs :meth:`Room.run_process_stream`, whose writes are
-each bounded by :data:`SSE_DRAIN_TIMEOUT` (a consumer that stops reading is
+each bounded by ``RoomConfig.send_timeout`` (a consumer that stops reading is
 dropped, as upstream destroys a stalled SSE response). Long polls get the same
 disconnect watcher, so a client that goes away stops counting as delivery.
 
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from ._room import Room
     from ._sessions._streams import ProcessStream
 
-__all__ = ["SSE_DRAIN_TIMEOUT", "create_app"]
+__all__ = ["create_app"]
 
 logger = logging.getLogger("letagents_trio.room_server")
 
@@ -75,9 +75,6 @@ Send = Callable[[Message], Awaitable[None]]
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# A process-stream write that cannot be handed on within this long means the
-# consumer stopped reading: drop it (upstream's SSE drain timeout).
-SSE_DRAIN_TIMEOUT: Final = 10.0
 # Response headers of the process stream, exactly as upstream sends them (§3).
 PROCESS_STREAM_HEADERS: Final = (
     (b"content-type", b"text/event-stream"),
@@ -399,7 +396,7 @@ async def _serve_process_stream(room: Room, r: _Request) -> None:
     )
 
     async def write(chunk: bytes) -> None:
-        with trio.move_on_after(SSE_DRAIN_TIMEOUT) as scope:
+        with trio.move_on_after(room.config.send_timeout) as scope:
             await r.send({"type": "http.response.body", "body": chunk, "more_body": True})
         if scope.cancelled_caught:
             logger.info("process stream %s stalled: dropped", stream.connection_id)
@@ -492,7 +489,7 @@ def create_app(room: Room) -> ASGIApp:
             room_id=params["room"],
             session_id=params["session"],
             creds=_credentials(scope),
-            drain_timeout=SSE_DRAIN_TIMEOUT,
+            drain_timeout=room.config.send_timeout,
         )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_PENDING_BODIES",
     "MAX_SILENT_CONNECTIONS",
     "WAKE_MIN_LEAD_ENV",
+    "SEND_TIMEOUT",
     "RoomConfig",
     "default_silent_connections",
     "wake_min_lead_from_env",
@@ -52,6 +53,9 @@ MAX_BODY_BYTES: Final = 1024 * 1024
 # A request body (at most a MiB) that has not fully arrived this long after its
 # headers is an attacker holding a connection open: answer 408 and close.
 BODY_TIMEOUT: Final = 10.0
+# A write to a client that cannot be handed on this long means the client
+# stopped reading (upstream's SSE drain timeout, 10 s): its connection is cut.
+SEND_TIMEOUT: Final = 10.0
 # Requests whose bodies are still arriving, at most, room-wide: over this the
 # oldest is answered 503 and its connection closed, so slow-body attackers
 # cannot take every file descriptor. Clients send a body right after its
@@ -103,6 +107,10 @@ class RoomConfig:
         wake_min_lead_ms: the least time ahead a wake timer may be, in ms
             (upstream's 30 000; ``LETAGENTS_ROOM_WAKE_MIN_LEAD_MS`` may lower
             it to 1 000 for a room a test drives on the real clock).
+        send_timeout: seconds a write to a client may wait for the client to
+            take it (a process stream's frame, a WebSocket's pong, an answer);
+            past it the client stopped reading and its connection is cut, the
+            stream recorded as dropped (10 s).
     """
 
     heartbeat_interval: float = SSE_HEARTBEAT_INTERVAL
@@ -119,6 +127,7 @@ class RoomConfig:
     )
     max_name_offset: int = MAX_DISPLAY_NAME_COLLISION_OFFSET
     wake_min_lead_ms: int = MIN_LEAD_MS
+    send_timeout: float = SEND_TIMEOUT
 
     def silent_connections_cap(self) -> int:
         """The cap a served room keeps: ``max_silent_connections``, else this process's default."""

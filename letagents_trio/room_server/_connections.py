@@ -37,6 +37,18 @@ descriptor no cap or timer reclaimed. Its read loop here closes such a
 connection as soon as the answer is out (:meth:`_CountedTCPServer._read_data`).
 Shutdown is hypercorn's: stop accepting, tell every connection the worker
 is terminating (idle ones close), give the rest the graceful timeout.
+
+Every write to a client is bounded. Hypercorn writes with ``send_all`` in a
+shielded scope (a cancelled write would leave half a frame), so a client that
+stops reading (a WebSocket client that pings and never reads the pongs, an SSE
+client that never reads) held its connection's tasks in that write for ever:
+its reader too (a pong is written from the read loop), so no disconnect ever
+reached the app and the stream was never recorded as dropped, and the
+server's stop, whose cancellation the shield kept out, never ended. Here each
+write may wait ``send_timeout`` for the client to take it; past it the
+connection is cut (its socket closed: the app sees the client gone, a held
+stream is a drop). And at the stop's deadline every connection still open is
+cut the same way, whatever its client does (:class:`_Open`).
 """
 
 from __future__ import annotations
@@ -56,6 +68,8 @@ from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
+
+from .._http._sockio import can_send_now, send_now
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
@@ -90,6 +104,48 @@ class _Connection:
         # aclose (its send_eof checkpoint raises Cancelled first).
         self.stream.socket.close()
         self.scope.cancel(reason="too many silent connections")
+
+    def cut(self) -> None:
+        """Close the socket: a write or read waiting on it, shielded or not, ends at once."""
+        self.stream.socket.close()
+
+
+@final
+@attrs.define(eq=False)
+class _Open:
+    """The connections open now, to cut those still open at the stop's deadline."""
+
+    live: set[_Connection] = attrs.field(factory=set)
+    _stopping: trio.Event | None = None
+
+    def forget(self, connection: _Connection) -> None:
+        self.live.discard(connection)
+        if not self.live and self._stopping is not None:
+            self._stopping.set()
+
+    async def cut_when_cancelled(self) -> None:
+        """Return once every connection has closed; cancelled first (the stop's deadline),
+        cut every connection still open.
+
+        Cancellation:
+            The point of it: cancelled, it closes the sockets left, synchronously.
+        """
+        self._stopping = trio.Event()
+        if not self.live:
+            self._stopping.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            # (A connection already closed may still have a task winding down:
+            # hypercorn's WebSocket pinger notices a close at its next ping.)
+            still_open = [c for c in self.live if c.stream.socket.fileno() != -1]
+            if still_open:
+                logger.warning(
+                    "room stop: %d connections still open at the deadline were cut",
+                    len(still_open),
+                )
+            for connection in still_open:
+                connection.cut()
 
 
 @final
@@ -148,11 +204,13 @@ class _CountedTCPServer(TCPServer):
         state: LifespanState,
         connection: _Connection,
         silent: SilentConnections,
+        send_timeout: float,
     ) -> None:
         # Typed for TLS streams; it uses a plain one as its trio worker does.
         super().__init__(app, config, context, state, connection.stream)  # type: ignore[arg-type]
         self._connection = connection
         self._silent = silent
+        self._send_timeout = send_timeout
 
     async def _read_data(self) -> None:
         """Hypercorn's read loop, which also ends a refused upgrade's connection."""
@@ -243,16 +301,55 @@ class _CountedTCPServer(TCPServer):
         the connection is broken. Thousands of WebSockets saying goodbye at
         once lost exits that way (``docs/performance.md``).
 
+        The common case, a kernel that takes the bytes at once with no other
+        sender waiting, is one write and no task switch
+        (:func:`~letagents_trio._http._sockio.send_now`): a goodbye is a
+        thousand answers written at once. Otherwise the rest waits its turn and
+        at most ``send_timeout`` for the client to take it: past that, the
+        client stopped reading and its connection is cut (see the module
+        docstring).
+
+        Raises:
+            trio.ClosedResourceError: the connection was cut (here, or at the
+                stop's deadline) or closed.
+
         Cancellation:
             The write is shielded, as in hypercorn's own send: bytes half
-            written would break the connection's framing.
+            written would break the connection's framing; the send timeout
+            and the stop's cut bound it instead.
         """
-        async with self.send_lock:
+        lock = self.send_lock
+        if not lock.locked() and can_send_now(self.stream) and self.stream.socket.fileno() != -1:
             try:
-                with trio.CancelScope(shield=True):
-                    await self.stream.send_all(data)
+                sent = send_now(self.stream, data)
+            except OSError:
+                sent = len(data)  # the peer broke it: left to the reader
+            if sent == len(data):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return
+            if sent:
+                # Part of a frame is out: the rest follows before anyone else's bytes.
+                lock.acquire_nowait()
+                try:
+                    await self._send_bounded(data[sent:])
+                finally:
+                    lock.release()
+                return
+        async with lock:
+            await self._send_bounded(data)
+
+    async def _send_bounded(self, data: bytes) -> None:
+        """``send_all`` shielded, for at most ``send_timeout``; then cut (holding the lock)."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.relative_deadline = self._send_timeout
+            try:
+                await self.stream.send_all(data)
             except trio.BrokenResourceError:
-                pass
+                return
+        if scope.cancelled_caught:
+            logger.info("a client took nothing for %s s: its connection is cut", self._send_timeout)
+            self._connection.cut()
+            raise trio.ClosedResourceError("the client stopped reading")
 
 
 async def serve_hypercorn(
@@ -260,6 +357,7 @@ async def serve_hypercorn(
     config: Config,
     *,
     max_silent: int,
+    send_timeout: float,
     stop: trio.Event,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -269,17 +367,21 @@ async def serve_hypercorn(
         app: the ASGI 3 application.
         config: hypercorn's settings (``bind``, ``backlog``, timeouts, logs...).
         max_silent: connections kept at most without a request (:class:`SilentConnections`).
+        send_timeout: seconds a write may wait for its client to take it; then
+            the connection is cut.
         stop: set to stop accepting and close gracefully.
         task_status: receives the bound URLs, e.g. ``["http://127.0.0.1:3001"]``.
 
     Cancellation:
-        Stopping takes up to ``config.graceful_timeout`` (open requests finish);
-        cancelled, it cuts every connection at once.
+        Stopping takes up to ``config.graceful_timeout`` (open requests finish),
+        then cuts every connection still open; cancelled, it cuts every
+        connection at once, whatever its client does.
     """
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     context = WorkerContext(None)
     state = ConnectionState({})
     silent = SilentConnections(max_silent)
+    open_now = _Open()
     listeners: list[trio.SocketListener] = []
     binds: list[str] = []
     for sock in config.create_sockets().insecure_sockets:
@@ -290,9 +392,13 @@ async def serve_hypercorn(
     async def serve_connection(stream: trio.SocketStream) -> None:
         with trio.CancelScope() as scope:
             connection = _Connection(stream, scope)
+            open_now.live.add(connection)
             silent.fell_silent(connection)
+            server = _CountedTCPServer(
+                wrapped, config, context, state, connection, silent, send_timeout
+            )
             try:
-                await _CountedTCPServer(wrapped, config, context, state, connection, silent).run()
+                await server.run()
             except Exception:
                 # One connection's failure is a bug to log, never a reason
                 # for every other connection, and the server, to stop.
@@ -300,6 +406,7 @@ async def serve_hypercorn(
                 stream.socket.close()
             finally:
                 silent.forget(connection)
+                open_now.forget(connection)
 
     async with trio.open_nursery() as connections:
         async with trio.open_nursery() as accepting:
@@ -313,3 +420,4 @@ async def serve_hypercorn(
             accepting.cancel_scope.cancel(reason="the server is stopping")
         await context.terminated.set()
         connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        connections.start_soon(open_now.cut_when_cancelled)

@@ -38,6 +38,10 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from ._messaging._citations import (
+    check_source,
+    source_number,
+)
 from ._storage._rows import KnowledgeRow
 from ._wire import Credentials, Refusal, Reply, iso, refuse
 
@@ -81,8 +85,6 @@ CATEGORY_TEXT: Final = "Choose a valid category."
 RECORD_ID_TEXT: Final = "Use a stable client ID of 8–80 letters, numbers, underscores or hyphens."
 URL_TEXT: Final = "Source URL must be an HTTP or HTTPS link."
 URL_CREDENTIALS_TEXT: Final = "Source URL must be an HTTP or HTTPS link without credentials."
-SOURCE_MESSAGE_TEXT: Final = "The source message does not exist in this room."
-INVALID_SOURCE_TEXT: Final = "Invalid source message."
 REUSED_ID_TEXT: Final = (
     "This client ID was already used for different content. Use a new ID for a new record."
 )
@@ -367,25 +369,11 @@ class KnowledgeBoard:
         return Reply(status=200, body={"record": record_json(row)})
 
     def _check_source(self, room_id: str, source: str) -> None:
-        if not source:
-            return
-        number = _source_number(source)
-        if number is None:
-            refuse(400, INVALID_SOURCE_TEXT)
-        if self.store.get_message(room_id, number) is None:
-            refuse(400, SOURCE_MESSAGE_TEXT)
-
-
-def _source_number(source: str) -> int | None:
-    """The message a record cites: ``<n>`` (this room's ids) or ``msg_<n>`` (the API's)."""
-    digits = source.removeprefix("msg_")
-    if not (digits.isascii() and digits.isdigit()) or len(digits) > 10 or digits.startswith("0"):
-        return None
-    return int(digits)
+        check_source(self.store, room_id, source)
 
 
 def _message_number(row: KnowledgeRow) -> int | None:
-    return _source_number(row.source_message_id) if row.source_message_id else None
+    return source_number(row.source_message_id) if row.source_message_id else None
 
 
 def _repeats_answer(row: KnowledgeRow, person: dict[str, str], answer: str, seen: object) -> bool:

@@ -67,6 +67,7 @@ async def _run_hypercorn(
                     create_app(room),
                     config,
                     max_silent=room.config.silent_connections_cap(),
+                    send_timeout=room.config.send_timeout,
                     stop=stop,
                 )
             )

@@ -91,6 +91,8 @@ __all__ = ["FakeRoom", "open_fake_room", "register_worker"]
 # so timestamps in tests are deterministic.
 DEFAULT_EPOCH_MS = 1_767_225_600_000
 DEFAULT_OWNER_TOKEN = "owner-test-token"
+# The same owner signed in as a person (the room's admin acts only so).
+DEFAULT_PERSON_TOKEN = "owner-person-test-token"
 DEFAULT_OWNER_LOGIN = "owner"
 DEFAULT_API_URL = "http://room.test"
 
@@ -109,6 +111,9 @@ class FakeRoom:
         api_url: the base URL clients use (any host works; nothing is resolved).
         owner_token: the owner bearer token the room accepts.
         owner_login: the login that token belongs to.
+        person_token: the bearer token of that login signed in as a person (the
+            room's admin: it answers requests for input and makes the admin's
+            moves on the board), when the room accepts one.
         requests: every request received, in order.
         exits: every exit announcement received, in order.
         black_hole_exits: while true, exit announcements are never answered.
@@ -133,11 +138,13 @@ class FakeRoom:
         api_url: str = DEFAULT_API_URL,
         owner_token: str = DEFAULT_OWNER_TOKEN,
         owner_login: str = DEFAULT_OWNER_LOGIN,
+        person_token: str | None = None,
     ) -> None:
         self.room = room
         self.api_url = api_url
         self.owner_token = owner_token
         self.owner_login = owner_login
+        self.person_token = person_token
         self.requests: list[RequestRecord] = []
         self.exits: list[ExitRecord] = []
         self.black_hole_exits = False
@@ -539,6 +546,7 @@ async def open_fake_room(
     epoch_ms: int = DEFAULT_EPOCH_MS,
     owner_token: str = DEFAULT_OWNER_TOKEN,
     owner_login: str = DEFAULT_OWNER_LOGIN,
+    person_token: str = DEFAULT_PERSON_TOKEN,
     api_url: str = DEFAULT_API_URL,
 ) -> AsyncIterator[FakeRoom]:
     """Open a :class:`FakeRoom` over a fresh in-memory reference room.
@@ -548,6 +556,7 @@ async def open_fake_room(
         epoch_ms: the room's wall clock at trio time 0, in epoch milliseconds.
         owner_token: the owner bearer token the room accepts.
         owner_login: the login that token belongs to.
+        person_token: the bearer token of that login signed in as a person.
         api_url: the base URL clients use.
 
     Cancellation:
@@ -557,6 +566,7 @@ async def open_fake_room(
         store=MemoryStore(),
         clock=TrioClock(epoch_ms),
         owner_tokens={owner_token: owner_login},
+        person_tokens={person_token: owner_login},
         config=RoomConfig(heartbeat_interval=heartbeat_interval),
     )
     async with trio.open_nursery() as nursery:
@@ -566,6 +576,7 @@ async def open_fake_room(
             api_url=api_url,
             owner_token=owner_token,
             owner_login=owner_login,
+            person_token=person_token,
         )
         try:
             yield fake

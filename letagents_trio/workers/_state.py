@@ -99,6 +99,9 @@ T = TypeVar("T")
 _FILE_MODE: Final = 0o600
 # 12 hex characters of randomness in temp names, as the Node client uses.
 _TEMP_RANDOM_BYTES: Final = 6
+# Failures that say the disk cannot take a write (full, over quota, read-only),
+# not that the state is damaged: the file is fine, and nothing is to be restored.
+_NO_ROOM_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 def _to_path(value: os.PathLike[str] | str | None) -> Path:
@@ -468,11 +471,11 @@ class LocalStateStore:
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise self._unavailable(f"cannot create {lock.parent}: {exc}") from exc
+            raise self._not_locked(exc, f"cannot create {lock.parent}") from exc
         try:
             held = await acquire_lock(lock, self.wall_clock)
         except OSError as exc:
-            raise self._unavailable(f"cannot create the lock {lock}: {exc}") from exc
+            raise self._not_locked(exc, f"cannot create the lock {lock}") from exc
         try:
             return callback(held)
         finally:
@@ -532,13 +535,23 @@ class LocalStateStore:
             self._ensure_unchanged(held, read_identity)
             os.replace(temp, self.path)
         except OSError as exc:
-            reason = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
-            raise StateError(
-                f"Could not write the local state file {self.path} ({reason}: {exc.strerror});"
-                " it is unchanged"
-            ) from exc
+            raise self._not_written(exc) from exc
         finally:
             temp.unlink(missing_ok=True)
+
+    def _not_written(self, exc: OSError) -> StateError:
+        reason = errno.errorcode.get(exc.errno or 0, "") or type(exc).__name__
+        return StateError(
+            f"Could not write the local state file {self.path} ({reason}: {exc.strerror});"
+            " it is unchanged"
+        )
+
+    def _not_locked(self, exc: OSError, problem: str) -> StateError:
+        """A lock that cannot be taken: the disk refused a write (a full disk is no
+        damage to restore), or the state cannot be reached there at all."""
+        if exc.errno in _NO_ROOM_ERRNOS:
+            return self._not_written(exc)
+        return self._unavailable(f"{problem}: {exc}")
 
     def _unavailable(self, problem: str | None) -> StateUnavailable:
         error = StateUnavailable(STATE_UNAVAILABLE_MESSAGE)

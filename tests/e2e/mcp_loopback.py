@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from letagents_trio.testing import Hold, Rule
 
 OWNER_TOKEN: Final = "owner-stdio-token-0123456789"
+# The same owner signed in as a person: the room's admin.
+PERSON_TOKEN: Final = "person-stdio-token-0123456789"
 OWNER_LOGIN: Final = "owner"
 # PROTOCOL §4.5: one shared deadline for every exit POST.
 EXIT_DEADLINE: Final = 1.5
@@ -255,6 +257,7 @@ async def open_loopback_room(*, heartbeat_interval: float = 15.0) -> AsyncIterat
     room = Room(
         store=MemoryStore(),
         owner_tokens={OWNER_TOKEN: OWNER_LOGIN},
+        person_tokens={PERSON_TOKEN: OWNER_LOGIN},
         config=RoomConfig(heartbeat_interval=heartbeat_interval),
     )
     config = Config()
@@ -262,7 +265,13 @@ async def open_loopback_room(*, heartbeat_interval: float = 15.0) -> AsyncIterat
     config.graceful_timeout = 0.2
     config.accesslog = None
     async with trio.open_nursery() as nursery:
-        fake = FakeRoom(room, nursery=nursery, owner_token=OWNER_TOKEN, owner_login=OWNER_LOGIN)
+        fake = FakeRoom(
+            room,
+            nursery=nursery,
+            owner_token=OWNER_TOKEN,
+            owner_login=OWNER_LOGIN,
+            person_token=PERSON_TOKEN,
+        )
         front = LoopbackRoom(fake)
         binds: list[str] = await nursery.start(
             partial(serve, front.app, config, mode="asgi")  # type: ignore[arg-type]

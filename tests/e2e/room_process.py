@@ -29,7 +29,7 @@ import trio.lowlevel
 
 from letagents_trio.room_server import MemoryStore, Room, RoomConfig, RoomStore, serve_room
 
-from ..room_server.helpers import OWNER_TOKEN
+from ..room_server.helpers import OWNER_TOKEN, PERSON_TOKEN
 
 # `letagents-trio room` in a fresh interpreter, whatever is on PATH; its options follow.
 ROOM_COMMAND: Final = (
@@ -124,7 +124,9 @@ async def running_room(
     process = await trio.lowlevel.open_process(
         command,
         stderr=subprocess.PIPE,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        env=dict(
+            os.environ, PYTHONUNBUFFERED="1", LETAGENTS_ROOM_PERSON_TOKENS=f"{PERSON_TOKEN}=owner"
+        ),
         preexec_fn=partial(_limit_room, fd_limit),
     )
     assert process.stderr is not None
@@ -154,6 +156,7 @@ async def served_room(store: RoomStore | None = None) -> AsyncIterator[tuple[Roo
     room = Room(
         store=MemoryStore() if store is None else store,
         owner_tokens={OWNER_TOKEN: "owner"},
+        person_tokens={PERSON_TOKEN: "owner"},
         config=RoomConfig(),
     )
     async with trio.open_nursery() as nursery:

@@ -24,7 +24,14 @@ from letagents_trio.testing import ProcessMode
 from letagents_trio.workers import LocalStateStore
 
 from ..mcp_server.helpers import ROOM, call_error, call_ok, register
-from .mcp_loopback import BUDGET, OWNER_TOKEN, open_loopback_room, server_env, stdio_params
+from .mcp_loopback import (
+    BUDGET,
+    OWNER_TOKEN,
+    PERSON_TOKEN,
+    open_loopback_room,
+    server_env,
+    stdio_params,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,7 +64,8 @@ async def take_work_lease(base_url: str, store: LocalStateStore, session_id: str
         assert task.status_code == 201, task.text
         task_id: str = task.json()["id"]
         path = f"/rooms/{ROOM}/tasks/{task_id}"
-        accepted = await http.patch(path, json={"status": "accepted"}, headers=owner)
+        person = {"Authorization": f"Bearer {PERSON_TOKEN}"}  # the room's admin, signed in
+        accepted = await http.patch(path, json={"status": "accepted"}, headers=person)
         assert accepted.status_code == 200, accepted.text
         claim = {"status": "assigned", "assignee": session.extra["actor_label"]}
         claimed = await http.patch(path, json=claim, headers=worker)

@@ -26,7 +26,7 @@ import trio
 from mcp import Client
 
 from ..mcp_server.helpers import ROOM
-from ..room_server.helpers import OWNER_TOKEN
+from ..room_server.helpers import PERSON_TOKEN
 from .room_process import errors_in, running_room
 from .test_mcp_worker_loop import chat, tool
 
@@ -86,13 +86,13 @@ async def test_a_chat_is_woken_and_shares_its_capture_over_stdio(
 ) -> None:
     monkeypatch.setenv("LETAGENTS_ROOM_WAKE_MIN_LEAD_MS", str(LEAD_MS))
     repo = scratch_repository(tmp_path)
-    owner = {"Authorization": f"Bearer {OWNER_TOKEN}"}
+    person = {"Authorization": f"Bearer {PERSON_TOKEN}"}  # the room's admin, signed in
     with trio.fail_after(BUDGET):
         async with running_room(db=tmp_path / "room.sqlite3") as room:
             async with (
                 Client(chat(room.url, tmp_path / "a"), mode="legacy") as a,
                 Client(chat(room.url, tmp_path / "b"), mode="legacy") as b,
-                httpx2.AsyncClient(base_url=room.url, headers=owner) as admin,
+                httpx2.AsyncClient(base_url=room.url, headers=person) as admin,
             ):
                 alder = await tool(
                     a,

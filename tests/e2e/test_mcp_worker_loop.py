@@ -29,7 +29,7 @@ import trio
 from mcp import Client, StdioServerParameters
 
 from ..mcp_server.helpers import ROOM, call_ok
-from ..room_server.helpers import OWNER_TOKEN
+from ..room_server.helpers import OWNER_TOKEN, PERSON_TOKEN
 from .room_process import errors_in, running_room
 
 if TYPE_CHECKING:
@@ -78,13 +78,14 @@ async def tool(client: Client, name: str, who: str, **arguments: Any) -> dict[st
 async def test_two_chats_do_the_rooms_work_over_stdio(tmp_path: Path, store: str) -> None:
     db = tmp_path / "room.sqlite3" if store == "sqlite" else None
     owner = {"Authorization": f"Bearer {OWNER_TOKEN}"}
+    person = {"Authorization": f"Bearer {PERSON_TOKEN}"}  # the room's admin, signed in
     with trio.fail_after(BUDGET):
         async with running_room("--log-level", "WARNING", db=db) as room:
             logger.info("room on %s (%s store)", room.url, store)
             async with (
                 Client(chat(room.url, tmp_path / "a"), mode="legacy") as a,
                 Client(chat(room.url, tmp_path / "b"), mode="legacy") as b,
-                httpx2.AsyncClient(base_url=room.url, headers=owner) as admin,
+                httpx2.AsyncClient(base_url=room.url, headers=person) as admin,
             ):
                 wa = (
                     await tool(

@@ -31,6 +31,7 @@ from letagents_trio.testing._transport import open_streaming_transport
 from ..room_server.helpers import (
     EPOCH,
     OWNER_TOKEN,
+    PERSON_TOKEN,
     ROOM,
     claimed_task,
     open_process,
@@ -176,7 +177,10 @@ async def test_sqlite_restart_keeps_rooms_sessions_messages_and_leases(
 
     def open_room() -> Room:
         return Room(
-            store=SQLiteStore(path), clock=TrioClock(EPOCH), owner_tokens={OWNER_TOKEN: "owner"}
+            store=SQLiteStore(path),
+            clock=TrioClock(EPOCH),
+            owner_tokens={OWNER_TOKEN: "owner"},
+            person_tokens={PERSON_TOKEN: "owner"},  # the room's admin accepts the task
         )
 
     first = open_room()

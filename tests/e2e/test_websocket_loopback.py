@@ -2,7 +2,7 @@
 
 Real clock (sockets do not run on trio's mock clock); each test is bounded by
 ``trio.fail_after``. Over a plain socket each holder's exit frame is written
-at once (``ProcessHolder.leave_now``), with no task and no checkpoint.
+at once (``ProcessHolder.leave_nowait``), with no task and no checkpoint.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ async def test_hold_and_exit_over_a_hypercorn_socket() -> None:
                     started = trio.current_time()
                     report = await manager.announce_exits()
                     assert trio.current_time() - started < 1.0
-            # Sent at once over the plain socket (the holder's leave_now),
+            # Sent at once over the plain socket (the holder's leave_nowait),
             # acknowledged by the room, and reported naming the connection its
             # frame named.
             assert [(a.connection_id, a.recorded, a.error) for a in report] == [

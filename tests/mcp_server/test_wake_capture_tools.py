@@ -81,7 +81,7 @@ async def test_a_worker_is_woken_by_its_timer_and_by_its_tasks_transition(
             )
             assert "You can cancel only your own wake rules." in other
             # The task's own transition wakes Alder at once.
-            admin = Credentials(owner_token=fake_room.owner_token)
+            admin = Credentials(owner_token=fake_room.person_token)  # the room's admin, signed in
             moved = fake_room.room.work.tasks.patch(ROOM, task_id, admin, {"status": "accepted"})
             assert moved.status == 200, moved.body
             (woken,) = await wakes_for(client, alder)

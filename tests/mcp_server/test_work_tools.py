@@ -60,7 +60,7 @@ async def alder_and_birch(
 
 def accept(fake_room: FakeRoom, task_id: str) -> None:
     """The room's admin, as a person, accepts a task."""
-    admin = Credentials(owner_token=fake_room.owner_token)
+    admin = Credentials(owner_token=fake_room.person_token)
     answer = fake_room.room.work.tasks.patch(ROOM, task_id, admin, {"status": "accepted"})
     assert answer.status == 200, answer.body
 
@@ -296,9 +296,9 @@ async def test_bad_input_names_its_cause_and_changes_nothing(
                 ).body
             )
             assert await error("update_task", worker_id=a, task_id=task_id, status="merged") == (
-                'API error 403: {"error":"Only the room\'s admins, as people (an owner bearer'
-                " without agent session credentials), can accept, cancel, merge or close"
-                ' tasks."}'
+                'API error 403: {"error":"Only the room\'s admins, signed in as people (a'
+                " person's bearer without agent session credentials), can accept, cancel,"
+                ' merge or close tasks."}'
             )
             assert await error("update_task", worker_id=a, task_id=task_id, status="proposed") == (
                 'API error 400: {"error":"Invalid transition: assigned → proposed.'

@@ -26,6 +26,8 @@ OTHER_TOKEN: Final = "other-owner-token"
 # Person (sign-in) tokens of the same two accounts: only a person changes settings.
 PERSON_TOKEN: Final = "owner-person-token"
 OTHER_PERSON_TOKEN: Final = "other-person-token"
+# Each owner's person token (the same account, signed in).
+PERSON_OF: Final = {OWNER_TOKEN: PERSON_TOKEN, OTHER_TOKEN: OTHER_PERSON_TOKEN}
 ROOM: Final = "room_shared"
 UUID4: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
@@ -40,6 +42,11 @@ def connection_token() -> str:
 
 def owner_headers(token: str = OWNER_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def person_headers(token: str = PERSON_TOKEN) -> dict[str, str]:
+    """A person's bearer (signed in): the only bearer that acts as the person."""
+    return owner_headers(token)
 
 
 def credentials(session: dict[str, Any], owner: str = OWNER_TOKEN) -> Credentials:
@@ -197,7 +204,7 @@ async def claimed_task(
     assert r.status_code == 201, r.text
     task_id: str = r.json()["id"]
     r = await client.patch(
-        f"{tasks}/{task_id}", json={"status": "accepted"}, headers=owner_headers(owner)
+        f"{tasks}/{task_id}", json={"status": "accepted"}, headers=person_headers(PERSON_OF[owner])
     )
     assert r.status_code == 200, r.text
     claim = {"status": "assigned", "assignee": session["actor_label"]}

@@ -25,6 +25,7 @@ from hypercorn.utils import wrap_app
 from letagents_trio.room_server import RoomConfig
 from letagents_trio.room_server._config import (
     MAX_SILENT_CONNECTIONS,
+    SEND_TIMEOUT,
     default_silent_connections,
 )
 from letagents_trio.room_server._connections import (
@@ -192,6 +193,41 @@ class BrokenStream:
         raise trio.BrokenResourceError("socket connection broken: [Errno 32] Broken pipe")
 
 
+@attrs.define
+class StuckStream:
+    """A socket whose client stopped reading: a send waits for ever, until the socket closes."""
+
+    closed: list[bool] = attrs.field(factory=list)
+
+    @property
+    def socket(self) -> StuckStream:
+        return self
+
+    def close(self) -> None:
+        self.closed.append(True)
+
+    async def send_all(self, data: bytes) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_client_that_stops_reading_is_cut_after_the_send_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The write is shielded (half a frame would break the framing), but bounded: past the
+    send timeout the socket is closed and the app told the client is gone."""
+    stream = StuckStream()
+    server = counted_server(stream)
+    recorder = Recorder()
+    server.protocol = cast("Any", recorder)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.protocol_send, RawData(data=b"pong"))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel(reason="a cancellation does not cut a shielded write short")
+    assert trio.current_time() == SEND_TIMEOUT
+    assert stream.closed == [True]
+    assert recorder.events == [Closed()]
+
+
 def counted_server(stream: Any) -> _CountedTCPServer:
     config = Config()
     app: Any = None  # never called
@@ -202,6 +238,7 @@ def counted_server(stream: Any) -> _CountedTCPServer:
         ConnectionState({}),
         _Connection(stream, trio.CancelScope()),
         SilentConnections(1),
+        SEND_TIMEOUT,
     )
 
 

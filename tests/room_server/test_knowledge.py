@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .helpers import ROOM, owner_headers, registered, registration, session_headers
+from .helpers import (
+    ROOM,
+    owner_headers,
+    person_headers,
+    registered,
+    registration,
+    session_headers,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -95,11 +102,11 @@ async def test_a_request_for_input_lists_with_waiting_tasks_and_a_person_answers
     )
     assert r.status_code == 403
     r = await client.post(
-        respond, json={"response": "yes", "expected_version": 0}, headers=owner_headers()
+        respond, json={"response": "yes", "expected_version": 0}, headers=person_headers()
     )
     assert r.status_code == 409
     r = await client.post(
-        respond, json={"response": "Yes, ship it.", "expected_version": 1}, headers=owner_headers()
+        respond, json={"response": "Yes, ship it.", "expected_version": 1}, headers=person_headers()
     )
     assert r.status_code == 200, r.text
     answered = r.json()["record"]
@@ -117,11 +124,11 @@ async def test_a_request_for_input_lists_with_waiting_tasks_and_a_person_answers
     )
     # A retry of that answer is answered again; another answer is refused.
     r = await client.post(
-        respond, json={"response": "Yes, ship it.", "expected_version": 1}, headers=owner_headers()
+        respond, json={"response": "Yes, ship it.", "expected_version": 1}, headers=person_headers()
     )
     assert (r.status_code, r.json()["record"]) == (200, answered)
     r = await client.post(
-        respond, json={"response": "No.", "expected_version": 2}, headers=owner_headers()
+        respond, json={"response": "No.", "expected_version": 2}, headers=person_headers()
     )
     assert (r.status_code, r.json()) == (409, {"error": "This request has already been answered."})
 

@@ -36,7 +36,7 @@ from .helpers import (
     claimed_task,
     drop,
     hold,
-    owner_headers,
+    person_headers,
     registered,
     registration,
     session_headers,
@@ -122,10 +122,10 @@ async def test_the_rooms_admin_revokes_and_hands_off(
     task, lease = await claimed_task(client, a)
     # B is not reachable (no stream, no poll): no handoff to it.
     handoff = {"action": "handoff", "target_actor_key": b["agent_key"]}
-    r = await act(client, owner_headers(), task, **handoff)
+    r = await act(client, person_headers(), task, **handoff)
     assert (r.status_code, r.json()["code"]) == (409, "coordination_target_session_unreachable")
     await nursery.start(hold, client, b)
-    r = await act(client, owner_headers(), task, **handoff, reason="A is on leave")
+    r = await act(client, person_headers(), task, **handoff, reason="A is on leave")
     assert r.status_code == 200, r.text
     answer = r.json()
     assert answer["released_lease"]["status"] == "revoked"  # not the holder: revoked
@@ -176,7 +176,7 @@ async def test_a_claim_whose_lease_the_storage_refuses_changes_nothing(
     tasks = f"/rooms/{ROOM}/tasks"
     r = await client.post(tasks, json={"title": "t"}, headers=session_headers(a))
     task = r.json()["id"]
-    r = await client.patch(f"{tasks}/{task}", json={"status": "accepted"}, headers=owner_headers())
+    r = await client.patch(f"{tasks}/{task}", json={"status": "accepted"}, headers=person_headers())
     assert r.status_code == 200, r.text
     assert isinstance(store, SQLiteStore)
     store._db.execute(  # the task's UPDATE goes through; the lease's INSERT is refused

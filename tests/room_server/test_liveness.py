@@ -19,7 +19,17 @@ from letagents_trio.room_server._liveness import (
 )
 from letagents_trio.room_server._storage._rows import SessionRow
 
-from .helpers import EPOCH, OWNER_TOKEN, ROOM, claimed_task, drop, hold, registered, registration
+from .helpers import (
+    EPOCH,
+    OWNER_TOKEN,
+    PERSON_TOKEN,
+    ROOM,
+    claimed_task,
+    drop,
+    hold,
+    registered,
+    registration,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -101,6 +111,7 @@ async def test_the_periodic_sweep_posts_at_the_grace(
         store=MemoryStore(),
         clock=TrioClock(EPOCH),
         owner_tokens={OWNER_TOKEN: "owner"},
+        person_tokens={PERSON_TOKEN: "owner"},
         config=RoomConfig(liveness_notice_after_ms=120_000),
     )
     await nursery.start(room.run)
@@ -109,7 +120,7 @@ async def test_the_periodic_sweep_posts_at_the_grace(
     session = dict(created.body)
     tasks = room.work.tasks
     task = tasks.create(ROOM, _creds(session), {"title": "t"}).body["id"]
-    admin = Credentials(owner_token=OWNER_TOKEN)
+    admin = Credentials(owner_token=PERSON_TOKEN)
     assert tasks.patch(ROOM, task, admin, {"status": "accepted"}).status == 200
     claim = {"status": "assigned", "assignee": session["actor_label"]}
     assert tasks.patch(ROOM, task, _creds(session), claim).status == 200

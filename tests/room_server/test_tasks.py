@@ -25,6 +25,10 @@ from letagents_trio.room_server._board._tasks import (
     parse_task_number,
     resolve_assignment,
 )
+from letagents_trio.room_server._messaging._citations import (
+    INVALID_SOURCE_TEXT,
+    SOURCE_MESSAGE_TEXT,
+)
 from letagents_trio.room_server._storage._rows import LeaseRow, SessionRow, TaskRow
 from letagents_trio.workers import _room_work as room_work
 
@@ -34,6 +38,7 @@ from .helpers import (
     ROOM,
     claimed_task,
     owner_headers,
+    person_headers,
     registered,
     registration,
     session_headers,
@@ -80,8 +85,8 @@ async def test_a_new_task_is_proposed_and_answered_as_the_task(
         "updated_at": task["created_at"],
         "active_leases": [],
     }
-    assert (await create(client, owner_headers(), title="by a person"))["id"] == "task_2"
-    assert (await create(client, owner_headers(), title="by a person"))["created_by"] == "owner"
+    assert (await create(client, person_headers(), title="by a person"))["id"] == "task_2"
+    assert (await create(client, person_headers(), title="by a person"))["created_by"] == "owner"
     r = await client.get(f"{TASKS}/task_1", headers=session_headers(a))
     assert (r.status_code, r.json()) == (200, task)
 
@@ -91,7 +96,7 @@ async def test_the_whole_life_of_a_task(
 ) -> None:
     a = await registered(client, registration(name="A"))
     b = await registered(client, registration(name="B"))
-    ah, bh, admin = session_headers(a), session_headers(b), owner_headers()
+    ah, bh, admin = session_headers(a), session_headers(b), person_headers()
     task = (await create(client, bh, title="t"))["id"]
     claim_a = {"status": "assigned", "assignee": a["actor_label"]}
     # A proposed task cannot be claimed: there is no lease to take yet.
@@ -185,6 +190,11 @@ async def test_a_move_outside_the_table_is_400_and_changes_nothing(
         ({"title": 5}, "title must be a nonblank string"),
         ({"title": "t", "description": ["x"]}, "description must be a string"),
         ({"title": "t", "source_message_id": 5}, "source_message_id must be a message id"),
+        ({"title": "a\x00b"}, "title must not contain NUL characters"),
+        ({"title": "t", "description": "x\x00"}, "description must not contain NUL characters"),
+        # No message 99 in the room: as memory refuses it.
+        ({"title": "t", "source_message_id": "99"}, SOURCE_MESSAGE_TEXT),
+        ({"title": "t", "source_message_id": "msg_x"}, INVALID_SOURCE_TEXT),
     ],
 )
 async def test_bad_task_bodies_are_400_and_store_nothing(
@@ -200,12 +210,40 @@ async def test_bad_task_bodies_are_400_and_store_nothing(
     assert room.store.tasks_page(ROOM, after=0, limit=5, statuses=None) == []
 
 
+async def test_a_task_cites_a_message_of_its_own_room_only(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    """A message of another room is refused 400, as memory refuses it; one of its own is kept."""
+    a = await registered(client, registration(name="A"))
+    z = await registered(client, registration(name="Z"), room="room_two")
+    elsewhere = await client.post(
+        "/rooms/room_two/messages", json={"text": "hi"}, headers=session_headers(z)
+    )
+    here = await client.post(
+        f"/rooms/{ROOM}/messages", json={"text": "hi"}, headers=session_headers(a)
+    )
+    assert elsewhere.json()["id"] != here.json()["id"]
+    body = {"title": "t", "source_message_id": elsewhere.json()["id"]}
+    r = await client.post(TASKS, json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()) == (400, {"error": SOURCE_MESSAGE_TEXT})
+    memory = {"client_id": "mem-00001", "category": "goal", "title": "t", "body": "b"}
+    r = await client.post(
+        f"/rooms/{ROOM}/memory", json={**memory, **body}, headers=session_headers(a)
+    )
+    assert (r.status_code, r.json()) == (400, {"error": SOURCE_MESSAGE_TEXT})
+    assert room.store.tasks_page(ROOM, after=0, limit=5, statuses=None) == []
+    body = {"title": "t", "source_message_id": here.json()["id"]}
+    r = await client.post(TASKS, json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()["source_message_id"]) == (201, here.json()["id"])
+
+
 @pytest.mark.parametrize(
     ("body", "text"),
     [
         ({"assignee": 5}, "Task update could not be completed."),
         ({"title": ""}, "title must be a nonblank string"),
         ({"description": 1}, "description must be a string"),
+        ({"title": "\x00"}, "title must not contain NUL characters"),
     ],
 )
 async def test_bad_patches_are_400(
@@ -216,7 +254,7 @@ async def test_bad_patches_are_400(
 ) -> None:
     a = await registered(client, registration(name="A"))
     task = (await create(client, session_headers(a), title="t"))["id"]
-    r = await patch(client, owner_headers(), task, **body)
+    r = await patch(client, person_headers(), task, **body)
     assert (r.status_code, r.json()) == (400, {"error": text})
 
 
@@ -240,8 +278,8 @@ async def test_the_board_pages_and_filters(
     headers = session_headers(a)
     for i in range(5):
         await create(client, headers, title=f"t{i}")
-    await patch(client, owner_headers(), "task_2", status="cancelled")
-    await patch(client, owner_headers(), "task_4", status="accepted")
+    await patch(client, person_headers(), "task_2", status="cancelled")
+    await patch(client, person_headers(), "task_4", status="accepted")
 
     async def board(query: str) -> dict[str, Any]:
         r = await client.get(f"{TASKS}?{query}", headers=headers)

@@ -30,9 +30,10 @@ from letagents_trio.testing._transport import open_streaming_transport
 from .helpers import (
     EPOCH,
     OWNER_TOKEN,
+    PERSON_TOKEN,
     ROOM,
     claimed_task,
-    owner_headers,
+    person_headers,
     registered,
     registration,
     session_headers,
@@ -134,7 +135,7 @@ async def test_a_task_rule_with_to_waits_for_those_and_ends_when_the_task_ends(
     rule = r.json()["rule"]
     await client.patch(tasks, json={"status": "in_progress"}, headers=session_headers(a))
     assert await wakes(client, a) == []  # not what it waits for
-    r = await client.patch(tasks, json={"status": "cancelled"}, headers=owner_headers())
+    r = await client.patch(tasks, json={"status": "cancelled"}, headers=person_headers())
     assert r.status_code == 200, r.text
     (wake,) = await wakes(client, a)
     assert wake["text"].startswith(
@@ -216,7 +217,7 @@ async def test_cancel_is_the_agents_own_or_an_admins(
     mine = await client.post(cancel, json={}, headers=session_headers(a))
     assert mine.status_code == 200, mine.text
     assert mine.json()["rule"]["cancelled_by"]["kind"] == "agent"
-    twice = await client.post(cancel, json={}, headers=owner_headers())
+    twice = await client.post(cancel, json={}, headers=person_headers())
     assert (twice.status_code, twice.json()["error"]) == (409, "This wake rule already ended.")
 
 
@@ -267,6 +268,7 @@ async def test_rules_survive_a_restart_on_sqlite_and_a_missed_timer_fires_late(
             store=store,
             clock=TrioClock(EPOCH),
             owner_tokens={OWNER_TOKEN: "owner"},
+            person_tokens={PERSON_TOKEN: "owner"},  # the room's admin moves tasks
             config=RoomConfig(),
         )
 

@@ -20,6 +20,7 @@ import trio.testing
 
 from letagents_trio import ApiError
 from letagents_trio._protocol import AGENT_SESSION_ENDED_ADVICE
+from letagents_trio.room_server._wire import Credentials
 from letagents_trio.testing import ProcessMode
 from letagents_trio.workers._wire import (
     RECOVER_ARGUMENTS_TEXT,
@@ -214,7 +215,8 @@ async def test_12_resuming_an_ended_worker_returns_adopted_leases_once_and_never
             tasks = f"/rooms/{ROOM}/tasks"
             task = await p.client.call("POST", tasks, json={"title": "task 7"}, session=session)
             task_path = f"{tasks}/{task['id']}"
-            await p.client.call("PATCH", task_path, json={"status": "accepted"})  # the admin
+            admin = Credentials(owner_token=fake_room.person_token)
+            fake_room.room.work.tasks.patch(ROOM, task["id"], admin, {"status": "accepted"})
             claim = {"status": "assigned", "assignee": session.extra["actor_label"]}
             claimed = await p.client.call("PATCH", task_path, json=claim, session=session)
             (lease,) = claimed["active_leases"]

@@ -208,7 +208,7 @@ async def test_claiming_reads_the_task_first(
     with pytest.raises(Exception, match="is proposed, not accepted"):
         await work.claim_task(acting, task["id"])
     assert fake_room.requests[-1].method == "GET"  # nothing was changed
-    admin = Credentials(owner_token=fake_room.owner_token)
+    admin = Credentials(owner_token=fake_room.person_token)
     fake_room.room.work.tasks.patch(ROOM, task["id"], admin, {"status": "accepted"})
     claimed = await work.claim_task(acting, task["id"])
     assert (claimed["status"], claimed["assignee_agent_key"]) == (

@@ -424,6 +424,32 @@ async def test_failed_write_keeps_the_old_file_and_removes_the_temp(
     assert leftovers(state_path) == []
 
 
+@pytest.mark.parametrize("full", ["lock", "directory"])
+async def test_a_full_disk_says_so_and_never_asks_to_restore_the_state(
+    store: LocalStateStore, state_path: Path, monkeypatch: pytest.MonkeyPatch, full: str
+) -> None:
+    """The lock (or its directory) cannot be made on a full disk: the state is intact."""
+    raw = write_json(state_path, {"x": 1})
+
+    def no_space(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if full == "lock":
+        monkeypatch.setattr(os, "write", no_space)
+    else:
+        monkeypatch.setattr(Path, "mkdir", no_space)
+    with pytest.raises(StateError) as caught:
+        await store.update(lambda state: state.update(x=2))
+    monkeypatch.undo()
+    assert not isinstance(caught.value, StateUnavailable)
+    assert str(caught.value) == (
+        f"Could not write the local state file {state_path}"
+        " (ENOSPC: No space left on device); it is unchanged"
+    )
+    assert read_bytes(state_path) == raw
+    assert leftovers(state_path) == []
+
+
 @pytest.mark.skipif(IS_ROOT, reason="root writes into read-only directories")
 async def test_read_only_directory(store: LocalStateStore, state_path: Path) -> None:
     raw = write_json(state_path, {"x": 1})

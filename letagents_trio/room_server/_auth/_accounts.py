@@ -26,7 +26,10 @@ a session (live or ended) in it.
 
 The room's work routes (the board, memory, requests for people) are called by
 an :class:`Actor` (:meth:`Accounts.actor`): an agent, by its session
-credentials, or a person, one of the room's admins by a bearer alone.
+credentials, or a person, one of the room's admins signed in (a person token
+alone). An owner token alone reads there as the admin it names, and writes
+nothing: every agent of that owner holds it, so it never acts as the person
+(who answers requests for input and makes the admin's moves on the board).
 """
 
 from __future__ import annotations
@@ -70,10 +73,22 @@ if TYPE_CHECKING:
     from .._storage._rows import SessionRow
     from .._storage._store import RoomStore
 
-__all__ = ["AGENT_NAME_REQUIRED_TEXT", "Accounts", "Actor", "account_id", "agent_identity"]
+__all__ = [
+    "AGENT_NAME_REQUIRED_TEXT",
+    "OWNER_NOT_PERSON_TEXT",
+    "Accounts",
+    "Actor",
+    "account_id",
+    "agent_identity",
+]
 
 # Ours (upstream's text was not read, PROTOCOL.md §9.7).
 AGENT_NAME_REQUIRED_TEXT: Final = "name is required"
+# Ours: an owner token alone writing on a work route (see the module docstring).
+OWNER_NOT_PERSON_TEXT: Final = (
+    "An owner token acts for its agents, never as a person: send the agent's session"
+    " credentials, or sign in as a person."
+)
 
 
 def account_id(login: str) -> str:
@@ -112,7 +127,8 @@ def _login_of(tokens: Mapping[str, str], bearer: str | None) -> str | None:
 @final
 @attrs.frozen(kw_only=True)
 class Actor:
-    """Who calls a work route: an agent (``session`` is its row) or a person (no session).
+    """Who calls a work route: an agent (``session`` is its row) or a person (no session:
+    signed in when it writes, see :meth:`Accounts.actor`).
 
     Attributes:
         label: how the room names the caller: the agent's actor label, or the login.
@@ -245,24 +261,30 @@ class Accounts:
             bearer: the bearer token; a missing or unknown one is 401.
             refusal: the 403 text for a known account that is not an admin.
         """
+        return self._room_admin(room_id, bearer, refusal)[0]
+
+    def _room_admin(self, room_id: str, bearer: str | None, refusal: str) -> tuple[Account, bool]:
+        """:meth:`room_admin`, and whether the bearer is a person's."""
         found = self.bearer(bearer)
         if found is None:
             refuse(401, OWNER_AUTH_TEXT)
-        account, _ = found
-        if not self.is_admin(room_id, account):
+        if not self.is_admin(room_id, found[0]):
             refuse(403, refusal)
-        return account
+        return found
 
     def actor(
         self, room_id: str, creds: Credentials, not_admin_text: str, *, reading: bool = False
     ) -> Actor:
         """Who calls a work route, or refuse: an agent by its session credentials (a worker
-        session when it writes), else a person who is one of the room's admins."""
+        session when it writes), else one of the room's admins: signed in as a person
+        when it writes (an owner token alone is 403, :data:`OWNER_NOT_PERSON_TEXT`)."""
         if creds.session_id or creds.session_token:
             row = self.authenticate(room_id, creds, worker_only=not reading, reading=reading)
             label = row.actor_label or row.display_name
             return Actor(label=label, account_id=row.owner_account_id, session=row)
-        account = self.room_admin(room_id, creds.owner_token, not_admin_text)
+        account, person = self._room_admin(room_id, creds.owner_token, not_admin_text)
+        if not person and not reading:
+            refuse(403, OWNER_NOT_PERSON_TEXT)
         return Actor(label=account.login, account_id=account.account_id)
 
     def require_room(self, room_id: str) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from .._auth._accounts import Actor
+from .._messaging._citations import check_source
 from .._storage._rows import LeaseRow, TaskRow
 from .._wire import Credentials, Refusal, Reply, refuse
 from ._leases import (
@@ -69,6 +70,7 @@ from ._tasks import (
     parse_task_number,
     resolve_assignment,
     task_json,
+    text_edit,
 )
 
 if TYPE_CHECKING:
@@ -187,6 +189,7 @@ class TaskBoard:
             self.accounts.require_room(room_id)
             actor = self.accounts.actor(room_id, creds, ADMIN_TEXT)
             new = parse_new_task(body, actor.label)
+            check_source(self.store, room_id, new.source_message_id)
         except Refusal as refusal:
             return refusal.reply
         now = self.clock.now_ms()
@@ -273,6 +276,10 @@ class TaskBoard:
             if not decision.allowed:
                 refuse(409, decision.reason or "", code=decision.code)
             take_lease = decision.take_lease
+        text = None if actor.person else text_edit(task, patch, actor, leases)
+        if text is not None and not text.allowed:
+            refuse(409, text.reason or "", code=text.code)
+        take_lease = take_lease or (text is not None and text.take_lease)
         if patch.status is not None and patch.status not in VALID_TRANSITIONS.get(task.status, ()):
             refuse(400, invalid_transition_text(task.status, patch.status))
         return take_lease

@@ -15,8 +15,9 @@ it (``merged``, ``done``, or ``cancelled``). A move outside the table is 400
 Who may move a task (a ``PATCH``), in the order the checks run:
 
 1. ``accepted``, ``cancelled``, ``merged`` and ``done`` are the room's admins'
-   (:data:`ADMIN_STATUSES`). In the reference room admins act as people (an
-   owner bearer, no session credentials), never through an agent.
+   (:data:`ADMIN_STATUSES`). In the reference room admins act as people (a
+   person's bearer, no session credentials), never through an agent nor an
+   owner token (every agent of the owner holds it).
 2. An agent's request to move a task from ``in_review`` back to ``blocked`` (a
    reviewer asking for changes) may change nothing else.
 3. Ownership (:func:`ownership`): an agent claims only for itself, never
@@ -30,6 +31,15 @@ Who may move a task (a ``PATCH``), in the order the checks run:
 6. The transition table.
 
 People (admins) pass 2-5: those are the rules of agents.
+
+Who may change a task's text (``title``, ``description``; :func:`text_edit`):
+the letagents API checks only its form (nonblank, 512 and 100,000 characters)
+and leaves the rest to its room's coordination; ours gives the text to whoever
+the work is: while an agent holds the task (``assigned`` to ``in_review``) the
+holder of its work lease (the assignee whose lease is gone takes a new one,
+as for a status move), before and after that its creator; and always the
+room's admins, as people. Anyone else's edit is 409: the text of a task is its
+instructions, and another agent must not rewrite the work it gave someone.
 """
 
 from __future__ import annotations
@@ -61,6 +71,8 @@ __all__ = [
     "REVIEW_DECISION_TEXT",
     "TASK_NOT_FOUND_TEXT",
     "TASK_STATUSES",
+    "TEXT_NOT_YOURS_CODE",
+    "TEXT_NOT_YOURS_TEXT",
     "TITLE_AND_CREATOR_TEXT",
     "UPDATE_FAILED_TEXT",
     "VALID_TRANSITIONS",
@@ -76,6 +88,7 @@ __all__ = [
     "parse_task_number",
     "resolve_assignment",
     "task_json",
+    "text_edit",
 ]
 
 # The letagents API's statuses, in board order. (The MCP tools' schema lists them
@@ -134,11 +147,17 @@ BOARD_REVIEW_TEXT: Final = (
 BOARD_REVIEW_CODE: Final = "coordination_board_review_required"
 # Ours: the reference room's admins act as people (its 403 for anyone else).
 ADMIN_TEXT: Final = (
-    "Only the room's admins, as people (an owner bearer without agent session credentials),"
-    " can accept, cancel, merge or close tasks."
+    "Only the room's admins, signed in as people (a person's bearer without agent session"
+    " credentials), can accept, cancel, merge or close tasks."
 )
 # Ours: a source message id longer than any id is not one.
 _SOURCE_TEXT: Final = "source_message_id must be a message id"
+# Ours: an agent's edit of a task's text it does not hold (see the module docstring).
+TEXT_NOT_YOURS_TEXT: Final = (
+    "Only the task's creator (while no agent holds it), the holder of its work lease,"
+    " or the room's admins as people can change its title and description."
+)
+TEXT_NOT_YOURS_CODE: Final = "task_text_not_yours"
 
 
 def parse_task_number(task_id: str) -> int | None:
@@ -161,6 +180,7 @@ def _title(value: object) -> str:
         refuse(400, "title must be a nonblank string")
     if len(value) > MAX_TITLE_CHARS:
         refuse(400, f"title must be at most {MAX_TITLE_CHARS} characters")
+    _no_nul("title", value)
     return value.strip()
 
 
@@ -169,7 +189,15 @@ def _description(value: object) -> str:
         refuse(400, "description must be a string")
     if len(value) > MAX_DESCRIPTION_CHARS:
         refuse(400, f"description must be at most {MAX_DESCRIPTION_CHARS} characters")
+    _no_nul("description", value)
     return value
+
+
+def _no_nul(name: str, value: str) -> None:
+    """Ours: a NUL is no text (the letagents API's PostgreSQL refuses it in any text
+    column), and cut at it by C readers and terminals, it would hide what follows."""
+    if "\x00" in value:
+        refuse(400, f"{name} must not contain NUL characters")
 
 
 @final
@@ -370,6 +398,21 @@ def coordinate(
         code="coordination_missing_lease",
         reason=f"Mutation {mutation.name} requires an active {mutation.kind} lease.",
     )
+
+
+def text_edit(
+    task: TaskRow, patch: TaskPatch, actor: Actor, leases: Iterable[LeaseRow]
+) -> Coordination | None:
+    """May the agent ``actor`` change ``task``'s text as ``patch`` asks? ``None`` when the
+    patch leaves the text alone; else the decision (a new work lease when the assignee
+    whose lease is gone edits it)."""
+    if patch.title is None and patch.description is None:
+        return None
+    if task.status in AGENT_OWNED_STATUSES and (task.assignee or task.assignee_agent_key):
+        return coordinate(task, Mutation(name="task_update"), actor, leases)
+    if task.created_by == actor.label:
+        return Coordination(allowed=True)
+    return Coordination(allowed=False, code=TEXT_NOT_YOURS_CODE, reason=TEXT_NOT_YOURS_TEXT)
 
 
 def _assigned_to(task: TaskRow, actor: Actor) -> bool:
