@@ -1,71 +1,51 @@
-"""Sphinx configuration: MyST Markdown pages, furo, autodoc with napoleon."""
+"""Sphinx configuration: MyST Markdown pages, furo.
+
+Every page is plain Markdown that reads the same on GitHub (``tests/test_docs.py``
+checks): the API reference is written from the docstrings by
+``docs/_reference.py``. What only the site needs is added here as the pages
+are read: the index's links become its navigation (a hidden toctree of the
+pages it links, in order), and the changelog page shows ``CHANGELOG.md`` in
+full where the page itself links to it.
+"""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Any
+
 import letagents_trio
+
+DOCS = Path(__file__).parent
+# A link to another page of docs/: [text](page.md).
+_PAGE_LINK = re.compile(r"\]\((?P<page>[\w-]+)\.md\)")
 
 project = "letagents-trio"
 author = "letagents-trio developers"
 release = letagents_trio.__version__
 version = release
 
-extensions = [
-    "myst_parser",
-    "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
-]
-source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+extensions = ["myst_parser"]
+source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 html_theme = "furo"
 html_title = "letagents-trio"
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-autodoc_member_order = "bysource"
-autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": False}
-napoleon_google_docstring = True
-napoleon_numpy_docstring = False
-
-# The docs build offline (no intersphinx): references into other projects'
-# docs cannot resolve, so they are listed here instead of silenced wholesale.
+# Every cross-reference must resolve (-n): a broken link between pages fails the build.
 nitpicky = True
-_EXTERNAL = (
-    "trio|httpx2|attrs|random|enum|contextlib|collections|typing|types|os|pathlib"
-    "|datetime|hypercorn|mcp|mcp_types|re"
-)
-_TYPING = (
-    "Mapping|Iterator|AsyncIterator|Awaitable|Callable|Sequence|Any|NoReturn|Protocol"
-    "|Path|PathLike|Random|AbstractAsyncContextManager"
-)
-_BUILTINS = "BaseException|Exception|object|float|int|str|bool|bytes|dict|list|tuple|None|T"
-nitpick_ignore_regex = [
-    (r"py:.*", rf"({_EXTERNAL})(\..*)?"),
-    (r"py:.*", rf"({_TYPING})"),
-    (r"py:class", rf"({_BUILTINS})"),
-    (r"py:.*", r"Outcome\..*"),
-    # Private modules and type aliases that appear in signatures.
-    (r"py:.*", r"letagents_trio\.(\w+\.)?_\w+\..*"),
-    (
-        r"py:class",
-        r"(Emit|SessionHook|StillOurs|ASGIApp|Receive|Send|Message|CloseMode|Notifier"
-        r"|OwnerTokenSource|Opener|Response|Origin|_SSEStream|_SocketBlock|OpeningBurst"
-        r"|CollectorPause|Answer|DropConnection|_asgi\.DropConnection"
-        r"|HostWording|Context|CallToolResult|InputRequiredResult)",
-    ),
-    # The testing kit's instruction to its servers, raised by its rules.
-    (r"py:exc", r"DropConnection"),
-    # Module constants and row types named in docstrings but not documented on their own.
-    (r"py:.*", r"(GRACEFUL_TIMEOUT|SHUTDOWN_TIMEOUT|RoomRow)"),
-    # Private helpers and constants of the host layer and the MCP server that
-    # their public docstrings name; private, so not in the reference.
-    (
-        r"py:.*",
-        r"(local_owner_slug|local_host_id|detect_runtime_label"
-        r"|default_local_chat_path|message_cursor|register_tools|_exit_now"
-        r"|MAX_MESSAGE_PAGE|MAX_MESSAGE_CHARS|WAIT_RECHECK_INTERVAL|ConfigError"
-        r"|Accounts|MessageBoard|GuidelinesBoard|TaskBoard|KnowledgeBoard)",
-    ),
-    # Napoleon reads "Returns: X (y: z)" lines as a type.
-    (r"py:class", r"(The stream handle|the connection is recorded)"),
-]
+
+
+def _site_only(app: Any, docname: str, source: list[str]) -> None:
+    """Add what only the site needs to a page as it is read (see the module docstring)."""
+    if docname == "index":
+        pages = list(dict.fromkeys(m["page"] for m in _PAGE_LINK.finditer(source[0])))
+        source[0] += "\n```{toctree}\n:hidden:\n\n" + "\n".join(pages) + "\n```\n"
+    elif docname == "changelog":
+        source[0] = (DOCS.parent / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def setup(app: Any) -> dict[str, bool]:
+    app.connect("source-read", _site_only)
+    return {"parallel_read_safe": True}

@@ -69,6 +69,7 @@ from ._session import AgentSession
 
 if TYPE_CHECKING:
     from ._collector import OpeningBurst
+    from ._unknown import UnknownSessions
 
 __all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder"]
 
@@ -80,24 +81,12 @@ Emit = Callable[[HolderEvent], None]
 
 _RETRIED = (Outcome.DROPPED, Outcome.REFUSED, Outcome.UNSUPPORTED)
 
+
 # Said once per run of ``unsupported`` outcomes (the counter resets when a stream
 # opens): the protocol retries a 404 slowly and for ever, so without a word the
 # holder would just wait. Where this room served the session before, the route
 # exists, so the room no longer knows the session; otherwise the address, or the
 # room's version, is the likelier cause.
-FORGOTTEN_TEXT = (
-    "process connection of %s: %s from a room that served it before: the room no longer"
-    " knows this session. A room restarted without its store (letagents-trio room --memory)"
-    " forgets every session and cannot take one back: register a new worker there."
-    " Retrying after %s s"
-)
-NO_ROUTE_TEXT = (
-    "process connection of %s: %s: no process route for this session at this address"
-    " (a wrong API URL, a room without the route, or one that does not know the session)."
-    " Retrying after %s s"
-)
-
-
 class HolderStatus(enum.Enum):
     """Where a :class:`ProcessHolder` is in its life."""
 
@@ -218,6 +207,7 @@ class ProcessHolder:
         forget: Callable[[ProcessHolder], None],
         opening: OpeningBurst,
         turns: trio.CapacityLimiter,
+        unknown: UnknownSessions,
     ) -> None:
         self._session = session
         self._connector = connector
@@ -226,6 +216,8 @@ class ProcessHolder:
         self._on_ended = on_ended
         self._still_ours = still_ours
         self._forget = forget
+        # Told the first 404 of each run, for one summary line per outcome (_unknown.py).
+        self._unknown = unknown.note
         # Told when an attempt starts waiting for the room's answer, and when it stops.
         self._opening = opening
         # The manager's turns to wait for the room's answer (policy.open_concurrency).
@@ -431,9 +423,7 @@ class ProcessHolder:
                 detail,
             )
             if outcome is Outcome.UNSUPPORTED and not self._tally.retries[outcome]:
-                schedule = ", ".join(f"{d:g}" for d in self._policy.unsupported_delays)
-                text = FORGOTTEN_TEXT if self._tally.opens else NO_ROUTE_TEXT
-                logger.warning(text, self._session.session_id, detail, schedule)
+                self._unknown(self._session, detail, served_before=bool(self._tally.opens))
             if outcome is Outcome.ENDED:
                 await self._end()
                 return

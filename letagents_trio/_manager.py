@@ -39,6 +39,7 @@ from ._goodbye import ExitAnnouncement, Goodbye
 from ._holder import HolderStatus, ProcessHolder
 from ._policy import HoldPolicy
 from ._sse_connector import SSEConnector
+from ._unknown import UnknownSessions
 
 if TYPE_CHECKING:
     from ._client import RoomClient
@@ -170,6 +171,8 @@ class ConnectionManager:
         # ... and at most policy.open_concurrency of them at once.
         cap = policy.open_concurrency
         self._turns = trio.CapacityLimiter(math.inf if cap is None else cap)
+        # The holders' 404s, summed up in one warning per outcome.
+        self._unknown = UnknownSessions(nursery, policy)
 
     @property
     def _closing(self) -> bool:
@@ -234,6 +237,7 @@ class ConnectionManager:
             forget=self._forget,
             opening=self._opening,
             turns=self._turns,
+            unknown=self._unknown,
         )
         self._holders[session.session_id] = holder
         self._nursery.start_soon(holder.run, name=f"process holder {session.session_id}")

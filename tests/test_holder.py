@@ -7,6 +7,7 @@ Every test runs under ``autojump_clock`` over the in-process transport, so
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,7 @@ from letagents_trio import (
     StreamNews,
     open_connection_manager,
 )
+from letagents_trio._unknown import SUMMARY_WINDOW
 from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
 from letagents_trio.workers import LocalStateStore
 
@@ -592,11 +594,44 @@ async def test_a_room_that_forgot_the_session_is_named_once_per_run_of_404s(
         await wait_attempts(fake_room, session, 4)  # the open, then 404s at 1, 11, 71
         await trio.testing.wait_all_tasks_blocked()  # the last 404 judged too
         assert holder_warnings(caplog) == [
-            f"process connection of {sid}: HTTP 404 from a room that served it before: the"
-            " room no longer knows this session. A room restarted without its store"
-            " (letagents-trio room --memory) forgets every session and cannot take one back:"
-            " register a new worker there. Retrying after 10, 60, 300 s"
+            f"the room no longer knows 1 session it served before: {session.display_name}. A"
+            " room restarted without its store forgets its sessions: register each worker"
+            " again with its registration_key or worker_id, and the room makes it a new"
+            " session. Retrying after 10, 60, 300 s"
         ]
+
+
+async def test_twenty_forgotten_sessions_make_one_warning_naming_the_workers(
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    state: LocalStateStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 42 finding 5: a room that forgot twenty sessions is one line with the count
+    and the workers' names (ten, then how many more), not twenty lines of session ids."""
+    names = [f"Worker{n:02}" for n in range(20)]
+    sessions = [await stored_worker(fake_room, state, display_name=name) for name in names]
+    async with managed(fake_room, state) as manager:
+        holders = [manager.hold(session) for session in sessions]
+        for holder in holders:
+            await holder.wait_status(HolderStatus.OPEN)
+        fake_room.set_process_mode(ProcessMode.UNKNOWN)
+        fake_room.drop()
+        for session in sessions:
+            await wait_attempts(fake_room, session, 2)
+        await trio.testing.wait_all_tasks_blocked()
+        await trio.sleep(2 * SUMMARY_WINDOW)
+        (warning,) = holder_warnings(caplog)
+    match = re.fullmatch(r"(.*before: )(.*)( and 10 more\..*)", warning)
+    assert match is not None, warning
+    head, named, tail = match.groups()
+    assert head == "the room no longer knows 20 sessions it served before: "
+    assert len(set(named.split(", ")) & set(names)) == 10  # in the order the 404s came
+    assert tail == (
+        " and 10 more. A room restarted without its store forgets its sessions: register each"
+        " worker again with its registration_key or worker_id, and the room makes it a new"
+        " session. Retrying after 10, 60, 300 s"
+    )
 
 
 async def test_a_404_before_any_open_names_the_address_or_the_route_once(
@@ -610,15 +645,16 @@ async def test_a_404_before_any_open_names_the_address_or_the_route_once(
     async with managed(fake_room, state) as manager:
         manager.hold(session)
         await wait_attempts(fake_room, session, 1)
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.testing.wait_all_tasks_blocked()  # the 404 judged
+        await trio.sleep(2 * SUMMARY_WINDOW)  # and summed up, before the next attempt
         said_at_once = holder_warnings(caplog)  # at the first 404, not at a later one
         await wait_attempts(fake_room, session, 3)
         await trio.testing.wait_all_tasks_blocked()
     assert said_at_once == holder_warnings(caplog)
     assert said_at_once == [
-        f"process connection of {session.session_id}: HTTP 404: no process route for this"
-        " session at this address (a wrong API URL, a room without the route, or one that"
-        " does not know the session). Retrying after 10, 60, 300 s"
+        f"no process route for 1 session at this address: {session.display_name} (a wrong"
+        " API URL, a room without the route, or one that does not know the sessions)."
+        " Retrying after 10, 60, 300 s"
     ]
 
 

@@ -29,6 +29,7 @@ from letagents_trio import (
     open_connection_manager,
 )
 from letagents_trio._collector import OpeningBurst
+from letagents_trio._unknown import UnknownSessions
 from letagents_trio.testing import FakeRoom, ProcessMode
 
 from .events import drain
@@ -236,6 +237,7 @@ async def _run_holder(
             forget=forget,
             opening=OpeningBurst(pause=False),
             turns=trio.CapacityLimiter(1),
+            unknown=UnknownSessions(nursery, policy),
         )
         await nursery.start(holder.run)
         await holder.wait_status(until)

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_ROOM_TEXT",
+    "Deprecated",
     "LocalCall",
     "RoomId",
     "ServerState",
@@ -120,6 +121,9 @@ WorkerId = Annotated[
 SessionId = Annotated[
     str | None, Field(description="Legacy: a registered agent session id. Prefer worker_id.")
 ]
+# A field Node's tool still takes but no longer reads (conversation_id, sender, created_by...):
+# accepted and ignored, as Node does, so a Node-shaped call is never refused for it.
+Deprecated = Annotated[str | None, Field(description="Deprecated; accepted and ignored.")]
 
 
 @final
@@ -178,20 +182,14 @@ def _guard(text: str, state: ServerState, sessions: Sequence[AgentSession | None
     return redacted
 
 
-def guarded_json(
-    state: ServerState, payload: object, *sessions: AgentSession | None, pretty: bool = False
-) -> str:
-    """``payload`` as compact JSON (``pretty``: indented by 2), guarded against the owner
-    token and the sessions' tokens."""
-    raw = json.dumps(payload, indent=2, ensure_ascii=False) if pretty else _compact(payload)
-    return _guard(raw, state, sessions)
+def guarded_json(state: ServerState, payload: object, *sessions: AgentSession | None) -> str:
+    """``payload`` as compact JSON, guarded against the owner token and the sessions' tokens."""
+    return _guard(_compact(payload), state, sessions)
 
 
-def ok(
-    state: ServerState, payload: object, *sessions: AgentSession | None, pretty: bool = False
-) -> CallToolResult:
+def ok(state: ServerState, payload: object, *sessions: AgentSession | None) -> CallToolResult:
     """A successful result: ``payload`` as :func:`guarded_json` writes it."""
-    text = guarded_json(state, payload, *sessions, pretty=pretty)
+    text = guarded_json(state, payload, *sessions)
     return CallToolResult(content=[TextContent(type="text", text=text)])
 
 

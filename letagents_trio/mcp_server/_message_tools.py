@@ -40,6 +40,7 @@ from .._protocol import MAX_MESSAGE_CHARS
 from ..workers._local_chat import MAX_MESSAGE_PAGE
 from ..workers._room_work import DEFAULT_READ, MAX_READ, Acting
 from ._facade import (
+    Deprecated,
     RoomId,
     SessionId,
     ToolContext,
@@ -48,6 +49,7 @@ from ._facade import (
     blank,
     call_as,
     expected_errors,
+    failed,
     local_refusal,
     ok,
     recheck,
@@ -88,6 +90,11 @@ LOCAL_THREAD_TEXT: Final = (
 REPLY_MISMATCH_TEXT: Final = "reply_to and thread_parent_id must match when both are provided."
 # A status is a message with this prefix (the Node client's reserved form).
 STATUS_PREFIX: Final = "[status] "
+STATUS_TOO_LONG_TEXT: Final = (
+    f"status is too long: at most {MAX_MESSAGE_CHARS - len(STATUS_PREFIX)} characters"
+)
+# A blank status would post "[status] " and say nothing.
+BLANK_STATUS_TEXT: Final = "status is empty: pass a short line saying what this worker is doing."
 
 
 def _readable(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,6 +234,8 @@ async def send_message(
         str | None,
         Field(description="Post into this thread (any of its message ids; the root is found)."),
     ] = None,
+    sender: Deprecated = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -242,6 +251,7 @@ async def send_thread_message(
     text: Text,
     thread_parent_id: ThreadParent,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -284,12 +294,19 @@ async def post_status(
         str, Field(description="What this worker is doing now, e.g. 'reviewing PR #2'.")
     ],
     room_id: RoomId = None,
+    sender: Deprecated = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Tell the room what this worker is doing now: a short status line, posted as a
     '[status] …' message that people and agents can tell apart from chat."""
     state = server_state(ctx)
+    if not status.strip():
+        return failed(state, BLANK_STATUS_TEXT)
+    if len(STATUS_PREFIX + status) > MAX_MESSAGE_CHARS:
+        # The room's refusal would name its own field, text.
+        return failed(state, STATUS_TOO_LONG_TEXT)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
     text = STATUS_PREFIX + status
 

@@ -46,7 +46,7 @@ from ..workers._names import (
     normalize_agent_base_name,
     owner_attribution,
 )
-from ..workers._registration import account_login
+from ..workers._owner import account_login
 from ..workers._repo_context import (
     config_room,
     git_branches,

@@ -3,15 +3,18 @@
 :func:`create_server` builds a :class:`LetAgentsMCPServer` (the SDK's
 ``MCPServer``) from a :class:`ServerConfig`: the tools of
 :func:`register_tools`, the readiness resource, the ``room_messages``
-resource (``letagents://rooms/{room_id}/messages``: a room's newest messages,
-as ``read_messages`` answers them, read as the one worker this server holds
-in that room, else as the owner), and a lifespan that owns the connection
+resource (``letagents://rooms/{room_id}/messages``: a room's whole history,
+paged as ``read_messages`` with ``limit`` 0 pages it (at most its
+``MAX_READ`` newest), read as the one worker this server holds in that room,
+else as the owner; a room the room server does not know is a not-found error,
+``-32602``), and a lifespan that owns the connection
 manager. Nothing is global: two servers in one process share nothing but the
 state file.
 
 Arguments a tool's schema refuses are answered as an ``isError`` result that
 names each field and what is wrong with it (:func:`arguments_refused_text`),
-never the validator's report.
+never the validator's report; so is an argument no field of the tool takes
+(:func:`unknown_arguments_text`), which is never silently dropped.
 
 The lifespan, entered by the SDK around each served connection, opens in order
 the local rooms' chat (:class:`~letagents_trio.LocalChat`, whose SQLite file is
@@ -51,20 +54,25 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, cast, final
 
 import trio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import (
+    ResourceError,
+    ResourceNotFoundError,
+    ToolError,
+    UnexpectedToolError,
+)
 from mcp.server.runner import serve_dual_era_loop
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
 from .._client import RoomClient
-from .._errors import LetAgentsError
+from .._errors import ApiError, LetAgentsError
 from .._manager import open_connection_manager
 from .._version import __version__
 from ..workers._acting import held_session
 from ..workers._chat_storage import ChatStorage
 from ..workers._handles import WorkerHandles
 from ..workers._local_chat import LocalChat
-from ..workers._room_work import DEFAULT_READ, RoomWork
+from ..workers._room_work import RoomWork
 from ..workers._state import LocalStateStore
 from ..workers._wire import MCP_SERVER_WORDING
 from ._config import ServerConfig
@@ -95,6 +103,7 @@ __all__ = [
     "arguments_refused_text",
     "create_server",
     "readiness_text",
+    "unknown_arguments_text",
 ]
 
 logger = logging.getLogger("letagents_trio.mcp_server")
@@ -114,8 +123,12 @@ INSTRUCTIONS: Final = (
     " get_room_memory, check get_board (claim only accepted tasks), and loop on"
     " wait_for_messages with the last message you processed as after_message_id. Answer a"
     " thread reply with send_thread_message on its thread_parent_id; say what you are doing"
-    " with post_status; ask people with request_human_input."
+    " with post_status; ask people with request_human_input. Where the board needs approval"
+    " (get_board_settings), register intents (register_task_create_intent,"
+    " register_task_claim_intent) instead of add_task and claim_task."
 )
+# The room's answer for a room it does not know.
+NOT_FOUND: Final = 404
 # The signals a host stops its MCP server with.
 SHUTDOWN_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 # The signal that forces an exit without waiting for the goodbye (the first
@@ -132,6 +145,22 @@ def arguments_refused_text(tool: str, error: ValidationError) -> str:
         for item in error.errors(include_url=False)
     )
     return f"{tool}: {faults}. Correct the arguments and call {tool} again."
+
+
+# An unknown argument's name is shown at most this long, and at most this many names.
+_SHOWN_NAME_CHARS: Final = 64
+_SHOWN_NAMES: Final = 8
+
+
+def unknown_arguments_text(tool: str, names: list[str]) -> str:
+    """``update_task: no argument named 'statsu' ...``: the arguments no field of ``tool`` takes."""
+    shown = ", ".join(repr(name[:_SHOWN_NAME_CHARS]) for name in names[:_SHOWN_NAMES])
+    more = f" and {len(names) - _SHOWN_NAMES} more" if len(names) > _SHOWN_NAMES else ""
+    plural = "s" if len(names) > 1 else ""
+    return (
+        f"{tool}: unknown argument{plural} {shown}{more}: {tool} takes no such field."
+        f" Correct the arguments and call {tool} again."
+    )
 
 
 def readiness_text(config: ServerConfig) -> str:
@@ -185,8 +214,8 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
             ROOM_MESSAGES_URI,
             name=ROOM_MESSAGES_NAME,
             description=(
-                f"A room's newest {DEFAULT_READ} messages, as read_messages answers them: read"
-                " as the one worker this server holds in that room, else as the owner."
+                "A room's whole message history, oldest first, as read_messages answers it:"
+                " read as the one worker this server holds in that room, else as the owner."
             ),
             mime_type="application/json",
         )
@@ -204,8 +233,14 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         """The SDK's, but arguments the tool's schema refuses are answered in plain words.
 
         The SDK answers pydantic's report (types, a link to its docs) as the
-        tool's error; a chat reads which argument and what is wrong instead.
+        tool's error, and drops an argument no field takes; a chat reads which
+        argument and what is wrong instead, and nothing is called.
         """
+        schema = self._tool_input_schema(name)
+        if schema is not None:
+            unknown = sorted(set(arguments) - set(schema.get("properties", {})))
+            if unknown:
+                raise ToolError(unknown_arguments_text(name, unknown))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -265,8 +300,11 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                         work=RoomWork(client, bearer_only=config.mode == WORKER),
                     )
                 finally:
+                    held = len(manager.holders)
                     logger.info(
-                        "closing: announcing the exit of %d held sessions", len(manager.holders)
+                        "closing: announcing the exit of %d held %s",
+                        held,
+                        "session" if held == 1 else "sessions",
                     )
         finally:
             chat.close()
@@ -316,7 +354,8 @@ async def _room_messages(state: ServerState, room_id: str) -> str:
     """The ``room_messages`` resource's text, read as the worker held there, else the owner.
 
     Raises:
-        ResourceError: the room, the state file or a rule refused the read (its text).
+        ResourceNotFoundError: the room server does not know the room (its 404).
+        ResourceError: the room, the state file or a rule refused the read otherwise (its text).
     """
     try:
         snapshot = state.store.read()
@@ -326,7 +365,11 @@ async def _room_messages(state: ServerState, room_id: str) -> str:
             agent_session_id=None if held is None else held.session_id,
             worker_id=None,
         )
-        payload, session = await recent_messages(state, who, DEFAULT_READ)
+        payload, session = await recent_messages(state, who, 0)
+    except ApiError as exc:
+        if exc.status == NOT_FOUND:
+            raise ResourceNotFoundError(str(exc)) from None
+        raise ResourceError(str(exc)) from None
     except LetAgentsError as exc:
         raise ResourceError(str(exc)) from None
     return guarded_json(state, payload, session)

@@ -162,14 +162,15 @@ async def _register_legacy(
     runtime: str | None,
     cwd: str | None,
 ) -> CallToolResult:
-    """The legacy path (PROTOCOL §5.8): a session of this process, answered pretty-printed.
+    """The legacy path (PROTOCOL §5.8): a session of this process, answered compact
+    like every other tool (Node's answer is pretty-printed).
 
     Without a room (this server joins none, so none is current) the answer is
     the Node server's ``success: false``; with a worker bearer, its marker.
     """
     if blank(room_id):
         await trio.lowlevel.checkpoint()
-        return ok(state, NO_CURRENT_ROOM, pretty=True)
+        return ok(state, NO_CURRENT_ROOM)
     registration = await state.handles.register_legacy(
         room_id=room_id,
         session_kind=session_kind,
@@ -187,7 +188,7 @@ async def _register_legacy(
     if registration.adopted_task_leases:
         payload["resumed_work"] = _resumed_work(registration)
     payload["use_agent_session_id"] = USE_WORKER_BEARER_MARKER if marker else USE_AGENT_SESSION_ID
-    return ok(state, payload, session, pretty=True)
+    return ok(state, payload, session)
 
 
 @expected_errors

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from ..workers._room_work import TaskStatus  # noqa: TC001 - read by the SDK at run time
 from ._facade import (
+    Deprecated,
     RoomId,
     SessionId,
     ToolContext,
@@ -38,6 +39,7 @@ from ._facade import (
     WorkerId,
     call_as,
     expected_errors,
+    failed,
     local_refusal,
     ok,
     server_state,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from ..workers._room_work import Acting
 
 __all__ = [
+    "BLANK_TITLE_TEXT",
     "LOCAL_BOARD_TEXT",
     "add_task",
     "claim_task",
@@ -57,6 +60,8 @@ __all__ = [
     "update_task",
 ]
 
+# Ours: the room's refusal of a blank title also names created_by, which the tool fills in.
+BLANK_TITLE_TEXT: Final = "title is empty: pass a short title for the task."
 # Ours: local rooms keep their chat on this machine and nothing else.
 LOCAL_BOARD_TEXT: Final = (
     "This room keeps its chat on this machine (chat storage: local), so it has no room server"
@@ -70,6 +75,21 @@ LeaseId = Annotated[
     Field(description="The active work lease you expect (refused if it changed meanwhile)."),
 ]
 Reason = Annotated[str | None, Field(description="Why, for the room's record.")]
+# A governed room's approval (see _board_tools): the intent, and the decider's token if any.
+BoardIntentId = Annotated[
+    str | None,
+    Field(description="The approved board intent this action carries out (governed rooms)."),
+]
+BoardApprovalToken = Annotated[
+    str | None,
+    Field(description="Its approval token; not needed when this worker registered the intent."),
+]
+
+
+def _approval(intent_id: str | None, token: str | None) -> dict[str, Any]:
+    """The approval fields an action sends, those given."""
+    given = {"board_intent_id": intent_id, "board_approval_token": token}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 async def _board_call(
@@ -126,15 +146,22 @@ async def add_task(
     source_message_id: Annotated[
         str | None, Field(description="The message where this work was agreed.")
     ] = None,
+    created_by: Deprecated = None,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
+    board_intent_id: BoardIntentId = None,
+    board_approval_token: BoardApprovalToken = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Add a task to the room's board. It starts proposed: a room admin accepts it before
-    anyone can claim it."""
+    anyone can claim it. Where the board needs approval, use register_task_create_intent."""
     state = server_state(ctx)
+    if not title.strip():
+        # The room's own text names created_by too, which a worker never passes.
+        return failed(state, BLANK_TITLE_TEXT)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-    fields: dict[str, Any] = {"title": title}
+    fields: dict[str, Any] = {"title": title, **_approval(board_intent_id, board_approval_token)}
     if description is not None:
         fields["description"] = description
     if source_message_id is not None:
@@ -150,17 +177,23 @@ async def add_task(
 async def claim_task(
     ctx: ToolContext,
     task_id: TaskId,
+    assignee: Deprecated = None,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
+    board_intent_id: BoardIntentId = None,
+    board_approval_token: BoardApprovalToken = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Claim an accepted task: it is assigned to this worker, which takes its work lease.
-    Only accepted tasks can be claimed; a proposed one waits for a room admin."""
+    Only accepted tasks can be claimed; a proposed one waits for a room admin. Where the board
+    needs approval, use register_task_claim_intent (approval claims it for you)."""
     state = server_state(ctx)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
+    approval = _approval(board_intent_id, board_approval_token)
 
     async def remote(acting: Acting) -> dict[str, Any]:
-        return await state.work.claim_task(acting, task_id)
+        return await state.work.claim_task(acting, task_id, approval)
 
     return await _board_call(ctx, who, remote)
 
@@ -178,18 +211,41 @@ async def update_task(
             )
         ),
     ] = None,
+    assignee: Annotated[str | None, Field(description="The task's assignee.")] = None,
     pr_url: Annotated[str | None, Field(description="A pull request to link.")] = None,
+    workflow_artifacts: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            max_length=32,
+            description=(
+                "Workflow artifacts to link to the task (each: provider, kind, and id, number,"
+                " title, url, ref or state); see publish_room_artifact."
+            ),
+        ),
+    ] = None,
     title: Annotated[str | None, Field(description="A new title.")] = None,
     description: Annotated[str | None, Field(description="A new description.")] = None,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
+    board_intent_id: BoardIntentId = None,
+    board_approval_token: BoardApprovalToken = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
-    """Move a task you hold to another status, link its pull request, or edit its text."""
+    """Move a task you hold to another status, link its pull request and artifacts, or edit
+    its text. Where the board needs approval, a close carries its approved board_intent_id."""
     state = server_state(ctx)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-    changes = {"status": status, "pr_url": pr_url, "title": title, "description": description}
+    changes = {
+        "status": status,
+        "assignee": assignee,
+        "pr_url": pr_url,
+        "workflow_artifacts": workflow_artifacts,
+        "title": title,
+        "description": description,
+    }
     fields = {key: value for key, value in changes.items() if value is not None}
+    fields.update(_approval(board_intent_id, board_approval_token))
 
     async def remote(acting: Acting) -> dict[str, Any]:
         return await state.work.update_task(acting, task_id, fields)
@@ -203,6 +259,7 @@ async def complete_task(
     task_id: TaskId,
     pr_url: Annotated[str | None, Field(description="The pull request with the work.")] = None,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
@@ -220,8 +277,10 @@ async def complete_task(
     return await _board_call(ctx, who, remote)
 
 
-def _lease_fields(action: str, lease_id: str | None, reason: str | None) -> dict[str, Any]:
-    fields: dict[str, Any] = {"action": action}
+def _lease_fields(
+    action: str, lease_id: str | None, reason: str | None, approval: dict[str, Any]
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {"action": action, **approval}
     if lease_id is not None:
         fields["lease_id"] = lease_id
     if reason is not None:
@@ -236,14 +295,19 @@ async def release_task_lease(
     lease_id: LeaseId = None,
     reason: Reason = None,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
+    board_intent_id: BoardIntentId = None,
+    board_approval_token: BoardApprovalToken = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Give back the work lease you hold on a task, so it can be claimed again (it returns
     to accepted). Use it when you are blocked or stop the work."""
     state = server_state(ctx)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-    fields = _lease_fields("release", lease_id, reason)
+    fields = _lease_fields(
+        "release", lease_id, reason, _approval(board_intent_id, board_approval_token)
+    )
 
     async def remote(acting: Acting) -> dict[str, Any]:
         return await state.work.lease_action(acting, task_id, fields)
@@ -267,14 +331,19 @@ async def handoff_task_lease(
     lease_id: LeaseId = None,
     reason: Reason = None,
     room_id: RoomId = None,
+    conversation_id: Deprecated = None,
     agent_session_id: SessionId = None,
+    board_intent_id: BoardIntentId = None,
+    board_approval_token: BoardApprovalToken = None,
     worker_id: WorkerId = None,
 ) -> CallToolResult:
     """Hand the work lease you hold on a task to another live worker in the room: the task
     is assigned to it, with a fresh work lease."""
     state = server_state(ctx)
     who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-    fields = _lease_fields("handoff", lease_id, reason)
+    fields = _lease_fields(
+        "handoff", lease_id, reason, _approval(board_intent_id, board_approval_token)
+    )
     fields["target_actor_key"] = target_agent_key
     if target_actor_instance_id is not None:
         fields["target_actor_instance_id"] = target_actor_instance_id

@@ -1,11 +1,13 @@
 """Which tools a profile serves, and the one registration path.
 
 The tools live by area: the session tools (``_session_tools``), messages
-(``_message_tools``, ``_wait_tool``), the board (``_task_tools``), memory and
-requests for people (``_knowledge_tools``), wake rules (``_wake_tools``), the
-visible reasoning (``_reasoning_tool``), workspace captures
-(``_workspace_tools``), finding and joining rooms (``_room_tools``),
-onboarding (``_onboarding_tools``), and the supervised room turn's
+(``_message_tools``, ``_wait_tool``), the board (``_task_tools``), its
+governance (``_board_tools``, ``_intent_tools``), review work and the record
+(``_review_tools``), memory and requests for people (``_knowledge_tools``),
+wake rules (``_wake_tools``), the visible reasoning (``_reasoning_tool``),
+workspace captures (``_workspace_tools``), finding and joining rooms
+(``_room_tools``), onboarding (``_onboarding_tools``), and the supervised room
+turn's
 (``_turn_tools``); the ``worker_id`` facade, the arguments and the results
 they share in ``_facade``.
 
@@ -40,6 +42,22 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, final
 # Tool signatures are evaluated at run time (the SDK and _without_parameter read them).
 from mcp_types import CallToolResult  # noqa: TC002
 
+from ._board_tools import (
+    approve_board_intent,
+    assign_board_manager,
+    deny_board_intent,
+    get_board_settings,
+    list_board_intents,
+    release_board_manager,
+    set_board_manager_mode,
+)
+from ._intent_tools import (
+    register_board_intent,
+    register_task_claim_intent,
+    register_task_close_intent,
+    register_task_create_intent,
+    register_task_lease_action_intent,
+)
 from ._knowledge_tools import (
     get_human_requests,
     get_room_memory,
@@ -62,6 +80,14 @@ from ._onboarding_tools import (
 )
 from ._profiles import CURSOR_PROVIDER, FACADE_PROFILES, tool_surface
 from ._reasoning_tool import post_reasoning
+from ._review_tools import (
+    claim_task_review,
+    get_room_artifacts,
+    get_room_events,
+    publish_room_artifact,
+    release_task_review,
+    submit_review_verdict,
+)
 from ._room_tools import (
     check_repo,
     check_repo_visibility,
@@ -133,11 +159,29 @@ TOOLS: Final[Mapping[str, ToolFn]] = {
     "publish_workspace_capture": publish_workspace_capture,
     "add_task": add_task,
     "get_board": get_board,
+    "get_board_settings": get_board_settings,
+    "set_board_manager_mode": set_board_manager_mode,
+    "assign_board_manager": assign_board_manager,
+    "release_board_manager": release_board_manager,
+    "register_board_intent": register_board_intent,
+    "register_task_create_intent": register_task_create_intent,
+    "register_task_claim_intent": register_task_claim_intent,
+    "register_task_close_intent": register_task_close_intent,
+    "register_task_lease_action_intent": register_task_lease_action_intent,
+    "list_board_intents": list_board_intents,
+    "approve_board_intent": approve_board_intent,
+    "deny_board_intent": deny_board_intent,
+    "get_room_events": get_room_events,
+    "get_room_artifacts": get_room_artifacts,
+    "publish_room_artifact": publish_room_artifact,
     "claim_task": claim_task,
     "update_task": update_task,
     "complete_task": complete_task,
+    "claim_task_review": claim_task_review,
+    "release_task_review": release_task_review,
     "release_task_lease": release_task_lease,
     "handoff_task_lease": handoff_task_lease,
+    "submit_review_verdict": submit_review_verdict,
     "send_message": send_message,
     "send_thread_message": send_thread_message,
     "read_messages": read_messages,

@@ -80,7 +80,7 @@ async def complete_room_turn(
         "instruction": COMPLETION_INSTRUCTION,
     }
     return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(payload, indent=2))],
+        content=[TextContent(type="text", text=json.dumps(payload, separators=(",", ":")))],
         structured_content=payload,
     )
 

@@ -55,6 +55,7 @@ import trio
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
 from ._agent_routes import agent_routes
 from ._auth._device_page import decision_page, form_fields, form_page, send_page
+from ._board_routes import board_routes
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
 from ._storage._store_errors import StoreWriteError
@@ -301,6 +302,8 @@ def _routes(room: Room) -> tuple[_Route, ...]:
             r.params["room"], r.params["task"], r.credentials(body), body
         )
 
+    fixed, with_parameter = board_routes(room)
+
     def knowledge_routes(kind: str) -> dict[str, Handler]:
         def read(r: _Request) -> Reply:
             return work.knowledge.read(r.params["room"], kind, r.credentials())
@@ -365,6 +368,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
         _Route("/rooms/{room+}/join", {"POST": join}),
+        *(_Route(path, handlers) for path, handlers in fixed),
         *(_Route(path, handlers) for path, handlers in agents_fixed),
         # Patterns with a parameter after the room come last (see the module docstring).
         _Route(sessions, {"POST": register}),
@@ -373,6 +377,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route(sessions + "/{session}/disconnect", {"POST": disconnect}),
         _Route("/rooms/{room+}/tasks/{task}/lease-action", {"POST": lease_action}),
         _Route("/rooms/{room+}/attention/{record}/respond", {"POST": respond}),
+        *(_Route(path, handlers) for path, handlers in with_parameter),
         _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
         *(_Route(path, handlers) for path, handlers in agents_parametric),
     )

@@ -254,7 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         token, person = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         owner_tokens = {token: DEV_LOGIN}
         person_tokens.setdefault(person, DEV_LOGIN)
-        sys.stderr.write(f"dev account {DEV_LOGIN!r}: owner token {token}, person token {person}\n")
+        # One token a line, and last on its line: a copied word takes nothing else.
+        sys.stderr.write(f"dev account {DEV_LOGIN!r} owner token: {token}\n")
+        sys.stderr.write(f"dev account {DEV_LOGIN!r} person token: {person}\n")
     store: RoomStore
     if args.memory:
         store = MemoryStore()

@@ -5,9 +5,13 @@ the room's one store, clock and accounts: :class:`~._messaging._messages.Message
 (messages, threads, long polls), :class:`~._guidelines.GuidelinesBoard`,
 :class:`~._board._taskboard.TaskBoard` (tasks and their leases) and
 :class:`~._knowledge.KnowledgeBoard` (memory and requests for people),
-:class:`~._wake._wakes.WakeBoard` (wake rules), and what agents report:
+:class:`~._wake._wakes.WakeBoard` (wake rules), what agents report:
 :class:`~._reports._reasoning.ReasoningBoard` and
-:class:`~._reports._agent_work.AgentWorkBoard` (workspace captures). The
+:class:`~._reports._agent_work.AgentWorkBoard` (workspace captures), and
+the board's governance: :class:`~._board._intents.BoardGovernance` (Board
+Manager settings and intents), :class:`~._board._decisions.IntentDecisions`,
+:class:`~._board._reviews.ReviewBoard` (review leases and verdicts) and
+:class:`~._board._record.RecordBoard` (artifacts and events). The
 route table calls them directly; :class:`~._room.Room` builds them, and keeps
 for itself what concerns sessions (registration, process streams, presence,
 liveness).
@@ -20,6 +24,11 @@ from typing import TYPE_CHECKING, final
 
 import attrs
 
+from ._board._decisions import IntentDecisions
+from ._board._hooks import BoardHooks
+from ._board._intents import BoardGovernance
+from ._board._record import RecordBoard
+from ._board._reviews import ReviewBoard
 from ._board._taskboard import TaskBoard
 from ._guidelines import GuidelinesBoard
 from ._knowledge import KnowledgeBoard
@@ -49,6 +58,10 @@ class RoomWork:
         wakes: agents' wake rules, and the loop that fires them.
         reasoning: agents' visible reasoning.
         agent_work: published workspace captures.
+        governance: Board Manager settings, assignments and intents.
+        decisions: approving and denying intents.
+        reviews: review leases and verdicts.
+        record: shared artifacts and the room's events.
     """
 
     messages: MessageBoard
@@ -58,6 +71,10 @@ class RoomWork:
     wakes: WakeBoard
     reasoning: ReasoningBoard
     agent_work: AgentWorkBoard
+    governance: BoardGovernance
+    decisions: IntentDecisions
+    reviews: ReviewBoard
+    record: RecordBoard
 
     @classmethod
     def build(
@@ -83,6 +100,11 @@ class RoomWork:
         tasks.status_changed.append(wakes.task_changed)
         agent_work = AgentWorkBoard(store, clock, accounts)
         messages.attachments.append(agent_work.attachments)
+        record = RecordBoard(store, clock, accounts)
+        governance = BoardGovernance(store, clock, accounts, messages, record)
+        tasks.hooks = BoardHooks(governance, record)
+        decisions = IntentDecisions(store, clock, accounts, record, governance)
+        decisions.status_changed = tasks.status_changed
         return cls(
             messages=messages,
             guidelines=GuidelinesBoard(store, clock, accounts, messages),
@@ -91,4 +113,8 @@ class RoomWork:
             wakes=wakes,
             reasoning=ReasoningBoard(store, clock, accounts),
             agent_work=agent_work,
+            governance=governance,
+            decisions=decisions,
+            reviews=ReviewBoard(store, clock, accounts, record, reachable),
+            record=record,
         )

@@ -276,9 +276,27 @@ class FakeRoom:
         """End ``session_id`` at the room: its open streams get ``event: ended``."""
         self.room.end_session(session_id)
 
-    def restart(self) -> None:
-        """Close every process stream silently, as a room shutting down does."""
+    def restart(self, *, forget: bool = False) -> None:
+        """Close every process stream silently, as a room shutting down does.
+
+        Args:
+            forget: the room comes back with nothing stored, as
+                ``letagents-trio room --memory`` restarted does: :attr:`room`
+                becomes a new room with the same tokens, clock and config over
+                an empty :class:`~letagents_trio.room_server.MemoryStore`.
+        """
         self.room.close_all_process_streams()
+        if forget:
+            old = self.room
+            self.room = Room(
+                store=MemoryStore(),
+                clock=old.clock,
+                owner_tokens=old.owner_tokens,
+                person_tokens=old.person_tokens,
+                config=old.config,
+            )
+            self._inner = create_app(self.room)
+            self._seen_sessions.clear()
 
     # --- observing -----------------------------------------------------------------
 

@@ -6,8 +6,12 @@ room, keeping the two things only this process knows (§6.4):
 
 * **Pins**: the session this process registered for each worker, by session
   id. A pinned session whose stored record is live, whose token equals the
-  pin and that has no operation pending is returned as it is (the *pinned
-  fast path*: the room is not asked) and its process connection held again.
+  pin and that has no operation pending is confirmed with the room in one
+  request that changes nothing (:meth:`~._registration.Registrar.confirm`)
+  and returned as it is, its process connection held again; a local room's
+  is returned without asking anyone (the *pinned fast path*). A pin the room
+  no longer has is registered again, and when the room answers with a new
+  session, the old one's process connection is let go for the new one's.
 * **Registrations in flight**: concurrent connects of one (worker, room) share
   one :class:`~._flight.SingleFlight` call, so exactly one registration is
   sent; the leases the room moved are the leader's to report.
@@ -31,13 +35,13 @@ from .._errors import ApiError
 from ._flight import SingleFlight
 from ._legacy import hold_connection
 from ._records import pinned_current, room_record, worker_record
-from ._registration import Registrar
+from ._registration import Confirmation, Registrar
 
 if TYPE_CHECKING:
     from .._client import RoomClient
     from .._manager import ConnectionManager
     from .._session import AgentSession
-    from ._registration import Owner
+    from ._owner import Owner
     from ._state import LocalStateStore
     from ._wire import HostWording
 
@@ -126,13 +130,6 @@ class Connections:
         data = self.snapshot()
         record = worker_record(data, worker_id) or worker
         room = room_record(record, room_id)
-        pin = pinned_current(data, self.pins, room)
-        if pin is not None:
-            logger.debug("worker %s in %s: pinned fast path", worker_id, room_id)
-            if not local:
-                hold_connection(self.manager, pin)
-            await trio.lowlevel.checkpoint()
-            return pin, ()
         registrar = Registrar(
             client=self.client,
             state=self.state,
@@ -140,15 +137,47 @@ class Connections:
             ide_label=self.ide_label,
             wording=self.wording,
         )
+        pin = pinned_current(data, self.pins, room)
+        said: Confirmation = "refused"
+        if pin is not None:
+            if local:
+                await trio.lowlevel.checkpoint()
+                logger.debug("worker %s in %s: pinned fast path", worker_id, room_id)
+                return pin, ()
+            said = await registrar.confirm(record, room_id, pin, runtime=runtime, cwd=cwd)
+            if said == "live":
+                logger.debug("worker %s in %s: the room confirmed its pin", worker_id, room_id)
+                hold_connection(self.manager, pin)
+                return pin, ()
+            if said == "forgotten":
+                logger.info(
+                    "worker %s in %s: the room no longer knows session %s; registering a new one",
+                    worker_id,
+                    room_id,
+                    pin.session_id,
+                )
+        prior = room.get("session_id")
         try:
             session, leases = await registrar.register(
-                owner, record, room_id, room, local=local, runtime=runtime, cwd=cwd
+                owner,
+                record,
+                room_id,
+                room,
+                local=local,
+                runtime=runtime,
+                cwd=cwd,
+                prove=said != "forgotten",
             )
         except ApiError as exc:
             if exc.status == 401:  # the room refused the owner: ask for the account again
                 self.owner_refused()
             raise
         self.pins[session.session_id] = session
+        if isinstance(prior, str) and prior != session.session_id:
+            # The room forgot the prior session: its holder follows the new one.
+            self.pins.pop(prior, None)
+            if self.manager is not None:
+                self.manager.release(prior)
         if not local:
             hold_connection(self.manager, session)
         return session, leases

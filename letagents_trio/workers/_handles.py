@@ -86,6 +86,7 @@ from ._connect import Connections
 from ._identity import DEFAULT_RUNTIME_LABEL, local_owner_slug
 from ._legacy import LegacyRegistrar
 from ._names import DEFAULT_IDE_LABEL, js_trim
+from ._owner import AccountCache, Owner, no_sign_in
 from ._records import (
     create_or_reuse_worker,
     held_under,
@@ -93,7 +94,7 @@ from ._records import (
     registration_key_hash,
     worker_in_scope,
 )
-from ._registration import AccountCache, Owner, disconnect_at_room, no_sign_in
+from ._registration import disconnect_at_room
 from ._results import WorkerHandlesStatistics, WorkerRegistration
 from ._stateparts import STATE_UNAVAILABLE_MESSAGE, iso_now
 from ._wire import (

@@ -61,8 +61,8 @@ from ._names import (
     js_trim,
     normalize_agent_base_name,
 )
+from ._owner import no_sign_in
 from ._records import read_leases, stored_session
-from ._registration import no_sign_in
 from ._results import WorkerRegistration
 from ._stateparts import ensure_mapping, iso_now, mapping_at
 from ._wire import (
@@ -75,7 +75,7 @@ from ._wire import (
 if TYPE_CHECKING:
     from .._client import RoomClient
     from .._manager import ConnectionManager
-    from ._registration import Owner
+    from ._owner import Owner
     from ._state import LocalStateStore
 
 __all__ = [

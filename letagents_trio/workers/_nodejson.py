@@ -12,6 +12,7 @@ order.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn
 
@@ -23,13 +24,39 @@ _MAX_INDEX_DIGITS: Final = len(str(_MAX_ARRAY_INDEX))
 
 
 def decode_json(raw: bytes) -> object:
-    """Parse ``raw`` as ``JSON.parse`` would.
+    """Parse ``raw`` as ``JSON.parse`` would, nested at most :data:`MAX_NESTING` deep.
 
     Raises:
         UnicodeDecodeError: not UTF-8.
         ValueError: not JSON (``NaN`` and ``Infinity`` included).
+        RecursionError: nested deeper than :data:`MAX_NESTING`.
     """
-    return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    text = raw.decode("utf-8")
+    if nesting(text) > MAX_NESTING:
+        raise RecursionError(f"JSON nested more than {MAX_NESTING} deep")
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+# Deeper than any record the protocol stores (a handful of levels), and below
+# what Python 3.11's parser and writer manage (about 900), which 3.12 and 3.13
+# exceed: every supported Python refuses the same files.
+MAX_NESTING = 500
+# Strings (escapes included) hold no brackets that count.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = {ord(c): None for c in map(chr, range(0x80)) if c not in "[]{}"}
+
+
+def nesting(text: str) -> int:
+    """How deep the arrays and objects of the JSON ``text`` nest (0 for a scalar)."""
+    brackets = _STRING.sub("", text).translate(_NOT_BRACKETS)
+    depth = deepest = 0
+    for char in brackets:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def json_type(value: object) -> str:

@@ -413,8 +413,12 @@ def prepare_operation(
     *,
     operation_id: str,
     connection_token: str,
+    prove: bool = True,
 ) -> Operation:
     """Store a new pending operation, with the predecessor's id and token as proof.
+
+    ``prove=False`` stores none: the room no longer knows the predecessor (it
+    forgot the worker's sessions), so a proof would only be refused.
 
     Raises:
         WorkerError: ``UNKNOWN_WORKER_TEXT`` (the record is gone), or
@@ -426,7 +430,7 @@ def prepare_operation(
     room = ensure_mapping(ensure_mapping(record, "rooms"), room_id)
     if room.get("pending") is not None:
         raise WorkerError(IN_PROGRESS_TEXT)
-    predecessor = stored_session(state, room.get("session_id"))
+    predecessor = stored_session(state, room.get("session_id")) if prove else None
     operation = Operation(
         operation_id=operation_id,
         connection_token=connection_token,
@@ -475,15 +479,27 @@ def store_hosted_session(
     room_id: str,
     operation: Operation,
     record: Mapping[str, Any],
+    *,
+    now: str,
 ) -> None:
     """Finish ``operation`` with the room's session: store it, make it current, drop ``pending``.
+
+    A room that forgot the worker's session answers with another session id:
+    the session it replaces is then ended here at ``now``, as it is no longer
+    the room's.
 
     Raises:
         WorkerError: ``SUPERSEDED_TEXT``, as :func:`pending_room`.
     """
     room = pending_room(state, worker_id, room_id, operation)
     session_id = str(record["session_id"])
-    ensure_mapping(state, "agent_sessions")[session_id] = dict(record)
+    sessions = ensure_mapping(state, "agent_sessions")
+    prior_id = room.get("session_id")
+    if isinstance(prior_id, str) and prior_id != session_id:
+        prior = _dict_at(sessions, prior_id)
+        if prior is not None and not prior.get("ended_at"):
+            prior["ended_at"] = prior["updated_at"] = prior["last_seen_at"] = now
+    sessions[session_id] = dict(record)
     room["session_id"] = session_id
     del room["pending"]
 

@@ -202,7 +202,8 @@ class RoomWork:
         body: object = None,
     ) -> dict[str, Any]:
         """One call of the room route ``…/rooms/<room>/<route>`` for ``acting``: a route
-        the other host-layer modules name (wake rules, reasoning, workspace captures)."""
+        the other host-layer modules name (wake rules, reasoning, workspace captures, a
+        governed board's routes)."""
         return await self._call(acting, method, route, query=query, body=body)
 
     # --- messages ----------------------------------------------------------------------
@@ -391,10 +392,13 @@ class RoomWork:
         """``PATCH …/tasks/{t}``: change a task under the room's rules."""
         return await self._call(acting, "PATCH", self._task_route(task_id), body=dict(fields))
 
-    async def claim_task(self, acting: Acting, task_id: str) -> dict[str, Any]:
+    async def claim_task(
+        self, acting: Acting, task_id: str, extra_fields: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Claim a task as the acting worker: read it (``GET``), then ``PATCH`` it to
-        ``assigned`` for this worker, which takes its work lease. A task already
-        assigned to this worker is answered as read.
+        ``assigned`` for this worker, which takes its work lease (``extra_fields``, a
+        governed room's approval, go with it). A task already assigned to this worker is
+        answered as read.
 
         Raises:
             WorkerError: the task is not accepted (:func:`claim_refusal`); nothing was changed.
@@ -408,7 +412,7 @@ class RoomWork:
             raise WorkerError(refusal)
         if task.get("status") == "assigned":
             return task
-        fields: dict[str, Any] = {"status": "assigned"}
+        fields: dict[str, Any] = {"status": "assigned", **(extra_fields or {})}
         if isinstance(label, str) and label:
             fields["assignee"] = label
         if isinstance(key, str) and key:

@@ -213,11 +213,13 @@ AMBIGUOUS_ROOM_TEXT: Final = (
 )
 WORKER_OR_SESSION_TEXT: Final = "Pass worker_id (or a legacy agent_session_id) to act as a worker."
 # Upstream's requireWorkerAgentSession (runtime/agent-sessions.ts): a write
-# action (send_message, ...) without a session, or as a controller.
+# action (send_message, ...) without a session, or as a controller. The first
+# sentence is upstream's; the advice is ours: a host keeps the worker_id that
+# register_agent_session returns, not a session id (issue 42).
 WORKER_SESSION_REQUIRED_TEXT: Final = (
     "Registered worker agent_session_id is required for this write action."
     " Call register_agent_session for this room first, then pass the returned"
-    " agent_session_id explicitly."
+    " worker_id (or a legacy session's agent_session_id) explicitly."
 )
 WORKER_KIND_REQUIRED_TEXT: Final = "Worker agent_session_id is required for this write action."
 UNKNOWN_SESSION_TEXT: Final = (

@@ -206,7 +206,13 @@ async def test_the_command_plays_to_its_end_and_prints_the_summary() -> None:
     assert "asking for 'Juniper' got 'Juniper'" in stdout
 
 
-async def test_ctrl_c_after_the_first_step_announces_and_exits_130() -> None:
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+async def test_a_signal_after_the_first_step_announces_and_exits_128_plus_its_number(
+    signum: signal.Signals, status: int
+) -> None:
+    """Ctrl-C, and SIGTERM as systemd or ``docker stop`` send it (issue 42)."""
     marker = b"Step 1 (a dropped stream): ok"
     with trio.fail_after(STORY_BUDGET):
         process = await trio.lowlevel.open_process(
@@ -222,10 +228,10 @@ async def test_ctrl_c_after_the_first_step_announces_and_exits_130() -> None:
                 chunk = await process.stdout.receive_some()
                 assert chunk, seen.decode()
                 seen += chunk
-            process.send_signal(signal.SIGINT)
+            process.send_signal(signum)
             while chunk := await process.stdout.receive_some():
                 seen += chunk
-            assert await process.wait() == 130
+            assert await process.wait() == status
         finally:
             if process.returncode is None:
                 process.kill()

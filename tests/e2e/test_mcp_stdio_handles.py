@@ -208,7 +208,7 @@ async def test_local_room_workers_across_two_processes(tmp_path: Path) -> None:
                     await call_ok(second, "disconnect_agent_session", {"worker_id": one_id})
                     args = {"worker_id": one_id, "room_id": LOCAL_ROOM}
                     back = await call_ok(second, "register_agent_session", args)
-                    args = {"worker_id": one_id, "after_message_id": "0"}
+                    args = {"worker_id": one_id}  # read_messages has no cursor field
                     read = await call_ok(second, "read_messages", args)
     assert back["agent_session"]["session_id"] == one_sid
     assert back["agent_session"]["display_name"] == "Cedar"

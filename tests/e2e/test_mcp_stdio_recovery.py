@@ -92,13 +92,14 @@ async def test_name_notice_recovery_and_ended_sessions(tmp_path: Path) -> None:
                 assert a["worker_id"] not in json.dumps(b)
                 b_name = b["agent_session"]["display_name"]
                 assert b_name.lower() != "juniper"  # the room never gives a held name twice
-                # 3. Recovering "Juniper" resumes A with no registration, and it can send.
+                # 3. Recovering "Juniper" resumes A once the room confirms it (one registration
+                # in the lost-answer form that changes nothing), and it can send.
                 count = len(room.registrations)
                 recovered = await call_ok(client, "register_agent_session", recover("Juniper"))
                 assert recovered["worker_id"] == a["worker_id"]
                 assert recovered["agent_session"]["session_id"] == a_sid
                 assert recovered["agent_session"]["display_name"] == "Juniper"
-                assert len(room.registrations) == count
+                assert len(room.registrations) == count + 1
                 await call_ok(client, "send_message", {"worker_id": a["worker_id"], "text": "hi"})
                 # 4. Nobody by that name.
                 assert "no worker named" in await call_error(

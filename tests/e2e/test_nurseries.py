@@ -10,6 +10,7 @@ them. The mock-clock timeline must print exactly its checked-in output.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ import trio
 
 from ..room_server.helpers import OWNER_TOKEN
 from .room_process import RunningRoom, running_room
+from .signalled import signal_when
 
 NURSERIES = Path(__file__).resolve().parents[2] / "nurseries"
 PROGRAMS = sorted(NURSERIES.glob("*.py"))
@@ -81,3 +83,41 @@ async def test_the_embedder_holds_a_worker_in_a_running_room_and_announces_its_e
         "stopped: the exit of Juniper was recorded",
     ]
     assert result.stderr == b""
+
+
+async def test_the_embedder_stops_on_sigterm_and_announces_its_exit(room: RunningRoom) -> None:
+    """Issue 42: SIGTERM (systemd, ``docker stop``) cancels the program's own scope."""
+    env = {**os.environ, "LETAGENTS_API_URL": room.url, "LETAGENTS_TOKEN": OWNER_TOKEN}
+    ended = await signal_when(
+        [sys.executable, "-u", str(NURSERIES / "embed_in_your_loop.py"), "--hold"],
+        lambda output: b"holding until stopped\n" in output,
+        signal.SIGTERM,
+        budget=60,
+        env=env,
+    )
+    assert ended.status == 0, ended.errors
+    assert ended.output.splitlines()[-2:] == [
+        "SIGTERM: stopping",
+        "stopped: the exit of Juniper was recorded",
+    ]
+    assert room.process.returncode is None
+
+
+async def test_a_refused_token_is_one_line_not_a_traceback(room: RunningRoom) -> None:
+    """Issue 42: a wrong token names the refusal and the fix, with no exception groups."""
+    env = {**os.environ, "LETAGENTS_API_URL": room.url, "LETAGENTS_TOKEN": "not-the-token,"}
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            [sys.executable, str(NURSERIES / "embed_in_your_loop.py")],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+        )
+    assert result.returncode == 1
+    errors = result.stderr.decode()
+    assert "Traceback" not in errors
+    # (Before it, the library's own warnings, through logging's last resort.)
+    (error,) = [line for line in errors.splitlines() if line.startswith("error: ")]
+    assert error.startswith("error: Could not verify your LetAgents account"), errors
+    assert "HTTP 401" in error

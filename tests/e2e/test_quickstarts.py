@@ -9,10 +9,8 @@ processes; each run is bounded.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 import trio
 
 from ..doc_blocks import pytest_in, runnable
+from .signalled import signal_when
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "quickstart.md"
 # Generous: each program starts a room (and the MCP one an MCP server) on a busy machine.
@@ -78,43 +77,45 @@ async def test_the_mcp_host_quickstart(tmp_path: Path) -> None:
     ]
 
 
-async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
-    tmp_path: Path,
-) -> None:
-    program = write(tmp_path, "embed_quickstart.py")
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-c", AS_FROM_A_TERMINAL, "-u", str(program)],
+async def test_the_mcp_host_quickstart_stops_on_sigterm(tmp_path: Path) -> None:
+    """Issue 42: SIGTERM mid-run cancels the program's scope; leaving the client's block
+    closes the server's stdin (the server then announces every exit), and it exits 0."""
+    program = write(tmp_path, "mcp_quickstart.py")
+    ended = await signal_when(
+        [sys.executable, "-u", str(program)],
+        lambda output: b"registered Juniper\n" in output,
+        signal.SIGTERM,
+        budget=BUDGET,
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
     )
-    try:
-        with trio.fail_after(BUDGET):
-            assert process.stdout is not None
-            assert process.stderr is not None
-            output = b""
-            # Ctrl-C once both workers' connections are open (each prints "connection").
-            while output.count(b": connection\n") < 2:
-                chunk = await process.stdout.receive_some()
-                assert chunk, output.decode()
-                output += chunk
-            os.kill(process.pid, signal.SIGINT)
-            async for chunk in process.stdout:
-                output += chunk
-            errors = b"".join([chunk async for chunk in process.stderr])
-            status = await process.wait()
-    finally:
-        if process.returncode is None:
-            # A failed run must not leave the program, or the room it started
-            # in a session of its own, behind: Ctrl-C stops both, then a kill.
-            with trio.move_on_after(10, shield=True) as cleanup:
-                process.send_signal(signal.SIGINT)
-                await process.wait()
-            if cleanup.cancelled_caught:
-                process.kill()
-    assert status == 0, errors.decode()
-    assert b"Traceback" not in errors
-    lines = output.decode().splitlines()
+    assert ended.status == 0, ended.errors
+    assert "Traceback" not in ended.errors
+    lines = ended.output.splitlines()
+    assert lines[1] == "registered Juniper"
+    assert lines[-1] == "stopped by SIGTERM: the MCP server announced every exit"
+
+
+@pytest.mark.parametrize(
+    ("signum", "last_line"),
+    [(signal.SIGINT, "stopped by Ctrl-C"), (signal.SIGTERM, "stopped by SIGTERM")],
+    ids=["SIGINT", "SIGTERM"],
+)
+async def test_the_embedder_quickstart_stops_on_a_signal_with_the_exit_report(
+    tmp_path: Path, signum: signal.Signals, last_line: str
+) -> None:
+    """Ctrl-C, and SIGTERM as systemd or ``docker stop`` send it: both exits recorded."""
+    program = write(tmp_path, "embed_quickstart.py")
+    # The signal once both workers' connections are open (each prints "connection").
+    ended = await signal_when(
+        [sys.executable, "-c", AS_FROM_A_TERMINAL, "-u", str(program)],
+        lambda output: output.count(b": connection\n") >= 2,
+        signum,
+        budget=BUDGET,
+        cwd=tmp_path,
+    )
+    assert ended.status == 0, ended.errors
+    assert "Traceback" not in ended.errors
+    lines = ended.output.splitlines()
     assert lines[0] == "holding Juniper and Cedar; press Ctrl-C to stop"
     timed = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in lines[1:7]]
     assert sorted(timed) == sorted(
@@ -123,7 +124,7 @@ async def test_the_embedder_quickstart_stops_on_ctrl_c_with_the_exit_report(
         for kind in ("attempt", "open", "connection")
     )
     assert sorted(lines[7:9]) == ["exit of Cedar: recorded", "exit of Juniper: recorded"]
-    assert lines[9:] == ["stopped by Ctrl-C"]
+    assert lines[9:] == [last_line]
 
 
 async def test_the_tester_quickstart(tmp_path: Path) -> None:

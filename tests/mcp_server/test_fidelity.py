@@ -102,7 +102,7 @@ async def _legacy(client: Client, **arguments: Any) -> dict[str, Any]:
     result = await client.call_tool("register_agent_session", {"room_id": ROOM, **arguments})
     assert not result.is_error, text_of(result)
     text = text_of(result)
-    assert text.startswith('{\n  "success": true,\n'), text  # pretty-printed, as upstream
+    assert text.startswith('{"success":true,'), text  # compact, as every answer (issue 42)
     value: dict[str, Any] = json.loads(text)
     return value
 
@@ -194,8 +194,9 @@ async def test_the_legacy_path_without_a_room_answers_success_false(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     """Issue 28 row 7. Node ``tools/agent-sessions.ts``: without ``room_id`` and no current
-    room, ``{success: false, error, hint}`` pretty-printed, a result and not a tool
-    error; nothing is sent. (This server joins no room, so none is ever current.)"""
+    room, ``{success: false, error, hint}`` (compact, as every answer: issue 42), a result
+    and not a tool error; nothing is sent. (This server joins no room, so none is ever
+    current.)"""
     with trio.fail_after(10):
         server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
         async with Client(server, mode="legacy") as client:
@@ -207,6 +208,6 @@ async def test_the_legacy_path_without_a_room_answers_success_false(
             "error": "No room_id provided and not currently in a room.",
             "hint": "Join a room first, or pass room_id explicitly.",
         },
-        indent=2,
+        separators=(",", ":"),
     )
     assert fake_room.requests == []

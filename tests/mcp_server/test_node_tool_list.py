@@ -1,6 +1,6 @@
 """The worker profile's tools are the Node server's, and so are its room and onboarding fields.
 
-``node_worker_tools.json`` holds the Node server's 58 tools of the
+``data/node-worker-tools.json`` holds the Node server's 58 tools of the
 ``autonomous_mcp_worker`` profile (its local-Codex group aside) and their
 input fields, read from the letagents repository.
 """
@@ -22,33 +22,8 @@ if TYPE_CHECKING:
     from letagents_trio.testing import FakeRoom
 
 NODE: Final[dict[str, Any]] = json.loads(
-    (Path(__file__).parent / "node_worker_tools.json").read_text("utf-8")
+    (Path(__file__).parent / "data" / "node-worker-tools.json").read_text("utf-8")
 )["tools"]
-# Tools another branch adds (issue 40's board governance). Remove each name here when
-# its branch is merged.
-NOT_YET_HERE: Final = frozenset(
-    {
-        # issue 40
-        "claim_task_review",
-        "release_task_review",
-        "get_room_events",
-        "get_room_artifacts",
-        "publish_room_artifact",
-        "submit_review_verdict",
-        "get_board_settings",
-        "set_board_manager_mode",
-        "assign_board_manager",
-        "release_board_manager",
-        "register_board_intent",
-        "register_task_create_intent",
-        "register_task_claim_intent",
-        "register_task_close_intent",
-        "register_task_lease_action_intent",
-        "list_board_intents",
-        "approve_board_intent",
-        "deny_board_intent",
-    }
-)
 # Issue 41's rooms and onboarding: their fields are checked one by one below.
 ROOMS_AND_ONBOARDING: Final = tuple(
     name for name, tool in NODE.items() if tool["group"] in ("rooms", "onboarding")
@@ -66,9 +41,8 @@ async def test_the_worker_profile_lists_the_node_servers_tools(
     fake_room: FakeRoom, tmp_path: Path
 ) -> None:
     assert len(NODE) == 58
-    assert set(NODE) >= NOT_YET_HERE
     tools = await tools_of(fake_room, tmp_path)
-    assert sorted(tools) == sorted(set(NODE) - NOT_YET_HERE)
+    assert sorted(tools) == sorted(NODE)
 
 
 async def test_the_room_and_onboarding_tools_take_the_node_servers_fields(

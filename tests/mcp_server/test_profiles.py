@@ -188,7 +188,7 @@ async def test_the_room_turns_tools_answer_as_the_node_servers(
         " without sending the activating reply through another tool.",
     }
     assert accepted.structured_content == payload
-    assert text_of(accepted).startswith('{\n  "accepted": true')
+    assert text_of(accepted).startswith('{"accepted":true')  # compact, as every answer
     assert refusals == [
         "complete_room_turn requires non-empty text when outcome is reply.",
         "complete_room_turn reply exceeds the 32 KiB public-message limit.",
@@ -286,7 +286,7 @@ async def test_a_worker_bearer_is_the_only_credential_room_tools_send(
             )
             await call_ok(client, "read_messages", {"room_id": ROOM})
     answer: dict[str, Any] = json.loads(text_of(legacy))
-    assert text_of(legacy).startswith('{\n  "success": true,\n  "worker_bearer_mode": true')
+    assert text_of(legacy).startswith('{"success":true,"worker_bearer_mode":true')
     assert answer["agent_session_id"] == answer["agent_session"]["session_id"] == "worker_bearer"
     assert answer["use_agent_session_id"] == (
         "This local worker-bearer session marker may be passed to room tools. The supplied"
@@ -349,5 +349,7 @@ async def test_send_message_without_a_session_is_refused_in_a_hosted_room(
                 {"agent_session_id": controller["agent_session_id"], "text": "hi"},
             )
     assert (alone, as_controller) == (WORKER_SESSION_REQUIRED_TEXT, WORKER_KIND_REQUIRED_TEXT)
+    # Issue 42: the advice names the handle register_agent_session returns.
+    assert "then pass the returned worker_id" in alone
     assert fake_room.requests_to("POST", MESSAGES) == []
     assert len(fake_room.requests) > mark  # the controller did register

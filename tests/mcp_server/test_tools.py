@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Final
 
 import pytest
 import trio
@@ -51,11 +52,29 @@ ROOM_TOOLS = (
     "publish_workspace_capture",
     "add_task",
     "get_board",
+    "get_board_settings",
+    "set_board_manager_mode",
+    "assign_board_manager",
+    "release_board_manager",
+    "register_board_intent",
+    "register_task_create_intent",
+    "register_task_claim_intent",
+    "register_task_close_intent",
+    "register_task_lease_action_intent",
+    "list_board_intents",
+    "approve_board_intent",
+    "deny_board_intent",
+    "get_room_events",
+    "get_room_artifacts",
+    "publish_room_artifact",
     "claim_task",
     "update_task",
     "complete_task",
+    "claim_task_review",
+    "release_task_review",
     "release_task_lease",
     "handoff_task_lease",
+    "submit_review_verdict",
     "send_message",
     "send_thread_message",
     "read_messages",
@@ -74,12 +93,35 @@ WRITE_TOOLS = (
     "handoff_task_lease",
     "remember_room_fact",
     "request_human_input",
+    "register_board_intent",
+    "register_task_create_intent",
+    "register_task_claim_intent",
+    "register_task_close_intent",
+    "register_task_lease_action_intent",
+    "claim_task_review",
+    "release_task_review",
+    "submit_review_verdict",
     "add_wake_rule",
     "cancel_wake_rule",
     "post_reasoning",
     "begin_workspace_capture",
     "publish_workspace_capture",
 )
+# Tools of the facade that take no agent_session_id of their own (Node's fields), and
+# assign_board_manager, whose agent_session_id names the session it promotes.
+NO_SESSION_ARGUMENT = frozenset(
+    {
+        "get_board_settings",
+        "set_board_manager_mode",
+        "assign_board_manager",
+        "release_board_manager",
+        "list_board_intents",
+        "get_room_events",
+        "get_room_artifacts",
+        "publish_room_artifact",
+    }
+)
+SHA: Final = "0123456789abcdef0123456789abcdef01234567"
 # What each tool needs besides whom it acts as.
 REQUIRED: dict[str, dict[str, object]] = {
     "add_wake_rule": {"event": "timer"},
@@ -106,6 +148,24 @@ REQUIRED: dict[str, dict[str, object]] = {
         "category": "question",
         "title": "t",
         "body": "b",
+    },
+    "set_board_manager_mode": {"manager_mode": "off"},
+    "assign_board_manager": {"agent_session_id": "as_1"},
+    "register_board_intent": {"action_type": "task_create", "payload": {"title": "t"}},
+    "register_task_create_intent": {"title": "t"},
+    "register_task_claim_intent": {"task_id": "task_1"},
+    "register_task_close_intent": {"task_id": "task_1", "status": "done"},
+    "register_task_lease_action_intent": {"task_id": "task_1", "action": "release"},
+    "approve_board_intent": {"intent_id": "bi_1"},
+    "deny_board_intent": {"intent_id": "bi_1"},
+    "publish_room_artifact": {"artifact": {"provider": "git", "kind": "branch", "ref": "b"}},
+    "claim_task_review": {"task_id": "task_1"},
+    "release_task_review": {"task_id": "task_1"},
+    "submit_review_verdict": {
+        "task_id": "task_1",
+        "verdict": "approve",
+        "expected_head_sha": SHA,
+        "idempotency_key": "k1",
     },
 }
 # Finding, joining and making rooms, and onboarding (issue 41): the Node server's facade
@@ -294,6 +354,8 @@ async def test_facade_refuses_both_ids_and_needs_a_room(
             registered = await register(client)
             session_id = registered["agent_session"]["session_id"]
             for tool in ROOM_TOOLS:
+                if tool in NO_SESSION_ARGUMENT:
+                    continue
                 args = {"worker_id": registered["worker_id"], "agent_session_id": session_id}
                 args.update(REQUIRED.get(tool, {}))
                 assert await call_error(client, tool, args) == BOTH_TEXT, tool
@@ -443,3 +505,33 @@ async def test_guidelines_come_from_the_agent_guidelines_route(
         registered["agent_session"]["session_id"],
         True,
     )
+
+
+async def test_a_session_the_room_forgot_is_replaced_by_register_agent_session(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Issue 42: after a --memory room restarted, registering by the same key gives a
+    live session, held, and a message sent by worker_id reaches the new room."""
+    store = LocalStateStore(tmp_path / "mcp-state.json")
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            first = await register(client)
+            old_id = first["agent_session"]["session_id"]
+            await fake_room.wait_until(lambda: len(fake_room.room.process_streams(old_id)) == 1)
+            fake_room.restart(forget=True)
+            again = await register(client)
+            new_id = again["agent_session"]["session_id"]
+            assert again["worker_id"] == first["worker_id"]
+            assert new_id != old_id
+            await fake_room.wait_until(lambda: len(fake_room.room.process_streams(new_id)) == 1)
+            row = fake_room.room.session(new_id)
+            assert row is not None
+            assert row.ended_at is None
+            sent = await call_ok(
+                client, "send_message", {"worker_id": first["worker_id"], "text": "back"}
+            )
+            assert sent["message"]["agent_session_id"] == new_id
+    forgotten = store.stored_session(old_id)
+    assert forgotten is not None
+    assert forgotten.ended_at is not None

@@ -12,6 +12,7 @@ start-up refusals (an API URL that is not one, an unknown profile) are in
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,10 +20,11 @@ import httpx2
 import trio
 from mcp import Client
 
+from letagents_trio._protocol import MAX_MESSAGE_CHARS
 from letagents_trio.mcp_server import ServerConfig, create_server
 from letagents_trio.workers import LocalStateStore
 
-from .helpers import ROOM, call_error, config_for
+from .helpers import ROOM, call_error, config_for, register, text_of
 
 if TYPE_CHECKING:
     import pytest
@@ -185,3 +187,60 @@ async def test_a_read_without_a_session_is_refused_as_a_read(
                     " required to read this room's messages.\"}"
                 ), tool
                 assert "write" not in text
+
+
+async def test_tool_inputs_are_refused_naming_the_field_a_worker_passes(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    """Issue 42 finding 7: a blank status or title, and a text over the limit, are refused
+    before anything is sent, naming the tool's own field and the limit."""
+    with trio.fail_after(10):
+        server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+        async with Client(server, mode="legacy") as client:
+            worker_id = (await register(client))["worker_id"]
+            sent = len(fake_room.requests)
+            refusals: list[str] = []
+            for tool, arguments in [
+                ("post_status", {"status": " \t"}),
+                ("add_task", {"title": ""}),
+                ("post_status", {"status": "x" * MAX_MESSAGE_CHARS}),
+                ("send_message", {"text": "x" * (MAX_MESSAGE_CHARS + 1)}),
+            ]:
+                result = await client.call_tool(tool, {"worker_id": worker_id, **arguments})
+                assert result.is_error
+                refusals.append(text_of(result))
+            assert len(fake_room.requests) == sent
+    assert refusals == [
+        "status is empty: pass a short line saying what this worker is doing.",
+        "title is empty: pass a short title for the task.",
+        f"status is too long: at most {MAX_MESSAGE_CHARS - len('[status] ')} characters",
+        f"send_message: text: String should have at most {MAX_MESSAGE_CHARS} characters."
+        " Correct the arguments and call send_message again.",
+    ]
+
+
+async def test_a_room_that_is_down_is_named_as_users_see_it(tmp_path: Path) -> None:
+    """Issue 42 finding 6: the text troubleshooting shows for a room that is not running
+    is the one a real closed port on localhost gives (both of its addresses refused)."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = ServerConfig(
+        api_url=f"http://localhost:{port}",
+        token="owner-token",
+        state_path=tmp_path / "mcp-state.json",
+        chat_storage_settings_path=tmp_path / "chat-storage.json",
+        local_chat_path=tmp_path / "local-chat.sqlite",
+    )
+    with trio.fail_after(20):
+        async with Client(create_server(config), mode="legacy") as client:
+            text = await call_error(
+                client, "register_agent_session", {"room_id": ROOM, "registration_key": "k"}
+            )
+    assert text == (
+        f"Could not verify your LetAgents account at http://localhost:{port}: the room did not"
+        f" answer (ConnectError: all attempts to connect to localhost:{port} failed). Check that"
+        " the room is running at that address (the MCP server's LETAGENTS_API_URL). Then retry"
+        " with the same worker_id or registration_key. Saved worker identities have not been"
+        " changed."
+    )

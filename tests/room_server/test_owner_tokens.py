@@ -216,4 +216,8 @@ def test_the_dev_account_gets_a_person_token_too(
     room = served_room(monkeypatch, [])
     assert set(room.owner_tokens.values()) == set(room.person_tokens.values()) == {"dev"}
     (person,) = room.person_tokens
-    assert f"person token {person}" in capsys.readouterr().err
+    (owner,) = room.owner_tokens
+    err = capsys.readouterr().err.splitlines()
+    # Issue 42: each token alone at the end of its line (a copied word took a comma).
+    assert f"dev account 'dev' owner token: {owner}" in err
+    assert f"dev account 'dev' person token: {person}" in err

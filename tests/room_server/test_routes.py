@@ -95,8 +95,8 @@ NODE_MISSING_ROUTE = re.compile(
     [
         ("PATCH", "/rooms/r/messages", 405),
         ("POST", "/rooms/r/tasks/task_1", 405),
-        ("GET", "/rooms/r/board-settings", 404),
-        ("GET", "/rooms/r/tasks/task_1/review-lease-action", 404),
+        ("GET", "/rooms/r/board-governance", 404),
+        ("GET", "/rooms/r/tasks/task_1/review-verdict", 405),
         ("POST", "/nowhere?x=1", 404),
     ],
 )

@@ -99,8 +99,8 @@ async def test_request_sequences_of_create_restart_resume_and_recover(
             room_id=ROOM, display_name="juniper", recover_lost_worker=True
         )
         await trio.testing.wait_all_tasks_blocked()
-        # Recovery is the pinned fast path: the room hears nothing at all.
-        assert requests(fake_room, mark) == []
+        # Recovery confirms the pin with the room: one registration that changes nothing.
+        assert requests(fake_room, mark) == [f"POST /rooms/{ROOM}/agent-sessions"]
         assert recovered.worker_id == created.worker_id
         assert recovered.session.session_id == sid
         mark = len(fake_room.requests)
@@ -394,9 +394,10 @@ async def test_a_busy_room_is_asked_again_after_one_then_two_seconds(
 # --- the pinned fast path and the process connection ------------------------------------------
 
 
-async def test_the_pinned_fast_path_asks_the_room_nothing_and_keeps_holding(
+async def test_a_pinned_session_is_confirmed_by_the_room_and_kept_as_it_is(
     autojump_clock: MockClock, fake_room: FakeRoom, state_path: Path
 ) -> None:
+    """A pin the room still has: one registration in the lost-response form, nothing changed."""
     await seed_state(state_path)
     async with open_proc(fake_room.transport, state_path) as p:
         reg = await p.handles.register(room_id=ROOM, registration_key="k")
@@ -404,12 +405,20 @@ async def test_the_pinned_fast_path_asks_the_room_nothing_and_keeps_holding(
         holder = p.manager.holders[sid]
         await fake_room.wait_until(lambda: len(fake_room.process_requests(sid)) == 1)
         mark = len(fake_room.requests)
+        stored = read_bytes(state_path)
         again = await p.handles.register(room_id=ROOM, worker_id=reg.worker_id)
         same_key = await p.handles.register(room_id=ROOM, registration_key="k")
         await trio.testing.wait_all_tasks_blocked()
-        assert requests(fake_room, mark) == []
+        assert requests(fake_room, mark) == [f"POST /rooms/{ROOM}/agent-sessions"] * 2
+        for body in registration_bodies(fake_room)[-2:]:
+            assert body["connection_token"] == reg.session.session_token
+            assert body["replace_agent_session_id"] == sid
+            assert body["replace_agent_session_token"] == reg.session.session_token
         assert again.session == reg.session == same_key.session
+        # The same holder, its stream never reopened, and the state file unchanged.
         assert p.manager.holders[sid] is holder
+        assert len(fake_room.process_requests(sid)) == 1
+        assert read_bytes(state_path) == stored
 
 
 async def test_a_released_holder_is_held_again_by_the_fast_path(

@@ -16,7 +16,7 @@ import pytest
 
 from letagents_trio.workers._legacy import LegacyRegistrar, process_agent_name
 from letagents_trio.workers._names import AGENT_CODENAME_SPACE, codename, normalize_agent_base_name
-from letagents_trio.workers._registration import Owner
+from letagents_trio.workers._owner import Owner
 
 from .helpers import ROOM, Proc, open_proc, registration_bodies, seed_state
 

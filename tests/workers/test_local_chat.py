@@ -107,8 +107,10 @@ def rows(path: Path) -> list[tuple[Any, ...]]:
 def write_lock(path: Path) -> Iterator[sqlite3.Connection]:
     """Hold the database's write lock on a separate connection, as another process would."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=0)
-    conn.execute("BEGIN IMMEDIATE")
     try:
+        # Inside the try: a refused BEGIN closes the connection too (Python 3.13
+        # warns of a connection left to the garbage collector).
+        conn.execute("BEGIN IMMEDIATE")
         yield conn
     finally:
         if conn.in_transaction:

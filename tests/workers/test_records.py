@@ -346,7 +346,7 @@ def test_a_non_object_answer_is_refused() -> None:
 def test_the_hosted_session_becomes_current_while_its_operation_is_pending() -> None:
     state = state_with(pending=OPERATION.to_json())
     record, _ = confirm(answer())
-    store_hosted_session(state, WORKER, ROOM, OPERATION, record)
+    store_hosted_session(state, WORKER, ROOM, OPERATION, record, now=NOW)
     assert state["agent_sessions"]["s1"] == record
     assert state["mcp_workers"][WORKER]["rooms"][ROOM] == {"session_id": "s1"}
 
@@ -356,7 +356,7 @@ def test_a_superseded_operation_stores_nothing() -> None:
     before = copy.deepcopy(state)
     record, _ = confirm(answer())
     with pytest.raises(WorkerError, match=re.escape(SUPERSEDED_TEXT)):
-        store_hosted_session(state, WORKER, ROOM, OPERATION, record)
+        store_hosted_session(state, WORKER, ROOM, OPERATION, record, now=NOW)
     with pytest.raises(WorkerError, match=re.escape(SUPERSEDED_TEXT)):
         store_local_session(state, WORKER, ROOM, OPERATION, facts())
     assert state == before
@@ -578,3 +578,26 @@ def test_a_legacy_session_acts_while_it_is_stored_and_live() -> None:
     assert acting_session(state, {}, target, allow_ended=False) is None
     assert acting_session(state, {}, target, allow_ended=True) is not None
     assert acting_session({}, {}, target, allow_ended=True) is None
+
+
+def test_a_session_the_room_forgot_is_ended_when_its_replacement_is_stored() -> None:
+    """Issue 42: a room that forgot ``s0`` answers a new ``s1``; ``s0`` is ended, ``s1`` current."""
+    state = state_with(session=session_json("s0", "token-old"), pending=OPERATION.to_json())
+    record, _ = confirm(answer())
+    store_hosted_session(state, WORKER, ROOM, OPERATION, record, now=NOW)
+    assert state["mcp_workers"][WORKER]["rooms"][ROOM] == {"session_id": "s1"}
+    assert state["agent_sessions"]["s0"]["ended_at"] == NOW
+    assert state["agent_sessions"]["s1"] == record
+
+
+def test_a_prepared_operation_without_proof_names_no_predecessor() -> None:
+    """Issue 42: the proof of a session the room forgot is left out, not sent to be refused."""
+    state = state_with(session=session_json("s0", "token-old"))
+    operation = prepare_operation(
+        state, WORKER, ROOM, operation_id="op", connection_token="t", prove=False
+    )
+    assert operation.predecessor is None
+    assert state["mcp_workers"][WORKER]["rooms"][ROOM]["pending"] == {
+        "operation_id": "op",
+        "connection_token": "t",
+    }

@@ -70,7 +70,7 @@ async def test_1_2_a_new_key_under_a_held_name_is_a_new_worker_told_the_name_is_
     assert a.worker_id not in shown
 
 
-async def test_3_recovering_by_name_returns_the_held_worker_without_asking_the_room(
+async def test_3_recovering_by_name_returns_the_held_worker_once_the_room_confirms_it(
     autojump_clock: MockClock, fake_room: FakeRoom, path: Path
 ) -> None:
     async with open_proc(fake_room.transport, path) as p:
@@ -83,7 +83,7 @@ async def test_3_recovering_by_name_returns_the_held_worker_without_asking_the_r
         assert got.worker_id == a.worker_id
         assert got.session.session_id == a.session.session_id
         assert got.session.display_name == "Juniper"
-        assert len(registrations(fake_room)) == sent
+        assert len(registrations(fake_room)) == sent + 1
         message = await p.send("back again", worker_id=got.worker_id)
         assert message["agent_session_id"] == a.session.session_id
 

@@ -17,13 +17,14 @@ Who may move a task (a ``PATCH``), in the order the checks run:
 1. ``accepted``, ``cancelled``, ``merged`` and ``done`` are the room's admins'
    (:data:`ADMIN_STATUSES`). In the reference room admins act as people (a
    person's bearer, no session credentials), never through an agent nor an
-   owner token (every agent of the owner holds it).
+   owner token (every agent of the owner holds it), unless the agent carries
+   a board intent approved for that move (:mod:`._hooks`).
 2. An agent's request to move a task from ``in_review`` back to ``blocked`` (a
    reviewer asking for changes) may change nothing else.
 3. Ownership (:func:`ownership`): an agent claims only for itself, never
    reassigns a claimed task, and only the assigned agent moves it further.
-4. ``in_review`` → ``merged`` needs a board reviewer's lease (the reference
-   room serves no review leases, so it is refused).
+4. ``in_review`` → ``merged`` needs a board reviewer: an active review lease
+   on the task (``…/review-lease-action``, :mod:`._reviews`).
 5. The work lease (:func:`classify`, :func:`coordinate`): claiming, working,
    submitting and linking a PR are done by the holder of the task's active
    work lease. A claim of an ``accepted`` task takes a new work lease; so does

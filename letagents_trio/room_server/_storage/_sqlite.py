@@ -32,6 +32,7 @@ import attrs
 
 from ._agent_tables import AGENT_SCHEMA, SQLiteAgentTables
 from ._auth_rows import MintedTokenRow
+from ._board_store import BOARD_SCHEMA, SQLiteBoardRecords
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -141,6 +142,7 @@ class SQLiteStore:
     _db: sqlite3.Connection = attrs.field(init=False, repr=False)
     _transactions: int = attrs.field(default=0, init=False, repr=False)
     _refusals: WriteRefusals = attrs.field(factory=WriteRefusals, init=False, repr=False)
+    board: SQLiteBoardRecords = attrs.field(init=False, repr=False)
     agents: SQLiteAgentTables = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -155,6 +157,8 @@ class SQLiteStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._db.executescript(BOARD_SCHEMA)
+        self.board = SQLiteBoardRecords(self._db, self._write, self.atomic)
         self._db.executescript(AGENT_SCHEMA)
         self.agents = SQLiteAgentTables(self._db, self._write)
 

@@ -3,9 +3,11 @@
 The room keeps the rows of :mod:`._rows`: accounts, rooms, agent sessions (with
 every evidence column of PROTOCOL.md §7.1), messages (and, per thread, which
 messages answer its root), tasks, leases, each room's guidelines, and its
-memory and requests for people (knowledge records). Rows are frozen attrs
-values; the room changes a row by building a new one (``attrs.evolve``) and
-putting it back.
+memory and requests for people (knowledge records); a governed board's rows
+(:mod:`._board_rows`: settings, managers, intents, artifacts, review
+effects, events) live behind each store's ``board`` part
+(:mod:`._board_store`). Rows are frozen attrs values; the room changes a row
+by building a new one (``attrs.evolve``) and putting it back.
 
 Every store call is synchronous and short. The room runs on one trio thread and
 never awaits between reading rows and writing them back, so each such
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Protocol, final
 import attrs
 
 from ._agent_tables import AgentTables, MemoryAgentTables
+from ._board_store import MemoryBoardRecords
 from ._rows import (
     LEASE_ACTIVE,
     Account,
@@ -44,6 +47,9 @@ from ._rows import (
     SessionRow,
     TaskRow,
 )
+
+if TYPE_CHECKING:
+    from ._board_rows import BoardRecords
 
 # The rows are re-exported: they lived here before ``_rows`` held them.
 if TYPE_CHECKING:
@@ -67,8 +73,12 @@ class RoomStore(Protocol):
     """What the room needs from storage. Every call is synchronous and short.
 
     Attributes:
+        board: the governed board's rows (:mod:`._board_rows`).
         agents: what agents keep beyond chat (wake rules, reasoning, work captures).
     """
+
+    @property
+    def board(self) -> BoardRecords: ...
 
     @property
     def agents(self) -> AgentTables: ...
@@ -233,6 +243,7 @@ class MemoryStore:
     def put_minted_token(self, row: MintedTokenRow) -> None:
         self._minted[row.token_hash] = row
 
+    board: MemoryBoardRecords = attrs.field(factory=MemoryBoardRecords)
     agents: MemoryAgentTables = attrs.field(factory=MemoryAgentTables)
 
     def get_account(self, login: str) -> Account | None:
