@@ -187,6 +187,16 @@ _HTTP_TESTS = (
 _ROOM_TESTS = ("tests/room_server/test_*.py", "tests/testing/test_*.py")
 # The host layer's tests: records, handles and the state file.
 _WORKER_TESTS = ("tests/workers/test_*.py",)
+# The MCP server's tests: every tool over the SDK's in-memory client, against
+# the reference room (a FakeRoom), in hosted and local rooms.
+_MCP_TESTS = ("tests/mcp_server/test_*.py",)
+# The worker loop's host calls: their own tests (walks over pages, credentials)
+# and the tools that make them.
+_ROOM_WORK_TESTS = (
+    "tests/workers/test_room_work*.py",
+    "tests/workers/test_thread_lookups.py",
+    *_MCP_TESTS,
+)
 # The modules under mutation testing (paths under letagents_trio/, without
 # ".py"), each with the test files (globs) that exercise it; mutmut then runs
 # each mutant against those of their tests that call the mutated function.
@@ -239,6 +249,33 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "room_server/_liveness": _ROOM_TESTS,
     "room_server/_guidelines": _ROOM_TESTS,
     "room_server/_sessions/_streams": _ROOM_TESTS,
+    # The room's work rules: the board (tasks, leases), messages and threads,
+    # memory and requests for people.
+    "room_server/_board/_tasks": _ROOM_TESTS,
+    "room_server/_board/_taskboard": _ROOM_TESTS,
+    "room_server/_messaging/_messages": _ROOM_TESTS,
+    "room_server/_messaging/_threads": _ROOM_TESTS,
+    "room_server/_knowledge": _ROOM_TESTS,
+    # The worker loop's host layer and the MCP server's tool modules.
+    "workers/_room_work": _ROOM_WORK_TESTS,
+    "mcp_server/_facade": _MCP_TESTS,
+    "mcp_server/_session_tools": _MCP_TESTS,
+    "mcp_server/_message_tools": _MCP_TESTS,
+    "mcp_server/_wait_tool": _MCP_TESTS,
+    "mcp_server/_task_tools": _MCP_TESTS,
+    "mcp_server/_knowledge_tools": _MCP_TESTS,
+    "mcp_server/_turn_tools": _MCP_TESTS,
+    # Wake rules, reports of reasoning and agent work, and workspace captures:
+    # the room's rules, the host layer's captures and their tools.
+    "room_server/_wake/_rules": _ROOM_TESTS,
+    "room_server/_wake/_wakes": _ROOM_TESTS,
+    "room_server/_reports/_reasoning": _ROOM_TESTS,
+    "room_server/_reports/_agent_work": _ROOM_TESTS,
+    "workers/_workspace": _WORKER_TESTS,
+    "workers/_capture_git": _WORKER_TESTS,
+    "mcp_server/_wake_tools": _MCP_TESTS,
+    "mcp_server/_reasoning_tool": _MCP_TESTS,
+    "mcp_server/_workspace_tools": _MCP_TESTS,
     # The host layer's pure modules: the records of the state file, the
     # acting worker, names and codenames (the room allocates with them too),
     # and the state file's lock.
