@@ -68,6 +68,7 @@ from ..workers._wire import (
     WORKER_SESSION_REQUIRED_TEXT,
 )
 from ..workers._workspace import WorkspaceCaptures
+from ._chat_context import ChatContext
 from ._profiles import OWNER, SUPERVISED, SUPERVISED_CREDENTIAL_TEXT, WORKER
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class ServerState:
         handles: the worker handles (registration, the facade's guard).
         chat: the local rooms' chat (one per server; closed when the lifespan ends).
         work: the room-work routes (messages, the board, memory), over ``client``.
+        context: the room joined here and the conversations' names (``_chat_context``).
         captures: the workspace captures of the state file's workers.
     """
 
@@ -148,6 +150,7 @@ class ServerState:
     handles: WorkerHandles
     chat: LocalChat
     work: RoomWork
+    context: ChatContext = attrs.field(factory=ChatContext)
     captures: WorkspaceCaptures = attrs.field(
         default=attrs.Factory(
             lambda self: WorkspaceCaptures(Path(f"{self.store.path}.workspaces")), takes_self=True

@@ -12,7 +12,8 @@ one of ``supervised_room_turn``, ``supervised_mcp_polling``,
 key for the room turn under the provider ``cursor``.)
 
 **Tool surfaces** (:func:`tool_surface`). The two supervised profiles serve no
-agent-session tools (their supervisor owns the session); the room turn serves
+agent-session tools (their supervisor owns the session), no onboarding (the
+supervisor signs in) and no ``resume_room_session``; the room turn serves
 no delivery loop (``wait_for_messages``: the supervisor delivers) but
 ``set_reply_thread``, and ``complete_room_turn`` when the provider is
 ``cursor``.
@@ -114,6 +115,8 @@ class ToolSurface:
         session_lifecycle: ``register_agent_session`` and ``disconnect_agent_session``.
         delivery_loop: ``wait_for_messages``.
         reply_thread: ``set_reply_thread`` (the room turn only).
+        onboarding: the sign-in and naming tools (``get_onboarding_status``, ...).
+        room_resume: ``resume_room_session``.
         workspace_capture: ``begin_workspace_capture`` and ``publish_workspace_capture``
             (the two profiles of a worker on its own).
     """
@@ -121,6 +124,8 @@ class ToolSurface:
     session_lifecycle: bool
     delivery_loop: bool
     reply_thread: bool = False
+    onboarding: bool = False
+    room_resume: bool = False
     workspace_capture: bool = False
 
 
@@ -130,10 +135,18 @@ _SURFACES: Final[Mapping[str, ToolSurface]] = {
         session_lifecycle=False, delivery_loop=False, reply_thread=True
     ),
     AUTONOMOUS_WORKER_PROFILE: ToolSurface(
-        session_lifecycle=True, delivery_loop=True, workspace_capture=True
+        session_lifecycle=True,
+        delivery_loop=True,
+        onboarding=True,
+        room_resume=True,
+        workspace_capture=True,
     ),
     INTERACTIVE_DESKTOP_PROFILE: ToolSurface(
-        session_lifecycle=True, delivery_loop=True, workspace_capture=True
+        session_lifecycle=True,
+        delivery_loop=True,
+        onboarding=True,
+        room_resume=True,
+        workspace_capture=True,
     ),
 }
 

@@ -5,7 +5,9 @@ The tools live by area: the session tools (``_session_tools``), messages
 governance (``_board_tools``, ``_intent_tools``), review work and the record
 (``_review_tools``), memory and requests for people (``_knowledge_tools``),
 wake rules (``_wake_tools``), the visible reasoning (``_reasoning_tool``),
-workspace captures (``_workspace_tools``), and the supervised room turn's
+workspace captures (``_workspace_tools``), finding and joining rooms
+(``_room_tools``), onboarding (``_onboarding_tools``), and the supervised room
+turn's
 (``_turn_tools``); the ``worker_id`` facade, the arguments and the results
 they share in ``_facade``.
 
@@ -16,16 +18,18 @@ loop, the room turn's). It reads the profile's surface
 (``_profiles.tool_surface``, the one table of what each profile has): the
 session lifecycle, the delivery loop (``wait_for_messages``), the room turn's
 ``set_reply_thread`` (with ``complete_room_turn`` for the provider
-``cursor``) and the workspace captures (:data:`WORKSPACE_TOOLS`); every
-profile serves :data:`ROOM_TOOLS`. :func:`register_tools` registers exactly those, and
+``cursor``), the workspace captures (:data:`WORKSPACE_TOOLS`),
+:data:`ONBOARDING_TOOLS` and :data:`RESUME_TOOLS`; every profile serves
+:data:`ROOM_TOOLS` (the rooms and the room's work). :func:`register_tools`
+registers exactly those, and
 nothing else decides which tools exist: the server registers through it, and
 :func:`registered_tool_names` runs it against a recorder, so the readiness
 resource and ``--letagents-runtime-contract`` list exactly what a client can
 call (upstream's rule: discover through the production registration path).
 
 In the profiles whose room tools get the ``worker_id`` facade (PROTOCOL §5.1)
-every tool but ``register_agent_session`` takes it; in the others it is not
-part of any schema.
+every tool that takes ``room_id`` but ``register_agent_session`` takes it; in
+the others it is not part of any schema.
 """
 
 from __future__ import annotations
@@ -67,6 +71,13 @@ from ._message_tools import (
     send_message,
     send_thread_message,
 )
+from ._onboarding_tools import (
+    clear_saved_auth,
+    get_onboarding_status,
+    poll_device_auth,
+    set_agent_name,
+    start_device_auth,
+)
 from ._profiles import CURSOR_PROVIDER, FACADE_PROFILES, tool_surface
 from ._reasoning_tool import post_reasoning
 from ._review_tools import (
@@ -76,6 +87,18 @@ from ._review_tools import (
     publish_room_artifact,
     release_task_review,
     submit_review_verdict,
+)
+from ._room_tools import (
+    check_repo,
+    check_repo_visibility,
+    create_project,
+    create_room,
+    get_current_room,
+    initialize_repo,
+    join_code,
+    join_project,
+    join_room,
+    resume_room_session,
 )
 from ._session_tools import disconnect_agent_session, register_agent_session
 from ._task_tools import (
@@ -97,6 +120,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELIVERY_TOOLS",
+    "ONBOARDING_TOOLS",
+    "RESUME_TOOLS",
     "ROOM_TOOLS",
     "SESSION_TOOLS",
     "STRICT_TOOLS",
@@ -111,6 +136,15 @@ __all__ = [
 
 # Every tool, by name, in registration order.
 TOOLS: Final[Mapping[str, ToolFn]] = {
+    "create_room": create_room,
+    "create_project": create_project,
+    "join_code": join_code,
+    "join_project": join_project,
+    "join_room": join_room,
+    "get_current_room": get_current_room,
+    "check_repo": check_repo,
+    "initialize_repo": initialize_repo,
+    "check_repo_visibility": check_repo_visibility,
     "register_agent_session": register_agent_session,
     "disconnect_agent_session": disconnect_agent_session,
     "get_room_guidelines": get_room_guidelines,
@@ -156,6 +190,12 @@ TOOLS: Final[Mapping[str, ToolFn]] = {
     "wait_for_messages": wait_for_messages,
     "set_reply_thread": set_reply_thread,
     "complete_room_turn": complete_room_turn,
+    "get_onboarding_status": get_onboarding_status,
+    "start_device_auth": start_device_auth,
+    "poll_device_auth": poll_device_auth,
+    "clear_saved_auth": clear_saved_auth,
+    "set_agent_name": set_agent_name,
+    "resume_room_session": resume_room_session,
 }
 # Tools whose schema says ``additionalProperties: false``, as Node's strict
 # (``z.object({}).strict()``) set_reply_thread (an argument no field takes is
@@ -173,11 +213,29 @@ DELIVERY_TOOLS: Final = ("wait_for_messages",)
 _TURN_TOOLS: Final = ("set_reply_thread", "complete_room_turn")
 # Workspace captures: only where a worker edits a repository on its own.
 WORKSPACE_TOOLS: Final = ("begin_workspace_capture", "publish_workspace_capture")
-# The room's work: every profile serves these, in upstream's order.
+# Signing in and naming the agent: where the chat itself onboards (not under a supervisor).
+ONBOARDING_TOOLS: Final = (
+    "get_onboarding_status",
+    "start_device_auth",
+    "poll_device_auth",
+    "clear_saved_auth",
+    "set_agent_name",
+)
+# Rejoining the saved room after a restart: likewise.
+RESUME_TOOLS: Final = ("resume_room_session",)
+# The rooms and the room's work: every profile serves these, in upstream's order.
 ROOM_TOOLS: Final = tuple(
     name
     for name in TOOLS
-    if name not in (*SESSION_TOOLS, *DELIVERY_TOOLS, *_TURN_TOOLS, *WORKSPACE_TOOLS)
+    if name
+    not in (
+        *SESSION_TOOLS,
+        *DELIVERY_TOOLS,
+        *_TURN_TOOLS,
+        *WORKSPACE_TOOLS,
+        *ONBOARDING_TOOLS,
+        *RESUME_TOOLS,
+    )
 )
 
 
@@ -196,6 +254,10 @@ def profile_tools(profile: str, provider: str | None = None) -> tuple[str, ...]:
         names.append("set_reply_thread")
         if provider == CURSOR_PROVIDER:
             names.append("complete_room_turn")
+    if surface.onboarding:
+        names.extend(ONBOARDING_TOOLS)
+    if surface.room_resume:
+        names.extend(RESUME_TOOLS)
     return tuple(names)
 
 

@@ -54,6 +54,7 @@ import trio
 
 from .._protocol import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
 from ._agent_routes import agent_routes
+from ._auth._device_page import decision_page, form_fields, form_page, send_page
 from ._board_routes import board_routes
 from ._body import BadRequest, BodyGate, header, parse_json
 from ._knowledge import ATTENTION, MEMORY
@@ -326,13 +327,46 @@ def _routes(room: Room) -> tuple[_Route, ...]:
             r.params["room"], r.params["record"], r.credentials(body), body
         )
 
+    async def create_invite_room(r: _Request) -> Reply:
+        await r.body()  # read (and bound) whatever came; the route takes nothing
+        return room.entry.create_invite_room(r.credentials().owner_token)
+
+    async def join(r: _Request) -> Reply:
+        await r.body()
+        bearer = r.credentials().owner_token
+        return room.entry.join(r.params["room"], bearer, create=r.query("create"))
+
+    async def device_start(r: _Request) -> Reply:
+        await r.body()
+        return room.sign_in.start(_base_url(r.scope))
+
+    def device_poll(r: _Request) -> Reply:
+        return room.sign_in.poll(r.params["request"])
+
+    async def device_page(r: _Request) -> None:
+        await send_page(r.send, 200, form_page(r.query("user_code")))
+
+    async def device_decide(r: _Request) -> None:
+        fields = form_fields(await r.gate.read(r.scope, r.receive))
+        code, decision = fields.get("user_code", "").strip(), fields.get("decision")
+        if not code or decision not in ("approve", "deny"):
+            await send_page(r.send, 400, form_page(code))
+            return
+        decided = room.sign_in.decide(code, fields.get("token"), approve=decision == "approve")
+        await send_page(r.send, decided.status, decision_page(decided))
+
     sessions = "/rooms/{room+}/agent-sessions"
     agents_fixed, agents_parametric = agent_routes(work)
     return (
+        _Route("/auth/device/start", {"POST": device_start}),
+        _Route("/auth/device/poll/{request}", {"GET": device_poll}),
+        _Route("/device", {"GET": device_page, "POST": device_decide}),
+        _Route("/projects", {"POST": create_invite_room}),
         _Route("/agents/me", {"GET": me}),
         _Route("/agents", {"POST": register_identity}),
         _Route("/health", {"GET": health}),
         _Route("/healthz", {"GET": health}),
+        _Route("/api/health", {"GET": health}),
         _Route("/rooms/{room+}/messages", {"GET": list_messages, "POST": send_message}),
         _Route("/rooms/{room+}/messages/poll", {"GET": poll}),
         _Route("/rooms/{room+}/agent-guidelines", {"GET": get_guidelines, "PUT": put_guidelines}),
@@ -340,6 +374,7 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks", {"GET": list_tasks, "POST": create_task}),
         _Route("/rooms/{room+}/memory", knowledge_routes(MEMORY)),
         _Route("/rooms/{room+}/attention", knowledge_routes(ATTENTION)),
+        _Route("/rooms/{room+}/join", {"POST": join}),
         *(_Route(path, handlers) for path, handlers in fixed),
         *(_Route(path, handlers) for path, handlers in agents_fixed),
         _Route("/rooms/{room+}/presence", {"GET": read_roster, "POST": update_presence}),
@@ -354,6 +389,12 @@ def _routes(room: Room) -> tuple[_Route, ...]:
         _Route("/rooms/{room+}/tasks/{task}", {"GET": get_task, "PATCH": patch_task}),
         *(_Route(path, handlers) for path, handlers in agents_parametric),
     )
+
+
+def _base_url(scope: Scope) -> str:
+    """The address the request reached this room at (its ``Host``), for links it hands out."""
+    host = header(scope, b"host") or "localhost"
+    return f"{scope.get('scheme', 'http')}://{host}"
 
 
 async def _serve_process_stream(room: Room, r: _Request) -> None:

@@ -8,6 +8,9 @@ I/O) and, where the concern keeps state, the small part that applies them:
 
 * ``_accounts``: owner accounts (R1, R2), session authentication and who calls
   a work route (:class:`~._auth._accounts.Accounts`, :class:`~._auth._accounts.Actor`);
+* ``_device``: device sign-in, a person's approval, the owner tokens it mints
+  (:class:`~._auth._device.DeviceSignIn`, the page in ``_device_page``);
+* ``_entry``: invite rooms and joining rooms (:class:`~._rooms._entry.RoomEntry`);
 * ``_registration``: body checks, naming and the hand-over plan (R3, §7.3);
 * ``_presence``: has a session's process exited, is it gone (§7.2);
 * ``_streams``: process streams, their evidence and announced exits (R4, R5;
@@ -55,9 +58,11 @@ from .._protocol import (
     SESSION_NOT_FOUND_TEXT,
 )
 from ._auth._accounts import Accounts
+from ._auth._device import DeviceSignIn
 from ._clock import RoomClock, SystemClock
 from ._config import RoomConfig
 from ._liveness import LivenessSweep
+from ._rooms._entry import RoomEntry
 from ._sessions import _registration
 from ._sessions._presence import SessionEvidence, evidence_of, exited
 from ._sessions._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
@@ -125,6 +130,8 @@ class Room:
     Attributes:
         work: the parts that serve the room's work routes (messages,
             guidelines, the board, memory and requests).
+        entry: making invite rooms and joining rooms.
+        sign_in: device sign-in (pending requests and the tokens they end in).
     """
 
     store: RoomStore = attrs.field(on_setattr=attrs.setters.frozen)
@@ -137,6 +144,8 @@ class Room:
     )
     config: RoomConfig = attrs.field(factory=RoomConfig, on_setattr=attrs.setters.frozen)
     work: RoomWork = attrs.field(init=False)
+    entry: RoomEntry = attrs.field(init=False)
+    sign_in: DeviceSignIn = attrs.field(init=False)
     _accounts: Accounts = attrs.field(init=False)
     _streams: StreamRegistry = attrs.field(init=False)
     _liveness: LivenessSweep = attrs.field(init=False)
@@ -145,6 +154,8 @@ class Room:
     def __attrs_post_init__(self) -> None:
         store, clock, config = self.store, self.clock, self.config
         self._accounts = accounts = Accounts(store, clock, self.owner_tokens, self.person_tokens)
+        self.entry = RoomEntry(store, clock, accounts)
+        self.sign_in = DeviceSignIn(store, clock, accounts)
         self._streams = StreamRegistry(
             store,
             clock,

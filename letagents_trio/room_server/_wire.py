@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
@@ -44,6 +45,7 @@ __all__ = [
     "iso",
     "opt_str",
     "projection",
+    "random_code",
     "refuse",
     "storage_refusal",
     "token_matches",
@@ -54,6 +56,8 @@ __all__ = [
 # for the room and its clients). Texts of our own (upstream's were not read,
 # PROTOCOL.md §9.7):
 ROOM_NOT_FOUND_TEXT: Final = "Room not found"
+# The letters and digits of the codes the room makes (``random_code``).
+_CODE_ALPHABET: Final = "BCDFGHJKMNPQRSTVWXZ23456789"
 OWNER_AUTH_TEXT: Final = "Authentication required."
 # Room and session ids beyond this are refused before any lookup.
 MAX_ROUTING_ID_CHARS: Final = 256
@@ -132,6 +136,15 @@ def storage_refusal(error: StoreWriteError) -> Reply:
     if error.full:
         return Reply(status=507, body={"error": STORAGE_FULL_TEXT, "code": STORAGE_FULL_CODE})
     return Reply(status=503, body={"error": STORAGE_FAILED_TEXT, "code": STORAGE_FAILED_CODE})
+
+
+def random_code() -> str:
+    """A fresh ``XXXX-XXXX`` code a person reads and types (a user code, an invite code).
+
+    Consonants and digits only: no words, no look-alikes (0/O, 1/I/L); 27**8 codes.
+    """
+    chars = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
+    return f"{chars[:4]}-{chars[4:]}"
 
 
 def hash_token(token: str) -> str:

@@ -37,6 +37,12 @@ Actor labels
     ``"<display> | <owner>'s agent | <IDE>"``, with ``<owner>' agent`` when the
     owner's name ends in ``s``, and the IDE label normalised through a small map
     of known clients (:func:`normalize_ide_label`).
+
+Invite codes
+    A room's invite code is groups of four letters or digits joined by ``-``
+    (``ABCX-7291``); the client takes a name of that shape, in any case, for a
+    code (:func:`looks_like_invite_code`), and the room never makes a named
+    room of that shape on a join.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ __all__ = [
     "is_durable_worker_id",
     "is_generic_name",
     "js_trim",
+    "looks_like_invite_code",
     "name_key",
     "normalize_agent_base_name",
     "normalize_ide_label",
@@ -361,3 +368,12 @@ def allocate_name(
         if not is_held(candidate):
             return candidate
     return None
+
+
+# An invite code's shape (the letagents client's ``looksLikeInviteCode``).
+_INVITE_CODE: Final = re.compile(r"[A-Z0-9]{4}(?:-[A-Z0-9]{4})+")
+
+
+def looks_like_invite_code(value: str) -> bool:
+    """Whether ``value`` has an invite code's shape (``ABCX-7291``), in any case, blanks ignored."""
+    return _INVITE_CODE.fullmatch(value.strip().upper()) is not None

@@ -69,6 +69,7 @@ from ._statelock import (
     sweep_leftovers,
 )
 from ._stateparts import (
+    PENDING_DEVICE_AUTH_KEY,
     STATE_UNAVAILABLE_MESSAGE,
     ensure_mapping,
     iso_now,
@@ -390,7 +391,9 @@ class LocalStateStore:
     ) -> None:
         """Store the owner's sign-in, replacing the known fields of any previous one.
 
-        Unknown keys of an existing record are kept.
+        Unknown keys of an existing record are kept. A pending device sign-in
+        (``pending_device_auth``) is over once a sign-in is stored, and is
+        removed in the same write, as the Node client does.
 
         Raises:
             StateUnavailable: the file is damaged, or ``auth`` is not an object.
@@ -412,6 +415,7 @@ class LocalStateStore:
                 record["account"] = dict(account)
             record["stored_at"] = stored_at
             record["source"] = source
+            state.pop(PENDING_DEVICE_AUTH_KEY, None)
 
         await self.update(save)
 

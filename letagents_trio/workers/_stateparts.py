@@ -20,6 +20,7 @@ from .._session import AgentSession
 from ._nodejson import json_type
 
 __all__ = [
+    "PENDING_DEVICE_AUTH_KEY",
     "STATE_UNAVAILABLE_MESSAGE",
     "ensure_mapping",
     "iso_now",
@@ -30,6 +31,8 @@ __all__ = [
 
 # The exact upstream text worker handles show for a damaged state file.
 STATE_UNAVAILABLE_MESSAGE: Final = "Worker state is unavailable; restore it before reconnecting."
+# Where the Node client keeps a device sign-in that was started and not yet finished.
+PENDING_DEVICE_AUTH_KEY: Final = "pending_device_auth"
 
 
 def iso_now(wall_clock: Callable[[], float] = time.time) -> str:

@@ -89,12 +89,15 @@ class HostWording:
         api_url: where the room's address is set.
         owner_token: how else to give the owner token than in the state file.
         register: the call that creates or resumes a worker.
+        sign_in: how this host signs in by itself, said before ``owner_token``
+            when there is no sign-in (empty: it cannot).
     """
 
     holder: str
     api_url: str
     owner_token: str
     register: str
+    sign_in: str = ""
 
 
 # A program of the embedder's: the RoomClient and WorkerHandles it built.
@@ -109,6 +112,7 @@ MCP_SERVER_WORDING: Final = HostWording(
     holder="this MCP server",
     api_url="the MCP server's LETAGENTS_API_URL",
     owner_token="set LETAGENTS_TOKEN to it and restart the MCP server",
+    sign_in="sign in from the chat with start_device_auth and poll_device_auth, or ",
     register="register_agent_session",
 )
 
@@ -168,7 +172,7 @@ UNKNOWN_WORKER_TEXT: Final = (
 SIGN_IN_TEXT: Final = (
     "Sign in before registering a worker in a hosted room: {holder} has no owner token."
     " Store it as auth.token in {state_path} (the Node letagents client's sign-in writes it"
-    " there; it is read at the next call), or {owner_token}."
+    " there; it is read at the next call), or {sign_in}{owner_token}."
     " Rooms marked local in the chat-storage settings need no sign-in."
 )
 # 9, ours: no owner token because the state file that would hold it is damaged.
@@ -226,7 +230,10 @@ UNKNOWN_SESSION_TEXT: Final = (
 def sign_in_text(state_path: object, wording: HostWording) -> str:
     """§5.2.9 for this host: no owner token, and where to give one."""
     return SIGN_IN_TEXT.format(
-        holder=wording.holder, owner_token=wording.owner_token, state_path=state_path
+        holder=wording.holder,
+        owner_token=wording.owner_token,
+        sign_in=wording.sign_in,
+        state_path=state_path,
     )
 
 

@@ -168,6 +168,23 @@ REQUIRED: dict[str, dict[str, object]] = {
         "idempotency_key": "k1",
     },
 }
+# Finding, joining and making rooms, and onboarding (issue 41): the Node server's facade
+# adds worker_id only where a tool takes room_id (these three).
+ENTRY_TOOLS = (
+    "create_room",
+    "create_project",
+    "join_code",
+    "join_project",
+    "join_room",
+    "get_current_room",
+    "check_repo",
+    "initialize_repo",
+    "check_repo_visibility",
+    "get_onboarding_status",
+    "clear_saved_auth",
+    "set_agent_name",
+)
+ENTRY_TOOLS_WITH_ROOM = ("start_device_auth", "poll_device_auth", "resume_room_session")
 BOTH_TEXT = "Choose worker_id or agent_session_id, not both."
 NO_CONNECTION_TEXT = (
     "This worker has no current connection in this process."
@@ -181,8 +198,12 @@ async def test_tools_and_schemas(fake_room: FakeRoom, tmp_path: Path) -> None:
         server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
         async with Client(server, mode="legacy") as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert sorted(tools) == sorted((*ROOM_TOOLS, "register_agent_session"))
-    for name in ROOM_TOOLS:
+    assert sorted(tools) == sorted(
+        (*ROOM_TOOLS, "register_agent_session", *ENTRY_TOOLS, *ENTRY_TOOLS_WITH_ROOM)
+    )
+    for name in ENTRY_TOOLS:
+        assert "worker_id" not in tools[name].input_schema["properties"], name
+    for name in (*ROOM_TOOLS, *ENTRY_TOOLS_WITH_ROOM):
         assert "worker_id" in tools[name].input_schema["properties"], name
         assert "room_id" in tools[name].input_schema["properties"], name
     register_args = set(tools["register_agent_session"].input_schema["properties"])

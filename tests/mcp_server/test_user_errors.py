@@ -124,7 +124,8 @@ async def test_no_token_names_the_variable_and_the_state_file_and_stores_nothing
     assert text == (
         "Sign in before registering a worker in a hosted room: this MCP server has no owner"
         f" token. Store it as auth.token in {state} (the Node letagents client's sign-in writes"
-        " it there; it is read at the next call), or set LETAGENTS_TOKEN to it and restart the"
+        " it there; it is read at the next call), or sign in from the chat with"
+        " start_device_auth and poll_device_auth, or set LETAGENTS_TOKEN to it and restart the"
         " MCP server. Rooms marked local in the chat-storage settings need no sign-in."
     )
     assert not state.exists()

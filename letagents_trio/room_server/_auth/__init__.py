@@ -1,1 +1,1 @@
-"""Who is asking: accounts and their tokens, owner tokens."""
+"""Who is asking: accounts and their tokens, owner tokens, device sign-in."""

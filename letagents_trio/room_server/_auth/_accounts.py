@@ -61,6 +61,7 @@ from .._wire import (
     Credentials,
     Refusal,
     Reply,
+    hash_token,
     opt_str,
     refuse,
     token_matches,
@@ -184,9 +185,21 @@ class Accounts:
                 self.store.put_account(Account(account_id=account_id(login), login=login))
 
     def owner(self, owner_token: str | None) -> Account | None:
-        """The account of an owner bearer token, if it is one."""
+        """The account of an owner bearer token (configured, or minted by a device
+        sign-in), if it is one."""
         login = _login_of(self.owner_tokens, owner_token)
+        if login is None and owner_token:
+            minted = self.store.get_minted_token(hash_token(owner_token))
+            login = None if minted is None else minted.login
         return None if login is None else self.store.get_account(login)
+
+    def account(self, login: str) -> Account:
+        """The account of ``login``, made (and stored) on first use."""
+        found = self.store.get_account(login)
+        if found is None:
+            found = Account(account_id=account_id(login), login=login)
+            self.store.put_account(found)
+        return found
 
     def bearer(self, token: str | None) -> tuple[Account, bool] | None:
         """The account of either kind of bearer, and whether it is a person's; else None."""

@@ -31,6 +31,7 @@ from typing import Any, Final, TypeVar, final
 import attrs
 
 from ._agent_tables import AGENT_SCHEMA, SQLiteAgentTables
+from ._auth_rows import MintedTokenRow
 from ._board_store import BOARD_SCHEMA, SQLiteBoardRecords
 from ._presence_rows import PRESENCE_SCHEMA, PresenceRow, SQLitePresence
 from ._rows import (
@@ -62,6 +63,7 @@ _Row = TypeVar(
     LeaseRow,
     GuidelinesRow,
     KnowledgeRow,
+    MintedTokenRow,
 )
 
 # Keyed tables have a text id, the room id (empty for accounts) so per-room
@@ -108,6 +110,9 @@ CREATE TABLE IF NOT EXISTS knowledge (
     type TEXT NOT NULL,
     doc TEXT NOT NULL,
     PRIMARY KEY (room_id, id)
+);
+CREATE TABLE IF NOT EXISTS minted_tokens (
+    id TEXT PRIMARY KEY, room_id TEXT NOT NULL, doc TEXT NOT NULL
 );
 """
 
@@ -208,6 +213,12 @@ class SQLiteStore:
     def _get(self, cls: type[_Row], table: str, key: str) -> _Row | None:
         found = self._db.execute(f"SELECT doc FROM {table} WHERE id = ?", (key,)).fetchone()
         return None if found is None else _load(cls, found[0])
+
+    def get_minted_token(self, token_hash: str) -> MintedTokenRow | None:
+        return self._get(MintedTokenRow, "minted_tokens", token_hash)
+
+    def put_minted_token(self, row: MintedTokenRow) -> None:
+        self._put("minted_tokens", row.token_hash, "", row)
 
     def get_account(self, login: str) -> Account | None:
         return self._get(Account, "accounts", login)

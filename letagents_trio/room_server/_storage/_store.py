@@ -53,6 +53,9 @@ if TYPE_CHECKING:
     from ._board_rows import BoardRecords
 
 # The rows are re-exported: they lived here before ``_rows`` held them.
+if TYPE_CHECKING:
+    from ._auth_rows import MintedTokenRow
+
 __all__ = [
     "Account",
     "GuidelinesRow",
@@ -198,6 +201,14 @@ class RoomStore(Protocol):
         """Up to ``limit`` of the room's presence rows, newest heartbeat first."""
         ...
 
+    def get_minted_token(self, token_hash: str) -> MintedTokenRow | None:
+        """Return the minted owner token with this SHA-256, if any."""
+        ...
+
+    def put_minted_token(self, row: MintedTokenRow) -> None:
+        """Insert or replace a minted owner token (keyed by its hash)."""
+        ...
+
     def atomic(self) -> contextlib.AbstractContextManager[None]:
         """Make the writes inside all-or-nothing: a failure stores none of them.
 
@@ -234,9 +245,17 @@ class MemoryStore:
     _leases: dict[str, LeaseRow] = attrs.field(factory=dict)
     _guidelines: dict[str, GuidelinesRow] = attrs.field(factory=dict)
     _knowledge: dict[tuple[str, str], KnowledgeRow] = attrs.field(factory=dict)
+    _minted: dict[str, MintedTokenRow] = attrs.field(factory=dict)
+
     board: MemoryBoardRecords = attrs.field(factory=MemoryBoardRecords)
     agents: MemoryAgentTables = attrs.field(factory=MemoryAgentTables)
     _presence: MemoryPresence = attrs.field(factory=MemoryPresence)
+
+    def get_minted_token(self, token_hash: str) -> MintedTokenRow | None:
+        return self._minted.get(token_hash)
+
+    def put_minted_token(self, row: MintedTokenRow) -> None:
+        self._minted[row.token_hash] = row
 
     def get_account(self, login: str) -> Account | None:
         return self._accounts.get(login)

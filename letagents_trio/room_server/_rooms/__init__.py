@@ -1,0 +1,1 @@
+"""Finding and entering rooms: invite rooms, joining by name or code."""
