@@ -102,7 +102,7 @@ async def test_a_chat_with_no_token_signs_in_joins_by_code_and_works(tmp_path: P
                 )
                 read = await call_ok(b, "read_messages", {"worker_id": reader["worker_id"]})
                 texts = [(m["text"], m["id"]) for m in read["messages"]]
-                assert ("signed in without a token", posted["message"]["id"]) in texts
+                assert ("signed in without a token", posted["id"]) in texts
                 answers = json.dumps([status, started, signed_in, joined, writer, posted])
             log = await room.stop()
     state_file = tmp_path / "a" / "mcp-state.json"
