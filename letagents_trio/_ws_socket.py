@@ -32,40 +32,30 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, NoReturn, final
 
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
-from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+from wsproto.events import CloseConnection, Ping, TextMessage
 
-from . import _protocol
 from ._connector import StreamNews
-from ._errors import RoomUnreachable, StreamProtocolError
+from ._errors import RoomUnreachable
 from ._http import QuietReads, can_send_now, close_now, discard_unread, send_now
+from ._ws_frames import FrameBounds, read_exit_answer, read_news
 
 __all__ = ["ProcessSocket"]
-
-logger = logging.getLogger("letagents_trio.transport")
 
 # Bytes asked for per read: the room's frames are tens of bytes.
 _RECEIVE_BYTES: Final = 4096
 # The normal close code (RFC 6455, section 7.4.1).
 _NORMAL_CLOSURE: Final = 1000
-# The most pieces one message may come in (its frames, and the parts of a frame
-# as its bytes arrive): a room's messages are tens of bytes in one frame, and
-# a message of the largest size read 4 KiB at a time is 256 pieces.
-MAX_MESSAGE_PIECES: Final = 1024
 # What the kernel may keep unread: one ping with no payload, the room's
 # heartbeat. A second ping wakes the read, and so does anything else the room
 # sends (its smallest, a close frame with its code, is four bytes; a room of
 # this protocol never closes without one), so nothing but a lone ping ever
 # waits, and at most one of the room's ping intervals.
 _KEPT_BYTES: Final = 2
-# The most pings the room may send within one ping interval: it pings every
-# 15 s; many more is a flood, whose parsing and answers would cost a core.
-MAX_PINGS_PER_INTERVAL: Final = 100
 
 
 def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
@@ -85,59 +75,30 @@ def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
 
 
 @final
-class _Bounds:
-    """What the room may send on one socket: a message's bytes and pieces, pings per interval."""
+class _Liveness:
+    """When the room was last heard, and how long the read waits for more.
 
-    def __init__(self, max_event_bytes: int, ping_interval: float) -> None:
-        self.max_event_bytes = max_event_bytes
+    A ping interval after the room's latest bytes; once the socket has pinged
+    (the interval passed in silence), the pong timeout after its ping.
+    """
+
+    def __init__(self, ping_interval: float, pong_timeout: float) -> None:
         self.ping_interval = ping_interval
-        # The message being received: its text pieces, its size in bytes, its pieces.
-        self._text: list[str] = []
-        self._message_bytes = 0
-        self._message_pieces = 0
-        # The room's pings in the current interval, and when that interval began.
-        self._pings = 0
-        self._pings_since = trio.current_time()
+        self.pong_timeout = pong_timeout
+        self.heard_at = trio.current_time()
+        self.deadline = self.heard_at + ping_interval
+        self.awaiting_pong = False
 
-    def message(self, event: TextMessage) -> str | None:
-        """The whole text of a message once its last piece is in, else None."""
-        self.count_piece(len(event.data.encode()), finished=event.message_finished)
-        self._text.append(event.data)
-        if not event.message_finished:
-            return None
-        text = "".join(self._text)
-        self._text.clear()
-        return text
+    def heard(self, kept_since: float | None) -> None:
+        """The room's bytes arrived: now, or when the kernel began keeping them."""
+        self.heard_at = trio.current_time() if kept_since is None else kept_since
+        self.deadline = self.heard_at + self.ping_interval
+        self.awaiting_pong = False
 
-    def count_piece(self, size: int, *, finished: bool) -> None:
-        """Count one piece of a message, in bytes and in pieces, text or binary.
-
-        Raises:
-            StreamProtocolError: the message is over ``max_event_bytes`` bytes
-                or :data:`MAX_MESSAGE_PIECES` pieces (empty ones count too).
-        """
-        self._message_bytes += size
-        self._message_pieces += 1
-        if self._message_bytes > self.max_event_bytes:
-            raise StreamProtocolError("a message on the process socket is too large")
-        if self._message_pieces > MAX_MESSAGE_PIECES:
-            raise StreamProtocolError("a message on the process socket comes in too many pieces")
-        if finished:
-            self._message_bytes = self._message_pieces = 0
-
-    def count_ping(self) -> None:
-        """Count one of the room's pings.
-
-        Raises:
-            StreamProtocolError: more than :data:`MAX_PINGS_PER_INTERVAL` in
-                one ping interval.
-        """
-        now = trio.current_time()
-        if now - self._pings_since >= self.ping_interval:
-            self._pings, self._pings_since = 0, now
-        self._pings += 1
-        if self._pings > MAX_PINGS_PER_INTERVAL:
-            raise StreamProtocolError("the room floods the process socket with pings")
+    def pinged(self) -> None:
+        """The socket pinged: the room has the pong timeout to answer."""
+        self.awaiting_pong = True
+        self.deadline = trio.current_time() + self.pong_timeout
 
 
 @final
@@ -168,13 +129,9 @@ class ProcessSocket:
         # POSTs the exit (the room client's, for this socket's session): for an
         # exit the socket cannot carry, or one its room should have answered.
         self._announce_exit = announce_exit
-        self._heard_at = trio.current_time()
         self._ws = ws
-        self._ping_interval = ping_interval
-        self._pong_timeout = pong_timeout
-        self._deadline = trio.current_time() + ping_interval
-        self._awaiting_pong = False
-        self._bounds = _Bounds(max_event_bytes, ping_interval)
+        self._liveness = _Liveness(ping_interval, pong_timeout)
+        self._bounds = FrameBounds(max_event_bytes, ping_interval)
         self._finished = False
         self._reply = b""
         # The part of the exit the kernel could not take at once (leave sends it).
@@ -239,48 +196,22 @@ class ProcessSocket:
 
     def _news(self) -> StreamNews | None:
         """The news in the events wsproto has; None when it has none."""
-        connection_id: str | None = None
-        ended = False
-        seen = False
-        # The answer to the latest ping of this read (RFC 6455, section 5.5.3, lets the
-        # earlier ones go unanswered), made while the socket is still open.
-        pong = b""
-        for event in self._ws.events():
-            seen = True
-            if isinstance(event, TextMessage):
-                text = self._bounds.message(event)
-                if text is not None:
-                    kind, frame = _server_frame(text)
-                    if kind == "open":
-                        named = _protocol.connection_id_or_none(frame.get("connection_id"))
-                        connection_id = named or connection_id
-                        self.exit_ack = self.exit_ack or frame.get("exit_ack") is True
-                    ended = ended or kind == "ended"
-            elif isinstance(event, BytesMessage):
-                # Not part of the protocol: counted against the limits, then dropped.
-                self._bounds.count_piece(len(event.data), finished=event.message_finished)
-            elif isinstance(event, Ping):
-                self._bounds.count_ping()
-                if self._ws.state is ConnectionState.OPEN:
-                    pong = self._ws.send(event.response())
-            elif isinstance(event, CloseConnection):
-                self._reply, pong = self._reply + pong, b""
-                self._finished = True
-                if self._ws.state is ConnectionState.REMOTE_CLOSING:
-                    self._reply += self._ws.send(event.response())
-        self._reply += pong
-        if not seen:
+        heard = read_news(self._ws, self._bounds)
+        if heard is None:
             return None
-        if connection_id is not None:
-            self.connection_id = connection_id
+        self._reply += heard.reply
+        self._finished = self._finished or heard.closed
+        self.exit_ack = self.exit_ack or heard.exit_ack
+        if heard.connection_id is not None:
+            self.connection_id = heard.connection_id
             # Made now rather than at the goodbye, which writes thousands of them.
-            self._exit = _exit_frames(connection_id)
-        return StreamNews(connection_id=connection_id, ended=ended)
+            self._exit = _exit_frames(heard.connection_id)
+        return StreamNews(connection_id=heard.connection_id, ended=heard.ended)
 
     @property
     def heard_at(self) -> float:
         """When the room's latest bytes arrived (trio's clock): kept by the kernel, or just read."""
-        return self._heard_at
+        return self._liveness.heard_at
 
     async def _receive(self) -> bytes:
         """Read one chunk, pinging after ``ping_interval`` of silence."""
@@ -289,25 +220,22 @@ class ProcessSocket:
             # Once the room has named the connection, while no pong is awaited
             # and no exit answer: a lone ping may wait in the kernel for the
             # next one (see _KEPT_BYTES), and both are answered then.
-            quiet = self.connection_id is not None and not self._awaiting_pong
+            liveness = self._liveness
+            quiet = self.connection_id is not None and not liveness.awaiting_pong
             keep = _KEPT_BYTES if quiet and not self.leaving else 0
-            with trio.move_on_at(self._deadline):
+            with trio.move_on_at(liveness.deadline):
                 try:
                     data = await self._reads.read(_RECEIVE_BYTES, keep=keep)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
-                kept_since = self._reads.heard_at
-                self._heard_at = trio.current_time() if kept_since is None else kept_since
-                self._deadline = self._heard_at + self._ping_interval
-                self._awaiting_pong = False
+                liveness.heard(self._reads.heard_at)
                 return data
-            if self._awaiting_pong or self.leaving:
+            if liveness.awaiting_pong or self.leaving:
                 raise RoomUnreachable("process socket: no pong within the pong timeout")
             if self._ws.state is ConnectionState.OPEN:
                 self._reply += self._ws.send(Ping())
             await self._flush()
-            self._awaiting_pong = True
-            self._deadline = trio.current_time() + self._pong_timeout
+            liveness.pinged()
 
     async def _flush(self) -> None:
         """Send the pongs and pings (or the close echo) waiting to go.
@@ -331,7 +259,7 @@ class ProcessSocket:
                 data = data[sent:] if sent is not None else data
                 if not data:
                     return
-            with trio.move_on_after(self._pong_timeout) as waited:
+            with trio.move_on_after(self._liveness.pong_timeout) as waited:
                 async with self._send_lock:
                     await self._stream.send_all(data)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -508,19 +436,10 @@ class ProcessSocket:
         Over once the room acknowledged the exit (:attr:`exit_recorded`, for
         the connection the exit named) or closed; pings are not answered now.
         """
-        for event in self._ws.events():
-            if isinstance(event, TextMessage):
-                text = self._bounds.message(event)
-                kind, frame = _server_frame(text) if text is not None else (None, {})
-                recorded = frame.get("recorded")
-                if (
-                    kind == "exit_recorded"
-                    and isinstance(recorded, bool)
-                    and frame.get("process_connection_id") == self._exit_names
-                ):
-                    self.exit_recorded = recorded
-            elif isinstance(event, CloseConnection):
-                self._finished = True
+        recorded, closed = read_exit_answer(self._ws, self._bounds, self._exit_names)
+        if recorded is not None:
+            self.exit_recorded = recorded
+        self._finished = self._finished or closed
         if self.exit_recorded is not None or self._finished:
             self._exit_settled.set()
             return True
@@ -582,16 +501,3 @@ class ProcessSocket:
                 with contextlib.suppress(OSError):
                     send_now(self._stream, close_frame)
         return close_now(self._stream)
-
-
-def _server_frame(text: str) -> tuple[str | None, dict[str, object]]:
-    """The ``event`` of a server text frame, and the frame's fields (empty when not JSON)."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        logger.debug("ignoring a process-socket frame that is not JSON")
-        return None, {}
-    if not isinstance(value, dict):
-        return None, {}
-    event = value.get("event")
-    return (event if isinstance(event, str) else None), value

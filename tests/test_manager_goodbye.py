@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from trio.testing import MockClock
 
-    from letagents_trio.testing._fake_room import SocketExitAnswers
+    from letagents_trio.testing._socket_exits import SocketExitAnswers
 
 EXIT_PATH = re.compile(r"/rooms/.+/agent-sessions/[^/]+/process/exit")
 MANAGER_LOG = "letagents_trio.manager"

@@ -55,7 +55,8 @@ from letagents_trio import (
     _ws_socket,
 )
 from letagents_trio._websocket import _accept_value, classify_upgrade
-from letagents_trio._ws_socket import MAX_MESSAGE_PIECES, MAX_PINGS_PER_INTERVAL, ProcessSocket
+from letagents_trio._ws_frames import MAX_MESSAGE_PIECES, MAX_PINGS_PER_INTERVAL
+from letagents_trio._ws_socket import ProcessSocket
 from letagents_trio.testing import FakeRoom, open_streaming_transport
 
 from .sockets import OnlyAsyncClose, tcp_pair

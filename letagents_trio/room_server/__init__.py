@@ -19,10 +19,10 @@ try:
     from ._clock import TrioClock as TrioClock
     from ._config import RoomConfig as RoomConfig
     from ._room import Room as Room
-    from ._room import RoomStatistics as RoomStatistics
     from ._serve import serve_room as serve_room
     from ._sessions._streams import CloseMode as CloseMode
     from ._sessions._streams import ProcessStream as ProcessStream
+    from ._statistics import RoomStatistics as RoomStatistics
     from ._storage._rows import Account as Account
     from ._storage._rows import GuidelinesRow as GuidelinesRow
     from ._storage._rows import KnowledgeRow as KnowledgeRow

@@ -18,12 +18,15 @@ the room runs one sweep a minute.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, final
+import logging
+from typing import TYPE_CHECKING, Final, NoReturn, final
 
 import attrs
+import trio
 
 from .._protocol import OFFLINE_ANNOUNCE_MAX_AGE
 from ._messaging._messages import LIVENESS_SOURCE
+from ._storage._store_errors import StoreWriteError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,6 +47,8 @@ __all__ = [
     "offline_text",
     "recovery_notice",
 ]
+
+logger = logging.getLogger("letagents_trio.room_server")
 
 # The _protocol.py value the room compares with its millisecond clock.
 OFFLINE_ANNOUNCE_MAX_AGE_MS: Final = round(OFFLINE_ANNOUNCE_MAX_AGE * 1000)
@@ -96,6 +101,27 @@ class LivenessSweep:
                 if message is not None:
                     posted.append(message)
         return posted
+
+    async def run(self, interval: float) -> NoReturn:
+        """Sweep every ``interval`` seconds, forever.
+
+        A sweep the store could not write is logged by the store, and the
+        next one tries again.
+
+        Cancellation:
+            Runs until cancelled; a sweep is synchronous, so cancellation
+            never leaves one half done.
+        """
+        next_at = trio.current_time()
+        while True:
+            next_at += interval
+            await trio.sleep_until(next_at)
+            try:
+                posted = self.sweep()
+            except StoreWriteError:
+                continue
+            if posted:
+                logger.info("liveness sweep posted %d notice(s)", len(posted))
 
 
 @final

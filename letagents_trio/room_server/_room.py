@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, NoReturn, final
+from typing import TYPE_CHECKING, Any, NoReturn, final
 
 import attrs
 import trio
@@ -66,6 +66,7 @@ from ._rooms._entry import RoomEntry
 from ._sessions import _registration
 from ._sessions._presence import SessionEvidence, evidence_of, exited
 from ._sessions._streams import SSE_FORM, ProcessStream, StreamForm, StreamRegistry
+from ._statistics import RoomCounters, RoomStatistics
 from ._storage._rows import (
     END_REASON_DISCONNECT,
     END_REASON_NAME_HANDOVER,
@@ -75,7 +76,6 @@ from ._storage._rows import (
     RoomRow,
     SessionRow,
 )
-from ._storage._store_errors import StoreWriteError
 from ._work import RoomWork
 
 if TYPE_CHECKING:
@@ -93,21 +93,9 @@ from ._wire import (
     valid_room_id,
 )
 
-__all__ = ["STATISTICS_ADMIN_TEXT", "Room", "RoomStatistics"]
+__all__ = ["Room"]
 
 logger = logging.getLogger("letagents_trio.room_server")
-
-# Ours: the 403 of ``…/process-statistics`` for an account that is not an admin.
-STATISTICS_ADMIN_TEXT: Final = "Only the room's admins can read its statistics."
-
-
-@final
-@attrs.frozen(kw_only=True)
-class RoomStatistics:
-    """A snapshot of the room's in-memory state."""
-
-    open_process_streams: int
-    open_polls: int
 
 
 @final
@@ -149,6 +137,7 @@ class Room:
     _accounts: Accounts = attrs.field(init=False)
     _streams: StreamRegistry = attrs.field(init=False)
     _liveness: LivenessSweep = attrs.field(init=False)
+    _counters: RoomCounters = attrs.field(init=False)
     _locks: dict[str, trio.Lock] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -179,6 +168,7 @@ class Room:
             reachable=self.reachable,
             grace_ms=config.liveness_notice_after_ms,
         )
+        self._counters = RoomCounters(accounts, self._streams, self.work.messages.deliveries)
 
     # --- state and evidence ---------------------------------------------------------------
 
@@ -196,10 +186,7 @@ class Room:
 
     def statistics(self) -> RoomStatistics:
         """Return a snapshot of the open streams and polls."""
-        return RoomStatistics(
-            open_process_streams=self._streams.count(),
-            open_polls=self.work.messages.deliveries.open_polls(),
-        )
+        return self._counters.snapshot()
 
     def process_statistics(self, room_id: str, owner_token: str | None) -> Reply:
         """``GET /rooms/{room}/process-statistics`` (ours): one room's stream counters.
@@ -216,13 +203,7 @@ class Room:
             recorded, matched to the open connection and sent over the socket
             since the room started.
         """
-        try:
-            self._accounts.require_room(room_id)
-            self._accounts.room_admin(room_id, owner_token, STATISTICS_ADMIN_TEXT)
-        except Refusal as refusal:
-            return refusal.reply
-        counts = attrs.asdict(self._streams.counts(room_id))
-        return Reply(status=200, body={"room_id": room_id, **counts})
+        return self._counters.process_statistics(room_id, owner_token)
 
     def delivery_connected(self, session_id: str, now: int | None = None) -> bool:
         """True while a poll of the session is open, or closed less than 12 s ago."""
@@ -511,13 +492,4 @@ class Room:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.work.wakes.run)
             task_status.started()
-            next_at = trio.current_time()
-            while True:
-                next_at += self.config.liveness_sweep_interval
-                await trio.sleep_until(next_at)
-                try:
-                    posted = self.sweep_liveness()
-                except StoreWriteError:  # logged by the store; the next sweep tries again
-                    continue
-                if posted:
-                    logger.info("liveness sweep posted %d notice(s)", len(posted))
+            await self._liveness.run(self.config.liveness_sweep_interval)

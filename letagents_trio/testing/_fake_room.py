@@ -49,7 +49,7 @@ import re
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, Literal, final
+from typing import Any, final
 from urllib.parse import unquote
 
 import trio
@@ -59,7 +59,7 @@ from .._client import RoomClient
 from .._session import AgentSession
 from .._util import Notifier
 from ..room_server import MemoryStore, Room, RoomConfig, TrioClock, create_app
-from ..room_server._websocket import exit_body, refuse_upgrade
+from ..room_server._websocket import refuse_upgrade
 from ..room_server._wire import Reply
 from ..workers._wire import (
     durable_registration_body,
@@ -81,9 +81,8 @@ from ._asgi import (
 )
 from ._records import CANNED_ANSWERS, ExitRecord, ProcessMode, RequestRecord
 from ._rules import JSON_HEADERS, Rule, RuleBuilder, json_bytes, path_regex
+from ._socket_exits import SocketExitAnswers, SocketExits
 from ._transport import StreamingASGITransport
-
-SocketExitAnswers = Literal["answered", "withheld", "not offered"]
 
 __all__ = ["FakeRoom", "open_fake_room", "register_worker"]
 
@@ -326,6 +325,10 @@ class FakeRoom:
     def _note(self) -> None:
         self._changed.notify()
 
+    def _record_exit(self, record: ExitRecord) -> None:
+        self.exits.append(record)
+        self._note()
+
     # --- the ASGI layer ------------------------------------------------------------
 
     async def _app(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
@@ -396,34 +399,8 @@ class FakeRoom:
         if mode is ProcessMode.SLOW:
             await trio.sleep(self.slow_headers)
 
-        answers = self.socket_exit_answers
-
-        async def watched() -> MutableMapping[str, Any]:
-            while True:
-                message = await receive()
-                text = message.get("text")
-                body = exit_body(text) if isinstance(text, str) else None
-                if body is None:
-                    return message
-                self.exits.append(
-                    ExitRecord(
-                        time=trio.current_time(), session_id=session_id, body=body, recorded=None
-                    )
-                )
-                self._note()
-                if answers != "withheld":
-                    return message
-
-        async def answering(message: MutableMapping[str, Any]) -> None:
-            text = message.get("text")
-            if answers == "not offered" and isinstance(text, str):
-                if '"event":"exit_recorded"' in text:
-                    await trio.lowlevel.checkpoint()
-                    return
-                message = {**message, "text": text.replace(',"exit_ack":true', "")}
-            await send(message)
-
-        await self._inner(scope, watched, answering)
+        exits = SocketExits(session_id, self.socket_exit_answers, self._record_exit, receive, send)
+        await self._inner(scope, exits.receive, exits.send)
 
     async def _room_answers(
         self,
@@ -493,12 +470,11 @@ class FakeRoom:
         body = request.body if isinstance(request.body, dict) else {}
         recorded: object = None
         if self.black_hole_exits:
-            self.exits.append(
+            self._record_exit(
                 ExitRecord(
                     time=trio.current_time(), session_id=session_id, body=body, recorded=None
                 )
             )
-            self._note()
             await until_disconnected(receive)
             return
         # The room's answer is kept until the exit is on record, as a real room
@@ -507,7 +483,7 @@ class FakeRoom:
         reply = json_or_none(answer.body)
         if isinstance(reply, dict):
             recorded = reply.get("recorded")
-        self.exits.append(
+        self._record_exit(
             ExitRecord(
                 time=trio.current_time(),
                 session_id=session_id,
@@ -515,7 +491,6 @@ class FakeRoom:
                 recorded=recorded if isinstance(recorded, bool) else None,
             )
         )
-        self._note()
         if self.exit_delay:
             await trio.sleep(self.exit_delay)
         await send_answer(send, answer)

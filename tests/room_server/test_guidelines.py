@@ -27,7 +27,7 @@ from letagents_trio.room_server._guidelines import (
     PERSON_REQUIRED_TEXT,
     normalize_guidelines,
 )
-from letagents_trio.room_server._room import STATISTICS_ADMIN_TEXT
+from letagents_trio.room_server._statistics import STATISTICS_ADMIN_TEXT
 
 from .helpers import (
     OTHER_PERSON_TOKEN,

@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from letagents_trio import HolderStatus, WebSocketConnector, open_connection_manager
-from letagents_trio.room_server._room import STATISTICS_ADMIN_TEXT
+from letagents_trio.room_server._statistics import STATISTICS_ADMIN_TEXT
 
 from .helpers import (
     OTHER_TOKEN,

@@ -1,0 +1,206 @@
+"""The room's frames on a process socket, as wsproto parses them: bounded and read for news.
+
+Sans-IO helpers of :class:`~letagents_trio._ws_socket.ProcessSocket`:
+:class:`FrameBounds` holds what the room may send (a message's bytes and
+pieces, pings per interval); :func:`read_news` reads what a batch of wsproto's
+events says (the ``open`` frame, ``ended``, pings to answer, the close) and
+:func:`read_exit_answer` the room's answer to an exit. Neither reads nor
+writes the stream: the socket sends the answers they make.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Final, final
+
+import attrs
+import trio
+from wsproto.connection import Connection, ConnectionState
+from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+
+from . import _protocol
+from ._errors import StreamProtocolError
+
+__all__ = [
+    "MAX_MESSAGE_PIECES",
+    "MAX_PINGS_PER_INTERVAL",
+    "FrameBounds",
+    "Heard",
+    "read_exit_answer",
+    "read_news",
+    "server_frame",
+]
+
+logger = logging.getLogger("letagents_trio.transport")
+
+# The most pieces one message may come in (its frames, and the parts of a frame
+# as its bytes arrive): a room's messages are tens of bytes in one frame, and
+# a message of the largest size read 4 KiB at a time is 256 pieces.
+MAX_MESSAGE_PIECES: Final = 1024
+# The most pings the room may send within one ping interval: it pings every
+# 15 s; many more is a flood, whose parsing and answers would cost a core.
+MAX_PINGS_PER_INTERVAL: Final = 100
+
+
+@final
+class FrameBounds:
+    """What the room may send on one socket: a message's bytes and pieces, pings per interval."""
+
+    def __init__(self, max_event_bytes: int, ping_interval: float) -> None:
+        self.max_event_bytes = max_event_bytes
+        self.ping_interval = ping_interval
+        # The message being received: its text pieces, its size in bytes, its pieces.
+        self._text: list[str] = []
+        self._message_bytes = 0
+        self._message_pieces = 0
+        # The room's pings in the current interval, and when that interval began.
+        self._pings = 0
+        self._pings_since = trio.current_time()
+
+    def message(self, event: TextMessage) -> str | None:
+        """The whole text of a message once its last piece is in, else None."""
+        self.count_piece(len(event.data.encode()), finished=event.message_finished)
+        self._text.append(event.data)
+        if not event.message_finished:
+            return None
+        text = "".join(self._text)
+        self._text.clear()
+        return text
+
+    def count_piece(self, size: int, *, finished: bool) -> None:
+        """Count one piece of a message, in bytes and in pieces, text or binary.
+
+        Raises:
+            StreamProtocolError: the message is over ``max_event_bytes`` bytes
+                or :data:`MAX_MESSAGE_PIECES` pieces (empty ones count too).
+        """
+        self._message_bytes += size
+        self._message_pieces += 1
+        if self._message_bytes > self.max_event_bytes:
+            raise StreamProtocolError("a message on the process socket is too large")
+        if self._message_pieces > MAX_MESSAGE_PIECES:
+            raise StreamProtocolError("a message on the process socket comes in too many pieces")
+        if finished:
+            self._message_bytes = self._message_pieces = 0
+
+    def count_ping(self) -> None:
+        """Count one of the room's pings.
+
+        Raises:
+            StreamProtocolError: more than :data:`MAX_PINGS_PER_INTERVAL` in
+                one ping interval.
+        """
+        now = trio.current_time()
+        if now - self._pings_since >= self.ping_interval:
+            self._pings, self._pings_since = 0, now
+        self._pings += 1
+        if self._pings > MAX_PINGS_PER_INTERVAL:
+            raise StreamProtocolError("the room floods the process socket with pings")
+
+
+@final
+@attrs.frozen
+class Heard:
+    """What one batch of the room's frames said.
+
+    Attributes:
+        connection_id: the connection an ``open`` frame named (the latest), if any.
+        exit_ack: an ``open`` frame said the room acknowledges exits.
+        ended: an ``ended`` frame came.
+        closed: the room's close came.
+        reply: what to send back: the answer to the latest ping before the
+            close (RFC 6455, section 5.5.3, lets the earlier ones go
+            unanswered), then the close's echo.
+    """
+
+    connection_id: str | None
+    exit_ack: bool
+    ended: bool
+    closed: bool
+    reply: bytes
+
+
+def read_news(ws: Connection, bounds: FrameBounds) -> Heard | None:
+    """Read the events wsproto has; None when it has none.
+
+    Raises:
+        StreamProtocolError: the room broke a bound (see :class:`FrameBounds`).
+    """
+    connection_id: str | None = None
+    exit_ack = ended = closed = seen = False
+    reply = pong = b""
+    for event in ws.events():
+        seen = True
+        if isinstance(event, TextMessage):
+            text = bounds.message(event)
+            if text is not None:
+                kind, frame = server_frame(text)
+                if kind == "open":
+                    named = _protocol.connection_id_or_none(frame.get("connection_id"))
+                    connection_id = named or connection_id
+                    exit_ack = exit_ack or frame.get("exit_ack") is True
+                ended = ended or kind == "ended"
+        elif isinstance(event, BytesMessage):
+            # Not part of the protocol: counted against the limits, then dropped.
+            bounds.count_piece(len(event.data), finished=event.message_finished)
+        elif isinstance(event, Ping):
+            bounds.count_ping()
+            if ws.state is ConnectionState.OPEN:
+                pong = ws.send(event.response())
+        elif isinstance(event, CloseConnection):
+            reply, pong = reply + pong, b""
+            closed = True
+            if ws.state is ConnectionState.REMOTE_CLOSING:
+                reply += ws.send(event.response())
+    if not seen:
+        return None
+    return Heard(
+        connection_id=connection_id,
+        exit_ack=exit_ack,
+        ended=ended,
+        closed=closed,
+        reply=reply + pong,
+    )
+
+
+def read_exit_answer(
+    ws: Connection, bounds: FrameBounds, names: str | None
+) -> tuple[bool | None, bool]:
+    """Read the room's answer to an exit naming ``names`` from the events wsproto has.
+
+    Pings are not answered now.
+
+    Returns:
+        The latest ``recorded`` of an ``exit_recorded`` frame for that
+        connection (None when none came), and whether the room's close came.
+    """
+    recorded: bool | None = None
+    closed = False
+    for event in ws.events():
+        if isinstance(event, TextMessage):
+            text = bounds.message(event)
+            kind, frame = server_frame(text) if text is not None else (None, {})
+            value = frame.get("recorded")
+            if (
+                kind == "exit_recorded"
+                and isinstance(value, bool)
+                and frame.get("process_connection_id") == names
+            ):
+                recorded = value
+        elif isinstance(event, CloseConnection):
+            closed = True
+    return recorded, closed
+
+
+def server_frame(text: str) -> tuple[str | None, dict[str, object]]:
+    """The ``event`` of a server text frame, and the frame's fields (empty when not JSON)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        logger.debug("ignoring a process-socket frame that is not JSON")
+        return None, {}
+    if not isinstance(value, dict):
+        return None, {}
+    event = value.get("event")
+    return (event if isinstance(event, str) else None), value
