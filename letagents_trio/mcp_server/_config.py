@@ -80,6 +80,7 @@ from ._profiles import (
     WORKER,
     WORKER_BEARER_ENV,
     ConfigError,
+    NodeRefusal,
     ToolSurface,
     check_profile,
     credential_mode,
@@ -99,6 +100,8 @@ __all__ = [
     "SUPERVISED_PROFILES",
     "ConfigError",
     "ServerConfig",
+    "read_config",
+    "refusal_text",
 ]
 
 # When LETAGENTS_EXECUTION_PROFILE is unset: the Node server's default.
@@ -282,3 +285,41 @@ class ServerConfig:
             ide_label=detect_ide_label(env),
             worker_bearer=bearer,
         )
+
+
+# Where a refusal tells the user to fix a setting: the server reads it once, at start.
+REFUSAL_FIX: Final = (
+    "Correct it in the env of this server's entry in the MCP host's configuration,"
+    " then restart the server."
+)
+
+
+def refusal_text(problems: list[str]) -> str:
+    """What every tool call answers when the server started with ``problems``."""
+    return (
+        "The letagents MCP server started with a setting it cannot use, so no tool works: "
+        + " ".join(problems)
+        + f" {REFUSAL_FIX}"
+    )
+
+
+def read_config(environ: Mapping[str, str] | None = None) -> tuple[ServerConfig, str | None]:
+    """The configuration to serve, and what is wrong with it (None when nothing is).
+
+    An API URL that is not one is our own refusal, not the Node server's: the
+    server starts anyway with the default address and answers every tool call
+    with :func:`refusal_text`, as a host shows a tool's error but only
+    "Connection closed" for a server that exits.
+
+    Raises:
+        NodeRefusal: a configuration the Node server refuses as it starts
+            (checked with the API URL unset when it was not one).
+    """
+    env = os.environ if environ is None else environ
+    try:
+        return ServerConfig.from_env(env), None
+    except NodeRefusal:
+        raise
+    except ConfigError as exc:
+        unset_url = {name: value for name, value in env.items() if name != "LETAGENTS_API_URL"}
+        return ServerConfig.from_env(unset_url), str(exc)

@@ -4,8 +4,10 @@
 reads the configuration from the environment, runs
 ``trio.run(server.run_stdio_async)``, and then ends the process at once.
 ``--letagents-runtime-contract`` prints the runtime contract instead
-(upstream's flag) and exits. A configuration that cannot work (an API URL that
-is not one, an unknown profile or log level) is refused before anything starts.
+(upstream's flag) and exits. A configuration the Node server refuses (an
+unknown profile, a worker bearer with an owner token) is refused before anything
+starts; one only we refuse (an API URL or log level that is not one) is served
+with every tool call answering what to fix.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .._protocol import DEFAULT_API_URL
 from .._version import __version__
 from ..workers._identity import DEFAULT_RUNTIME_LABEL
 from ..workers._names import DEFAULT_IDE_LABEL
-from ._config import DEFAULT_PROFILE, KNOWN_PROFILES, ConfigError, ServerConfig
+from ._config import DEFAULT_PROFILE, KNOWN_PROFILES, ConfigError, read_config, refusal_text
 from ._profiles import (
     CURSOR_PROVIDER,
     NODE_REFUSAL_EXIT,
@@ -171,9 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the MCP server on stdio until the host stops it.
 
     Returns the exit code for ``--letagents-runtime-contract``, ``--help``,
-    ``--version``, bad arguments and a configuration refused at start-up (one
-    line on stderr naming the variable; 1 where the Node server refuses it too,
-    with its text, as it exits then, else 2). When it served, it does not
+    ``--version``, bad arguments and a configuration the Node server refuses
+    at start-up (1, one line on stderr with its text, as it exits then). Our
+    own refusals (an API URL or log level that is not one) start the server
+    anyway: one line each on stderr, and every tool call answers them with the
+    fix (:func:`~._config.refusal_text`), which a host shows where it shows
+    only "Connection closed" for a server that exits. When it served, it does not
     return: once the server has stopped (every exit announced), the process
     exits 0 at once, skipping the interpreter's slow teardown (see :func:`_exit_now`).
     """
@@ -185,13 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     if options.letagents_runtime_contract:
         sys.stdout.write(json.dumps(runtime_contract(), separators=(",", ":")) + "\n")
         return 0
+    problems: list[str] = []
     try:
         configure_logging(os.environ.get(LOG_LEVEL_ENV, "INFO"))
-        config = ServerConfig.from_env()
     except ConfigError as exc:
+        configure_logging("INFO")
+        problems.append(str(exc))
+    try:
+        config, problem = read_config()
+    except NodeRefusal as exc:
         sys.stderr.write(f"letagents-trio mcp: {exc}\n")
-        return NODE_REFUSAL_EXIT if isinstance(exc, NodeRefusal) else 2
-    server = create_server(config)
+        return NODE_REFUSAL_EXIT
+    if problem is not None:
+        problems.append(problem)
+    for text in problems:
+        sys.stderr.write(f"letagents-trio mcp: {text}\n")
+    server = create_server(config, refusal=refusal_text(problems) if problems else None)
     trio.run(server.run_stdio_async)
     logging.getLogger("letagents_trio.mcp_server").info("stopped")
     _exit_now(0)

@@ -173,6 +173,8 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
 
     Attributes:
         config: the configuration it was built from.
+        refusal: why the configuration cannot work (every tool call answers
+            it as an error), or None.
     """
 
     def __init__(
@@ -180,8 +182,10 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         config: ServerConfig,
         *,
         transport: httpx2.AsyncBaseTransport | None = None,
+        refusal: str | None = None,
     ) -> None:
         self.config = config
+        self.refusal = refusal
         self._transport = transport
         super().__init__(
             SERVER_NAME,
@@ -211,6 +215,8 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
             mime_type="application/json",
         )
         async def room_messages(room_id: str, ctx: ToolContext) -> str:
+            if self.refusal is not None:
+                raise ResourceError(self.refusal)
             return await _room_messages(server_state(ctx), room_id)
 
     def __repr__(self) -> str:
@@ -226,7 +232,11 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         The SDK answers pydantic's report (types, a link to its docs) as the
         tool's error, and drops an argument no field takes; a chat reads which
         argument and what is wrong instead, and nothing is called.
+
+        A server built with a ``refusal`` answers every call with it instead.
         """
+        if self.refusal is not None:
+            raise ToolError(self.refusal)
         schema = self._tool_input_schema(name)
         if schema is not None:
             unknown = sorted(set(arguments) - set(schema.get("properties", {})))
@@ -290,7 +300,10 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
                     token_origin=config.token_origin,
                     wording=MCP_SERVER_WORDING,
                 )
-                logger.info("serving %s (profile %s)", config.api_url, config.profile)
+                if self.refusal is None:
+                    logger.info("serving %s (profile %s)", config.api_url, config.profile)
+                else:
+                    logger.error("every tool call answers: %s", self.refusal)
                 try:
                     yield ServerState(
                         config=config,
@@ -406,6 +419,7 @@ def create_server(
     config: ServerConfig | None = None,
     *,
     transport: httpx2.AsyncBaseTransport | None = None,
+    refusal: str | None = None,
 ) -> LetAgentsMCPServer:
     """Build the letagents MCP server.
 
@@ -413,9 +427,15 @@ def create_server(
         config: what to serve; :meth:`ServerConfig.from_env` when None.
         transport: an httpx2 transport for the room API instead of the network
             (for example a :class:`~letagents_trio.testing.FakeRoom`'s).
+        refusal: when set, why the configuration cannot work: the server lists
+            its tools and resources as usual but answers every tool call (and
+            every room read) with this text as an error, so a host shows the
+            user what to fix instead of a server that closed at start.
 
     Returns:
         A server to run with ``trio.run(server.run_stdio_async)``, or to
         connect to in-process with ``mcp.Client(server)``.
     """
-    return LetAgentsMCPServer(config or ServerConfig.from_env(), transport=transport)
+    return LetAgentsMCPServer(
+        config or ServerConfig.from_env(), transport=transport, refusal=refusal
+    )

@@ -196,3 +196,23 @@ def test_an_unknown_log_level_is_refused_not_taken_for_info(level: str) -> None:
         f"LETAGENTS_LOG_LEVEL={level!r} is not a log level. Use one of: DEBUG, INFO, WARNING,"
         " ERROR, CRITICAL (unset means INFO)."
     )
+
+
+def test_read_config_serves_the_default_address_and_names_a_bad_api_url() -> None:
+    """Issue 42: our own refusal starts the server anyway, with the problem to answer."""
+    from letagents_trio.mcp_server._config import read_config
+
+    config, problem = read_config({"LETAGENTS_API_URL": "not a url"})
+    assert config.api_url == "http://localhost:3001"
+    assert problem is not None
+    assert problem.startswith("LETAGENTS_API_URL='not a url' is not an http(s) URL.")
+    assert read_config({"LETAGENTS_API_URL": "http://room:3001/"})[1] is None
+
+
+def test_read_config_still_raises_what_the_node_server_refuses() -> None:
+    """A worker bearer needs an explicit, valid API URL: the Node server exits then."""
+    from letagents_trio.mcp_server._config import read_config
+    from letagents_trio.mcp_server._profiles import NodeRefusal
+
+    with pytest.raises(NodeRefusal, match="requires an explicit LETAGENTS_API_URL"):
+        read_config({"LETAGENTS_API_URL": "not a url", "LETAGENTS_AGENT_SESSION_BEARER": "b"})
