@@ -42,7 +42,10 @@ which tools are served), and the combinations of profile, bearer, owner token
 and API URL the Node server refuses (:func:`~._profiles.credential_mode`).
 :meth:`ServerConfig.from_env` raises :class:`ConfigError` naming the variable
 and what to set instead; a :class:`ServerConfig` built in code checks its
-profile and credentials the same way.
+profile and credentials the same way. :func:`read_config` is what the command
+uses: the Node server's refusals still raise, but a bad API URL (ours alone)
+gives the default address and the problem, for a server that starts and
+answers every tool call with :func:`refusal_text`.
 """
 
 from __future__ import annotations
