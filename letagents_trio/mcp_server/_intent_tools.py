@@ -61,10 +61,6 @@ NO_WORK_LEASE_TEXT = (
 TaskId = Annotated[str, Field(description="The task's id, e.g. 'task_12'.")]
 
 
-def _who(room_id: str | None, agent_session_id: str | None, worker_id: str | None) -> Who:
-    return Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-
-
 async def _register(
     ctx: ToolContext,
     who: Who,
@@ -103,7 +99,7 @@ async def register_board_intent(
 ) -> CallToolResult:
     """Advanced: register a board intent with an exact payload. Prefer the typed
     register_task_*_intent tools, whose payloads match the later action's."""
-    who = _who(room_id, agent_session_id, worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
     return await _register(ctx, who, action_type, payload, task_id)
 
 
@@ -122,7 +118,7 @@ async def register_task_create_intent(
 ) -> CallToolResult:
     """Ask approval to add a task, instead of add_task when the room needs Board Manager
     approval (for example when its coordinator is offline). Approval creates the task."""
-    who = _who(room_id, agent_session_id, worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
     payload = create_intent_payload(title, description, source_message_id)
     return await _register(ctx, who, "task_create", payload)
 
@@ -138,7 +134,7 @@ async def register_task_claim_intent(
 ) -> CallToolResult:
     """Ask approval to claim an accepted task as this worker. Approval assigns the task and
     its work lease to this worker at once: no claim_task call is needed afterwards."""
-    who = _who(room_id, agent_session_id, worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
 
     async def remote(board: BoardWork, acting: Acting) -> dict[str, Any]:
         extra = {} if acting.session is None else acting.session.extra
@@ -173,7 +169,7 @@ async def register_task_close_intent(
 ) -> CallToolResult:
     """Ask approval to close a task (merged, done or cancelled). Once approved, call
     update_task with the same status and pr_url and board_intent_id."""
-    who = _who(room_id, agent_session_id, worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
     payload = mutation_intent_payload(task_id, status=status, pr_url=pr_url)
     return await _register(ctx, who, "task_close", payload, task_id)
 
@@ -202,7 +198,7 @@ async def register_task_lease_action_intent(
     release_task_lease or handoff_task_lease with the same values and board_intent_id."""
     if action == "handoff" and not target_agent_key:
         raise WorkerError(HANDOFF_TARGET_TEXT)
-    who = _who(room_id, agent_session_id, worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
 
     async def remote(board: BoardWork, acting: Acting) -> dict[str, Any]:
         lease = lease_id or active_work_lease_id(await board.work.task(acting, task_id))

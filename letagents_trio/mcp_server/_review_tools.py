@@ -60,10 +60,6 @@ TaskId = Annotated[str, Field(description="The task in review, e.g. 'task_1'.")]
 Reason = Annotated[str | None, Field(description="Why, for the room's record.")]
 
 
-def _who(room_id: str | None, agent_session_id: str | None, worker_id: str | None) -> Who:
-    return Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
-
-
 @expected_errors
 async def claim_task_review(
     ctx: ToolContext,
@@ -83,7 +79,12 @@ async def claim_task_review(
     async def remote(board: BoardWork, acting: Acting) -> dict[str, Any]:
         return await board.review_lease(acting, task_id, fields)
 
-    return await board_call(ctx, _who(room_id, agent_session_id, worker_id), remote, write=True)
+    return await board_call(
+        ctx,
+        Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id),
+        remote,
+        write=True,
+    )
 
 
 @expected_errors
@@ -109,7 +110,12 @@ async def release_task_review(
     async def remote(board: BoardWork, acting: Acting) -> dict[str, Any]:
         return await board.review_lease(acting, task_id, fields)
 
-    return await board_call(ctx, _who(room_id, agent_session_id, worker_id), remote, write=True)
+    return await board_call(
+        ctx,
+        Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id),
+        remote,
+        write=True,
+    )
 
 
 @expected_errors
@@ -156,7 +162,7 @@ async def submit_review_verdict(
     async def remote(acting: Acting) -> dict[str, Any]:
         return await BoardWork(state.work).verdict(acting, task_id, fields)
 
-    who = _who(room_id, agent_session_id, worker_id)
+    who = Who(room_id=room_id, agent_session_id=agent_session_id, worker_id=worker_id)
     _, session, answer = await call_as(
         state, who, remote=remote, local=local_refusal(LOCAL_BOARD_TEXT), write=True
     )
@@ -188,7 +194,9 @@ async def get_room_artifacts(
     async def remote(board: BoardWork, acting: Acting) -> dict[str, Any]:
         return await board.artifacts(acting, task_id=task_id, limit=limit)
 
-    return await board_call(ctx, _who(room_id, None, worker_id), remote)
+    return await board_call(
+        ctx, Who(room_id=room_id, agent_session_id=None, worker_id=worker_id), remote
+    )
 
 
 @expected_errors
@@ -223,7 +231,9 @@ async def publish_room_artifact(
     async def remote(board: BoardWork, acting: Acting) -> dict[str, Any]:
         return await board.publish(acting, fields)
 
-    return await board_call(ctx, _who(room_id, None, worker_id), remote)
+    return await board_call(
+        ctx, Who(room_id=room_id, agent_session_id=None, worker_id=worker_id), remote
+    )
 
 
 @expected_errors
@@ -270,7 +280,10 @@ async def get_room_events(
         return await BoardWork(state.work).events(acting, query)
 
     _, session, answer = await call_as(
-        state, _who(room_id, None, worker_id), remote=remote, local=local_refusal(LOCAL_BOARD_TEXT)
+        state,
+        Who(room_id=room_id, agent_session_id=None, worker_id=worker_id),
+        remote=remote,
+        local=local_refusal(LOCAL_BOARD_TEXT),
     )
     events = answer.get("events") if isinstance(answer.get("events"), list) else []
     return ok(
