@@ -201,6 +201,119 @@ async def test_a_101_detaches_the_raw_stream_with_bytes_read_ahead() -> None:
     assert "x-letagents-agent-session-token: secret-token-1" in head
 
 
+UPGRADE = [("Upgrade", "websocket"), ("Connection", "Upgrade")]
+
+
+async def test_a_plain_101_is_read_without_h11_its_request_written_as_h11_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thousands of sockets upgrade at once: neither the request nor a plain 101 needs h11."""
+    seen: list[bytes] = []
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        seen.append(await read_head(stream))
+        # The head in pieces, the new protocol's first bytes right behind it.
+        await stream.send_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: web")
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.send_all(b"socket\r\nConnection: Upgrade\r\n\r\nEARLY")
+
+    def no_h11(*args: object, **kwargs: object) -> h11.Connection:
+        raise AssertionError("h11 was used")
+
+    monkeypatch.setattr(h11, "Connection", no_h11)
+    origin = Origin("http", "room.test", 80)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            response = await start_request(opener, origin, "/p", "GET", UPGRADE)
+            try:
+                assert response.status == 101
+                assert response.headers == [(b"upgrade", b"websocket"), (b"connection", b"Upgrade")]
+                raw = response.detach()
+                assert await response.next_chunk() == b""
+                assert await raw.receive_some() == b"EARLY"
+            finally:
+                await response.aclose()
+    assert seen == [request_bytes(origin, "/p", "GET", UPGRADE)]
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "body", "after"),
+    [
+        (b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnone", 404, b"none", None),
+        (b"HTTP/1.1 410 Gone\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 410, b"", None),
+        (
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\n"
+            b"Upgrade: websocket\r\n\r\nEARLY",
+            101,
+            None,
+            b"EARLY",
+        ),
+        (b"HTTP/1.1 101 Switching Protocols\nUpgrade: websocket\n\nEARLY", 101, None, b"EARLY"),
+    ],
+    ids=["refused", "ended-chunked", "informational-first", "bare-line-feeds"],
+)
+async def test_an_upgrade_answered_otherwise_is_read_by_h11(
+    answer: bytes, status: int, body: bytes | None, after: bytes | None
+) -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(answer)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            origin = Origin("http", "room.test", 80)
+            response = await start_request(opener, origin, "/p", "GET", UPGRADE)
+            try:
+                assert response.status == status
+                if body is not None:
+                    assert await response.read(100) == body
+                else:
+                    assert await response.detach().receive_some() == after
+            finally:
+                await response.aclose()
+
+
+@pytest.mark.parametrize(
+    ("answer", "failure"),
+    [
+        (b"", "RemoteProtocolError"),
+        (b"HTTP/1.1 101 Switching Protocols\r\nX-Long: " + b"a" * 70_000, "RemoteProtocolError"),
+        (b"HTTP/1.1 100 Continue\r\n\r\n" * 9, "TooManyInformational"),
+    ],
+    ids=["closed-unanswered", "head-too-large", "too-many-informational"],
+)
+async def test_an_upgrade_answered_wrongly_fails_by_kind(answer: bytes, failure: str) -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(answer)
+        await stream.aclose()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            with pytest.raises(HTTPFailure, match=f"^{failure}$"):
+                await start_request(opener, Origin("http", "room.test", 80), "/p", "GET", UPGRADE)
+
+
+async def test_an_upgrade_h11_would_refuse_is_not_sent_and_quotes_nothing() -> None:
+    received: list[bytes] = []
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        while chunk := await stream.receive_some():
+            received.append(bytes(chunk))
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            headers = [*UPGRADE, ("X-Token", "secret\r\nX-Evil: 1")]
+            with pytest.raises(HTTPFailure, match=r"^LocalProtocolError$") as caught:
+                await start_request(opener, Origin("http", "room.test", 80), "/p", "GET", headers)
+    assert received == []  # closed with nothing sent
+    assert "secret" not in repr(caught.value.__cause__)
+
+
 async def test_the_response_reads_its_body_chunk_by_chunk_then_says_it_ended() -> None:
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:

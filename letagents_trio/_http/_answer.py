@@ -1,4 +1,4 @@
-"""The common answer head read without h11: ``HTTP/1.1`` and a ``Content-Length``, nothing else.
+"""The common answer heads read without h11: a sized answer, and the ``101`` of an upgrade.
 
 A goodbye reads thousands of pipelined answers within its deadline, each
 ``200`` with ``{"recorded":true}``, and h11 would spend on each its state
@@ -11,6 +11,11 @@ other head (another version, a ``Transfer-Encoding``, no length, more than
 one, an informational or bodiless status, bare line feeds, a folded field)
 is not read here: the caller hands the bytes to h11, which reads it and every
 answer after it on that connection.
+
+:func:`switched_head` reads the other head that comes by the thousand, the
+``101 Switching Protocols`` answering each process socket's upgrade, in the
+same way: a plain ``HTTP/1.1 101`` head with no framing field is read here,
+anything else is h11's.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from typing import Final, final
 
 import attrs
 
-__all__ = ["HEAD_END", "SimpleHead", "simple_head"]
+__all__ = ["HEAD_END", "SimpleHead", "simple_head", "switched_head"]
 
 # Where a head ends, as h11 finds it: a blank line, CRLF or bare LF.
 HEAD_END: Final = re.compile(rb"\n\r?\n")
 _STATUS_LINE = re.compile(rb"HTTP/1\.1 ([1-9][0-9]{2})(?: [\t\x20-\x7e\x80-\xff]*)?")
+# The fields that frame a message: a 101 carrying one is left to h11, which checks them.
+_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding"})
 _FIELD = re.compile(
     rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)[ \t]*"
 )
@@ -54,13 +61,8 @@ class SimpleHead:
     size: int
 
 
-def simple_head(data: bytes | bytearray) -> SimpleHead | None:
-    """The head at the start of ``data`` when it is complete and simple, else None.
-
-    None also when ``data`` holds no complete head yet: the caller tells the
-    two apart with :data:`HEAD_END` (a head not simple is given to h11,
-    which reads it or says what is wrong with it).
-    """
+def _head_lines(data: bytes | bytearray) -> tuple[int, list[bytes], int] | None:
+    """The status, the field lines and the size of a complete CRLF head; None otherwise."""
     end = HEAD_END.search(data)
     if end is None or data[end.start() - 1 : end.start()] != b"\r" or end.group() != b"\n\r\n":
         return None  # incomplete, or bare line feeds somewhere at its end
@@ -68,17 +70,38 @@ def simple_head(data: bytes | bytearray) -> SimpleHead | None:
     status_line = _STATUS_LINE.fullmatch(lines[0])
     if status_line is None:
         return None
-    status = int(status_line.group(1))
+    return int(status_line.group(1)), lines[1:], end.end()
+
+
+def _field(line: bytes) -> tuple[bytes, bytes] | None:
+    """One field line's name (in lower case) and value; None for one h11 would refuse."""
+    field = _FIELD.fullmatch(line)
+    if field is None:
+        return None  # bare LF, a folded line, or a field h11 would refuse
+    return field.group(1).lower(), field.group(2)
+
+
+def simple_head(data: bytes | bytearray) -> SimpleHead | None:
+    """The head at the start of ``data`` when it is complete and simple, else None.
+
+    None also when ``data`` holds no complete head yet: the caller tells the
+    two apart with :data:`HEAD_END` (a head not simple is given to h11,
+    which reads it or says what is wrong with it).
+    """
+    found = _head_lines(data)
+    if found is None:
+        return None
+    status, lines, size = found
     if status < 200 or status in _BODILESS:
         return None
     headers: list[tuple[bytes, bytes]] = []
     length: int | None = None
     close = False
-    for line in lines[1:]:
-        field = _FIELD.fullmatch(line)
+    for line in lines:
+        field = _field(line)
         if field is None:
-            return None  # bare LF, a folded line, or a field h11 would refuse
-        name, value = field.group(1).lower(), field.group(2)
+            return None
+        name, value = field
         if name == b"content-length":
             if length is not None or not _LENGTH.fullmatch(value):
                 return None
@@ -90,4 +113,26 @@ def simple_head(data: bytes | bytearray) -> SimpleHead | None:
         headers.append((name, value))
     if length is None:
         return None
-    return SimpleHead(status, tuple(headers), length, close, end.end())
+    return SimpleHead(status, tuple(headers), length, close, size)
+
+
+def switched_head(data: bytes | bytearray) -> tuple[list[tuple[bytes, bytes]], int] | None:
+    """The fields and the size of a plain ``HTTP/1.1 101`` head at the start of ``data``.
+
+    None when ``data`` holds no complete head yet, or a head that is not a
+    plain ``101`` (another status, a framing field, bare line feeds, a
+    field h11 would refuse): the caller tells the two apart with
+    :data:`HEAD_END` and gives the second to h11. The bytes after the head
+    are the new protocol's.
+    """
+    found = _head_lines(data)
+    if found is None or found[0] != 101:
+        return None
+    _status, lines, size = found
+    headers: list[tuple[bytes, bytes]] = []
+    for line in lines:
+        field = _field(line)
+        if field is None or field[0] in _FRAMING:
+            return None
+        headers.append(field)
+    return headers, size

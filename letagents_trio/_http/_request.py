@@ -18,10 +18,15 @@ There is no timeout here at all: the holder's scope owns the answer time and
 silence, the manager's shielded deadline owns the goodbye.
 
 **Upgrades.** A request carrying ``Upgrade`` that the server answers with
-``101`` leaves the connection in h11's ``SWITCHED_PROTOCOL`` state;
-:meth:`HTTP1Response.detach` then returns the raw stream, with any bytes h11
+``101`` switches the connection to another protocol;
+:meth:`HTTP1Response.detach` then returns the raw stream, with any bytes
 read past the response head put back in front (:class:`Prefixed`). The stream
-still belongs to the response, which closes it.
+still belongs to the response, which closes it. Thousands of process sockets
+upgrade at once, so an upgrade is written without h11, as h11 writes it
+(:func:`request_bytes`), and a plain ``101`` is read without it
+(:func:`~._answer.switched_head`); any other answer goes to an h11
+connection told of the request as it was sent, which reads it as it reads
+every other answer.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ import h11
 import trio
 
 from .._version import __version__
-from ._sockio import READ_SIZE, Prefixed, QuietReads, close_now, read_some
+from ._answer import HEAD_END, switched_head
+from ._sockio import READ_SIZE, Prefixed, QuietReads, close_now, read_some, send_now
 
 __all__ = [
     "MAX_HEAD_BYTES",
@@ -152,14 +158,19 @@ class HTTP1Response:
     def __init__(
         self,
         stream: trio.abc.Stream,
-        conn: h11.Connection,
-        head: h11.Response | h11.InformationalResponse,
+        conn: h11.Connection | None,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        *,
+        switched: bytes | None = None,
     ) -> None:
         self._stream = stream
+        # None for a 101 read without h11: ``switched`` holds the bytes read past it.
         self._conn = conn
-        self.status: int = head.status_code
-        self.headers: list[tuple[bytes, bytes]] = list(head.headers)
-        self._done = False
+        self._switched = switched
+        self.status = status
+        self.headers = headers
+        self._done = conn is None
         self._reads = QuietReads(stream)
 
     def __repr__(self) -> str:
@@ -205,10 +216,12 @@ class HTTP1Response:
         # Every piece of the body already received, in one: a quiet read takes
         # many heartbeats at once, each its own chunk of a chunked body.
         parts: list[bytes] = []
+        conn = self._conn
+        assert conn is not None  # a response read without h11 is done from the start
         try:
             while True:
                 try:
-                    event = self._conn.next_event()
+                    event = conn.next_event()
                 except h11.RemoteProtocolError:
                     if parts:
                         break  # h11 raises it again on the next call
@@ -216,7 +229,7 @@ class HTTP1Response:
                 if event is h11.NEED_DATA:
                     if parts:
                         break
-                    self._conn.receive_data(await self._reads.read(READ_SIZE, keep=keep))
+                    conn.receive_data(await self._reads.read(READ_SIZE, keep=keep))
                 elif isinstance(event, h11.Data):
                     parts.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
@@ -257,11 +270,14 @@ class HTTP1Response:
         Raises:
             RuntimeError: the server did not switch protocols.
         """
-        if self._conn.their_state is not h11.SWITCHED_PROTOCOL:
+        if self._conn is None:
+            data = self._switched or b""
+        elif self._conn.their_state is h11.SWITCHED_PROTOCOL:
+            data = bytes(self._conn.trailing_data[0])
+        else:
             raise RuntimeError(f"HTTP {self.status} did not switch protocols")
-        data, _closed = self._conn.trailing_data
         self._done = True
-        return Prefixed(self._stream, bytes(data)) if data else self._stream
+        return Prefixed(self._stream, data) if data else self._stream
 
 
 def header_value(headers: Sequence[tuple[bytes, bytes]], name: str) -> str | None:
@@ -342,13 +358,56 @@ def failure_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-async def _exchange_head(
-    stream: trio.abc.Stream, conn: h11.Connection, request: h11.Request, body: bytes | None
-) -> h11.Response | h11.InformationalResponse:
-    """Write ``request`` (and its ``body``) with ``conn``; read the response head.
+async def _send(stream: trio.abc.Stream, data: bytes) -> None:
+    """Write ``data``: what a plain socket takes at once in one system call, the rest in turn."""
+    sent = send_now(stream, data)
+    if sent is None or sent < len(data):
+        await stream.send_all(data[sent or 0 :])
 
-    A ``101`` is returned as the head (the caller detaches the stream);
-    other informational answers are skipped, up to :data:`MAX_INFORMATIONAL`.
+
+def _h11_request(conn: h11.Connection, request: h11.Request, body: bytes | None) -> bytes:
+    """What ``conn`` writes for ``request`` and its ``body``, the request then over."""
+    data = conn.send(request) or b""
+    if body:
+        data += conn.send(h11.Data(data=body)) or b""
+    return data + (conn.send(h11.EndOfMessage()) or b"")
+
+
+async def _read_head(
+    stream: trio.abc.Stream, conn: h11.Connection
+) -> h11.Response | h11.InformationalResponse:
+    """Read the answer's head with ``conn``: a ``101``, or the final answer after any other 1xx.
+
+    Raises:
+        HTTPFailure: ``TooManyInformational`` past :data:`MAX_INFORMATIONAL`.
+        h11.RemoteProtocolError: (among the network errors) the peer broke HTTP's rules.
+    """
+    informational = 0
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await read_some(stream, READ_SIZE))
+        elif isinstance(event, h11.Response):
+            return event
+        elif isinstance(event, h11.InformationalResponse):
+            if event.status_code == 101:
+                return event
+            informational += 1
+            if informational > MAX_INFORMATIONAL:
+                raise HTTPFailure(TOO_MANY_INFORMATIONAL)
+        else:
+            # ConnectionClosed before any answer: "server disconnected".
+            raise h11.RemoteProtocolError(f"no response ({type(event).__name__})")
+
+
+async def _exchange(
+    stream: trio.abc.Stream,
+    target: str,
+    method: str,
+    fields: list[tuple[str, str]],
+    body: bytes | None,
+) -> HTTP1Response:
+    """Write the request with h11 and read the answer's head with it (a ``101`` is returned).
 
     Raises:
         HTTPFailure: the network failed or the peer broke HTTP's rules
@@ -357,30 +416,60 @@ async def _exchange_head(
     Cancellation:
         A checkpoint; the stream is left unusable.
     """
-    informational = 0
+    conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
     try:
-        data = conn.send(request) or b""
-        if body:
-            data += conn.send(h11.Data(data=body)) or b""
-        data += conn.send(h11.EndOfMessage()) or b""
-        await stream.send_all(data)
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await read_some(stream, READ_SIZE))
-            elif isinstance(event, h11.Response):
-                return event
-            elif isinstance(event, h11.InformationalResponse):
-                if event.status_code == 101:
-                    return event
-                informational += 1
-                if informational > MAX_INFORMATIONAL:
-                    raise HTTPFailure(TOO_MANY_INFORMATIONAL)
-            else:
-                # ConnectionClosed before any answer: "server disconnected".
-                raise h11.RemoteProtocolError(f"no response ({type(event).__name__})")
+        request = h11.Request(method=method, target=target, headers=fields)
+        await _send(stream, _h11_request(conn, request, body))
+        head = await _read_head(stream, conn)
     except NETWORK_ERRORS as exc:
         raise HTTPFailure(failure_kind(exc)) from exc
+    return HTTP1Response(stream, conn, head.status_code, list(head.headers))
+
+
+async def _upgrade(
+    stream: trio.abc.Stream,
+    origin: Origin,
+    target: str,
+    method: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes | None,
+) -> HTTP1Response:
+    """An upgrade, written as h11 writes it; a plain ``101`` read without h11.
+
+    Any other answer (an error, an informational answer first, a head that
+    is not plain) goes to an h11 connection told of the request as it was
+    sent, and is read as :func:`_exchange` reads it.
+
+    Raises:
+        HTTPFailure: as for :func:`_exchange`; ``LocalProtocolError`` for a
+            request h11 would refuse.
+
+    Cancellation:
+        A checkpoint; the stream is left unusable.
+    """
+    received = bytearray()
+    try:
+        await _send(stream, request_bytes(origin, target, method, headers, body))
+        while chunk := await read_some(stream, READ_SIZE):
+            received += chunk
+            if HEAD_END.search(received) is None and len(received) <= MAX_HEAD_BYTES:
+                continue
+            switched = switched_head(received)
+            if switched is not None:
+                fields, size = switched
+                rest = bytes(received[size:])
+                return HTTP1Response(stream, None, 101, fields, switched=rest)
+            break
+        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        request = h11.Request(method=method, target=target, headers=_fields(origin, headers, body))
+        _h11_request(conn, request, body)  # already sent: h11 learns what to expect
+        conn.receive_data(bytes(received))
+        if not chunk:
+            conn.receive_data(b"")
+        head = await _read_head(stream, conn)
+    except NETWORK_ERRORS as exc:
+        raise HTTPFailure(failure_kind(exc)) from exc
+    return HTTP1Response(stream, conn, head.status_code, list(head.headers))
 
 
 async def start_request(
@@ -416,11 +505,10 @@ async def start_request(
     except NETWORK_ERRORS as exc:
         raise HTTPFailure(failure_kind(exc)) from exc
     try:
-        conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        request = h11.Request(method=method, target=target, headers=_fields(origin, headers, body))
-        head = await _exchange_head(stream, conn, request, body)
+        if any(name.lower() == "upgrade" for name, _ in headers):
+            return await _upgrade(stream, origin, target, method, headers, body)
+        return await _exchange(stream, target, method, _fields(origin, headers, body), body)
     except BaseException:
         if not close_now(stream):
             await trio.aclose_forcefully(stream)
         raise
-    return HTTP1Response(stream, conn, head)
