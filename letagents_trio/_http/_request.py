@@ -505,7 +505,7 @@ async def start_request(
     except NETWORK_ERRORS as exc:
         raise HTTPFailure(failure_kind(exc)) from exc
     try:
-        if any(name.lower() == "upgrade" for name, _ in headers):
+        if any(name.lower() == "upgrade" and value.strip() for name, value in headers):
             return await _upgrade(stream, origin, target, method, headers, body)
         return await _exchange(stream, target, method, _fields(origin, headers, body), body)
     except BaseException:
