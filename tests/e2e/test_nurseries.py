@@ -138,6 +138,8 @@ async def test_the_mcp_host_stops_on_sigterm_and_announces_its_exit() -> None:
         "host: closing the session (like closing the server's stdin)",
         "room: exit announced for Juniper's session (recorded)",
     ]
+    # Building the server in-process left the host's logging alone: no INFO lines.
+    assert ended.errors == ""
 
 
 async def test_the_mock_clock_timeline_stops_on_sigterm_where_it_is() -> None:
