@@ -25,17 +25,21 @@ import json
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from mcp import Client
 from mcp_types import TextContent
 
-from letagents_trio import RoomClient
 from letagents_trio.mcp_server import ServerConfig, create_server
-from letagents_trio.testing import FakeRoom, open_fake_room
+from letagents_trio.testing import open_fake_room
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from letagents_trio import RoomClient
+    from letagents_trio.testing import FakeRoom
 
 ROOM = "room_shared"
 NAME = "Juniper"

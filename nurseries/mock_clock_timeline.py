@@ -34,7 +34,6 @@ import trio.testing
 from letagents_trio import EventKind, HolderEvent, open_connection_manager
 from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
 
-
 # With --hold the story pauses here, in seconds of trio time.
 HOLD_AT = 25
 

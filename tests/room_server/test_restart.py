@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import pytest
 
 HOST = "host_a"
+ROOM_SERVER_PAGE = (Path(__file__).resolve().parents[2] / "docs" / "room-server.md").read_text()
 
 
 def restarted(store: RoomStore, at_ms: int) -> Room:
@@ -138,5 +139,4 @@ async def test_a_restarted_room_says_how_many_connections_it_closed(
     said = record.getMessage()
     assert said.startswith("room start: 2 process connection(s) open when the room stopped")
     # docs/room-server.md shows the line as the room says it (with 3 connections).
-    page = (Path(__file__).resolve().parents[2] / "docs" / "room-server.md").read_text()
-    assert said.replace(" 2 ", " 3 ", 1) in page
+    assert said.replace(" 2 ", " 3 ", 1) in ROOM_SERVER_PAGE
