@@ -24,9 +24,12 @@ no TLS, no QUIC, no lifespan events (:func:`~._serve.serve_room` closes the
 held streams itself), no worker restarts. Each connection is served by
 hypercorn's own ``TCPServer``, subclassed to see the protocol's
 ``Updated(idle=...)`` events, the ones hypercorn's keep-alive timer follows,
-to close an idle connection as soon as its peer has closed it (hypercorn
-would wait for the keep-alive timer), and to take a send that races the
-connection's close (``BusyResourceError``) as the close it is. A connection
+to keep that timer in one task for the connection's life (:mod:`._idle`:
+hypercorn starts a new one per request), to close an idle connection as
+soon as its peer has closed it (hypercorn would wait for the keep-alive
+timer), to write nothing (and not switch tasks) for an empty write, and to
+take a send that races the connection's close (``BusyResourceError``) as
+the close it is. A connection
 that fails anyway is logged and closed; the server goes on.
 
 A WebSocket upgrade hypercorn refuses itself (no ``Sec-WebSocket-Key``, a
