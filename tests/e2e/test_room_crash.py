@@ -139,7 +139,8 @@ async def test_a_room_killed_mid_goodbye_closes_every_connection_when_it_starts_
                 unheard.set()  # theirs reaches a frozen one, bounded by the exit deadline
             room.process.kill()  # the crash, with the goodbye unread
             await room.process.wait()
-        async with running_room(db=db) as again:
+        # At INFO: the start's closing of the connections left open is information.
+        async with running_room("--log-level", "INFO", db=db) as again:
             log = await again.stop()
     store = SQLiteStore(db)
     try:
