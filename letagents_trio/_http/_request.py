@@ -419,7 +419,7 @@ async def _exchange(
     conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
     try:
         request = h11.Request(method=method, target=target, headers=fields)
-        await _send(stream, _h11_request(conn, request, body))
+        await stream.send_all(_h11_request(conn, request, body))
         head = await _read_head(stream, conn)
     except NETWORK_ERRORS as exc:
         raise HTTPFailure(failure_kind(exc)) from exc
