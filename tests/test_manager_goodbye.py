@@ -475,6 +475,58 @@ async def test_a_post_after_an_unanswered_exit_is_cut_in_time_to_unwind(
     assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, None, 10.875)}
 
 
+@final
+class BlackHoledExit:
+    """A holder whose exit needs a task (SSE: a POST), and whose room never answers it."""
+
+    held_connection_id = "connection"
+    status = HolderStatus.OPEN
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    def leave_nowait(self) -> bool | None:
+        return False  # its exit goes by leave(), in a task
+
+    def stop(self, reason: str) -> None:
+        pass
+
+    async def leave(self) -> bool | None:
+        await trio.sleep_forever()
+
+
+async def test_one_bound_keeps_time_for_every_task_it_would_cancel(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """32 exits over sockets whose answers are awaited, and 32 exits in tasks that
+    never end, at 1/64 s each: cut by the deadline, the 32 holders and the 32 tasks
+    need a second to unwind, so the goodbye's one bound ends at 10.5, before the
+    answers' share (10.75). A wait for the answers bounded apart from the exits
+    (each bound keeping time for its own tasks only) would end at 10.75, and leave
+    half a second of unwinding past the deadline."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(64)]
+    sockets = [UnansweredSocket(s) for s in sessions[:32]]
+    tasks = [BlackHoledExit(s) for s in sessions[32:]]
+    await trio.sleep_until(10)
+    goodbye = Goodbye(
+        cast("list[ProcessHolder]", [*sockets, *tasks]),
+        deadline=11.5,
+        concurrency=None,
+        emit=lambda _: None,
+        allowance=Allowance(holder=1 / 64, exit=1 / 64),
+    )
+    await goodbye.run()
+    assert trio.current_time() == 10.5
+    assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in sockets} == {
+        (10.5, "process exit", None)
+    }
+    # The exits over sockets went (sent, unconfirmed); those in tasks were cut.
+    assert Counter((a.recorded, a.error, a.finished_at) for a in goodbye.report) == {
+        (None, None, 10.5): 32,
+        (None, "deadline", 10.5): 32,
+    }
+
+
 async def test_a_goodbye_with_nothing_held_says_so(
     autojump_clock: MockClock, fake_room: FakeRoom, caplog: pytest.LogCaptureFixture
 ) -> None:
