@@ -440,7 +440,7 @@ class Goodbye:
             )
 
     def _stopped_by_cut(self) -> int:
-        """The holders the bound would stop: those stopped late, and those whose answer is awaited."""
+        """The holders the bound would stop: stopped late, or still awaiting their answer."""
         return len(self._late) + len(self._awaited)
 
     def _finished(self, holder: ProcessHolder, recorded: bool | None, error: str | None) -> None:
