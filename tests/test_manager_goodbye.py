@@ -367,8 +367,24 @@ async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind
     assert len(fake_room.exits) == 32
 
 
+class FakeHolder:
+    """What the goodbye reads of a holder: its session, the connection it held, its status.
+
+    Stopping it does nothing; the fakes below say how each leaves.
+    """
+
+    held_connection_id = "connection"
+    status = HolderStatus.OPEN
+
+    def __init__(self, session: AgentSession) -> None:
+        self.session = session
+
+    def stop(self, reason: str) -> None:
+        pass
+
+
 @final
-class UnansweredSocket:
+class UnansweredSocket(FakeHolder):
     """A holder whose exit went over its socket, and whose room never answers it.
 
     Its first ``leave`` (the wait for the answer) ends only with the holder's stop
@@ -377,9 +393,6 @@ class UnansweredSocket:
     black-holed, or failing with ``post_fails``. ``at_once``: whether its exit was
     written at once (else it goes by ``leave``, in a task).
     """
-
-    held_connection_id = "connection"
-    status = HolderStatus.OPEN
 
     def __init__(
         self,
@@ -390,7 +403,7 @@ class UnansweredSocket:
         closed_at: float | None = None,
         post_fails: Exception | None = None,
     ) -> None:
-        self.session = session
+        super().__init__(session)
         self._posts_answered = posts_answered
         self._at_once = at_once
         self._closed_at = closed_at
@@ -555,14 +568,11 @@ async def test_an_exit_in_a_task_unanswered_when_due_is_posted_and_reported_sent
 
 
 @final
-class AnsweredInTask:
+class AnsweredInTask(FakeHolder):
     """A holder whose exit goes by a task, answered at once; its status never changes."""
 
-    held_connection_id = "connection"
-    status = HolderStatus.OPEN
-
     def __init__(self, session: AgentSession) -> None:
-        self.session = session
+        super().__init__(session)
         self.stops = 0
 
     def leave_nowait(self) -> bool | None:
@@ -608,20 +618,11 @@ async def test_a_holder_whose_task_ended_is_not_stopped_late_again(
 
 
 @final
-class BlackHoledExit:
+class BlackHoledExit(FakeHolder):
     """A holder whose exit needs a task (SSE: a POST), and whose room never answers it."""
-
-    held_connection_id = "connection"
-    status = HolderStatus.OPEN
-
-    def __init__(self, session: AgentSession) -> None:
-        self.session = session
 
     def leave_nowait(self) -> bool | None:
         return False  # its exit goes by leave(), in a task
-
-    def stop(self, reason: str) -> None:
-        pass
 
     async def leave(self) -> bool | None:
         await trio.sleep_forever()
@@ -778,20 +779,11 @@ def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
     assert measured_allowance(0.0, 0.0) == whole  # too short to tell: kept whole
 
 
-class LeftAtOnce:
+class LeftAtOnce(FakeHolder):
     """A holder whose exit is done at once."""
-
-    held_connection_id = "connection"
-    status = HolderStatus.OPEN
-
-    def __init__(self, session: AgentSession) -> None:
-        self.session = session
 
     def leave_nowait(self) -> bool | None:
         return None
-
-    def stop(self, reason: str) -> None:
-        pass
 
 
 async def run_goodbye_of(holders: list[LeftAtOnce]) -> Goodbye:
@@ -825,22 +817,16 @@ async def test_under_a_mock_clock_the_goodbye_keeps_none(autojump_clock: MockClo
 
 
 @final
-class HungUpOn:
+class HungUpOn(FakeHolder):
     """A holder whose exit went at once, and whose room hung up without an answer:
     the POST that follows fails with ``failure``."""
 
-    held_connection_id = "connection"
-    status = HolderStatus.OPEN
-
     def __init__(self, session: AgentSession, failure: Exception) -> None:
-        self.session = session
+        super().__init__(session)
         self.failure = failure
 
     def leave_nowait(self) -> bool | None:
         return True
-
-    def stop(self, reason: str) -> None:
-        pass
 
     async def leave(self) -> bool | None:
         await trio.lowlevel.checkpoint()
