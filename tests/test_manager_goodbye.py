@@ -414,7 +414,7 @@ class UnansweredSocket(FakeHolder):
         self.posted_at: float | None = None
 
     def leave_nowait(self) -> bool | None:
-        return True if self._at_once else False  # written (its answer to come), or not yet
+        return self._at_once  # written (its answer to come), or not yet
 
     def stop(self, reason: str) -> None:
         if self.stopped_at is None:
@@ -448,6 +448,13 @@ async def unanswered_goodbye(
         UnansweredSocket(await fake_room.add_worker(display_name=f"W{i}"), **options)
         for i in range(count)
     ]
+    return holders, await goodbye_at_ten_of(holders, allowance)
+
+
+async def goodbye_at_ten_of(
+    holders: list[FakeHolder], allowance: Allowance
+) -> tuple[ExitAnnouncement, ...]:
+    """The goodbye of ``holders`` from t=10, its deadline at 11.5; its report."""
     await trio.sleep_until(10)
     goodbye = Goodbye(
         cast("list[ProcessHolder]", holders),
@@ -457,7 +464,7 @@ async def unanswered_goodbye(
         allowance=allowance,
     )
     await goodbye.run()
-    return holders, goodbye.report
+    return goodbye.report
 
 
 async def test_the_wait_for_answers_ends_in_time_for_the_waiting_holders_to_unwind(
@@ -597,18 +604,10 @@ async def test_a_holder_whose_task_ended_is_not_stopped_late_again(
         UnansweredSocket(await fake_room.add_worker(display_name=f"W{i}"), posts_answered=False)
         for i in range(32)
     ]
-    await trio.sleep_until(10)
-    goodbye = Goodbye(
-        cast("list[ProcessHolder]", [answered, *sockets]),
-        deadline=11.5,
-        concurrency=None,
-        emit=lambda _: None,
-        allowance=Allowance(holder=1 / 64, exit=1 / 256),
-    )
-    await goodbye.run()
+    report = await goodbye_at_ten_of([answered, *sockets], Allowance(holder=1 / 64, exit=1 / 256))
     assert trio.current_time() == 10.875
     assert answered.stops == 1
-    assert goodbye.report[0] == ExitAnnouncement(
+    assert report[0] == ExitAnnouncement(
         session_id=answered.session.session_id,
         connection_id="connection",
         recorded=True,
@@ -640,21 +639,13 @@ async def test_one_bound_keeps_time_for_every_task_it_would_cancel(
     sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(64)]
     sockets = [UnansweredSocket(s) for s in sessions[:32]]
     tasks = [BlackHoledExit(s) for s in sessions[32:]]
-    await trio.sleep_until(10)
-    goodbye = Goodbye(
-        cast("list[ProcessHolder]", [*sockets, *tasks]),
-        deadline=11.5,
-        concurrency=None,
-        emit=lambda _: None,
-        allowance=Allowance(holder=1 / 64, exit=1 / 64),
-    )
-    await goodbye.run()
+    report = await goodbye_at_ten_of([*sockets, *tasks], Allowance(holder=1 / 64, exit=1 / 64))
     assert trio.current_time() == 10.5
     assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in sockets} == {
         (10.5, "process exit", None)
     }
     # The exits over sockets went (sent, unconfirmed); those in tasks were cut.
-    assert Counter((a.recorded, a.error, a.finished_at) for a in goodbye.report) == {
+    assert Counter((a.recorded, a.error, a.finished_at) for a in report) == {
         (None, None, 10.5): 32,
         (None, "deadline", 10.5): 32,
     }
@@ -851,9 +842,7 @@ async def test_a_failure_while_the_answers_are_read_is_reported_not_raised(
         emit=lambda _: None,
     )
     await goodbye.run()
-    assert [(a.recorded, a.error, a.finished_at) for a in goodbye.report] == [
-        (None, error, 0)
-    ] * 2
+    assert [(a.recorded, a.error, a.finished_at) for a in goodbye.report] == [(None, error, 0)] * 2
 
 
 def test_the_exits_are_cut_early_by_the_allowance_of_each_task_they_would_cancel() -> None:
