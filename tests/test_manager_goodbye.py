@@ -58,7 +58,7 @@ from letagents_trio.testing import FakeRoom, ProcessMode
 from .events import Delegating, ScriptedStream, SlowToUnwind, drain
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from trio.testing import MockClock
 
@@ -452,12 +452,12 @@ async def unanswered_goodbye(
 
 
 async def goodbye_at_ten_of(
-    holders: list[FakeHolder], allowance: Allowance
+    holders: Sequence[FakeHolder], allowance: Allowance
 ) -> tuple[ExitAnnouncement, ...]:
     """The goodbye of ``holders`` from t=10, its deadline at 11.5; its report."""
     await trio.sleep_until(10)
     goodbye = Goodbye(
-        cast("list[ProcessHolder]", holders),
+        cast("Sequence[ProcessHolder]", holders),
         deadline=11.5,
         concurrency=None,
         emit=lambda _: None,
