@@ -8,17 +8,20 @@ session tools give, on the worker path and on the legacy one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
 from mcp import Client
 
+from letagents_trio._redact import REDACTED
 from letagents_trio.mcp_server import create_server
 from letagents_trio.mcp_server._session_tools import RESUMED_WORK
 from letagents_trio.room_server import Credentials
 
-from .helpers import ROOM, call_ok, config_for, register
+from .helpers import ROOM, call_ok, config_for, register, text_of
+from .test_fidelity import REGISTRATIONS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,8 +57,12 @@ async def test_a_worker_registered_again_is_told_the_leases_it_resumes(
             quiet = await call_ok(
                 client, "register_agent_session", {"worker_id": worker_id, "room_id": ROOM}
             )
-    items = ", ".join(f"{task} (work)" for task in tasks)
-    assert again["resumed_work"] == RESUMED_WORK.format(items=items)
+    # The room hands the leases over in an order of its own.
+    texts = {
+        RESUMED_WORK.format(items=", ".join(f"{task} (work)" for task in order))
+        for order in (tasks, tasks[::-1])
+    }
+    assert again["resumed_work"] in texts
     assert "resumed_work" not in quiet
 
 
@@ -84,3 +91,38 @@ async def test_a_legacy_session_registered_again_is_told_the_leases_it_resumes(
         "resumed_work",
         "use_agent_session_id",
     ]
+
+
+async def test_a_legacy_registration_sends_its_runtime_and_branch(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/feature-x\n")
+    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+    with trio.fail_after(10):
+        async with Client(server, mode="legacy") as client:
+            args = {"room_id": ROOM, "runtime": "codex", "cwd": str(repo)}
+            await call_ok(client, "register_agent_session", args)
+    (sent,) = fake_room.requests_to("POST", REGISTRATIONS)
+    assert sent.body is not None
+    assert (sent.body["runtime"], sent.body["repo_branch"]) == ("codex", "feature-x")
+
+
+def token_as_name(answer: Any) -> Any:
+    """A registration's answer whose session goes by its own token (a room gone wrong)."""
+    session = answer.get("agent_session", answer)
+    session["display_name"] = session["session_token"]
+    return answer
+
+
+async def test_a_room_that_shows_a_sessions_token_never_gets_it_into_the_answer(
+    fake_room: FakeRoom, tmp_path: Path
+) -> None:
+    fake_room.on("POST", REGISTRATIONS).rewrite(token_as_name)
+    server = create_server(config_for(fake_room, tmp_path), transport=fake_room.transport)
+    with trio.fail_after(10):
+        async with Client(server, mode="legacy") as client:
+            answer = await client.call_tool("register_agent_session", {"room_id": ROOM})
+    shown = json.loads(text_of(answer))
+    assert shown["agent_session"]["display_name"] == REDACTED
