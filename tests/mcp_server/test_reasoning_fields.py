@@ -2,7 +2,8 @@
 
 Each text field is trimmed, and one that is blank once trimmed is left out,
 so that a snapshot never shows an empty goal or blocker; the worker's actor
-label, from the state file, finds its open reasoning session to update.
+label, from the state file, finds its open reasoning session to update (a
+worker bearer's marker, with no record there, starts one each time).
 """
 
 from __future__ import annotations
