@@ -58,7 +58,7 @@ async def test_a_worker_bearer_and_the_owner_capture_nothing(
 
 
 @pytest.mark.parametrize("field", ["agent_key", "agent_instance_id"])
-@pytest.mark.parametrize("value", [None, "", 5])
+@pytest.mark.parametrize("value", [None, "", 5], ids=["missing", "blank", "number"])
 async def test_a_worker_whose_record_lacks_its_identity_must_register_again(
     fake_room: FakeRoom, tmp_path: Path, field: str, value: object
 ) -> None:
