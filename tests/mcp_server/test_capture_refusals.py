@@ -23,6 +23,7 @@ from letagents_trio.mcp_server._workspace_tools import RECONNECT_TEXT, SUPERVISE
 from letagents_trio.workers._wire import WORKER_SESSION_REQUIRED_TEXT
 
 from .helpers import HTTPS_URL, ROOM, call_error, call_ok, config_for, register
+from .test_knowledge_answers import state_record
 from .test_local_rooms import LOCAL_ROOM, local_server
 from .test_wake_capture_tools import scratch_repository
 
@@ -67,9 +68,8 @@ async def test_a_worker_whose_record_lacks_its_identity_must_register_again(
     with trio.fail_after(30):
         async with Client(create_server(config, transport=fake_room.transport)) as client:
             worker = await register(client)
-            session_id = worker["agent_session"]["session_id"]
             state = json.loads(config.state_path.read_text())
-            record = state["agent_sessions"][session_id]
+            record = state["agent_sessions"][worker["agent_session"]["session_id"]]
             if value is None:
                 del record[field]
             else:
@@ -138,9 +138,7 @@ async def test_a_workers_own_token_in_a_capture_is_never_shown_back(
     with trio.fail_after(60):
         async with Client(create_server(config, transport=fake_room.transport)) as client:
             worker = await register(client)
-            session_id = worker["agent_session"]["session_id"]
-            state = json.loads(config.state_path.read_text())
-            token = state["agent_sessions"][session_id]["session_token"]
+            token = state_record(config, worker)["session_token"]
             (tmp_path / token).mkdir()
             repo = scratch_repository(tmp_path / token)
             args = {"worker_id": worker["worker_id"], "room_id": ROOM, "cwd": str(repo)}

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 import trio.testing
@@ -26,7 +26,16 @@ from .test_local_rooms import LOCAL_ROOM, local_server
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from letagents_trio.mcp_server import ServerConfig
     from letagents_trio.testing import FakeRoom
+
+
+def state_record(config: ServerConfig, worker: dict[str, Any]) -> dict[str, Any]:
+    """The state file's record of the session ``register`` answered for ``worker``."""
+    state = json.loads(config.state_path.read_text())
+    record: dict[str, Any] = state["agent_sessions"][worker["agent_session"]["session_id"]]
+    return record
+
 
 FACT = {"client_id": "fact-0001", "category": "decision", "title": "Use trio", "body": "Decided."}
 ASK = {"client_id": "ask-00001", "category": "question", "title": "Which?", "body": "A or B?"}
@@ -53,9 +62,7 @@ async def test_a_workers_own_token_in_a_record_is_never_shown_back(
     with trio.fail_after(60):
         async with Client(create_server(config, transport=fake_room.transport)) as client:
             worker = await register(client)
-            session_id = worker["agent_session"]["session_id"]
-            state = json.loads(config.state_path.read_text())
-            token = state["agent_sessions"][session_id]["session_token"]
+            token = state_record(config, worker)["session_token"]
             who = {"worker_id": worker["worker_id"]}
             shown = [
                 await client.call_tool("remember_room_fact", {**who, **FACT, "body": token}),

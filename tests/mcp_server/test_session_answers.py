@@ -18,21 +18,15 @@ from mcp import Client
 from letagents_trio._redact import REDACTED
 from letagents_trio.mcp_server import create_server
 from letagents_trio.mcp_server._session_tools import RESUMED_WORK
-from letagents_trio.room_server import Credentials
 
 from .helpers import ROOM, call_ok, config_for, register, text_of
 from .test_fidelity import REGISTRATIONS
+from .test_work_tools import accept
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from letagents_trio.testing import FakeRoom
-
-
-def accept(fake_room: FakeRoom, task_id: str) -> None:
-    admin = Credentials(owner_token=fake_room.person_token)
-    answer = fake_room.room.work.tasks.patch(ROOM, task_id, admin, {"status": "accepted"})
-    assert answer.status == 200, answer.body
 
 
 async def test_a_worker_registered_again_is_told_the_leases_it_resumes(
