@@ -190,7 +190,8 @@ _WORKER_TESTS = ("tests/workers/test_*.py",)
 # The MCP server's tests: every tool over the SDK's in-memory client, against
 # the reference room (a FakeRoom), in hosted and local rooms.
 _MCP_TESTS = ("tests/mcp_server/test_*.py",)
-# Workspace captures: the host layer's tests and the MCP capture tools'.
+# Workspace captures: the host layer's tests and the MCP capture tools' (the only
+# ones that diff a repository's edits).
 _CAPTURE_TESTS = (
     *_WORKER_TESTS,
     "tests/mcp_server/test_wake_capture_tools.py",
@@ -277,8 +278,6 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "room_server/_wake/_wakes": _ROOM_TESTS,
     "room_server/_reports/_reasoning": _ROOM_TESTS,
     "room_server/_reports/_agent_work": _ROOM_TESTS,
-    # Captures: the host layer's tests and the capture tools' (the only ones that
-    # diff a repository's edits).
     "workers/_workspace": _CAPTURE_TESTS,
     "workers/_capture_git": _CAPTURE_TESTS,
     "mcp_server/_wake_tools": _MCP_TESTS,
