@@ -58,6 +58,7 @@ STARTABLES = ",".join(
         "_run_hypercorn",
         "serve_hypercorn",
         "_holders_nursery",
+        "_watch_idle",
     )
 )
 
