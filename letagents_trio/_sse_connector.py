@@ -19,10 +19,10 @@ of the stream or a broken connection (``docs/process-connection.md``
 tabulates where ours and Node's still differ, and why).
 
 SSE carries no exit of its own: the stream's :meth:`~_SSEStream.leave`
-closes it, then POSTs ``…/process/exit`` naming the connection, through the
-room client (:meth:`RoomClient.announce_exit
-<letagents_trio.RoomClient.announce_exit>`, pipelined on its kept-alive
-connections).
+POSTs ``…/process/exit`` naming the connection, through the room client
+(:meth:`RoomClient.announce_exit <letagents_trio.RoomClient.announce_exit>`,
+pipelined on its kept-alive connections), and closes the stream as soon as
+that exit is written.
 """
 
 from __future__ import annotations
