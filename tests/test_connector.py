@@ -387,7 +387,13 @@ OPEN_EVENT = b'event: open\ndata: {"connection_id":"c-1"}\n\n'
 
 @pytest.mark.parametrize(
     ("connection", "kept"),
-    [("close", 4095), ("keep-alive, Close", 4095), ("keep-alive", 0), (None, 0)],
+    [
+        ("close", 4095),
+        ("keep-alive, Close", 4095),
+        ("Close, Upgrade", 4095),
+        ("keep-alive", 0),
+        (None, 0),
+    ],
 )
 async def test_a_named_stream_is_read_quietly_only_when_its_room_closes_the_connection_with_it(
     connection: str | None, kept: int
