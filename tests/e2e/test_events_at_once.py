@@ -31,7 +31,8 @@ from letagents_trio import (
     WebSocketConnector,
     open_connection_manager,
 )
-from letagents_trio._http import NetworkOpener
+from letagents_trio._http import NetworkOpener, Origin
+from letagents_trio._http._request import start_request
 
 from ..proxy_env import clear_proxy_environment
 from .tiny_room import SESSION, self_signed
@@ -177,3 +178,89 @@ async def test_an_ended_frame_after_a_kept_ping_is_acted_on_at_once(
 ) -> None:
     await _acted_on_at_once(tmp_path, "websocket", "upgrade", tls)
 
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+@pytest.mark.parametrize(
+    ("framing", "connection"),
+    [
+        ("chunked", "close"),
+        ("chunked", "keep-alive"),
+        ("sized", "keep-alive"),
+        ("close-delimited", "close"),
+    ],
+)
+async def test_a_lone_heartbeat_waits_in_the_kernel_and_anything_heavier_wakes_the_read(
+    tmp_path: Path, framing: str, connection: str, tls: bool
+) -> None:
+    """What the tests above rely on: the second heartbeat really is kept, on every framing."""
+    server_tls, client_tls = self_signed(tmp_path) if tls else (None, None)
+    room = RawRoom(framing, connection, server_tls)
+    got: list[bytes] = []
+    done = trio.Event()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(room.serve)
+            opener = NetworkOpener(ssl_context=client_tls)
+            origin = Origin("https" if tls else "http", "127.0.0.1", port)
+            response = await start_request(opener, origin, "/process", "GET", [])
+            try:
+                await room.accepted.wait()
+                await room.write(HEARTBEAT)
+                assert await response.next_chunk() == HEARTBEAT
+                keep = response.wire_size(len(HEARTBEAT))
+                assert keep == len(HEARTBEAT) + 5 * (framing == "chunked") + 22 * tls
+
+                async def reader() -> None:
+                    with trio.move_on_after(60):
+                        got.append(await response.next_chunk(keep=keep))
+                        # Under TLS a read gives one record: the rest at once.
+                        while b"".join(got) != HEARTBEAT + ENDED:
+                            got.append(await response.next_chunk(keep=keep))
+                        done.set()
+
+                nursery.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked(0.05)  # waiting, as a holder is
+                await room.write(HEARTBEAT)
+                await trio.testing.wait_all_tasks_blocked(0.1)
+                assert got == []  # kept by the kernel
+                await room.write(ENDED)
+                with trio.fail_after(ACTED_WITHIN):
+                    await done.wait()
+            finally:
+                await response.aclose()
+            nursery.cancel_scope.cancel()
+    assert b"".join(got) == HEARTBEAT + ENDED
+
+
+async def test_a_quiet_read_under_tls_takes_a_kept_heartbeat_at_its_check(tmp_path: Path) -> None:
+    """Nothing followed the heartbeat: read at the check, with the time it came."""
+    server_tls, client_tls = self_signed(tmp_path)
+    room = RawRoom("sized", "keep-alive", server_tls)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(room.serve)
+            opener = NetworkOpener(ssl_context=client_tls)
+            origin = Origin("https", "127.0.0.1", port)
+            response = await start_request(opener, origin, "/process", "GET", [])
+            try:
+                await room.accepted.wait()
+                keep = response.wire_size(len(HEARTBEAT))
+                with trio.move_on_after(1.5):
+                    async with trio.open_nursery() as writer:
+
+                        async def heartbeat() -> None:
+                            await trio.testing.wait_all_tasks_blocked(0.05)
+                            sent.append(trio.current_time())
+                            await room.write(HEARTBEAT)
+
+                        sent: list[float] = []
+                        writer.start_soon(heartbeat)
+                        assert await response.next_chunk(keep=keep) == HEARTBEAT
+                        read_at = trio.current_time()
+                assert read_at - sent[0] >= 0.4  # at the check, 1 s before the deadline
+                assert response.heard_at is not None
+                assert sent[0] - 0.05 <= response.heard_at <= sent[0] + 0.1
+            finally:
+                await response.aclose()
+            nursery.cancel_scope.cancel()
