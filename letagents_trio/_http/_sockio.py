@@ -113,10 +113,17 @@ def close_now(stream: trio.abc.Stream) -> bool:
             return True
         if isinstance(stream, Prefixed):
             stream = stream._stream
-        elif isinstance(stream, trio.SSLStream):
-            stream = stream.transport_stream
         else:
-            return False
+            transport = _under_tls(stream)
+            if transport is None:
+                return False
+            stream = transport
+
+
+def _under_tls(stream: trio.abc.Stream) -> trio.abc.Stream | None:
+    """The stream a TLS layer runs over (trio's ``SSLStream`` or the lean path's), or None."""
+    transport = getattr(stream, "transport_stream", None)
+    return transport if isinstance(transport, trio.abc.Stream) else None
 
 
 def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
@@ -235,8 +242,7 @@ def _quiet_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
     """The TCP socket under ``stream``, plain or under TLS, when its kernel can keep bytes (Linux)."""
     while isinstance(stream, Prefixed):
         stream = stream._stream
-    if isinstance(stream, trio.SSLStream):
-        stream = stream.transport_stream
+    stream = _under_tls(stream) or stream
     if not isinstance(stream, trio.SocketStream) or not sys.platform.startswith("linux"):
         return None
     sock = stream.socket
@@ -254,10 +260,11 @@ def _record_overhead(stream: trio.abc.Stream) -> int | None:
     """
     while isinstance(stream, Prefixed):
         stream = stream._stream
-    if not isinstance(stream, trio.SSLStream):
+    if _under_tls(stream) is None:
         return 0
-    cipher = stream.cipher()
-    if cipher is None:
+    cipher_of = getattr(stream, "cipher", None)
+    cipher = cipher_of() if callable(cipher_of) else None
+    if not cipher:
         return None
     name, version = cipher[0], cipher[1]
     tag = 8 if "CCM_8" in name or "CCM8" in name else 16
@@ -297,7 +304,7 @@ class QuietReads:
     """
 
     # One per held stream, ten thousand at a time.
-    __slots__ = ("_kept", "_margin", "_plain", "_socket", "_stream", "heard_at")
+    __slots__ = ("_kept", "_margin", "_overhead", "_plain", "_socket", "_stream", "heard_at")
 
     def __init__(self, stream: trio.abc.Stream, *, margin: float = CHECK_MARGIN) -> None:
         self._stream = stream
@@ -307,6 +314,8 @@ class QuietReads:
         self._plain = _plain_socket(stream) is not None
         # The bytes the kernel keeps now (its low-water mark less one).
         self._kept = 0
+        # What TLS adds to a record (0: plain), once asked; None: it varies.
+        self._overhead: int | None = -1
         # When the bytes of the latest read arrived, if the read found them kept; else None.
         self.heard_at: float | None = None
 
@@ -322,8 +331,9 @@ class QuietReads:
         """
         if self._socket is None:
             return 0
-        overhead = 0 if self._plain else _record_overhead(self._stream)
-        return 0 if overhead is None else size + overhead
+        if self._overhead == -1:
+            self._overhead = 0 if self._plain else _record_overhead(self._stream)
+        return 0 if self._overhead is None else size + self._overhead
 
     async def read(self, max_bytes: int, *, keep: int = 0) -> bytes:
         """The next bytes, as :func:`read_some`, letting the kernel keep up to ``keep`` of them.

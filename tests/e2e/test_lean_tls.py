@@ -1,0 +1,147 @@
+"""The lean path's TLS stream (``letagents_trio._http._tls``) against trio's, over loopback.
+
+The server side is ``trio.SSLStream`` with a certificate made for the test
+(:func:`.tiny_room.self_signed`); the client is :func:`open_tls`. The real
+clock, bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio._http._sockio import close_now
+from letagents_trio._http._tls import TLSStream, open_tls
+
+from .tiny_room import self_signed
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@asynccontextmanager
+async def tls_pair(
+    tmp_path: Path, *, hostname: str = "127.0.0.1"
+) -> AsyncIterator[tuple[TLSStream, trio.SSLStream[trio.SocketStream]]]:
+    """Ours (the client, handshake done) and trio's server side of one TLS connection."""
+    server_tls, client_tls = self_signed(tmp_path)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    [listener] = listeners
+    port = listener.socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        accepted: list[trio.SSLStream[trio.SocketStream]] = []
+
+        async def accept() -> None:
+            server = trio.SSLStream(await listener.accept(), server_tls, server_side=True)
+            await server.do_handshake()
+            accepted.append(server)
+
+        nursery.start_soon(accept)
+        raw = await trio.open_tcp_stream("127.0.0.1", port)
+        ours = await open_tls(raw, client_tls, hostname)
+    [theirs] = accepted
+    try:
+        yield ours, theirs
+    finally:
+        await ours.aclose()
+        await trio.aclose_forcefully(theirs)
+        await listener.aclose()
+
+
+async def test_a_read_hands_over_every_record_already_received(tmp_path: Path) -> None:
+    """Three records, one read (trio's stream gives one record a read)."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            assert ours.version() == "TLSv1.3"
+            assert ours.cipher() is not None
+            for part in (b"one ", b"two ", b"three"):
+                await theirs.send_all(part)
+            await trio.testing.wait_all_tasks_blocked(0.05)
+            assert await ours.receive_some() == b"one two three"
+            await theirs.send_all(b"0123456789")
+            assert await ours.receive_some(4) == b"0123"
+            with trio.testing.assert_checkpoints():
+                assert await ours.receive_some() == b"456789"  # buffered: still a checkpoint
+            await ours.send_all(b"hello")
+            assert await theirs.receive_some() == b"hello"
+
+
+async def test_the_end_with_or_without_close_notify_reads_as_the_end(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"last")
+            await theirs.aclose()  # close_notify
+            assert await ours.receive_some() == b"last"
+            assert await ours.receive_some() == b""
+            assert await ours.receive_some() == b""
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"last")
+            await theirs.transport_stream.aclose()  # no close_notify
+            assert await ours.receive_some() == b"last"
+            assert await ours.receive_some() == b""
+
+
+async def test_garbage_from_the_peer_breaks_the_stream_naming_the_tls_error(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.transport_stream.send_all(b"\x17\x03\x03\x00\x05hello")
+            with pytest.raises(trio.BrokenResourceError) as info:
+                await ours.receive_some()
+            assert isinstance(info.value.__cause__, ssl.SSLError)
+
+
+async def test_a_certificate_for_another_host_is_refused(tmp_path: Path) -> None:
+    server_tls, client_tls = self_signed(tmp_path)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    [listener] = listeners
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def serve() -> None:
+                server = trio.SSLStream(await listener.accept(), server_tls, server_side=True)
+                with pytest.raises(trio.BrokenResourceError):
+                    await server.do_handshake()
+                await trio.aclose_forcefully(server)
+
+            nursery.start_soon(serve)
+            raw = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+            with pytest.raises(trio.BrokenResourceError) as info:
+                await open_tls(raw, client_tls, "elsewhere.example")
+            await raw.aclose()
+    await listener.aclose()
+    assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError)
+
+
+async def test_closed_at_once_without_close_notify(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            assert close_now(ours)
+            with pytest.raises(trio.ClosedResourceError):
+                await ours.receive_some()
+            # The peer sees the connection end, with no close_notify.
+            with pytest.raises(trio.BrokenResourceError):
+                await theirs.receive_some()
+
+
+async def test_a_closed_socket_fails_the_handshake(tmp_path: Path) -> None:
+    _, client_tls = self_signed(tmp_path)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    [listener] = listeners
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def hang_up() -> None:
+                await (await listener.accept()).aclose()
+
+            nursery.start_soon(hang_up)
+            raw = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+            with pytest.raises(trio.BrokenResourceError):
+                await open_tls(raw, client_tls, "127.0.0.1")
+            await raw.aclose()
+    await listener.aclose()
