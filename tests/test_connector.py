@@ -406,7 +406,8 @@ async def test_a_named_stream_keeps_as_much_as_one_heartbeat_weighs_on_the_wire(
     heartbeat: bytes, kept: int
 ) -> None:
     """Learnt from the first lone heartbeat once named; anything heavier wakes the read."""
-    response = RecordedReads(b": connected\n\n", b": hb\n\n", OPEN_EVENT, heartbeat, OPEN_EVENT, b"")
+    chunks = (b": connected\n\n", b": hb\n\n", OPEN_EVENT, heartbeat, OPEN_EVENT, b"")
+    response = RecordedReads(*chunks)
     stream = _SSEStream(None, SESSION, MAX_EVENT_BYTES)  # type: ignore[arg-type]
     stream._response = response  # type: ignore[assignment]
     news: list[StreamNews] = []

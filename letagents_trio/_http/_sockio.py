@@ -239,7 +239,7 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
 
 
 def _quiet_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
-    """The TCP socket under ``stream``, plain or under TLS, when its kernel can keep bytes (Linux)."""
+    """The TCP socket under ``stream`` (plain or TLS) when its kernel can keep bytes (Linux)."""
     while isinstance(stream, Prefixed):
         stream = stream._stream
     stream = _under_tls(stream) or stream
@@ -420,7 +420,7 @@ class QuietReads:
         """When the socket's latest bytes arrived, on trio's clock (``TCP_INFO``)."""
         try:
             info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, _TCP_INFO_SIZE)
-            (age_ms,) = _LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_OFFSET)
+            age_ms: int = _LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_OFFSET)[0]
         except (OSError, struct.error):
             age_ms = 0
         return trio.current_time() - age_ms / 1000

@@ -45,8 +45,13 @@ __all__ = ["TLSStream", "open_tls"]
 class TLSStream(trio.abc.Stream):
     """The client side of a TLS connection over ``transport_stream``; made by :func:`open_tls`."""
 
-    def __init__(self, transport_stream: trio.abc.Stream, ssl_object: ssl.SSLObject,
-                 incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO) -> None:
+    def __init__(
+        self,
+        transport_stream: trio.abc.Stream,
+        ssl_object: ssl.SSLObject,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+    ) -> None:
         self.transport_stream = transport_stream
         self._ssl = ssl_object
         self._incoming = incoming
@@ -99,7 +104,7 @@ class TLSStream(trio.abc.Stream):
                 return data
 
     def _decrypt(self, size: int) -> bytes | None:
-        """What the records received so far give, up to ``size``; None when they give nothing yet."""
+        """What the records received so far give, up to ``size``; None when nothing yet."""
         if self._eof:
             return b""
         parts: list[bytes] = []
@@ -124,7 +129,7 @@ class TLSStream(trio.abc.Stream):
         return b"" if self._eof else None
 
     async def _flush(self) -> None:
-        """Send what the TLS object wrote (after a read: a key update's answer); else a checkpoint."""
+        """Send what the TLS object wrote after a read (a key update's answer), else checkpoint."""
         if not self._outgoing.pending:
             await trio.lowlevel.checkpoint()
             return
@@ -187,8 +192,9 @@ async def open_tls(
         caller closes ``transport_stream``.
     """
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    ssl_object = context.wrap_bio(incoming, outgoing, server_side=False,
-                                  server_hostname=server_hostname)
+    ssl_object = context.wrap_bio(
+        incoming, outgoing, server_side=False, server_hostname=server_hostname
+    )
     while True:
         try:
             ssl_object.do_handshake()

@@ -115,9 +115,7 @@ def _ws_text(text: bytes) -> bytes:
     return bytes([0x81, len(text)]) + text
 
 
-async def _acted_on_at_once(
-    tmp_path: Path, framing: str, connection: str, tls: bool
-) -> None:
+async def _acted_on_at_once(tmp_path: Path, framing: str, connection: str, tls: bool) -> None:
     """Open, name, heartbeat twice (the second kept), then end: the holder ends at once."""
     server_tls, client_tls = self_signed(tmp_path) if tls else (None, None)
     room = RawRoom(framing, connection, server_tls)
@@ -177,7 +175,6 @@ async def test_an_ended_frame_after_a_kept_ping_is_acted_on_at_once(
     tmp_path: Path, tls: bool
 ) -> None:
     await _acted_on_at_once(tmp_path, "websocket", "upgrade", tls)
-
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
