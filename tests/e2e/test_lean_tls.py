@@ -96,28 +96,6 @@ async def test_garbage_from_the_peer_breaks_the_stream_naming_the_tls_error(tmp_
             assert isinstance(info.value.__cause__, ssl.SSLError)
 
 
-async def test_a_certificate_for_another_host_is_refused(tmp_path: Path) -> None:
-    server_tls, client_tls = self_signed(tmp_path)
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    [listener] = listeners
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-
-            async def serve() -> None:
-                server = trio.SSLStream(await listener.accept(), server_tls, server_side=True)
-                with pytest.raises(trio.BrokenResourceError):
-                    await server.do_handshake()
-                await trio.aclose_forcefully(server)
-
-            nursery.start_soon(serve)
-            raw = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
-            with pytest.raises(trio.BrokenResourceError) as info:
-                await open_tls(raw, client_tls, "elsewhere.example")
-            await raw.aclose()
-    await listener.aclose()
-    assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError)
-
-
 async def test_closed_at_once_without_close_notify(tmp_path: Path) -> None:
     with trio.fail_after(10):
         async with tls_pair(tmp_path) as (ours, theirs):
@@ -129,19 +107,38 @@ async def test_closed_at_once_without_close_notify(tmp_path: Path) -> None:
                 await theirs.receive_some()
 
 
-async def test_a_closed_socket_fails_the_handshake(tmp_path: Path) -> None:
-    _, client_tls = self_signed(tmp_path)
+@pytest.mark.parametrize(
+    ("server", "hostname", "cause"),
+    [
+        ("hangs up", "127.0.0.1", None),
+        ("is someone else", "elsewhere.example", ssl.SSLCertVerificationError),
+    ],
+)
+async def test_a_failed_handshake_breaks_the_stream(
+    tmp_path: Path, server: str, hostname: str, cause: type[Exception] | None
+) -> None:
+    """A peer that hangs up, or a certificate for another host: refused, naming the TLS error."""
+    server_tls, client_tls = self_signed(tmp_path)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     [listener] = listeners
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
 
-            async def hang_up() -> None:
-                await (await listener.accept()).aclose()
+            async def serve() -> None:
+                accepted = await listener.accept()
+                if server == "hangs up":
+                    await accepted.aclose()
+                    return
+                theirs = trio.SSLStream(accepted, server_tls, server_side=True)
+                with pytest.raises(trio.BrokenResourceError):
+                    await theirs.do_handshake()
+                await trio.aclose_forcefully(theirs)
 
-            nursery.start_soon(hang_up)
+            nursery.start_soon(serve)
             raw = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
-            with pytest.raises(trio.BrokenResourceError):
-                await open_tls(raw, client_tls, "127.0.0.1")
+            with pytest.raises(trio.BrokenResourceError) as info:
+                await open_tls(raw, client_tls, hostname)
             await raw.aclose()
     await listener.aclose()
+    if cause is not None:
+        assert isinstance(info.value.__cause__, cause)
