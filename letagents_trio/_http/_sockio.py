@@ -221,17 +221,28 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
     lock, a conflict detector and a reschedule). The caller must be the
     stream's only sender at that moment.
 
+    Over the lean path's TLS stream, the record of ``data`` is written at
+    once the same way when no other writer is under way
+    (:meth:`TLSStream.send_now <letagents_trio._http._tls.TLSStream.send_now>`),
+    though :func:`can_send_now` says False: what the kernel does not take
+    of it goes before anything written later, so a caller that must know
+    its bytes are out (an exit before a close) asks :func:`can_send_now`.
+
     Returns:
         How many bytes were written (0 when the socket's buffer is full), or
-        None when ``stream`` cannot be written this way (TLS, in memory, or
-        not POSIX; :func:`can_send_now` tells beforehand): then use ``send_all``.
+        None when ``stream`` cannot be written this way (trio's TLS, in
+        memory, or not POSIX): then use ``send_all``.
 
     Raises:
         OSError: the connection is broken.
     """
     plain = _plain_socket(stream)
     if plain is None:
-        return None
+        # The lean path's TLS stream writes a record at once where it can.
+        inner = stream._stream if isinstance(stream, Prefixed) else stream
+        write_now = getattr(inner, "send_now", None)
+        result: int | None = write_now(data) if callable(write_now) else None
+        return result
     try:
         return os.write(plain.socket.fileno(), data)
     except BlockingIOError:

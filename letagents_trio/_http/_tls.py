@@ -16,7 +16,9 @@ lean path needs of it and no more, built the same way (an
   ``read``), then every record those bytes complete, decrypted at once and
   handed over together;
 * **a write** encrypts and sends in turn with the other writers (a lock),
-  so that records go out in the order they were made;
+  so that records go out in the order they were made; a small one (a
+  WebSocket's pong) may go at once, without a checkpoint, when no other
+  writer waits (:meth:`TLSStream.send_now`);
 * **the end**: the peer's ``close_notify`` and a close without one both read
   as the end of the stream, as ``trio.SSLStream(https_compatible=True)``
   reads them (HTTP frames its own bodies); closing sends no
@@ -36,7 +38,7 @@ from typing import final
 
 import trio
 
-from ._sockio import READ_SIZE, close_now, read_some
+from ._sockio import READ_SIZE, can_send_now, close_now, read_some, send_now
 
 __all__ = ["TLSStream", "open_tls"]
 
@@ -57,6 +59,8 @@ class TLSStream(trio.abc.Stream):
         self._incoming = incoming
         self._outgoing = outgoing
         self._send_lock = trio.StrictFIFOLock()
+        # Records send_now made that the kernel did not take: they go first.
+        self._unsent = b""
         # Set once the peer ended the stream (with or without close_notify).
         self._eof = False
 
@@ -134,7 +138,7 @@ class TLSStream(trio.abc.Stream):
             await trio.lowlevel.checkpoint()
             return
         async with self._send_lock:
-            data = self._outgoing.read()
+            data, self._unsent = self._unsent + self._outgoing.read(), b""
             if data:
                 await self.transport_stream.send_all(data)
 
@@ -155,9 +159,44 @@ class TLSStream(trio.abc.Stream):
                     self._ssl.write(data)
                 except ssl.SSLError as exc:
                     raise trio.BrokenResourceError(f"TLS failed: {type(exc).__name__}") from exc
-            out = self._outgoing.read()
+            out, self._unsent = self._unsent + self._outgoing.read(), b""
             if out:
                 await self.transport_stream.send_all(out)
+
+    def send_now(self, data: bytes) -> int | None:
+        """Encrypt ``data`` and write it at once, without a checkpoint, where the socket can.
+
+        For a plain socket under the stream, when no other writer is under
+        way: the record goes in one ``write``. Should the kernel take only
+        part of it, the rest goes before anything written later.
+
+        Returns:
+            ``len(data)`` once its record is made and written (or queued
+            behind what the kernel did not take), 0 when nothing was done
+            (another writer is under way, or the kernel takes nothing
+            now), None when the socket cannot be written so (use
+            :meth:`send_all`).
+
+        Raises:
+            OSError: the connection is broken.
+            trio.BrokenResourceError: TLS failed.
+        """
+        if not can_send_now(self.transport_stream):
+            return None
+        if self._send_lock.locked() or not data:
+            return 0
+        if self._unsent:
+            self._unsent = self._unsent[send_now(self.transport_stream, self._unsent) or 0 :]
+            if self._unsent:
+                return 0
+        try:
+            self._ssl.write(data)
+        except ssl.SSLError as exc:
+            raise trio.BrokenResourceError(f"TLS failed: {type(exc).__name__}") from exc
+        out = self._outgoing.read()
+        sent = send_now(self.transport_stream, out) or 0
+        self._unsent = out[sent:]
+        return len(data)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()

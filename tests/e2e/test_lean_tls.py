@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._http._sockio import close_now
+from letagents_trio._http._sockio import Prefixed, close_now, send_now
 from letagents_trio._http._tls import TLSStream, open_tls
 
 from .tiny_room import self_signed
@@ -142,3 +142,34 @@ async def test_a_failed_handshake_breaks_the_stream(
     await listener.aclose()
     if cause is not None:
         assert isinstance(info.value.__cause__, cause)
+
+
+async def test_send_now_writes_a_record_at_once_and_what_the_kernel_left_goes_first(
+    tmp_path: Path,
+) -> None:
+    """A pong goes in one write; a record cut short by a full buffer goes on before the next."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            with trio.testing.assert_no_checkpoints():
+                assert send_now(ours, b"pong") == 4
+                assert send_now(Prefixed(ours, b""), b"!") == 1
+            assert await theirs.receive_some() == b"pong"  # trio's: a record a read
+            assert await theirs.receive_some() == b"!"
+            # Fill the socket's buffer: the peer does not read.
+            sent: list[bytes] = []
+            while True:
+                chunk = bytes([len(sent) % 251]) * 60_000
+                sent.append(chunk)
+                if ours._unsent:
+                    break
+                assert send_now(ours, chunk) == len(chunk)
+            assert send_now(ours, b"more") == 0  # the rest of a record waits first
+            sent.pop()  # never sent
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ours.send_all, b"last")
+                got = b""
+                while not got.endswith(b"last"):
+                    got += await theirs.receive_some()
+            assert got == b"".join(sent) + b"last"
+            await ours.send_all(b"after")
+            assert await theirs.receive_some() == b"after"
