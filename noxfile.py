@@ -58,6 +58,7 @@ STARTABLES = ",".join(
         "_run_hypercorn",
         "serve_hypercorn",
         "_holders_nursery",
+        "_watch_idle",
     )
 )
 
@@ -233,6 +234,14 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "_websocket": _WEBSOCKET_TESTS,
     "_ws_socket": _WEBSOCKET_TESTS,
+    # The room client: its requests, bounds and stacks, and the exits it POSTs.
+    "_client": (
+        "tests/test_client.py",
+        "tests/test_client_bounds.py",
+        "tests/test_http_stack.py",
+        "tests/test_connector.py",
+        "tests/test_manager*.py",
+    ),
     "_http/_pool": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
     "_http/_lean": _HTTP_TESTS,
