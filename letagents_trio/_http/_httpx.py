@@ -109,6 +109,10 @@ class _HTTPXResponse:
         """None: httpx2's reads are never quiet."""
         return None
 
+    def wire_size(self, size: int) -> int:
+        """0: httpx2's reads are never quiet, so nothing is kept."""
+        return 0
+
     async def next_chunk(self, *, keep: int = 0) -> bytes:
         import httpx2
 
