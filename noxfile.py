@@ -191,6 +191,13 @@ _WORKER_TESTS = ("tests/workers/test_*.py",)
 # The MCP server's tests: every tool over the SDK's in-memory client, against
 # the reference room (a FakeRoom), in hosted and local rooms.
 _MCP_TESTS = ("tests/mcp_server/test_*.py",)
+# Workspace captures: the host layer's tests and the MCP capture tools' (the only
+# ones that diff a repository's edits).
+_CAPTURE_TESTS = (
+    *_WORKER_TESTS,
+    "tests/mcp_server/test_wake_capture_tools.py",
+    "tests/mcp_server/test_capture_refusals.py",
+)
 # The worker loop's host calls: their own tests (walks over pages, credentials)
 # and the tools that make them.
 _ROOM_WORK_TESTS = (
@@ -280,8 +287,8 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "room_server/_wake/_wakes": _ROOM_TESTS,
     "room_server/_reports/_reasoning": _ROOM_TESTS,
     "room_server/_reports/_agent_work": _ROOM_TESTS,
-    "workers/_workspace": _WORKER_TESTS,
-    "workers/_capture_git": _WORKER_TESTS,
+    "workers/_workspace": _CAPTURE_TESTS,
+    "workers/_capture_git": _CAPTURE_TESTS,
     "mcp_server/_wake_tools": _MCP_TESTS,
     "mcp_server/_reasoning_tool": _MCP_TESTS,
     "mcp_server/_workspace_tools": _MCP_TESTS,

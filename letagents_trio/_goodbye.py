@@ -13,8 +13,8 @@ stream's own exit); the goodbye orders them and writes the report:
    plain socket writes its exit frame there, with no task and no checkpoint
    of its own. Every holder whose exit did not go at once gets a task that
    runs its :meth:`~letagents_trio.ProcessHolder.leave` and reports what it
-   returns (at most ``exit_concurrency`` at a time, when set): over SSE, the
-   stream closed, then ``POST …/process/exit``; over a WebSocket, the exit
+   returns (at most ``exit_concurrency`` at a time, when set): over SSE,
+   ``POST …/process/exit``, the stream closed once it is written; over a WebSocket, the exit
    frame, and the answer of a room that acknowledges exits;
 2. only once every exit that could go at once is written are those holders
    stopped, so that their unwinding never runs between two exits;

@@ -18,17 +18,28 @@ is read (before its blank line), with no ``data`` line, or cut off by the end
 of the stream or a broken connection (``docs/process-connection.md``
 tabulates where ours and Node's still differ, and why).
 
+Once the stream is named, it carries nothing but heartbeats until it ends,
+and the read may let the kernel keep one heartbeat unread
+(:class:`~letagents_trio._http.QuietReads`): as many bytes on the wire as the
+room's own lone heartbeat weighs there (its chunk's framing and its TLS
+record included), learnt from the first one read. A second heartbeat wakes
+the read, and so does anything heavier: every event, alone or after a kept
+heartbeat. The end of a chunked body on a connection the room keeps alive
+(five bytes) is lighter than a heartbeat; alone it waits until more comes,
+the connection closes, or the silence deadline draws near.
+
 SSE carries no exit of its own: the stream's :meth:`~_SSEStream.leave`
-closes it, then POSTs ``…/process/exit`` naming the connection, through the
-room client (:meth:`RoomClient.announce_exit
-<letagents_trio.RoomClient.announce_exit>`, pipelined on its kept-alive
-connections).
+POSTs ``…/process/exit`` naming the connection, through the room client
+(:meth:`RoomClient.announce_exit <letagents_trio.RoomClient.announce_exit>`,
+pipelined on its kept-alive connections), and closes the stream as soon as
+that exit is written.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -56,19 +67,20 @@ _NULL_BODY_STATUSES = frozenset({204, 205})
 # What a process stream asks for: events, never a cached answer, nothing to
 # inflate (a compressed stream could decode to far more than it weighs).
 # The connection serves this one stream: a room that honours ``close`` closes
-# it when it ends the stream, which lets the stream be read quietly (below).
+# it when it ends the stream, so that the end wakes a quiet read at once.
 STREAM_HEADERS = {
     "Accept": _protocol.EVENT_STREAM,
     "Cache-Control": "no-store",
     "Accept-Encoding": _protocol.IDENTITY_ENCODING,
     "Connection": "close",
 }
-# What the kernel may keep unread of a named stream whose room closes the
-# connection with it: far more than the heartbeats of a silence deadline (tens
-# of bytes each), far less than a socket's receive buffer. Only such a room:
-# the end of a body on a connection kept alive is five bytes, smaller than a
-# heartbeat, and would be kept too.
-_KEPT_BYTES = 4095
+# A heartbeat, as the kernel may keep it: one comment block, alone in its
+# piece of the body, no longer than ``event: ended`` and its blank line (14
+# bytes; the protocol's ``: heartbeat`` block is 13, its ``ended`` event with
+# its data 23): anything else the room writes weighs more on the wire, alone
+# or after a kept heartbeat, and wakes the read at once.
+_HEARTBEAT = re.compile(rb":[^\r\n]*(?:\r\n\r\n|\n\n|\r\r)")
+_HEARTBEAT_MAX_BYTES = len(b"event: ended\n\n")
 
 
 def classify_status(
@@ -92,12 +104,6 @@ def classify_status(
     if (content_encoding or "").strip().lower() not in ("", _protocol.IDENTITY_ENCODING):
         return Outcome.REFUSED
     return None
-
-
-def _closes_with_the_stream(response: Response) -> bool:
-    """Whether the room said (``Connection: close``) that the stream's end closes the connection."""
-    value = response.header("connection") or ""
-    return "close" in (token.strip().lower() for token in value.split(","))
 
 
 def _connection_id(data: str) -> str | None:
@@ -126,8 +132,10 @@ class _SSEStream:
         )
         self._response: Response | None = None
         self._done = False
-        # What the kernel may keep unread (see _KEPT_BYTES); nothing until named.
+        # What the kernel may keep unread, on the wire: one heartbeat, once the
+        # stream is named and a heartbeat has shown its size (see _HEARTBEAT).
         self._keep = 0
+        self._named = False
         self._heard_at = trio.current_time()
 
     async def __aenter__(self) -> _SSEStream:
@@ -184,10 +192,11 @@ class _SSEStream:
         ended = ended or self._decoder.event_type == _ENDED_EVENT
         # Ended is said once: the session is over, nothing after it is news.
         self._done = ended
-        if connection_id is not None and _closes_with_the_stream(response):
-            # Named, the stream carries nothing but heartbeats until it ends,
-            # and its end closes the connection, which wakes any read.
-            self._keep = _KEPT_BYTES
+        if connection_id is not None:
+            self._named = True
+        elif self._named and len(chunk) <= _HEARTBEAT_MAX_BYTES and _HEARTBEAT.fullmatch(chunk):
+            # Named, the stream carries nothing but heartbeats until it ends.
+            self._keep = response.wire_size(len(chunk))
         return StreamNews(connection_id=connection_id, ended=ended)
 
     def _ended_at_close(self) -> bool:
@@ -205,7 +214,18 @@ class _SSEStream:
         return False
 
     async def leave(self, connection_id: str) -> bool | None:
-        """Close the stream, then POST the exit naming ``connection_id``; whether it was recorded.
+        """POST the exit naming ``connection_id``, closing the stream once it is on its way.
+
+        The stream closes as soon as the exit is handed to the kernel (at
+        the latest when this call ends): the room records an exit naming the
+        connection whether it sees the close first or not (PROTOCOL §2.2),
+        and in a goodbye of thousands the holders, woken by their streams'
+        close, unwind only once their exits are written. Over TLS an exit
+        waits for its connection's handshake, which thousands of holders
+        unwinding first would hold back.
+
+        Returns:
+            Whether the room recorded it.
 
         Raises:
             ApiError: the room refused the exit.
@@ -215,8 +235,16 @@ class _SSEStream:
             A checkpoint; the stream is closed even when cancelled; the room
             may or may not have the exit.
         """
-        await self.aclose()
-        return await self._client.announce_exit(self._session, connection_id)
+        try:
+            return await self._client.announce_exit(
+                self._session, connection_id, sent=self._close_nowait
+            )
+        finally:
+            await self.aclose()
+
+    def _close_nowait(self) -> None:
+        if self._response is not None:
+            self._response.close_nowait()
 
     async def aclose(self) -> None:
         """Close the connection: one socket close when it can be, else forcefully.

@@ -51,10 +51,11 @@ _RECEIVE_BYTES: Final = 4096
 # The normal close code (RFC 6455, section 7.4.1).
 _NORMAL_CLOSURE: Final = 1000
 # What the kernel may keep unread: one ping with no payload, the room's
-# heartbeat. A second ping wakes the read, and so does anything else the room
-# sends (its smallest, a close frame with its code, is four bytes; a room of
-# this protocol never closes without one), so nothing but a lone ping ever
-# waits, and at most one of the room's ping intervals.
+# heartbeat (two bytes, in one TLS record over TLS). A second ping wakes the
+# read, and so does anything else the room sends (its smallest, a close frame
+# with its code, is four bytes; a room of this protocol never closes without
+# one), so nothing but a lone ping ever waits, and at most one of the room's
+# ping intervals.
 _KEPT_BYTES: Final = 2
 
 
@@ -222,7 +223,7 @@ class ProcessSocket:
             # next one (see _KEPT_BYTES), and both are answered then.
             liveness = self._liveness
             quiet = self.connection_id is not None and not liveness.awaiting_pong
-            keep = _KEPT_BYTES if quiet and not self.leaving else 0
+            keep = self._reads.wire_size(_KEPT_BYTES) if quiet and not self.leaving else 0
             with trio.move_on_at(liveness.deadline):
                 try:
                     data = await self._reads.read(_RECEIVE_BYTES, keep=keep)

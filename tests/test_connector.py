@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx2
 import pytest
@@ -364,16 +364,22 @@ async def test_a_huge_chunk_is_decoded_with_a_checkpoint_per_slice() -> None:
 
 
 class RecordedReads:
-    """A response that gives ``chunks`` in turn, recording what each read let the kernel keep."""
+    """A response that gives ``chunks`` in turn, recording what each read let the kernel keep.
 
-    def __init__(self, connection: str | None, *chunks: bytes) -> None:
-        self._connection = connection
+    A piece of its body weighs 100 bytes more on the wire than it holds (as
+    a TLS record and a chunk's framing would).
+    """
+
+    def __init__(self, *chunks: bytes) -> None:
         self._chunks = list(chunks)
         self.kept: list[int] = []
         self.heard_at: float | None = None
 
     def header(self, name: str) -> str | None:
-        return self._connection if name == "connection" else None
+        return None
+
+    def wire_size(self, size: int) -> int:
+        return size + 100
 
     async def next_chunk(self, *, keep: int = 0) -> bytes:
         await trio.lowlevel.checkpoint()
@@ -386,20 +392,22 @@ OPEN_EVENT = b'event: open\ndata: {"connection_id":"c-1"}\n\n'
 
 
 @pytest.mark.parametrize(
-    ("connection", "kept"),
+    ("heartbeat", "kept"),
     [
-        ("close", 4095),
-        ("keep-alive, Close", 4095),
-        ("Close, Upgrade", 4095),
-        ("keep-alive", 0),
-        (None, 0),
+        (b": heartbeat\n\n", 113),
+        (b":\r\n\r\n", 105),
+        (b": keep-alive\n\n", 114),  # as long as `event: ended` and its blank line
+        (b": keep-alive!\n\n", 0),  # longer: nothing is kept
+        (b": hb\n\n: hb\n\n", 0),  # two: not what one heartbeat weighs
+        (b"data: x\n\n", 0),  # an event, not a comment
     ],
 )
-async def test_a_named_stream_is_read_quietly_only_when_its_room_closes_the_connection_with_it(
-    connection: str | None, kept: int
+async def test_a_named_stream_keeps_as_much_as_one_heartbeat_weighs_on_the_wire(
+    heartbeat: bytes, kept: int
 ) -> None:
-    """The end of a body on a kept-alive connection is five bytes: it must wake the read."""
-    response = RecordedReads(connection, b": connected\n\n", OPEN_EVENT, b": hb\n\n", b"")
+    """Learnt from the first lone heartbeat once named; anything heavier wakes the read."""
+    chunks = (b": connected\n\n", b": hb\n\n", OPEN_EVENT, heartbeat, OPEN_EVENT, b"")
+    response = RecordedReads(*chunks)
     stream = _SSEStream(None, SESSION, MAX_EVENT_BYTES)  # type: ignore[arg-type]
     stream._response = response  # type: ignore[assignment]
     news: list[StreamNews] = []
@@ -408,10 +416,11 @@ async def test_a_named_stream_is_read_quietly_only_when_its_room_closes_the_conn
         async for item in stream:
             news.append(item)
             heard.append(stream.heard_at)
-    assert response.kept == [0, 0, kept, kept]
-    assert [item.connection_id for item in news] == [None, "c-1", None]
+    # Nothing kept before the stream is named, nor before a heartbeat has shown its weight.
+    assert response.kept == [0, 0, 0, 0, kept, kept]
+    assert [item.connection_id for item in news] == [None, None, "c-1", None, "c-1"]
     # Kept by the kernel: heard when the bytes came (7), not when they were read.
-    assert [at == 7.0 for at in heard] == [False, False, bool(kept)]
+    assert [at == 7.0 for at in heard] == [False, False, False, False, bool(kept)]
 
 
 @pytest.mark.parametrize(
@@ -618,3 +627,69 @@ def test_max_event_bytes_below_1024_is_refused_naming_it() -> None:
     assert repr(SSEConnector(client, max_event_bytes=1024)) == (
         "<SSEConnector api_url='http://room.test'>"
     )
+
+
+class _HeldResponse:
+    """An open event stream whose closing is recorded: the ``Response`` a stream holds."""
+
+    status = 200
+    heard_at = None
+
+    def __init__(self, closed: list[str]) -> None:
+        self._closed = closed
+
+    def header(self, name: str) -> str | None:
+        return {"content-type": "text/event-stream"}.get(name.lower())
+
+    async def next_chunk(self, *, keep: int = 0) -> bytes:
+        await trio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    def detach(self) -> trio.abc.Stream:  # pragma: no cover - not an upgrade
+        raise RuntimeError
+
+    def close_nowait(self) -> bool:
+        self._closed.append("closed")
+        return True
+
+    async def aclose(self) -> None:
+        self._closed.append("closed")
+        await trio.lowlevel.checkpoint()
+
+
+class _ExitWatcher:
+    """The room client's side of a stream's leaving: what had happened when the exit went."""
+
+    api_url = API_URL
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def session_url(self, session: AgentSession, tail: str) -> str:
+        return f"{API_URL}/rooms/{session.room_id}/agent-sessions/{session.session_id}{tail}"
+
+    async def start_request(self, method: str, url: str, **_: object) -> _HeldResponse:
+        await trio.lowlevel.checkpoint()
+        return _HeldResponse(self.log)
+
+    async def announce_exit(
+        self, session: AgentSession, connection_id: str | None, *, sent: Any = None
+    ) -> bool:
+        self.log.append(f"exit {connection_id} asked")
+        await trio.sleep(1)  # its connection opening: nothing written yet
+        self.log.append("exit written")
+        sent()
+        await trio.sleep(1)  # the room's answer
+        self.log.append("answered")
+        return True
+
+
+async def test_a_stream_closes_once_its_exit_is_written_not_before(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Over SSE the exit is on its way before the stream closes (its holder then unwinds)."""
+    watcher = _ExitWatcher()
+    connector = SSEConnector(cast("RoomClient", watcher))
+    async with connector.open(SESSION) as stream:
+        assert await stream.leave("c1") is True
+    assert watcher.log[:4] == ["exit c1 asked", "exit written", "closed", "answered"]

@@ -114,11 +114,20 @@ class Response(Protocol):
         """
         ...
 
+    def wire_size(self, size: int) -> int:
+        """What a piece of the body of ``size`` bytes, written alone, weighs on the wire.
+
+        Its framing and its TLS record included; 0 where the stack cannot
+        tell, or never keeps bytes unread (then ``keep`` is ignored).
+        """
+        ...
+
     async def next_chunk(self, *, keep: int = 0) -> bytes:
         """The next bytes of the body as they arrive; ``b""`` once it has ended.
 
-        ``keep``: the kernel may keep up to this many bytes unread until the
-        reader's deadline draws near, where the stack can ask it to (see
+        ``keep``: the kernel may keep up to this many bytes on the wire
+        (:meth:`wire_size`) unread until more come or the reader's deadline
+        draws near, where the stack can ask it to (see
         :class:`~letagents_trio._http._sockio.QuietReads`).
 
         Raises:
@@ -135,6 +144,10 @@ class Response(Protocol):
         Raises:
             RuntimeError: the server did not switch protocols.
         """
+        ...
+
+    def close_nowait(self) -> bool:
+        """Close the connection now, with no checkpoint, where it can be; whether it was."""
         ...
 
     async def aclose(self) -> None:
@@ -170,8 +183,13 @@ class Stack(Protocol):
         body: bytes,
         *,
         max_body: int,
+        sent: Callable[[], object] | None = None,
     ) -> Answer:
         """Send one request that may be sent twice (an exit) and read its whole answer.
+
+        ``sent``, when given, is called once, with no checkpoint: when the
+        request is on its way to the room (handed to the kernel), or else
+        when the exchange ends.
 
         Raises:
             HTTPFailure: it failed, or the answer's body is over ``max_body``

@@ -19,8 +19,10 @@ once is paid once:
   An origin with one address (a room on loopback, most often) is connected
   directly, with no race to run.
 * **TLS** uses one ``ssl.create_default_context()`` (the system trust store,
-  hostname checks on), made on first use and shared; ``trio.SSLStream`` wraps
-  the socket and the handshake is done before the stream is handed over.
+  hostname checks on), made on first use and shared; the lean path's own
+  :class:`~._tls.TLSStream` wraps the socket (a held stream's read is one
+  wait and every record it completes) and the handshake is done before the
+  stream is handed over.
 
 Proxies are not this module's: a client whose environment configures one
 sends the process connection through httpx2 instead (see
@@ -34,6 +36,8 @@ import ssl
 from typing import TYPE_CHECKING, Final, final
 
 import trio
+
+from ._tls import open_tls
 
 if TYPE_CHECKING:
     from ._request import Origin
@@ -161,15 +165,11 @@ class NetworkOpener:
             stream = await _race(addresses, self._delay)
         if origin.scheme != "https":
             return stream
-        tls = trio.SSLStream(
-            stream, self.ssl_context, server_hostname=origin.host, https_compatible=True
-        )
         try:
-            await tls.do_handshake()
+            return await open_tls(stream, self.ssl_context, origin.host)
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
-        return tls
 
     async def _addresses(self, host: str, port: int) -> list[Address]:
         key = (host, port)

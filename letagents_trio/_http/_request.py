@@ -176,6 +176,10 @@ class HTTP1Response:
     def __repr__(self) -> str:
         return f"<HTTP1Response status={self.status}>"
 
+    def close_nowait(self) -> bool:
+        """Close the connection now where it is a socket (under TLS or not); whether it was."""
+        return close_now(self._stream)
+
     async def aclose(self) -> None:
         """Close the connection at once (forcefully: no TLS close_notify).
 
@@ -190,6 +194,18 @@ class HTTP1Response:
         """The first value of header ``name`` (any case), or None."""
         return header_value(self.headers, name)
 
+    def wire_size(self, size: int) -> int:
+        """What a piece of the body of ``size`` bytes, written alone, weighs on the wire.
+
+        Its chunk's framing when the body is chunked, and its TLS record when
+        the connection is TLS (see :meth:`QuietReads.wire_size
+        <letagents_trio._http._sockio.QuietReads.wire_size>`); 0 when that
+        cannot be known (then nothing may be kept).
+        """
+        if "chunked" in (self.header("transfer-encoding") or "").lower():
+            size += len(f"{size:x}\r\n\r\n")
+        return self._reads.wire_size(size)
+
     @property
     def heard_at(self) -> float | None:
         """When the latest chunk's bytes arrived, if a quiet read found them kept; else None."""
@@ -198,8 +214,9 @@ class HTTP1Response:
     async def next_chunk(self, *, keep: int = 0) -> bytes:
         """The next bytes of the body as they arrive; ``b""`` once it has ended.
 
-        ``keep``: the kernel may keep up to this many bytes unread until the
-        reader's deadline draws near
+        ``keep``: the kernel may keep up to this many bytes on the wire (see
+        :meth:`wire_size`) unread until more come or the reader's deadline
+        draws near
         (:class:`~letagents_trio._http._sockio.QuietReads`); :attr:`heard_at`
         then says when they arrived.
 

@@ -11,18 +11,21 @@ Any other stream (TLS, in memory, bytes read ahead and put back in front by
 ``docs/performance.md``.
 
 :class:`QuietReads` reads a held stream *quietly* where the kernel can help
-(a plain TCP socket on Linux): the room's heartbeats or pings stay in the
-kernel until the reader's deadline draws near, or until more come, and are
-read then, several at once, with the time the last of them arrived.
+(TCP on Linux, plain or under TLS): a lone heartbeat or ping of the room's
+stays in the kernel until the next one comes, or until the reader's
+deadline draws near, and is read then with the one after it, or with the
+time it arrived.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import socket as _socket
 import struct
 import sys
+import termios
 from collections.abc import Callable
 from typing import Final, final
 
@@ -110,10 +113,17 @@ def close_now(stream: trio.abc.Stream) -> bool:
             return True
         if isinstance(stream, Prefixed):
             stream = stream._stream
-        elif isinstance(stream, trio.SSLStream):
-            stream = stream.transport_stream
         else:
-            return False
+            transport = _under_tls(stream)
+            if transport is None:
+                return False
+            stream = transport
+
+
+def _under_tls(stream: trio.abc.Stream) -> trio.abc.Stream | None:
+    """The stream a TLS layer runs over (trio's ``SSLStream`` or the lean path's), or None."""
+    transport = getattr(stream, "transport_stream", None)
+    return transport if isinstance(transport, trio.abc.Stream) else None
 
 
 def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
@@ -211,17 +221,28 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
     lock, a conflict detector and a reschedule). The caller must be the
     stream's only sender at that moment.
 
+    Over the lean path's TLS stream, the record of ``data`` is written at
+    once the same way when no other writer is under way
+    (:meth:`TLSStream.send_now <letagents_trio._http._tls.TLSStream.send_now>`),
+    though :func:`can_send_now` says False: what the kernel does not take
+    of it goes before anything written later, so a caller that must know
+    its bytes are out (an exit before a close) asks :func:`can_send_now`.
+
     Returns:
         How many bytes were written (0 when the socket's buffer is full), or
-        None when ``stream`` cannot be written this way (TLS, in memory, or
-        not POSIX; :func:`can_send_now` tells beforehand): then use ``send_all``.
+        None when ``stream`` cannot be written this way (trio's TLS, in
+        memory, or not POSIX): then use ``send_all``.
 
     Raises:
         OSError: the connection is broken.
     """
     plain = _plain_socket(stream)
     if plain is None:
-        return None
+        # The lean path's TLS stream writes a record at once where it can.
+        inner = stream._stream if isinstance(stream, Prefixed) else stream
+        write_now = getattr(inner, "send_now", None)
+        result: int | None = write_now(data) if callable(write_now) else None
+        return result
     try:
         return os.write(plain.socket.fileno(), data)
     except BlockingIOError:
@@ -229,14 +250,42 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
 
 
 def _quiet_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
-    """The TCP socket under ``stream`` when the kernel can keep its small writes (Linux)."""
-    plain = _plain_socket(stream)
-    if plain is None or not sys.platform.startswith("linux"):
+    """The TCP socket under ``stream`` (plain or TLS) when its kernel can keep bytes (Linux)."""
+    while isinstance(stream, Prefixed):
+        stream = stream._stream
+    stream = _under_tls(stream) or stream
+    if not isinstance(stream, trio.SocketStream) or not sys.platform.startswith("linux"):
         return None
-    sock = plain.socket
+    sock = stream.socket
     if sock.family not in (_socket.AF_INET, _socket.AF_INET6) or sock.type != _socket.SOCK_STREAM:
         return None
     return sock
+
+
+def _record_overhead(stream: trio.abc.Stream) -> int | None:
+    """What TLS adds to one record's bytes on ``stream`` (0 when plain); None when it varies.
+
+    TLS 1.3: a 5-byte header, the inner content type and a 16-byte tag (8
+    for CCM_8). TLS 1.2: the header and the tag, plus an 8-byte explicit
+    nonce for AES-GCM and CCM. A cipher with padding (CBC) varies.
+    """
+    while isinstance(stream, Prefixed):
+        stream = stream._stream
+    if _under_tls(stream) is None:
+        return 0
+    cipher_of = getattr(stream, "cipher", None)
+    cipher = cipher_of() if callable(cipher_of) else None
+    if not cipher:
+        return None
+    name, version = cipher[0], cipher[1]
+    tag = 8 if "CCM_8" in name or "CCM8" in name else 16
+    if version == "TLSv1.3":
+        return 5 + 1 + tag
+    if version == "TLSv1.2" and ("GCM" in name or "CCM" in name):
+        return 5 + 8 + tag
+    if version == "TLSv1.2" and "CHACHA20" in name:
+        return 5 + tag
+    return None
 
 
 @final
@@ -245,58 +294,86 @@ class QuietReads:
 
     A held stream is silent but for the room's heartbeats (SSE) or pings
     (WebSocket), every 15 s; read as they come, each is a wake-up. A read
-    that may *keep* ``n`` bytes, on a plain TCP socket on Linux, raises the
-    socket's receive low-water mark (``SO_RCVLOWAT``) to ``n + 1``: the
-    kernel keeps up to ``n`` bytes without waking the reader. The read still
-    wakes at once for anything more, and for the end of the stream or an
-    error (the kernel reports those whatever the mark). Otherwise,
-    :data:`CHECK_MARGIN` before the reader's deadline (the holder's silence,
-    the socket's ping), it takes what the kernel kept, and :attr:`heard_at`
-    says when the last of it arrived (``TCP_INFO``'s ``tcpi_last_data_recv``),
-    from which the caller re-arms its deadline as if it had read each byte as
-    it came; found nothing kept, it waits as a plain read until its
-    deadline. No deadline moves, and the heartbeats of a silence deadline
-    cost one wake-up instead of one each.
+    that may *keep* ``n`` bytes, on TCP on Linux (plain, or under TLS),
+    raises the socket's receive low-water mark (``SO_RCVLOWAT``) to
+    ``n + 1``: the kernel keeps up to ``n`` bytes without waking the reader.
+    The read still wakes at once for anything more, and for the end of the
+    stream or an error (the kernel reports those whatever the mark).
+    Otherwise, :data:`CHECK_MARGIN` before the reader's deadline (the
+    holder's silence, the socket's ping), it takes what the kernel kept, and
+    :attr:`heard_at` says when the last of it arrived (``TCP_INFO``'s
+    ``tcpi_last_data_recv``), from which the caller re-arms its deadline as
+    if it had read each byte as it came; found nothing kept, it waits as a
+    plain read until its deadline. No deadline moves.
 
-    What may be kept is the caller's to say: only bytes that can wait, which
-    nothing else can be mistaken for by its size (see the connectors).
-    Anything else (TLS, in memory, another system, ``keep=0``) is a plain
+    What may be kept is the caller's to say, in bytes on the wire
+    (:meth:`wire_size` says what a piece of the stream weighs there, TLS
+    included): only as much as one heartbeat, so that anything else the
+    room writes, alone or after a kept heartbeat, wakes the read at once.
+    Anything else (in memory, another system, ``keep=0``) is a plain
     :func:`read_some`, with :attr:`heard_at` None.
     """
 
     # One per held stream, ten thousand at a time.
-    __slots__ = ("_kept", "_margin", "_socket", "_stream", "heard_at")
+    __slots__ = ("_kept", "_margin", "_overhead", "_plain", "_socket", "_stream", "heard_at")
 
     def __init__(self, stream: trio.abc.Stream, *, margin: float = CHECK_MARGIN) -> None:
         self._stream = stream
         self._margin = margin
         self._socket = _quiet_socket(stream)
+        # Read straight from the socket (else through the stream's TLS).
+        self._plain = _plain_socket(stream) is not None
         # The bytes the kernel keeps now (its low-water mark less one).
         self._kept = 0
+        # What TLS adds to a record (0: plain), once asked; None: it varies.
+        self._overhead: int | None = -1
         # When the bytes of the latest read arrived, if the read found them kept; else None.
         self.heard_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<QuietReads keep={self._kept}>"
 
+    def wire_size(self, size: int) -> int:
+        """What ``size`` bytes of the stream, written as one piece, weigh on the wire.
+
+        ``size`` itself on a plain socket; under TLS, one record of them
+        (0 when the cipher's records vary in size, or nothing can be kept:
+        then nothing is).
+        """
+        if self._socket is None:
+            return 0
+        if self._overhead == -1:
+            self._overhead = 0 if self._plain else _record_overhead(self._stream)
+        return 0 if self._overhead is None else size + self._overhead
+
     async def read(self, max_bytes: int, *, keep: int = 0) -> bytes:
         """The next bytes, as :func:`read_some`, letting the kernel keep up to ``keep`` of them.
+
+        ``keep`` counts bytes on the wire (see :meth:`wire_size`).
 
         Raises:
             trio.ClosedResourceError: the socket was closed, before or during the wait.
             trio.BrokenResourceError: the connection broke.
 
         Cancellation:
-            A checkpoint, as :func:`read_some`.
+            A checkpoint, as :func:`read_some`. Under TLS the wait is
+            ``receive_some``'s, which a cancellation leaves usable (only a
+            handshake under way would not be).
         """
         self.heard_at = None
         if not self._keep(keep):
             return await read_some(self._stream, max_bytes)
         with trio.move_on_at(trio.current_effective_deadline() - self._margin):
             return await read_some(self._stream, max_bytes)
-        kept = self._take_kept(max_bytes)
-        if kept is not None:
-            return kept
+        if self._plain:
+            kept = self._take_kept(max_bytes)
+            if kept is not None:
+                return kept
+        elif self._kept_since():
+            # Through TLS: the kept records are read at once (a read tries the
+            # socket before it waits); the mark is lowered in case one is cut short.
+            self._keep(0)
+            return await read_some(self._stream, max_bytes)
         # Nothing kept: from now on any byte wakes the read.
         self._keep(0)
         return await read_some(self._stream, max_bytes)
@@ -307,11 +384,14 @@ class QuietReads:
         For a reader about to wait for an answer: bytes kept from before
         would otherwise wake it first, for nothing. Without a checkpoint;
         ``b""`` when nothing was kept (or nothing could be), and when the
-        stream ended or broke, which the next read reports.
+        stream ended or broke, which the next read reports. Under TLS what
+        was kept cannot be read without a checkpoint: it wakes the next read.
         """
         if not self._kept:
             return b""
         self._keep(0)
+        if not self._plain:
+            return b""
         try:
             return self._take_kept(READ_SIZE) or b""
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -332,6 +412,30 @@ class QuietReads:
             self._kept = keep
         return self._kept
 
+    def _kept_since(self) -> bool:
+        """Whether the kernel keeps bytes now; if so, :attr:`heard_at` says when the last came."""
+        sock = self._socket
+        fd = -1 if sock is None else sock.fileno()
+        if sock is None or fd == -1:
+            return False
+        try:
+            queued = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            return False
+        if queued:
+            self.heard_at = self._last_heard(sock)
+        return bool(queued)
+
+    @staticmethod
+    def _last_heard(sock: trio.socket.SocketType) -> float:
+        """When the socket's latest bytes arrived, on trio's clock (``TCP_INFO``)."""
+        try:
+            info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, _TCP_INFO_SIZE)
+            age_ms: int = _LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_OFFSET)[0]
+        except (OSError, struct.error):
+            age_ms = 0
+        return trio.current_time() - age_ms / 1000
+
     def _take_kept(self, max_bytes: int) -> bytes | None:
         """What the kernel kept (``b""``: the stream ended), or None when it kept nothing."""
         sock = self._socket
@@ -345,10 +449,5 @@ class QuietReads:
         except OSError as exc:
             raise _stream_error(exc) from exc
         if data:
-            try:
-                info = sock.getsockopt(_socket.IPPROTO_TCP, _socket.TCP_INFO, _TCP_INFO_SIZE)
-                (age_ms,) = _LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_OFFSET)
-            except (OSError, struct.error):
-                age_ms = 0
-            self.heard_at = trio.current_time() - age_ms / 1000
+            self.heard_at = self._last_heard(sock)
         return data

@@ -1,0 +1,175 @@
+"""The lean path's TLS stream (``letagents_trio._http._tls``) against trio's, over loopback.
+
+The server side is ``trio.SSLStream`` with a certificate made for the test
+(:func:`.tiny_room.self_signed`); the client is :func:`open_tls`. The real
+clock, bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio._http._sockio import Prefixed, close_now, send_now
+from letagents_trio._http._tls import TLSStream, open_tls
+
+from .tiny_room import self_signed
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@asynccontextmanager
+async def tls_pair(
+    tmp_path: Path, *, hostname: str = "127.0.0.1"
+) -> AsyncIterator[tuple[TLSStream, trio.SSLStream[trio.SocketStream]]]:
+    """Ours (the client, handshake done) and trio's server side of one TLS connection."""
+    server_tls, client_tls = self_signed(tmp_path)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    [listener] = listeners
+    port = listener.socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        accepted: list[trio.SSLStream[trio.SocketStream]] = []
+
+        async def accept() -> None:
+            server = trio.SSLStream(await listener.accept(), server_tls, server_side=True)
+            await server.do_handshake()
+            accepted.append(server)
+
+        nursery.start_soon(accept)
+        raw = await trio.open_tcp_stream("127.0.0.1", port)
+        ours = await open_tls(raw, client_tls, hostname)
+    [theirs] = accepted
+    try:
+        yield ours, theirs
+    finally:
+        await ours.aclose()
+        await trio.aclose_forcefully(theirs)
+        await listener.aclose()
+
+
+async def test_a_read_hands_over_every_record_already_received(tmp_path: Path) -> None:
+    """Three records, one read (trio's stream gives one record a read)."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            assert ours.version() == "TLSv1.3"
+            assert ours.cipher() is not None
+            for part in (b"one ", b"two ", b"three"):
+                await theirs.send_all(part)
+            await trio.testing.wait_all_tasks_blocked(0.05)
+            assert await ours.receive_some() == b"one two three"
+            await theirs.send_all(b"0123456789")
+            assert await ours.receive_some(4) == b"0123"
+            with trio.testing.assert_checkpoints():
+                assert await ours.receive_some() == b"456789"  # buffered: still a checkpoint
+            await ours.send_all(b"hello")
+            assert await theirs.receive_some() == b"hello"
+
+
+async def test_the_end_with_or_without_close_notify_reads_as_the_end(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"last")
+            await theirs.aclose()  # close_notify
+            assert await ours.receive_some() == b"last"
+            assert await ours.receive_some() == b""
+            assert await ours.receive_some() == b""
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"last")
+            await theirs.transport_stream.aclose()  # no close_notify
+            assert await ours.receive_some() == b"last"
+            assert await ours.receive_some() == b""
+
+
+async def test_garbage_from_the_peer_breaks_the_stream_naming_the_tls_error(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.transport_stream.send_all(b"\x17\x03\x03\x00\x05hello")
+            with pytest.raises(trio.BrokenResourceError) as info:
+                await ours.receive_some()
+            assert isinstance(info.value.__cause__, ssl.SSLError)
+
+
+async def test_closed_at_once_without_close_notify(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            assert close_now(ours)
+            with pytest.raises(trio.ClosedResourceError):
+                await ours.receive_some()
+            # The peer sees the connection end, with no close_notify.
+            with pytest.raises(trio.BrokenResourceError):
+                await theirs.receive_some()
+
+
+@pytest.mark.parametrize(
+    ("server", "hostname", "cause"),
+    [
+        ("hangs up", "127.0.0.1", None),
+        ("is someone else", "elsewhere.example", ssl.SSLCertVerificationError),
+    ],
+)
+async def test_a_failed_handshake_breaks_the_stream(
+    tmp_path: Path, server: str, hostname: str, cause: type[Exception] | None
+) -> None:
+    """A peer that hangs up, or a certificate for another host: refused, naming the TLS error."""
+    server_tls, client_tls = self_signed(tmp_path)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    [listener] = listeners
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def serve() -> None:
+                accepted = await listener.accept()
+                if server == "hangs up":
+                    await accepted.aclose()
+                    return
+                theirs = trio.SSLStream(accepted, server_tls, server_side=True)
+                with pytest.raises(trio.BrokenResourceError):
+                    await theirs.do_handshake()
+                await trio.aclose_forcefully(theirs)
+
+            nursery.start_soon(serve)
+            raw = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+            with pytest.raises(trio.BrokenResourceError) as info:
+                await open_tls(raw, client_tls, hostname)
+            await raw.aclose()
+    await listener.aclose()
+    if cause is not None:
+        assert isinstance(info.value.__cause__, cause)
+
+
+async def test_send_now_writes_a_record_at_once_and_what_the_kernel_left_goes_first(
+    tmp_path: Path,
+) -> None:
+    """A pong goes in one write; a record cut short by a full buffer goes on before the next."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            with trio.testing.assert_no_checkpoints():
+                assert send_now(ours, b"pong") == 4
+                assert send_now(Prefixed(ours, b""), b"!") == 1
+            assert await theirs.receive_some() == b"pong"  # trio's: a record a read
+            assert await theirs.receive_some() == b"!"
+            # Fill the socket's buffer: the peer does not read.
+            sent: list[bytes] = []
+            while True:
+                chunk = bytes([len(sent) % 251]) * 60_000
+                sent.append(chunk)
+                if ours._unsent:
+                    break
+                assert send_now(ours, chunk) == len(chunk)
+            assert send_now(ours, b"more") == 0  # the rest of a record waits first
+            sent.pop()  # never sent
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ours.send_all, b"last")
+                got = b""
+                while not got.endswith(b"last"):
+                    got += await theirs.receive_some()
+            assert got == b"".join(sent) + b"last"
+            await ours.send_all(b"after")
+            assert await theirs.receive_some() == b"after"
