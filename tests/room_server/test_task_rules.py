@@ -19,6 +19,7 @@ from letagents_trio.room_server._auth._accounts import Actor
 from letagents_trio.room_server._board._taskboard import REVIEW_WORKER_TEXT
 from letagents_trio.room_server._board._tasks import (
     ADMIN_TEXT,
+    BOARD_REVIEW_TEXT,
     REVIEW_DECISION_TEXT,
     TEXT_NOT_YOURS_CODE,
     TEXT_NOT_YOURS_TEXT,
@@ -160,6 +161,26 @@ async def test_only_the_board_reviewer_requests_changes(
     r = await patch(client, session_headers(b), task, status="blocked")
     assert (r.status_code, r.json()["status"]) == (200, "blocked")
 
+
+
+async def test_merging_needs_a_board_reviewer(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    task, _ = await claimed_task(client, a)
+    assert (await patch(client, session_headers(a), task, status="in_review")).status_code == 200
+    r = await patch(client, person_headers(), task, status="merged")
+    assert (r.status_code, r.json()) == (
+        409,
+        {"error": BOARD_REVIEW_TEXT, "code": "coordination_board_review_required"},
+    )
+    r = await client.post(
+        f"{TASKS}/{task}/review-lease-action", json={"action": "claim"}, headers=session_headers(b)
+    )
+    assert r.status_code == 200, r.text
+    r = await patch(client, person_headers(), task, status="merged")
+    assert (r.status_code, r.json()["status"]) == (200, "merged")
 
 async def test_another_instance_of_the_key_cannot_submit_the_task(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
