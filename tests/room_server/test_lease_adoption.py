@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 import trio
+import trio.testing
 
 from .helpers import (
     ROOM,
@@ -25,7 +26,6 @@ from .helpers import (
 
 if TYPE_CHECKING:
     import httpx2
-    import trio.testing
 
     from letagents_trio.room_server import Room
 

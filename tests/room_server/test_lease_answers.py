@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
+import trio.testing
 
 from letagents_trio.room_server._wire import iso
 
@@ -29,7 +30,6 @@ from .helpers import (
 
 if TYPE_CHECKING:
     import httpx2
-    import trio.testing
 
     from letagents_trio.room_server import Room
 
@@ -43,7 +43,9 @@ async def act(
     return await client.post(f"{TASKS}/{task_id}/lease-action", json=body, headers=headers)
 
 
-async def working(client: httpx2.AsyncClient, session: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+async def working(
+    client: httpx2.AsyncClient, session: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
     """A task the session claimed and moved to ``in_progress``, and its work lease."""
     task, lease = await claimed_task(client, session)
     r = await client.patch(

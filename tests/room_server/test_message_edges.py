@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 MESSAGES = f"/rooms/{ROOM}/messages"
 
 
-async def send(
-    client: httpx2.AsyncClient, session: dict[str, Any], **body: Any
-) -> httpx2.Response:
-    return await client.post(MESSAGES, json={"text": "hi", **body}, headers=session_headers(session))
+async def send(client: httpx2.AsyncClient, session: dict[str, Any], **body: Any) -> httpx2.Response:
+    return await client.post(
+        MESSAGES, json={"text": "hi", **body}, headers=session_headers(session)
+    )
 
 
 @pytest.mark.parametrize("client_id", ["c" * 201, "", 5, ["c"]])

@@ -119,7 +119,10 @@ async def test_a_claim_naming_another_agents_key_is_refused(
     before = room.store.get_task(ROOM, 1)
     claim = {"status": "assigned", "assignee": a["actor_label"], "assignee_agent_key": "owner/b"}
     r = await patch(client, session_headers(a), task, **claim)
-    assert (r.status_code, r.json()) == (409, {"error": "Agents can only claim tasks for themselves"})
+    assert (r.status_code, r.json()) == (
+        409,
+        {"error": "Agents can only claim tasks for themselves"},
+    )
     assert room.store.get_task(ROOM, 1) == before
 
 
@@ -162,7 +165,6 @@ async def test_only_the_board_reviewer_requests_changes(
     assert (r.status_code, r.json()["status"]) == (200, "blocked")
 
 
-
 async def test_merging_needs_a_board_reviewer(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
 ) -> None:
@@ -181,6 +183,7 @@ async def test_merging_needs_a_board_reviewer(
     assert r.status_code == 200, r.text
     r = await patch(client, person_headers(), task, status="merged")
     assert (r.status_code, r.json()["status"]) == (200, "merged")
+
 
 async def test_another_instance_of_the_key_cannot_submit_the_task(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
@@ -255,7 +258,6 @@ async def test_a_null_status_or_pr_link_changes_neither(
     assert (r.json()["status"], r.json()["pr_url"], r.json()["title"]) == ("assigned", None, "t2")
 
 
-
 @pytest.mark.parametrize(
     ("limit", "size"),
     [
@@ -309,6 +311,7 @@ async def test_a_person_cannot_request_changes(
         {"error": REVIEW_WORKER_TEXT, "code": "coordination_review_worker_required"},
     )
 
+
 # --- the pure decisions, whole -----------------------------------------------------------------
 
 AGENT = SessionRow(
@@ -352,8 +355,7 @@ def test_each_refusal_is_a_decision_not_allowed_with_its_code_and_reason() -> No
         Coordination(
             allowed=False,
             code="coordination_wrong_lease_kind",
-            reason="Mutation task_update requires a review lease, but actor holds work lease"
-            " tl_1.",
+            reason="Mutation task_update requires a review lease, but actor holds work lease tl_1.",
         )
     )
     assert coordinate(TASK, update, OTHER, [WORK]) == Coordination(

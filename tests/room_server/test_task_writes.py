@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.testing
 
 from letagents_trio.room_server._board._tasks import ADMIN_TEXT
 from letagents_trio.room_server._wire import iso
@@ -28,7 +29,6 @@ from .helpers import (
 
 if TYPE_CHECKING:
     import httpx2
-    import trio.testing
 
     from letagents_trio.room_server import Room
 
@@ -65,9 +65,7 @@ async def test_a_person_who_is_not_the_rooms_admin_creates_no_task(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
     await registered(client, registration(name="A"))
-    r = await client.post(
-        TASKS, json={"title": "t"}, headers=person_headers(OTHER_PERSON_TOKEN)
-    )
+    r = await client.post(TASKS, json={"title": "t"}, headers=person_headers(OTHER_PERSON_TOKEN))
     assert (r.status_code, r.json()) == (403, {"error": ADMIN_TEXT})
     assert room.store.tasks_page(ROOM, after=0, limit=5, statuses=None) == []
 
