@@ -9,6 +9,10 @@
 * :func:`settled` reads a room's counters until they stop moving.
 * :func:`private_file` writes a file only its owner can read (tokens go there,
   never on a command line).
+* :func:`hosted_tls` makes a throwaway certificate authority and a certificate
+  for 127.0.0.1 signed by it (the ``openssl`` command), so that a room can be
+  served as a hosted one is (HTTPS, the API's head); :meth:`HostedTLS.trust`
+  is the environment each client trusts it through.
 
 Every wait here is bounded; every child is killed and reaped in ``finally``.
 Only 127.0.0.1 is ever targeted.
@@ -21,11 +25,13 @@ import os
 import resource
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +45,11 @@ __all__ = [
     "NODE",
     "Child",
     "HostLoad",
+    "HostedTLS",
     "Room",
     "child_env",
     "client_argv",
+    "hosted_tls",
     "private_file",
     "raise_nofile",
     "settled",
@@ -195,6 +203,71 @@ def client_argv(
     if not client.endswith("-plain"):
         argv.append("--pause-collector")
     return argv
+
+
+@dataclass(frozen=True)
+class HostedTLS:
+    """A throwaway certificate authority and the room's certificate (for 127.0.0.1) it signed."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def trust(self, client: str) -> dict[str, str]:
+        """The environment in which ``client`` trusts this authority, as its users would set it.
+
+        Node adds ``NODE_EXTRA_CA_CERTS`` to its bundled roots; Python's
+        ``ssl.create_default_context()`` (our client's) reads ``SSL_CERT_FILE``
+        in place of the system's store.
+        """
+        name = "NODE_EXTRA_CA_CERTS" if client == "node" else "SSL_CERT_FILE"
+        return {name: str(self.ca)}
+
+    def context(self) -> ssl.SSLContext:
+        """A context that trusts this authority only (the harness's own requests)."""
+        return ssl.create_default_context(cafile=str(self.ca))
+
+
+# What the room's certificate may be used for; valid for 127.0.0.1 only.
+_ROOM_EXTENSIONS = (
+    "subjectAltName=IP:127.0.0.1\n"
+    "basicConstraints=CA:FALSE\n"
+    "keyUsage=critical,digitalSignature\n"
+    "extendedKeyUsage=serverAuth\n"
+)
+# ECDSA P-256: what hosted rooms' certificates mostly are today.
+_NEW_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+
+
+async def hosted_tls(folder: Path) -> HostedTLS:
+    """Make a certificate authority and a room certificate signed by it, in ``folder``.
+
+    Valid for two days, for ``127.0.0.1`` only; the keys are left in
+    ``folder`` (a fresh temporary folder only its owner may enter). Needs the
+    ``openssl`` command.
+    """
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("the hosted room's certificate needs the openssl command")
+    tls = HostedTLS(ca=folder / "ca.pem", cert=folder / "room.pem", key=folder / "room.key")
+    ca_key, request, extensions = folder / "ca.key", folder / "room.csr", folder / "room.ext"
+    extensions.write_text(_ROOM_EXTENSIONS)
+    days = ("-days", "2")
+    ca = ["-subj", "/CN=letagents-trio bench CA", *days]
+    ca += ["-addext", "basicConstraints=critical,CA:TRUE"]
+    ca += ["-addext", "keyUsage=critical,keyCertSign,cRLSign"]
+    signed_by = ("-CA", tls.ca, "-CAkey", ca_key, "-set_serial", "1", "-extfile", extensions)
+    steps = [
+        ("req", "-x509", *_NEW_KEY, "-keyout", ca_key, "-out", tls.ca, *ca),
+        ("req", *_NEW_KEY, "-keyout", tls.key, "-out", request, "-subj", "/CN=127.0.0.1"),
+        ("x509", "-req", "-in", request, *signed_by, "-out", tls.cert, *days),
+    ]
+    for step in steps:
+        with trio.fail_after(30):
+            await trio.run_process(
+                [openssl, *map(str, step)], capture_stdout=True, capture_stderr=True
+            )
+    return tls
 
 
 def private_file(path: Path, text: str) -> Path:
@@ -373,13 +446,26 @@ class Child:
 
 
 class Room:
-    """A fresh fastroom.mjs on 127.0.0.1: start, query, restart on the same port, stop."""
+    """A fresh fastroom.mjs on 127.0.0.1: start, query, restart on the same port, stop.
 
-    def __init__(self, child: Child, port: int, flags: list[str], max_seconds: int) -> None:
+    With ``hosted``, the room is served as a hosted letagents room is: over
+    HTTPS with that certificate, the process stream with the API's head
+    (``Connection: keep-alive``, ``: connected``, ``: heartbeat`` comments).
+    """
+
+    def __init__(
+        self,
+        child: Child,
+        port: int,
+        flags: list[str],
+        max_seconds: int,
+        hosted: HostedTLS | None = None,
+    ) -> None:
         self.child = child
         self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.http = httpx2.AsyncClient(timeout=10.0)
+        self.hosted = hosted
+        self.url = f"{'https' if hosted else 'http'}://127.0.0.1:{port}"
+        self.http = self._harness_client()
         self._flags = flags
         self._max_seconds = max_seconds
         # Rooms killed by restart(), reaped (their total_cpu() is known).
@@ -413,11 +499,14 @@ class Room:
         mode: str = "served",
         exit_delay_ms: int = 0,
         max_seconds: int = 900,
+        hosted: HostedTLS | None = None,
     ) -> AsyncIterator[Room]:
         flags = ["--keepalive-ms", str(keepalive_ms), "--mode", mode]
         flags += ["--exit-delay-ms", str(exit_delay_ms)]
+        if hosted is not None:
+            flags += ["--as-api", "--tls-cert", str(hosted.cert), "--tls-key", str(hosted.key)]
         child, port = await cls._spawn(log, None, flags, max_seconds)
-        room = cls(child, port, flags, max_seconds)
+        room = cls(child, port, flags, max_seconds, hosted)
         try:
             yield room
         finally:
@@ -437,8 +526,14 @@ class Room:
         await trio.sleep(down)
         self.child, port = await self._spawn(log, self.port, self._flags, self._max_seconds)
         assert port == self.port, (port, self.port)
-        self.http = httpx2.AsyncClient(timeout=10.0)
+        self.http = self._harness_client()
         return killed, time.perf_counter()
+
+    def _harness_client(self) -> httpx2.AsyncClient:
+        """The harness's own client for ``/_status`` and ``/_control``."""
+        if self.hosted is None:
+            return httpx2.AsyncClient(timeout=10.0)
+        return httpx2.AsyncClient(timeout=10.0, verify=self.hosted.context())
 
     async def status(self) -> dict[str, Any]:
         response = await self.http.get(f"{self.url}/_status")

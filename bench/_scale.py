@@ -25,7 +25,7 @@ import argparse
 import json
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,13 +132,15 @@ async def run_client(
     measure: Callable[[Child], Awaitable[None]],
     *,
     room: Child,
+    env: Mapping[str, str] | None = None,
 ) -> Child:
-    """Spawn the client, ``measure`` it, and kill and reap it whatever happened.
+    """Spawn the client (``env`` added to its environment), ``measure`` it, and kill
+    and reap it whatever happened.
 
     A room that stops answering the harness (an HTTP or OS error) ends the
     measurement with a note.
     """
-    child = await Child.spawn(row.client, argv, log=log)
+    child = await Child.spawn(row.client, argv, log=log, env=env)
     try:
         await measure(child)
     except (httpx2.HTTPError, OSError) as exc:

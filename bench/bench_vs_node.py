@@ -37,7 +37,13 @@ Measured per row:
 
 Cases: ``healthy``; ``slow`` (``--exit-delay-ms 800``: what a remote room
 answers, so only ``answered`` counts); ``blackhole`` (``--mode blackhole-exit``,
-exits received, never answered: the deadline must end the process).
+exits received, never answered: the deadline must end the process). Each has a
+hosted form, ``hosted``, ``hosted-slow`` and ``hosted-blackhole``: the room
+served as a hosted letagents room is (``--as-api --tls-cert … --tls-key …``:
+HTTPS, the stream's connection kept alive, ``: connected`` then
+``: heartbeat`` comments), with a throwaway certificate authority made for the
+run (the ``openssl`` command) that each client trusts as its users would:
+``SSL_CERT_FILE`` for ours, ``NODE_EXTRA_CA_CERTS`` for Node.
 
 After the table, a second one gives each Python row's all open, RSS held and
 idle CPU as ratios to Node's row of the same N and case (when Node ran), the
@@ -59,7 +65,17 @@ import tempfile
 from pathlib import Path
 
 import trio
-from _peer import NODE, Child, HostLoad, Room, client_argv, raise_nofile, wait_quiet
+from _peer import (
+    NODE,
+    Child,
+    HostedTLS,
+    HostLoad,
+    Room,
+    client_argv,
+    hosted_tls,
+    raise_nofile,
+    wait_quiet,
+)
 from _scale import (
     Row,
     add_arguments,
@@ -75,10 +91,14 @@ from _scale import (
     wait_holding,
 )
 
+# case: (the room's mode, its exit delay in ms, served as a hosted room)
 CASES = {
-    "healthy": ("served", 0),
-    "slow": ("served", 800),
-    "blackhole": ("blackhole-exit", 0),
+    "healthy": ("served", 0, False),
+    "slow": ("served", 800, False),
+    "blackhole": ("blackhole-exit", 0, False),
+    "hosted": ("served", 0, True),
+    "hosted-slow": ("served", 800, True),
+    "hosted-blackhole": ("blackhole-exit", 0, True),
 }
 CLIENTS = ("py", "node")
 # Also accepted by --clients: the Python driver with gc.freeze() after opening.
@@ -92,12 +112,17 @@ async def run_row(
     if client == "node" and NODE is None:
         row.note = "skipped: node is not installed"
         return row
-    mode, delay = CASES[case]
+    mode, delay, hosted = CASES[case]
+    tls: HostedTLS | None = args.tls if hosted else None
     tag = f"{sessions}-{client}-{case}"
     row.host_busy_before = await wait_quiet(args.quiet_below, args.quiet_within)
     load = HostLoad()
     async with Room.open(
-        logs / f"room-{tag}.log", keepalive_ms=args.keepalive_ms, mode=mode, exit_delay_ms=delay
+        logs / f"room-{tag}.log",
+        keepalive_ms=args.keepalive_ms,
+        mode=mode,
+        exit_delay_ms=delay,
+        hosted=tls,
     ) as room:
         argv = client_argv(client, room.url, sessions)
 
@@ -105,7 +130,8 @@ async def run_row(
             await measure(child, room, row)
 
         log = logs / f"client-{tag}.log"
-        child = await run_client(row, argv, log, measured, room=room.child)
+        env = None if tls is None else tls.trust(client)
+        child = await run_client(row, argv, log, measured, room=room.child, env=env)
         foreign = load.foreign(child.total_cpu(), room.child.cpu_seconds())
     note_foreign(row, foreign, child.started)
     return row
@@ -186,6 +212,9 @@ async def main(args: argparse.Namespace) -> None:
     if NODE is None:
         print("node is not installed: the fake room (fastroom.mjs) needs it; nothing to run")
         return
+    # One certificate authority for every hosted row of the run.
+    hosted = any(CASES[case][2] for case in args.cases)
+    args.tls = await hosted_tls(logs) if hosted else None
     plan = [
         (n, case, client) for n in args.sessions for case in args.cases for client in args.clients
     ]

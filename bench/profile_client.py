@@ -18,7 +18,11 @@ place before the first hold():
   tracks (by type, per stream) and the time of one full collection.
 
     python bench/profile_client.py [N] [--out DIR] [--rate HZ] [--no-py-spy]
-        [--cprofile] [--tracemalloc] [--transport sse|websocket]
+        [--cprofile] [--tracemalloc] [--transport sse|websocket] [--hosted]
+
+``--hosted``: the room served as a hosted one is (HTTPS with a throwaway
+certificate authority the client trusts through ``SSL_CERT_FILE``, the API's
+head and comments; bench_vs_node.py's ``hosted`` case).
 
 Writes raw outputs to DIR (a fresh temporary folder by default) and prints a
 summary: per phase, CPU samples by package of the innermost frame, then the
@@ -39,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
-from _peer import HOLD_PY, Child, Room, raise_nofile, wait_quiet
+from _peer import HOLD_PY, Child, Room, hosted_tls, raise_nofile, wait_quiet
 
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 # Innermost-frame file → the package that gets the sample's "self" time.
@@ -170,10 +174,16 @@ async def one_run(
     busy = await wait_quiet(0.15, 120)
     if busy >= 0.15:
         print(f"note: the host was {busy:.0%} busy before the {kind} run", flush=True)
-    async with Room.open(out / f"room-{kind}.log", keepalive_ms=args.keepalive_ms) as room:
+    tls = await hosted_tls(out) if args.hosted else None
+    log = out / f"room-{kind}.log"
+    async with Room.open(log, keepalive_ms=args.keepalive_ms, hosted=tls) as room:
         argv = [sys.executable, str(HOLD_PY), "--api", room.url, "--sessions", str(n)]
         argv += ["--transport", args.transport, "--wait-go", *extra]
-        child = await Child.spawn("py", argv, log=out / f"client-{kind}.log", stdin=True)
+        if args.pause_collector:
+            argv.append("--pause-collector")
+        env = None if tls is None else tls.trust("py")
+        log = out / f"client-{kind}.log"
+        child = await Child.spawn("py", argv, log=log, stdin=True, env=env)
         spy: Child | None = None
         try:
             if await child.next_event("ready", within=60) is None:
@@ -263,6 +273,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--tracemalloc", action="store_true")
     parser.add_argument("--transport", choices=("sse", "websocket"), default="sse")
+    parser.add_argument("--hosted", action="store_true", help="HTTPS and the API's head")
+    parser.add_argument(
+        "--pause-collector", action="store_true", help="as the benchmarks' py and py-ws rows"
+    )
     args = parser.parse_args(argv)
     args.out = args.out or Path(tempfile.mkdtemp(prefix="profile_client_"))
     args.out.mkdir(parents=True, exist_ok=True)
