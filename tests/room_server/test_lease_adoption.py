@@ -14,9 +14,9 @@ import trio
 import trio.testing
 
 from .helpers import (
-    ROOM,
     announce_exit,
     claimed_task,
+    disconnect,
     drop,
     hold,
     registered,
@@ -46,11 +46,7 @@ async def test_a_returning_worker_adopts_its_active_leases_only(
         row = room.store.get_lease(lease["id"])
         assert row is not None
         room.store.put_lease(attrs.evolve(row, expires_at=expires_at))
-    r = await client.post(
-        f"/rooms/{ROOM}/agent-sessions/{a['session_id']}/disconnect",
-        json={"agent_session_id": a["session_id"], "agent_session_token": a["session_token"]},
-    )
-    assert r.status_code == 200
+    await disconnect(client, a)
     await trio.sleep(2)  # the first lease has expired
     back = await registered(client, registration(name="A", instance=instance, replace=a))
     assert back["adopted_task_leases"] == [

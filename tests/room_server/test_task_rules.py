@@ -1,11 +1,11 @@
 """Who may move a task, at the rules' edges (both stores).
 
 A task an admin assigned by label only (no agent key), a claim naming another
-agent's key, a request for changes by each kind of lease holder, a submission
-by another instance of the assignee's key, the creator's edit of a closed
-task, the bound of a task id in ``after``, and a ``PATCH`` whose status or PR
-link is no string. Every refusal is compared whole: the texts and codes are the
-letagents API's. The pure decisions are compared whole at the end.
+agent's key, a request for changes by each kind of lease holder, merging, a
+submission by another instance of the assignee's key, the creator's edit of a
+closed task, the bound of a task id in ``after``, the board's page and leases,
+and a ``PATCH`` whose status or PR link is no string. Every refusal is compared
+whole: the texts and codes are the letagents API's.
 """
 
 from __future__ import annotations
@@ -15,30 +15,21 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pytest
 
-from letagents_trio.room_server._auth._accounts import Actor
 from letagents_trio.room_server._board._taskboard import REVIEW_WORKER_TEXT
 from letagents_trio.room_server._board._tasks import (
     ADMIN_TEXT,
     BOARD_REVIEW_TEXT,
     REVIEW_DECISION_TEXT,
-    TEXT_NOT_YOURS_CODE,
-    TEXT_NOT_YOURS_TEXT,
     UPDATE_FAILED_TEXT,
-    Coordination,
-    Mutation,
-    coordinate,
-    parse_patch,
-    text_edit,
 )
-from letagents_trio.room_server._storage._rows import LeaseRow, SessionRow, TaskRow
 from letagents_trio.room_server._wire import iso
 
 from .helpers import (
-    EPOCH,
     OTHER_TOKEN,
     ROOM,
     claimed_task,
     owner_headers,
+    patch_task,
     person_headers,
     registered,
     registration,
@@ -55,10 +46,7 @@ if TYPE_CHECKING:
 TASKS = f"/rooms/{ROOM}/tasks"
 
 
-async def patch(
-    client: httpx2.AsyncClient, headers: dict[str, str], task_id: str, **body: Any
-) -> httpx2.Response:
-    return await client.patch(f"{TASKS}/{task_id}", json=body, headers=headers)
+patch = patch_task
 
 
 async def new_task(client: httpx2.AsyncClient, creator: dict[str, Any]) -> str:
@@ -309,67 +297,4 @@ async def test_a_person_cannot_request_changes(
     assert (r.status_code, r.json()) == (
         403,
         {"error": REVIEW_WORKER_TEXT, "code": "coordination_review_worker_required"},
-    )
-
-
-# --- the pure decisions, whole -----------------------------------------------------------------
-
-AGENT = SessionRow(
-    session_id="s1",
-    room_id=ROOM,
-    token_hash="h",
-    agent_key="owner/a",
-    agent_instance_id="worker_a",
-    actor_label="A | owner",
-    owner_account_id="acct",
-)
-ME = Actor(label="A | owner", account_id="acct", session=AGENT)
-OTHER = Actor(label="B", account_id="acct", session=attrs.evolve(AGENT, agent_key="owner/b"))
-TASK = TaskRow(
-    room_id=ROOM,
-    number=3,
-    title="t",
-    status="assigned",
-    assignee="A | owner",
-    assignee_agent_key="owner/a",
-    created_by="B",
-    created_at=0,
-    updated_at=0,
-)
-WORK = LeaseRow(
-    lease_id="tl_1",
-    room_id=ROOM,
-    task_id="task_3",
-    kind="work",
-    agent_session_id="s1",
-    agent_key="owner/a",
-    agent_instance_id="worker_a",
-    created_at=EPOCH,
-    updated_at=EPOCH,
-)
-
-
-def test_each_refusal_is_a_decision_not_allowed_with_its_code_and_reason() -> None:
-    update = Mutation(name="task_update")
-    assert coordinate(TASK, Mutation(name="task_update", kind="review"), ME, [WORK]) == (
-        Coordination(
-            allowed=False,
-            code="coordination_wrong_lease_kind",
-            reason="Mutation task_update requires a review lease, but actor holds work lease tl_1.",
-        )
-    )
-    assert coordinate(TASK, update, OTHER, [WORK]) == Coordination(
-        allowed=False,
-        code="coordination_wrong_actor",
-        reason="Mutation task_update requires lease tl_1, which belongs to a different agent.",
-    )
-    assert coordinate(TASK, update, OTHER, []) == Coordination(
-        allowed=False,
-        code="coordination_missing_lease",
-        reason="Mutation task_update requires an active work lease.",
-    )
-    closed = attrs.evolve(TASK, status="done")
-    assert text_edit(closed, parse_patch({"title": "x"}), OTHER, []) == Coordination(allowed=True)
-    assert text_edit(closed, parse_patch({"title": "x"}), ME, []) == Coordination(
-        allowed=False, code=TEXT_NOT_YOURS_CODE, reason=TEXT_NOT_YOURS_TEXT
     )

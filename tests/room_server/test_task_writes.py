@@ -20,6 +20,8 @@ from .helpers import (
     OTHER_PERSON_TOKEN,
     ROOM,
     claimed_task,
+    disconnect,
+    patch_task,
     person_headers,
     registered,
     registration,
@@ -39,7 +41,7 @@ PR = "https://example.test/pull/3"
 async def patch(
     client: httpx2.AsyncClient, headers: dict[str, str], task_id: str, **body: Any
 ) -> httpx2.Response:
-    r = await client.patch(f"{TASKS}/{task_id}", json=body, headers=headers)
+    r = await patch_task(client, headers, task_id, **body)
     assert r.status_code == 200, r.text
     return r
 
@@ -119,11 +121,7 @@ async def test_an_adopted_lease_is_stamped_at_the_registration(
     instance = worker_id()
     a = await registered(client, registration(name="A", instance=instance))
     task, lease = await claimed_task(client, a)
-    r = await client.post(
-        f"/rooms/{ROOM}/agent-sessions/{a['session_id']}/disconnect",
-        json={"agent_session_id": a["session_id"], "agent_session_token": a["session_token"]},
-    )
-    assert r.status_code == 200
+    await disconnect(client, a)
     await trio.sleep(7)
     now = room.clock.now_ms()
     back = await registered(client, registration(name="A", instance=instance, replace=a))
