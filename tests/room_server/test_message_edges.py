@@ -86,7 +86,8 @@ async def test_a_retry_answers_what_is_attached_to_the_message_since(
     a = await registered(client, registration(name="A"))
     first = await send(client, a, text="did it", client_message_id="m-1")
     data = "QUJD"
-    summary = {"version": 3, "contribution": {"files": [{"path": "a.py", "status": "added"}]}}
+    files = [{"path": "a.py", "status": "added"}]
+    summary = {"version": 3, "contribution": {"files": files}}
     page = {"digest": hashlib.sha256(data.encode()).hexdigest(), "index": 0, "total": 1}
     body = {"source_message_id": first.json()["id"], "summary": summary, "review_page": page}
     r = await client.post(
@@ -96,7 +97,7 @@ async def test_a_retry_answers_what_is_attached_to_the_message_since(
     )
     assert r.status_code == 200, r.text
     again = await send(client, a, text="did it", client_message_id="m-1")
-    assert again.json()["agent_work"]["files"] == summary["contribution"]["files"]
+    assert again.json()["agent_work"]["files"] == files
 
 
 async def test_a_message_is_shown_whole(
