@@ -58,6 +58,7 @@ STARTABLES = ",".join(
         "_run_hypercorn",
         "serve_hypercorn",
         "_holders_nursery",
+        "_watch_idle",
     )
 )
 
@@ -190,6 +191,13 @@ _WORKER_TESTS = ("tests/workers/test_*.py",)
 # The MCP server's tests: every tool over the SDK's in-memory client, against
 # the reference room (a FakeRoom), in hosted and local rooms.
 _MCP_TESTS = ("tests/mcp_server/test_*.py",)
+# Workspace captures: the host layer's tests and the MCP capture tools' (the only
+# ones that diff a repository's edits).
+_CAPTURE_TESTS = (
+    *_WORKER_TESTS,
+    "tests/mcp_server/test_wake_capture_tools.py",
+    "tests/mcp_server/test_capture_refusals.py",
+)
 # The worker loop's host calls: their own tests (walks over pages, credentials)
 # and the tools that make them.
 _ROOM_WORK_TESTS = (
@@ -233,6 +241,14 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "_websocket": _WEBSOCKET_TESTS,
     "_ws_socket": _WEBSOCKET_TESTS,
+    # The room client: its requests, bounds and stacks, and the exits it POSTs.
+    "_client": (
+        "tests/test_client.py",
+        "tests/test_client_bounds.py",
+        "tests/test_http_stack.py",
+        "tests/test_connector.py",
+        "tests/test_manager*.py",
+    ),
     "_http/_pool": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
     "_http/_lean": _HTTP_TESTS,
@@ -271,8 +287,8 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "room_server/_wake/_wakes": _ROOM_TESTS,
     "room_server/_reports/_reasoning": _ROOM_TESTS,
     "room_server/_reports/_agent_work": _ROOM_TESTS,
-    "workers/_workspace": _WORKER_TESTS,
-    "workers/_capture_git": _WORKER_TESTS,
+    "workers/_workspace": _CAPTURE_TESTS,
+    "workers/_capture_git": _CAPTURE_TESTS,
     "mcp_server/_wake_tools": _MCP_TESTS,
     "mcp_server/_reasoning_tool": _MCP_TESTS,
     "mcp_server/_workspace_tools": _MCP_TESTS,

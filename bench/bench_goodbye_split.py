@@ -14,7 +14,12 @@ sent SIGTERM and, per run, one JSON line says:
   had recorded every exit;
 * ``load``: the host's load averages, as the machine may be shared.
 
-    python bench/bench_goodbye_split.py [N] [--runs K] [--client py|py-plain]
+    python bench/bench_goodbye_split.py [N] [--runs K] [--client py|py-plain] [--profile FILE]
+
+``--profile FILE`` runs cProfile over the room's side of the goodbye (this
+process, from the signal until every exit is recorded) and writes its stats to
+FILE (the last run's), for ``python -m pstats FILE``; its times are inflated by
+the profiler, its call counts are exact.
 
 Loopback only; every wait bounded, the client killed and reaped.
 """
@@ -22,6 +27,7 @@ Loopback only; every wait bounded, the client killed and reaped.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import secrets
@@ -45,7 +51,9 @@ RECORD_BOUND = 60.0
 LOOK_EVERY = 0.005
 
 
-async def one_run(n: int, client: str, folder: Path) -> dict[str, object]:
+async def one_run(
+    n: int, client: str, folder: Path, profile: Path | None = None
+) -> dict[str, object]:
     token = secrets.token_urlsafe(24)
     room = Room(store=MemoryStore(), owner_tokens={token: LOGIN}, config=RoomConfig())
     async with trio.open_nursery() as nursery:
@@ -63,6 +71,9 @@ async def one_run(n: int, client: str, folder: Path) -> dict[str, object]:
                 return sum(room.process_statistics(r, token).body["exits_recorded"] for r in rooms)
 
             marks: dict[str, float] = {}
+            profiler = cProfile.Profile() if profile is not None else None
+            if profiler is not None:
+                profiler.enable()
             start, cpu = time.perf_counter(), time.process_time()
             child.signal(signal.SIGTERM)
             with trio.move_on_after(RECORD_BOUND):
@@ -75,6 +86,9 @@ async def one_run(n: int, client: str, folder: Path) -> dict[str, object]:
                     await trio.sleep(LOOK_EVERY)
             marks["all_s"] = time.perf_counter() - start
             room_cpu = time.process_time() - cpu
+            if profiler is not None and profile is not None:
+                profiler.disable()
+                profiler.dump_stats(profile)
             exited = await child.next_event("exited", within=10) or {}
         finally:
             with trio.move_on_after(10, shield=True):
@@ -97,7 +111,8 @@ async def one_run(n: int, client: str, folder: Path) -> dict[str, object]:
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_goodbye_split_") as folder:
         for _ in range(args.runs):
-            print(json.dumps(await one_run(args.sessions, args.client, Path(folder))), flush=True)
+            row = await one_run(args.sessions, args.client, Path(folder), args.profile)
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
@@ -105,4 +120,5 @@ if __name__ == "__main__":
     parser.add_argument("sessions", type=int, nargs="?", default=1000)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--client", default="py")
+    parser.add_argument("--profile", type=Path, default=None, help="cProfile stats file")
     trio.run(main, parser.parse_args(sys.argv[1:]))

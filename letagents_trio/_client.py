@@ -346,7 +346,13 @@ class RoomClient:
         except HTTPFailure as exc:
             raise RoomUnreachable(f"{method} {path_of(url)} failed: {exc}") from exc
 
-    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+    async def announce_exit(
+        self,
+        session: AgentSession,
+        connection_id: str | None,
+        *,
+        sent: Callable[[], object] | None = None,
+    ) -> bool:
         """Tell the room this process no longer holds ``session`` (``POST …/process/exit``).
 
         Over the lean path each exit is written as soon as it is asked,
@@ -360,6 +366,11 @@ class RoomClient:
         Args:
             session: the session whose process is gone.
             connection_id: the process connection that was open, if any.
+            sent: called once, with no checkpoint, when the exit is on its
+                way (over the lean path: handed to the kernel; over httpx2:
+                as it starts), or else when this call ends. The SSE stream
+                closes itself there, so that thousands of holders unwind only
+                once their exits are written.
 
         Returns:
             Whether the room recorded the exit.
@@ -377,7 +388,12 @@ class RoomClient:
         fields = self._headers(session, json_body=True, owner_token=self._owner_token)
         try:
             reply = await self._stack.exchange(
-                "POST", url, list(fields.items()), _dumps(body), max_body=MAX_EXIT_ANSWER_BYTES
+                "POST",
+                url,
+                list(fields.items()),
+                _dumps(body),
+                max_body=MAX_EXIT_ANSWER_BYTES,
+                sent=sent,
             )
         except HTTPFailure as exc:
             raise RoomUnreachable(f"POST {path_of(url)} failed: {exc}") from exc

@@ -18,11 +18,12 @@ inside the holder's own cancel scope, and gets a :class:`ProcessStream`:
   whatever the transport, it carries the exit naming the connection and
   returns the room's answer (recorded, refused) or None when the exit went
   and no answer comes. A WebSocket writes its exit frame over the socket and,
-  where the room acknowledges exits, waits for that answer; SSE closes its
-  stream and POSTs ``…/process/exit`` (PROTOCOL §2.1 R5) through the room
-  client. :meth:`ProcessStream.leave_nowait` writes the exit at once, with no
-  checkpoint, where the transport can (a WebSocket on a plain socket): the
-  goodbye's burst over thousands of holders. Either may run in the goodbye's
+  where the room acknowledges exits, waits for that answer; SSE POSTs
+  ``…/process/exit`` (PROTOCOL §2.1 R5) through the room client and closes
+  its stream once that exit is written. :meth:`ProcessStream.leave_nowait`
+  writes the exit at once, with no checkpoint, where the transport can (a
+  WebSocket on a plain socket): the goodbye's burst over thousands of
+  holders. Either may run in the goodbye's
   task while the holder's task reads the stream: the reader then ends, and
   the holder, which knows it is leaving, stops instead of retrying. A
   connector raises nothing special for that. A holder with no stream to

@@ -13,26 +13,32 @@ stream's own exit); the goodbye orders them and writes the report:
    plain socket writes its exit frame there, with no task and no checkpoint
    of its own. Every holder whose exit did not go at once gets a task that
    runs its :meth:`~letagents_trio.ProcessHolder.leave` and reports what it
-   returns (at most ``exit_concurrency`` at a time, when set): over SSE, the
-   stream closed, then ``POST …/process/exit``; over a WebSocket, the exit
+   returns (at most ``exit_concurrency`` at a time, when set): over SSE,
+   ``POST …/process/exit``, the stream closed once it is written; over a WebSocket, the exit
    frame, and the answer of a room that acknowledges exits;
 2. only once every exit that could go at once is written are those holders
    stopped, so that their unwinding never runs between two exits;
 3. the answers to the exits written at once to a room that acknowledges
    them are read in the goodbye's own task (``leave`` again: no task each),
-   until :data:`ANSWER_SHARE` of the time, or earlier when the holders
-   waiting need the rest to unwind; the holders still waiting then (those
-   leaving in tasks too) are stopped, which closes their sockets, and an exit
-   whose answer never came is POSTed as well while one more still unwinds
-   by the deadline (else it is reported sent, unconfirmed);
-4. the exits' tasks run in one nursery whose cancel scope is the goodbye's
-   one bound on its exits: the deadline, less the time the tasks it would
-   cancel need to unwind (:func:`exits_deadline`: each costs a task woken,
-   frames unwound and, for a holder stopped late, a socket closed; a
-   black-holed room leaves thousands in flight). Each exit that ends gives
-   its share back;
+   until :data:`ANSWER_SHARE` of the time, the rest being for POSTs; the
+   holders still waiting then (those leaving in tasks too) are stopped, which
+   closes their sockets, and an exit whose answer never came is POSTed as
+   well while one more still unwinds by the deadline (else it is reported
+   sent, unconfirmed);
+4. everything runs in one nursery whose cancel scope is the goodbye's one
+   bound: the deadline, less the time what it would cancel needs to unwind
+   (:func:`exits_deadline`): each exit's task (a task woken, frames
+   unwound), and each holder it would stop, stopped late or still awaiting
+   its answer (a socket closed too); a black-holed room leaves thousands in
+   flight. Each exit that ends, and each answer read, gives its share back.
+   Cut by it, an exit that went over its socket is reported sent,
+   unconfirmed, and its holder stopped;
 5. one :class:`ExitAnnouncement` per session is reported; failures are
    logged and reported, never raised.
+
+The wait for the answers (3) ends the goodbye's own reading and cancels no
+exit: the bound (4) is the only one that does, and the only one that keeps
+time for unwinding.
 
 The time kept per task is measured, not looked up: :data:`UNWIND_ALLOWANCE`
 and :data:`EXIT_ALLOWANCE` are seconds of real time, and the goodbye keeps
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import TYPE_CHECKING, Final, TypeVar, final
@@ -192,6 +199,9 @@ class Goodbye:
         # the goodbye stopped late, when their answers were due.
         self._leaving: set[ProcessHolder] = set()
         self._late: set[ProcessHolder] = set()
+        # The holders whose exit went at once and whose answer is still awaited,
+        # in the goodbye's own task: the bound would stop each of them too.
+        self._awaited: deque[ProcessHolder] = deque()
         # The sessions whose exit went over their socket unanswered and is POSTed as
         # well: cut by the deadline, such an exit is still reported as sent.
         self._sent: set[str] = set()
@@ -211,7 +221,8 @@ class Goodbye:
 
         Cancellation:
             Runs under its caller's deadline (the manager's shielded
-            ``exit_deadline``); cancelled, it still makes its report.
+            ``exit_deadline``); cancelled, it still makes its report, and
+            stops the holders whose answers it was still awaiting.
         """
         # Real time first, and last at the end: the rate measured is never above the clock's.
         real_started = time.perf_counter()
@@ -221,6 +232,7 @@ class Goodbye:
                 self._exits = exits.cancel_scope
                 self._exits.deadline = self._deadline
                 left, answering = await self._leave_nowait(exits)
+                self._awaited = deque(answering)
                 if self._allowance is None:
                     self._allowance = measured_allowance(
                         trio.current_time() - self._started, time.perf_counter() - real_started
@@ -229,9 +241,15 @@ class Goodbye:
                 # Only then are the holders stopped: their unwinding (each closes
                 # its stream) never delays an exit still to be written.
                 await _for_each(left, _stop)
-                unanswered = await self._answers(answering)
+                unanswered = await self._answers()
                 await self._stop_late(unanswered, exits)
         finally:
+            # Cut by the bound while their answers were awaited: each exit went
+            # over its socket (sent, unconfirmed), and its holder is stopped now,
+            # as the bound kept time for.
+            for holder in self._awaited:
+                self._sent.add(holder.session.session_id)
+                holder.stop("process exit")
             now = trio.current_time()
             self.report = tuple(
                 self._results.get(holder.session.session_id)
@@ -296,36 +314,39 @@ class Goodbye:
         await _for_each(self._holders, leave)
         return left, answering
 
-    async def _answers(self, answering: list[ProcessHolder]) -> list[ProcessHolder]:
+    async def _answers(self) -> list[ProcessHolder]:
         """The rooms' answers to the exits written at once, read in this task (no task each).
 
-        Awaited until :data:`ANSWER_SHARE` of the time, or earlier when the
-        holders waiting need the rest to unwind; then also until every exit's
-        task has ended, if that comes first. Returns the holders whose
-        answer did not come.
+        Awaited until :data:`ANSWER_SHARE` of the time (the rest is for
+        POSTing those not answered by then), and also until every exit's task
+        has ended, if that comes first. The goodbye's bound keeps time for
+        each holder whose answer is still awaited: cut by it, the exits are
+        reported sent (:meth:`run`). Returns the holders whose answer did not
+        come.
         """
-        assert self._allowance is not None
         share = self._started + (self._deadline - self._started) * ANSWER_SHARE
-        unwound = exits_deadline(self._deadline, self._allowance, holders=len(answering), exits=0)
-        read = 0
         unanswered: list[ProcessHolder] = []
-        with trio.move_on_at(min(share, unwound)):
-            for holder in answering:
+        with trio.move_on_at(share):
+            while self._awaited:
+                holder = self._awaited[0]
                 try:
                     recorded, error = await holder.leave(), None
                 except ApiError as exc:  # the room hung up unanswered; its POST refused
                     recorded, error = None, f"HTTP {exc.status}"
                 except RoomUnreachable:
                     recorded, error = None, "unreachable"
-                read += 1
+                self._awaited.popleft()
                 if recorded is None and error is None:
                     unanswered.append(holder)
                 else:
                     # Answered, the holder's reader has ended: it stops by itself.
                     self._finished(holder, recorded, error)
+                self._update()
             while self._running:
                 await self._task_ended.park()
-        return unanswered + answering[read:]
+        unanswered += self._awaited
+        self._awaited.clear()
+        return unanswered
 
     async def _stop_late(self, unanswered: list[ProcessHolder], exits: trio.Nursery) -> None:
         """Stop every holder whose exit still waits for its answer, and POST its exit as well.
@@ -407,7 +428,7 @@ class Goodbye:
         """Whether one more exit's task could still unwind by the deadline."""
         assert self._allowance is not None
         one_more = exits_deadline(
-            self._deadline, self._allowance, holders=len(self._late), exits=self._running + 1
+            self._deadline, self._allowance, holders=self._stopped_by_cut(), exits=self._running + 1
         )
         return one_more > trio.current_time()
 
@@ -415,8 +436,12 @@ class Goodbye:
         """Keep the exits' bound where what it would cancel unwinds by the deadline."""
         if self._allowance is not None:
             self._exits.deadline = exits_deadline(
-                self._deadline, self._allowance, holders=len(self._late), exits=self._running
+                self._deadline, self._allowance, holders=self._stopped_by_cut(), exits=self._running
             )
+
+    def _stopped_by_cut(self) -> int:
+        """The holders the bound would stop: stopped late, or still awaiting their answer."""
+        return len(self._late) + len(self._awaited)
 
     def _finished(self, holder: ProcessHolder, recorded: bool | None, error: str | None) -> None:
         """Report one session's goodbye: its :class:`ExitAnnouncement` and its exit event."""

@@ -19,10 +19,10 @@ of the stream or a broken connection (``docs/process-connection.md``
 tabulates where ours and Node's still differ, and why).
 
 SSE carries no exit of its own: the stream's :meth:`~_SSEStream.leave`
-closes it, then POSTs ``…/process/exit`` naming the connection, through the
-room client (:meth:`RoomClient.announce_exit
-<letagents_trio.RoomClient.announce_exit>`, pipelined on its kept-alive
-connections).
+POSTs ``…/process/exit`` naming the connection, through the room client
+(:meth:`RoomClient.announce_exit <letagents_trio.RoomClient.announce_exit>`,
+pipelined on its kept-alive connections), and closes the stream as soon as
+that exit is written.
 """
 
 from __future__ import annotations
@@ -205,7 +205,18 @@ class _SSEStream:
         return False
 
     async def leave(self, connection_id: str) -> bool | None:
-        """Close the stream, then POST the exit naming ``connection_id``; whether it was recorded.
+        """POST the exit naming ``connection_id``, closing the stream once it is on its way.
+
+        The stream closes as soon as the exit is handed to the kernel (at
+        the latest when this call ends): the room records an exit naming the
+        connection whether it sees the close first or not (PROTOCOL §2.2),
+        and in a goodbye of thousands the holders, woken by their streams'
+        close, unwind only once their exits are written. Over TLS an exit
+        waits for its connection's handshake, which thousands of holders
+        unwinding first would hold back.
+
+        Returns:
+            Whether the room recorded it.
 
         Raises:
             ApiError: the room refused the exit.
@@ -215,8 +226,16 @@ class _SSEStream:
             A checkpoint; the stream is closed even when cancelled; the room
             may or may not have the exit.
         """
-        await self.aclose()
-        return await self._client.announce_exit(self._session, connection_id)
+        try:
+            return await self._client.announce_exit(
+                self._session, connection_id, sent=self._close_nowait
+            )
+        finally:
+            await self.aclose()
+
+    def _close_nowait(self) -> None:
+        if self._response is not None:
+            self._response.close_nowait()
 
     async def aclose(self) -> None:
         """Close the connection: one socket close when it can be, else forcefully.

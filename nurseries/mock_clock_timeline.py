@@ -14,11 +14,19 @@ process stops and announces its exit.
 
 Run it: ``python nurseries/mock_clock_timeline.py``. Its output is checked in
 beside it (``mock_clock_timeline.txt``) and a test compares the two.
+
+SIGTERM stops the story where it is, as it stops any trio program that opens
+a signal receiver around its own scope: the process stops at that moment of
+trio time and announces its exit. With ``--hold`` the story pauses at 25 s
+(the clock stands still: no autojump) until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
 import math
+import signal
+import sys
+from collections.abc import AsyncIterator
 
 import trio
 import trio.testing
@@ -26,11 +34,16 @@ import trio.testing
 from letagents_trio import EventKind, HolderEvent, open_connection_manager
 from letagents_trio.testing import FakeRoom, ProcessMode, open_fake_room
 
+# With --hold the story pauses here, in seconds of trio time.
+HOLD_AT = 25
 
-async def script(room: FakeRoom, session_id: str) -> None:
+
+async def script(room: FakeRoom, session_id: str, hold: bool = False) -> None:
     """The room's misbehaviour, on a schedule of trio time."""
     await trio.sleep_until(20)
     room.drop(session_id)
+    if hold:
+        await hold_still(HOLD_AT)
     await trio.sleep_until(30)
     room.set_process_mode(ProcessMode.SILENT)
     room.drop(session_id)
@@ -39,6 +52,27 @@ async def script(room: FakeRoom, session_id: str) -> None:
     await trio.sleep_until(90)
     room.set_process_mode(ProcessMode.SERVED)
     await trio.sleep_until(100)
+
+
+async def hold_still(at: float) -> None:
+    """Stop trio's clock at ``at`` (no more autojumps) until the story is cancelled."""
+    await trio.sleep_until(at)
+    clock = trio.lowlevel.current_clock()
+    assert isinstance(clock, trio.testing.MockClock)
+    clock.autojump_threshold = math.inf
+    print(f"holding at {trio.current_time():g} s of trio time until stopped", flush=True)
+    await trio.sleep_forever()
+
+
+async def stop_on_signal(signals: AsyncIterator[int], story: trio.CancelScope) -> None:
+    """Stop the story at the first signal, at this moment of trio time, the clock running again."""
+    async for signum in signals:
+        print(f"{signal.Signals(signum).name}: stopping at {trio.current_time():g} s", flush=True)
+        clock = trio.lowlevel.current_clock()
+        assert isinstance(clock, trio.testing.MockClock)
+        clock.autojump_threshold = 0
+        story.cancel(reason=f"{signal.Signals(signum).name}")
+        return
 
 
 def describe(event: HolderEvent, connections: dict[str, int]) -> str:
@@ -64,7 +98,7 @@ def describe(event: HolderEvent, connections: dict[str, int]) -> str:
     return f"{event.time:7.1f}  {kind.value:<10} {text}".rstrip()
 
 
-async def main() -> None:
+async def main(hold: bool = False) -> None:
     async with open_fake_room() as room:
         session = await room.add_worker(display_name="Juniper")
         timeline: list[HolderEvent] = []
@@ -74,7 +108,15 @@ async def main() -> None:
         ):
             with manager.subscribe(math.inf) as events:
                 manager.hold(session)
-                await script(room, session.session_id)
+                # The program's own scope: SIGTERM (or Ctrl-C) cancels it where it is.
+                with (
+                    trio.CancelScope() as story,
+                    trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals,
+                ):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(stop_on_signal, signals, story)
+                        await script(room, session.session_id, hold)
+                        nursery.cancel_scope.cancel(reason="the story is over")
                 await manager.announce_exits()
                 while True:
                     try:
@@ -90,4 +132,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(main, "--hold" in sys.argv[1:], clock=trio.testing.MockClock(autojump_threshold=0))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import trio
@@ -271,9 +272,9 @@ async def test_by_default_an_embedders_burst_and_goodbye_leave_the_collector_alo
         # The open streams' exits go through the client, not the connector.
         announce_exit = client.announce_exit
 
-        async def watched(session: AgentSession, connection_id: str | None) -> bool:
+        async def watched(session: AgentSession, connection_id: str | None, **options: Any) -> bool:
             connector.seen.append(gc.isenabled())
-            return await announce_exit(session, connection_id)
+            return await announce_exit(session, connection_id, **options)
 
         monkeypatch.setattr(client, "announce_exit", watched)
         async with open_connection_manager(client, connector=connector) as manager:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx2
 import pytest
@@ -387,7 +387,13 @@ OPEN_EVENT = b'event: open\ndata: {"connection_id":"c-1"}\n\n'
 
 @pytest.mark.parametrize(
     ("connection", "kept"),
-    [("close", 4095), ("keep-alive, Close", 4095), ("keep-alive", 0), (None, 0)],
+    [
+        ("close", 4095),
+        ("keep-alive, Close", 4095),
+        ("Close, Upgrade", 4095),
+        ("keep-alive", 0),
+        (None, 0),
+    ],
 )
 async def test_a_named_stream_is_read_quietly_only_when_its_room_closes_the_connection_with_it(
     connection: str | None, kept: int
@@ -612,3 +618,69 @@ def test_max_event_bytes_below_1024_is_refused_naming_it() -> None:
     assert repr(SSEConnector(client, max_event_bytes=1024)) == (
         "<SSEConnector api_url='http://room.test'>"
     )
+
+
+class _HeldResponse:
+    """An open event stream whose closing is recorded: the ``Response`` a stream holds."""
+
+    status = 200
+    heard_at = None
+
+    def __init__(self, closed: list[str]) -> None:
+        self._closed = closed
+
+    def header(self, name: str) -> str | None:
+        return {"content-type": "text/event-stream"}.get(name.lower())
+
+    async def next_chunk(self, *, keep: int = 0) -> bytes:
+        await trio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    def detach(self) -> trio.abc.Stream:  # pragma: no cover - not an upgrade
+        raise RuntimeError
+
+    def close_nowait(self) -> bool:
+        self._closed.append("closed")
+        return True
+
+    async def aclose(self) -> None:
+        self._closed.append("closed")
+        await trio.lowlevel.checkpoint()
+
+
+class _ExitWatcher:
+    """The room client's side of a stream's leaving: what had happened when the exit went."""
+
+    api_url = API_URL
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def session_url(self, session: AgentSession, tail: str) -> str:
+        return f"{API_URL}/rooms/{session.room_id}/agent-sessions/{session.session_id}{tail}"
+
+    async def start_request(self, method: str, url: str, **_: object) -> _HeldResponse:
+        await trio.lowlevel.checkpoint()
+        return _HeldResponse(self.log)
+
+    async def announce_exit(
+        self, session: AgentSession, connection_id: str | None, *, sent: Any = None
+    ) -> bool:
+        self.log.append(f"exit {connection_id} asked")
+        await trio.sleep(1)  # its connection opening: nothing written yet
+        self.log.append("exit written")
+        sent()
+        await trio.sleep(1)  # the room's answer
+        self.log.append("answered")
+        return True
+
+
+async def test_a_stream_closes_once_its_exit_is_written_not_before(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Over SSE the exit is on its way before the stream closes (its holder then unwinds)."""
+    watcher = _ExitWatcher()
+    connector = SSEConnector(cast("RoomClient", watcher))
+    async with connector.open(SESSION) as stream:
+        assert await stream.leave("c1") is True
+    assert watcher.log[:4] == ["exit c1 asked", "exit written", "closed", "answered"]

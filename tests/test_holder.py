@@ -26,6 +26,7 @@ from letagents_trio import (
     HoldPolicy,
     IneligibleSession,
     Outcome,
+    ProcessConnector,
     ProcessStream,
     SSEConnector,
     StreamNews,
@@ -911,3 +912,57 @@ async def test_silence_counts_from_when_bytes_kept_by_the_kernel_arrived(
             await holder.wait_status(HolderStatus.WAITING)
             closed = [e for e in drain(events) if e.kind is EventKind.CLOSED]
     assert [(e.time, e.outcome, e.detail) for e in closed] == [(48, Outcome.DROPPED, "silence")]
+
+
+class AnsweredAtOnceStream(ScriptedStream):
+    """Names its connection; its exit goes at once, and the room's answer ends its reading."""
+
+    def __init__(self) -> None:
+        super().__init__(StreamNews(connection_id="conn-1"))
+        self.answered_exits: list[str] = []
+
+    def leave_nowait(self, connection_id: str) -> bool | None:
+        self.answered_exits.append(connection_id)
+        self.closed.set()  # the answer came: the reader ends
+        return True
+
+    async def leave(self, connection_id: str) -> bool | None:
+        await trio.lowlevel.checkpoint()
+        return True
+
+
+class AnsweredAtOnceConnector(Delegating):
+    """Every stream opened is an :class:`AnsweredAtOnceStream`; a POSTed exit is noted."""
+
+    def __init__(self, inner: ProcessConnector) -> None:
+        super().__init__(inner)
+        self.stream = AnsweredAtOnceStream()
+        self.posted: list[str | None] = []
+
+    @asynccontextmanager
+    async def open(self, session: AgentSession) -> AsyncIterator[ProcessStream]:
+        await trio.lowlevel.checkpoint()
+        yield self.stream
+
+    async def announce_exit(self, session: AgentSession, connection_id: str | None) -> bool:
+        self.posted.append(connection_id)
+        return await super().announce_exit(session, connection_id)
+
+
+async def test_a_leaving_holder_asks_its_stream_for_the_answer_after_the_reading_ended(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The room's answer to an exit written at once ends the holder's reading before the
+    goodbye asks for it: ``leave`` still asks the stream, which has the answer, and
+    POSTs nothing."""
+    session = await fake_room.add_worker()
+    async with fake_room.client() as client:
+        connector = AnsweredAtOnceConnector(SSEConnector(client))
+        async with open_connection_manager(client, connector=connector) as manager:
+            holder = manager.hold(session)
+            await holder.wait_status(HolderStatus.OPEN)
+            await trio.testing.wait_all_tasks_blocked()
+            assert holder.leave_nowait() is True
+            await holder.wait_status(HolderStatus.STOPPED)
+            assert await holder.leave() is True
+    assert (connector.stream.answered_exits, connector.posted) == (["conn-1"], [])

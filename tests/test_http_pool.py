@@ -270,6 +270,61 @@ async def test_the_first_lane_is_used_alone_while_it_has_nothing_waiting(
     assert repr(pool) == "<PipelinedPool room.test lanes=1 waiting=0>"
 
 
+async def test_each_caller_is_told_when_its_request_is_written_not_when_it_is_answered(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """Connected after a second, the room answers two seconds after each request came."""
+    room.script = lambda connection, request: Late(2.0)
+
+    class Slow:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            await trio.sleep(1.0)
+            return await room.open_stream(origin)
+
+    pool = PipelinedPool(Slow(), ORIGIN, lanes=2)
+    told: list[tuple[int, float]] = []
+    answered: list[float] = []
+
+    async def ask(n: int) -> None:
+        await pool.exchange(
+            exit_request(n), max_body=1024, sent=lambda: told.append((n, trio.current_time()))
+        )
+        answered.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for n in range(6):
+            nursery.start_soon(ask, n)
+    assert sorted(told) == [(n, 1.0) for n in range(6)]
+    assert {t for _, _, _, t in room.seen} == {1.0}
+    assert answered == [3.0] * 6
+
+
+async def test_a_request_never_written_is_told_once_as_its_exchange_ends(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """Its connection refused, or its room never connected before its caller gave up."""
+
+    class Refusing:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            await trio.sleep(0.5)
+            raise ConnectionRefusedError(111, "refused")
+
+    class Never:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            await trio.sleep_forever()
+
+    told: list[float] = []
+    with pytest.raises(HTTPFailure):
+        await PipelinedPool(Refusing(), ORIGIN).exchange(
+            exit_request(), max_body=1024, sent=lambda: told.append(trio.current_time())
+        )
+    with trio.move_on_after(1.0):
+        await PipelinedPool(Never(), ORIGIN).exchange(
+            exit_request(), max_body=1024, sent=lambda: told.append(trio.current_time())
+        )
+    assert told == [0.5, 1.5]
+
+
 def test_lanes_must_be_at_least_one() -> None:
     assert LANES == 64
     with pytest.raises(ValueError, match="lanes must be at least 1, got 0"):
@@ -733,12 +788,18 @@ async def test_exits_over_real_sockets_are_pipelined_on_one_connection(
     pool = PipelinedPool(Loopback(), ORIGIN, lanes=1)
     with trio.fail_after(10):
         results = await exchange_all(pool, 50)
+        # Once connected, a request is written, and its caller told, as it is asked:
+        # told, this caller stops waiting for an answer that never comes.
+        room.script = lambda connection, request: "silence"
+        with trio.CancelScope() as told:
+            await pool.exchange(exit_request(50), max_body=1024, sent=told.cancel)
+        assert told.cancelled_caught
         await pool.aclose()
     assert [a.body for a in results.values() if isinstance(a, Answer)] == [
         b'{"recorded":true}'
     ] * 50
     assert served == [0]
-    assert [r for c, r, _, _ in room.seen] == list(range(50))
+    assert [r for c, r, _, _ in room.seen] == list(range(51))
 
 
 async def test_a_writer_cancelled_mid_write_ends_its_connection(

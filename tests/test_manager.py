@@ -74,10 +74,10 @@ async def test_exit_sends_null_before_any_open(
 
 
 @pytest.mark.parametrize("count", [1, 50])
-async def test_streams_are_closed_before_exits_are_sent(
+async def test_streams_are_closed_by_the_time_their_exits_are_answered(
     autojump_clock: MockClock, fake_room: FakeRoom, count: int
 ) -> None:
-    """Each exit is written after its session's stream closed, fifty of them pipelined too."""
+    """Each stream closes as its exit is written, fifty of them pipelined too."""
     sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(count)]
     # As each exit is answered: the streams still open of every session whose exit came.
     open_at_exit: list[int] = []

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, cast, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import pytest
 import trio
@@ -25,6 +25,7 @@ import trio.testing
 
 from letagents_trio import (
     AgentSession,
+    ApiError,
     ConnectionManager,
     EventKind,
     ExitAnnouncement,
@@ -57,7 +58,7 @@ from letagents_trio.testing import FakeRoom, ProcessMode
 from .events import Delegating, ScriptedStream, SlowToUnwind, drain
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from trio.testing import MockClock
 
@@ -366,28 +367,54 @@ async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind
     assert len(fake_room.exits) == 32
 
 
-@final
-class UnansweredSocket:
-    """A holder whose exit went over its socket, and whose room never answers it.
+class FakeHolder:
+    """What the goodbye reads of a holder: its session, the connection it held, its status.
 
-    Its first ``leave`` (the wait for the answer) ends only with the holder's stop
-    (its socket closed), unanswered; called again once stopped, it POSTs the
-    exit, answered or black-holed.
+    Stopping it does nothing; the fakes below say how each leaves.
     """
 
     held_connection_id = "connection"
     status = HolderStatus.OPEN
 
-    def __init__(self, session: AgentSession, *, posts_answered: bool = True) -> None:
+    def __init__(self, session: AgentSession) -> None:
         self.session = session
+
+    def stop(self, reason: str) -> None:
+        pass
+
+
+@final
+class UnansweredSocket(FakeHolder):
+    """A holder whose exit went over its socket, and whose room never answers it.
+
+    Its first ``leave`` (the wait for the answer) ends only with the holder's stop
+    (its socket closed), unanswered, or at ``closed_at`` when the room closes the
+    socket unanswered; called again once stopped, it POSTs the exit, answered,
+    black-holed, or failing with ``post_fails``. ``at_once``: whether its exit was
+    written at once (else it goes by ``leave``, in a task).
+    """
+
+    def __init__(
+        self,
+        session: AgentSession,
+        *,
+        posts_answered: bool = True,
+        at_once: bool = True,
+        closed_at: float | None = None,
+        post_fails: Exception | None = None,
+    ) -> None:
+        super().__init__(session)
         self._posts_answered = posts_answered
+        self._at_once = at_once
+        self._closed_at = closed_at
+        self._post_fails = post_fails
         self._stopped = trio.Event()
         self.stopped_at: float | None = None
         self.stopped_for: str | None = None
         self.posted_at: float | None = None
 
     def leave_nowait(self) -> bool | None:
-        return True  # written: its answer is to come
+        return self._at_once  # written (its answer to come), or not yet
 
     def stop(self, reason: str) -> None:
         if self.stopped_at is None:
@@ -396,11 +423,14 @@ class UnansweredSocket:
 
     async def leave(self) -> bool | None:
         if self.stopped_at is None:
-            await self._stopped.wait()
+            with trio.move_on_at(math.inf if self._closed_at is None else self._closed_at):
+                await self._stopped.wait()
             return None
         await trio.lowlevel.checkpoint()
         # Its socket was closed first: its POSTed exit follows the close.
         self.posted_at = trio.current_time()
+        if self._post_fails is not None:
+            raise self._post_fails
         if not self._posts_answered:
             await trio.sleep_forever()
         await trio.lowlevel.checkpoint()
@@ -408,25 +438,33 @@ class UnansweredSocket:
 
 
 async def unanswered_goodbye(
-    fake_room: FakeRoom, count: int, allowance: Allowance, *, posts_answered: bool = True
+    fake_room: FakeRoom, count: int, allowance: Allowance, **options: Any
 ) -> tuple[list[UnansweredSocket], tuple[ExitAnnouncement, ...]]:
-    """``count`` exits sent over sockets at t=10 and never answered, the deadline at 11.5."""
+    """``count`` exits sent over sockets at t=10 and never answered, the deadline at 11.5.
+
+    ``options`` go to each :class:`UnansweredSocket`.
+    """
     holders = [
-        UnansweredSocket(
-            await fake_room.add_worker(display_name=f"W{i}"), posts_answered=posts_answered
-        )
+        UnansweredSocket(await fake_room.add_worker(display_name=f"W{i}"), **options)
         for i in range(count)
     ]
+    return holders, await goodbye_at_ten_of(holders, allowance)
+
+
+async def goodbye_at_ten_of(
+    holders: Sequence[FakeHolder], allowance: Allowance
+) -> tuple[ExitAnnouncement, ...]:
+    """The goodbye of ``holders`` from t=10, its deadline at 11.5; its report."""
     await trio.sleep_until(10)
     goodbye = Goodbye(
-        cast("list[ProcessHolder]", holders),
+        cast("Sequence[ProcessHolder]", holders),
         deadline=11.5,
         concurrency=None,
         emit=lambda _: None,
         allowance=allowance,
     )
     await goodbye.run()
-    return holders, goodbye.report
+    return goodbye.report
 
 
 async def test_the_wait_for_answers_ends_in_time_for_the_waiting_holders_to_unwind(
@@ -457,7 +495,9 @@ async def test_unanswered_exits_are_posted_once_their_answers_are_due(
         fake_room, 32, Allowance(holder=1 / 64, exit=1 / 256)
     )
     assert trio.current_time() == 10.75
-    assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.75, 10.75)}
+    assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in holders} == {
+        (10.75, "process exit", 10.75)
+    }
     assert {(a.recorded, a.error, a.finished_at) for a in report} == {(True, None, 10.75)}
 
 
@@ -473,6 +513,142 @@ async def test_a_post_after_an_unanswered_exit_is_cut_in_time_to_unwind(
     assert trio.current_time() == 10.875
     assert {h.posted_at for h in holders} == {10.75}
     assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, None, 10.875)}
+
+
+async def test_only_the_posts_that_can_still_unwind_in_time_are_sent(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """32 holders stopped late at 10.75 keep half a second: the exits' bound is then at 11.0,
+    and each black-holed POST keeps 1/64 s more. A 16th POST would move it to 10.75,
+    now: it could not unwind in time, so 15 are sent; every exit went over its socket
+    and is reported sent, unconfirmed, when the bound cuts the POSTs (11.0 - 15/64)."""
+    holders, report = await unanswered_goodbye(
+        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 64), posts_answered=False
+    )
+    assert trio.current_time() == 11 - 15 / 64
+    assert Counter(h.posted_at for h in holders) == {10.75: 15, None: 17}
+    assert {(a.recorded, a.error) for a in report} == {(None, None)}
+
+
+async def test_an_exit_the_room_closed_unanswered_is_posted_at_once(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """The rooms closed the sockets at 10.25 without an answer: with nothing else to
+    wait for, each exit is POSTed then, not at the answers' share of the time."""
+    holders, report = await unanswered_goodbye(
+        fake_room, 2, Allowance(holder=0, exit=0), closed_at=10.25
+    )
+    assert trio.current_time() == 10.25
+    assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.25, 10.25)}
+    assert {(a.recorded, a.error, a.finished_at) for a in report} == {(True, None, 10.25)}
+
+
+@pytest.mark.parametrize(
+    ("failure", "error"),
+    [
+        (RoomUnreachable("POST …/process/exit failed: ConnectError"), "unreachable"),
+        (ApiError(503, "busy"), "HTTP 503"),
+    ],
+)
+async def test_a_post_after_an_unanswered_exit_that_fails_is_reported(
+    autojump_clock: MockClock, fake_room: FakeRoom, failure: Exception, error: str
+) -> None:
+    holders, report = await unanswered_goodbye(
+        fake_room, 2, Allowance(holder=0, exit=0), post_fails=failure
+    )
+    assert {h.posted_at for h in holders} == {10.75}
+    assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, error, 10.75)}
+
+
+async def test_an_exit_in_a_task_unanswered_when_due_is_posted_and_reported_sent_if_cut(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """A socket that could not take its exit at once writes it in a task, whose answer
+    never comes: stopped late at 10.75, the task POSTs the exit as well, black-holed;
+    cut by the deadline, the exit is still reported sent over its socket."""
+    holders, report = await unanswered_goodbye(
+        fake_room, 2, Allowance(holder=0, exit=0), at_once=False, posts_answered=False
+    )
+    assert trio.current_time() == 11.5
+    assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.75, 10.75)}
+    assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, None, 11.5)}
+
+
+@final
+class AnsweredInTask(FakeHolder):
+    """A holder whose exit goes by a task, answered at once; its status never changes."""
+
+    def __init__(self, session: AgentSession) -> None:
+        super().__init__(session)
+        self.stops = 0
+
+    def leave_nowait(self) -> bool | None:
+        return False
+
+    def stop(self, reason: str) -> None:
+        self.stops += 1
+
+    async def leave(self) -> bool | None:
+        await trio.lowlevel.checkpoint()
+        return True
+
+
+async def test_a_holder_whose_task_ended_is_not_stopped_late_again(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """Its exit's task ended at once (and stopped it): at the answers' share it is not
+    among the holders stopped late, so the bound keeps no time for it (11.5 - 32/64 -
+    32/256, as for the 32 sockets alone)."""
+    answered = AnsweredInTask(await fake_room.add_worker(display_name="Answered"))
+    sockets = [
+        UnansweredSocket(await fake_room.add_worker(display_name=f"W{i}"), posts_answered=False)
+        for i in range(32)
+    ]
+    report = await goodbye_at_ten_of([answered, *sockets], Allowance(holder=1 / 64, exit=1 / 256))
+    assert trio.current_time() == 10.875
+    assert answered.stops == 1
+    assert report[0] == ExitAnnouncement(
+        session_id=answered.session.session_id,
+        connection_id="connection",
+        recorded=True,
+        error=None,
+        finished_at=10,
+    )
+
+
+@final
+class BlackHoledExit(FakeHolder):
+    """A holder whose exit needs a task (SSE: a POST), and whose room never answers it."""
+
+    def leave_nowait(self) -> bool | None:
+        return False  # its exit goes by leave(), in a task
+
+    async def leave(self) -> bool | None:
+        await trio.sleep_forever()
+
+
+async def test_one_bound_keeps_time_for_every_task_it_would_cancel(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """32 exits over sockets whose answers are awaited, and 32 exits in tasks that
+    never end, at 1/64 s each: cut by the deadline, the 32 holders and the 32 tasks
+    need a second to unwind, so the goodbye's one bound ends at 10.5, before the
+    answers' share (10.75). A wait for the answers bounded apart from the exits
+    (each bound keeping time for its own tasks only) would end at 10.75, and leave
+    half a second of unwinding past the deadline."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(64)]
+    sockets = [UnansweredSocket(s) for s in sessions[:32]]
+    tasks = [BlackHoledExit(s) for s in sessions[32:]]
+    report = await goodbye_at_ten_of([*sockets, *tasks], Allowance(holder=1 / 64, exit=1 / 64))
+    assert trio.current_time() == 10.5
+    assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in sockets} == {
+        (10.5, "process exit", None)
+    }
+    # The exits over sockets went (sent, unconfirmed); those in tasks were cut.
+    assert Counter((a.recorded, a.error, a.finished_at) for a in report) == {
+        (None, None, 10.5): 32,
+        (None, "deadline", 10.5): 32,
+    }
 
 
 async def test_a_goodbye_with_nothing_held_says_so(
@@ -594,20 +770,11 @@ def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
     assert measured_allowance(0.0, 0.0) == whole  # too short to tell: kept whole
 
 
-class LeftAtOnce:
+class LeftAtOnce(FakeHolder):
     """A holder whose exit is done at once."""
-
-    held_connection_id = "connection"
-    status = HolderStatus.OPEN
-
-    def __init__(self, session: AgentSession) -> None:
-        self.session = session
 
     def leave_nowait(self) -> bool | None:
         return None
-
-    def stop(self, reason: str) -> None:
-        pass
 
 
 async def run_goodbye_of(holders: list[LeftAtOnce]) -> Goodbye:
@@ -641,41 +808,41 @@ async def test_under_a_mock_clock_the_goodbye_keeps_none(autojump_clock: MockClo
 
 
 @final
-class HungUpOn:
+class HungUpOn(FakeHolder):
     """A holder whose exit went at once, and whose room hung up without an answer:
-    the POST that follows fails."""
+    the POST that follows fails with ``failure``."""
 
-    held_connection_id = "connection"
-    status = HolderStatus.OPEN
-
-    def __init__(self, session: AgentSession) -> None:
-        self.session = session
+    def __init__(self, session: AgentSession, failure: Exception) -> None:
+        super().__init__(session)
+        self.failure = failure
 
     def leave_nowait(self) -> bool | None:
         return True
 
-    def stop(self, reason: str) -> None:
-        pass
-
     async def leave(self) -> bool | None:
         await trio.lowlevel.checkpoint()
-        raise RoomUnreachable("POST …/process/exit failed: ConnectError")
+        raise self.failure
 
 
+@pytest.mark.parametrize(
+    ("failure", "error"),
+    [
+        (RoomUnreachable("POST …/process/exit failed: ConnectError"), "unreachable"),
+        (ApiError(503, "busy"), "HTTP 503"),
+    ],
+)
 async def test_a_failure_while_the_answers_are_read_is_reported_not_raised(
-    autojump_clock: MockClock,
+    autojump_clock: MockClock, failure: Exception, error: str
 ) -> None:
     sessions = [AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(2)]
     goodbye = Goodbye(
-        cast("list[ProcessHolder]", [HungUpOn(s) for s in sessions]),
+        cast("list[ProcessHolder]", [HungUpOn(s, failure) for s in sessions]),
         deadline=1.5,
         concurrency=None,
         emit=lambda _: None,
     )
     await goodbye.run()
-    assert [(a.recorded, a.error, a.finished_at) for a in goodbye.report] == [
-        (None, "unreachable", 0)
-    ] * 2
+    assert [(a.recorded, a.error, a.finished_at) for a in goodbye.report] == [(None, error, 0)] * 2
 
 
 def test_the_exits_are_cut_early_by_the_allowance_of_each_task_they_would_cancel() -> None:

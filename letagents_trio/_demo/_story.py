@@ -238,7 +238,10 @@ class Story:
         before = {e.session.session_id: e.holder.connection_id or "" for e in held}
         self.view.say("Step 2: the room restarts. Its streams close silently; holders see a drop.")
         await runner.stop()
-        self.view.say("Step 2: the room is down. It comes back on the same port, same store.")
+        self.view.say(
+            "Step 2: the room is down. It comes back on the same port, same store, and counts"
+            " the connections it had as dropped: each holder reconnects, as after any drop."
+        )
         await runner.start()
         restarted_at = trio.current_time()
         if await self.connected(*held, other_than=before):

@@ -4,8 +4,9 @@ Everything drawn is a pure function of the demo's state, so each can be
 rendered to a string console in a test: :func:`live_view` (the story panel,
 one table row per held session, the latest events), :func:`event_line` and
 :func:`exit_line` (one log line per holder event or exit announcement),
-:func:`step_line` (a finished step, in rich markup) and :func:`summary_table`
-(every session held, at the end).
+:func:`step_line` (a finished step, in rich markup) and :func:`summary`
+(every session held, at the end: a table on 80 columns and more, a paragraph
+a session on a narrower terminal).
 
 :class:`Narrator` is the one stateful part: it owns the console, the live
 display (only on a terminal, and only while the story plays) and what the
@@ -26,6 +27,7 @@ import trio
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -36,7 +38,7 @@ from .._holder import HolderStatistics, HolderStatus
 if TYPE_CHECKING:
     from .._goodbye import ExitAnnouncement
     from .._policy import Outcome
-    from ._values import DemoReport, StepResult
+    from ._values import DemoReport, SessionSummary, StepResult
 
 __all__ = [
     "RECENT_EVENTS",
@@ -45,12 +47,15 @@ __all__ = [
     "Row",
     "attempts_text",
     "describe",
+    "ending_text",
     "event_line",
     "exit_line",
     "exits_line",
     "live_view",
     "print_summary",
     "step_line",
+    "summary",
+    "summary_lines",
     "summary_table",
 ]
 
@@ -67,6 +72,8 @@ _STATUS_STYLE: Final = {
     HolderStatus.ENDED: "red",
     HolderStatus.STOPPED: "dim",
 }
+# Wider than any table the demo draws: its summary is measured at this width, unwrapped.
+_UNBOUNDED: Final = 10_000
 # A holder in one of these has stopped for good: its row says why.
 _FINISHED: Final = frozenset({HolderStatus.ENDED, HolderStatus.STOPPED})
 
@@ -183,34 +190,69 @@ def live_view(
     )
 
 
+def ending_text(session: SessionSummary) -> str:
+    """How a session ended, with its exit's answer and delay when one was announced."""
+    if session.announce_after is None:
+        return session.how_it_ended
+    verdict = {True: "recorded", False: "not recorded", None: "unanswered"}[session.recorded]
+    return f"exit {verdict}, {session.announce_after * 1000:.0f} ms"
+
+
 def summary_table(report: DemoReport) -> Table:
-    """Every session held, one row each: attempts, reconnects, how it ended, its exit."""
-    table = Table(title="Summary: every session held", box=box.SIMPLE_HEAD)
-    table.add_column("worker", no_wrap=True)
-    table.add_column("process", no_wrap=True)
-    table.add_column("session", no_wrap=True)
-    table.add_column("attempts")
-    table.add_column("reconnects", justify="right")
-    table.add_column("how it ended")
-    table.add_column("exit announced in", justify="right")
-    table.add_column("recorded", no_wrap=True)
+    """Every session held, one row each: attempts, reopens, how it ended (and its exit).
+
+    At most 80 columns for the demo's sessions, none of its cells wrapped:
+    attempts one outcome a line, the exit's answer and delay in the "how it
+    ended" cell, no edges.
+    """
+    table = Table(
+        title="Summary: every session held",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+    for header in ("worker", "process", "session", "attempts"):
+        table.add_column(header, no_wrap=True)
+    table.add_column("reopened", justify="right", no_wrap=True)
+    table.add_column("how it ended", no_wrap=True)
     for s in report.sessions:
         table.add_row(
             s.name,
             s.process,
             s.session_id[:8],
-            ", ".join(f"{k} {v}" for k, v in s.attempts.items()) or "none",
+            "\n".join(f"{k} {v}" for k, v in s.attempts.items()) or "none",
             str(s.reconnects),
-            s.how_it_ended,
-            "—" if s.announce_after is None else f"{s.announce_after * 1000:.0f} ms",
-            {True: "yes", False: "no", None: "—"}[s.recorded],
+            ending_text(s),
         )
     return table
 
 
+def summary_lines(report: DemoReport) -> Text:
+    """The summary for a terminal too narrow for its table: a wrapped paragraph a session."""
+    text = Text("Summary: every session held\n", style="bold")
+    for s in report.sessions:
+        attempts = ", ".join(f"{k} {v}" for k, v in s.attempts.items()) or "none"
+        text.append(f"- {s.name}", style="bold")
+        text.append(
+            f" ({s.process}, session {s.session_id[:8]}): attempts {attempts};"
+            f" reopened {s.reconnects}; {ending_text(s)}\n"
+        )
+    return text
+
+
+def summary(console: Console, report: DemoReport) -> RenderableType:
+    """The summary table, or its lines when the table would not fit ``console`` unwrapped."""
+    table = summary_table(report)
+    unbounded = console.options.update_width(_UNBOUNDED)
+    if Measurement.get(console, unbounded, table).maximum <= console.width:
+        return table
+    return summary_lines(report)
+
+
 def print_summary(console: Console, report: DemoReport) -> None:
-    """Print the summary table, then each step's status, then whether it was interrupted."""
-    console.print(summary_table(report))
+    """Print the summary (to fit the console), each step's status, whether it was interrupted."""
+    console.print(summary(console, report))
     for step in report.steps:
         console.print(f"  step {step.number} {step.title}: {step.status}", highlight=False)
     console.print(exits_line(report), highlight=False)

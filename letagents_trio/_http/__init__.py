@@ -137,6 +137,10 @@ class Response(Protocol):
         """
         ...
 
+    def close_nowait(self) -> bool:
+        """Close the connection now, with no checkpoint, where it can be; whether it was."""
+        ...
+
     async def aclose(self) -> None:
         """Close the connection at once (no TLS close_notify, nothing drained).
 
@@ -170,8 +174,13 @@ class Stack(Protocol):
         body: bytes,
         *,
         max_body: int,
+        sent: Callable[[], object] | None = None,
     ) -> Answer:
         """Send one request that may be sent twice (an exit) and read its whole answer.
+
+        ``sent``, when given, is called once, with no checkpoint: when the
+        request is on its way to the room (handed to the kernel), or else
+        when the exchange ends.
 
         Raises:
             HTTPFailure: it failed, or the answer's body is over ``max_body``

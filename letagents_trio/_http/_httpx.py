@@ -131,6 +131,10 @@ class _HTTPXResponse:
             raise RuntimeError(f"HTTP {self.status} did not switch protocols")
         return _UpgradedStream(stream)
 
+    def close_nowait(self) -> bool:
+        """Never: an httpx2 response closes only with a checkpoint."""
+        return False
+
     async def aclose(self) -> None:
         # A read under way in another task fails as the response closes, and
         # that ends the iterator; between reads it is closed here.
@@ -179,12 +183,18 @@ class HTTPXStack:
         body: bytes,
         *,
         max_body: int,
+        sent: Callable[[], object] | None = None,
     ) -> Answer:
         """Send one request and read its whole answer (see :class:`~letagents_trio._http.Stack`).
+
+        ``sent`` is called as the request starts: httpx2 does not tell when
+        its bytes are written.
 
         Cancellation:
             A checkpoint; cancelled, the request is closed.
         """
+        if sent is not None:
+            sent()
         response = await self.start(method, url, headers, body)
         try:
             data = bytearray()

@@ -8,7 +8,7 @@ connections, each written as soon as it is asked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 import h11
@@ -63,8 +63,11 @@ class LeanStack:
         body: bytes,
         *,
         max_body: int,
+        sent: Callable[[], object] | None = None,
     ) -> Answer:
         """Send a request that may be sent twice, pipelined on a kept-alive connection.
+
+        ``sent``: see :meth:`PipelinedPool.exchange <._pool.PipelinedPool.exchange>`.
 
         Returns:
             Its whole answer.
@@ -76,14 +79,18 @@ class LeanStack:
         try:
             data = request_bytes(origin, target, method, headers, body)
         except h11.LocalProtocolError:
+            if sent is not None:
+                sent()
             # h11's message would quote the field, and fields hold credentials.
             raise HTTPFailure("LocalProtocolError") from None
         pool = self._pools.get(origin)
         if pool is None:
             if self._closed:
+                if sent is not None:
+                    sent()
                 raise HTTPFailure("the stack is closed")
             pool = self._pools[origin] = PipelinedPool(self.opener, origin)
-        return await pool.exchange(data, max_body=max_body)
+        return await pool.exchange(data, max_body=max_body, sent=sent)
 
     async def aclose(self) -> None:
         """Close the exits' connections; exits waiting and later ones fail.

@@ -38,6 +38,11 @@ that may be sent twice belong here.
   makes the pool open a connection, or write a request, beyond the first.
 * A caller that stops waiting (cancelled: the goodbye's deadline) leaves
   its request where it is; its answer, when it comes, is read and dropped.
+* A caller may ask to be told when its request is on its way
+  (``sent``): called once its bytes are handed to the kernel, or else when
+  its exchange ends. Over TLS a request waits for its connection's
+  handshake and a writer's turn, which a goodbye wants to pass before it
+  closes the streams whose holders would then unwind (see the SSE connector).
 
 Requests are bytes serialized by the caller
 (:func:`~letagents_trio._http._request.request_bytes`). Nothing here has a
@@ -48,7 +53,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final, final
 
 import attrs
@@ -100,9 +105,11 @@ class Answer:
 class _Request:
     """One request on a lane: its bytes, and once read its answer or failure."""
 
-    __slots__ = ("_wake", "answer", "data", "failure", "gone", "lane", "max_body")
+    __slots__ = ("_wake", "answer", "data", "end", "failure", "gone", "lane", "max_body", "sent")
 
-    def __init__(self, data: bytes, max_body: int, lane: _Lane) -> None:
+    def __init__(
+        self, data: bytes, max_body: int, lane: _Lane, sent: Callable[[], object] | None
+    ) -> None:
         self.data = data
         self.max_body = max_body
         self.lane = lane
@@ -111,6 +118,10 @@ class _Request:
         # Its caller stopped waiting: its answer is read and dropped.
         self.gone = False
         self._wake: trio.Event | None = None
+        # Told once its bytes are handed to the kernel (then None); at its
+        # lane's byte count ``end`` they are.
+        self.sent = sent
+        self.end = 0
 
     @property
     def done(self) -> bool:
@@ -133,6 +144,12 @@ class _Request:
         if self._wake is not None:
             self._wake.set()
 
+    def tell_sent(self) -> None:
+        """Tell its caller it is on its way (once)."""
+        sent, self.sent = self.sent, None
+        if sent is not None:
+            sent()
+
 
 @final
 class _Lane:
@@ -151,10 +168,13 @@ class _Lane:
         "informational",
         "one_at_a_time",
         "outbox",
+        "queued",
         "reading",
         "stream",
+        "unsent",
         "waiting",
         "writing",
+        "written",
     )
 
     def __init__(self, *, one_at_a_time: bool = False) -> None:
@@ -166,8 +186,12 @@ class _Lane:
         self.eof = False
         self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.waiting: deque[_Request] = deque()
-        # Bytes of its requests not written yet.
+        # Bytes of its requests not written yet; the bytes ever queued and
+        # written on it, and the requests whose caller waits to be told they
+        # are written (see _Request.sent), in the order queued.
         self.outbox = bytearray()
+        self.queued = self.written = 0
+        self.unsent: deque[_Request] = deque()
         # Answers read on it, ever: none, and a failure is the room's, not an idle close.
         self.answered = 0
         self.closed = False
@@ -182,6 +206,21 @@ class _Lane:
         self.head: h11.Response | None = None
         self.body = bytearray()
         self.informational = 0
+
+    def queue(self, request: _Request) -> None:
+        """Put ``request``'s bytes at the end of the outbox."""
+        self.outbox += request.data
+        self.queued += len(request.data)
+        request.end = self.queued
+        if request.sent is not None:
+            self.unsent.append(request)
+
+    def took(self, size: int) -> None:
+        """The kernel took the outbox's first ``size`` bytes: tell the requests now written."""
+        del self.outbox[:size]
+        self.written += size
+        while self.unsent and self.unsent[0].end <= self.written:
+            self.unsent.popleft().tell_sent()
 
     def wake_next(self) -> None:
         """Wake the first caller waiting here for a turn, to take the work just left."""
@@ -229,8 +268,14 @@ class PipelinedPool:
             f"<PipelinedPool {self._origin.authority} lanes={len(self._lanes)} waiting={waiting}>"
         )
 
-    async def exchange(self, data: bytes, *, max_body: int) -> Answer:
+    async def exchange(
+        self, data: bytes, *, max_body: int, sent: Callable[[], object] | None = None
+    ) -> Answer:
         """Send one serialized request and read its answer (a body over ``max_body`` fails it).
+
+        ``sent``, when given, is called once, without arguments and without a
+        checkpoint: when the request's bytes are handed to the kernel, or
+        else when the exchange ends (failed, or cancelled before).
 
         Raises:
             HTTPFailure: the connection could not be opened, or broke without
@@ -242,19 +287,22 @@ class PipelinedPool:
             may be on the wire already): the room may act on it.
         """
         if self._closed:
+            if sent is not None:
+                sent()
             await trio.lowlevel.checkpoint()
             raise HTTPFailure("the pool is closed")
-        request = _Request(data, max_body, self._pick())
+        request = _Request(data, max_body, self._pick(), sent)
         lane = request.lane
         lane.waiting.append(request)
-        if not lane.one_at_a_time or len(lane.waiting) == 1:
-            lane.outbox += data
-        self._write_now(lane)
         try:
+            if not lane.one_at_a_time or len(lane.waiting) == 1:
+                lane.queue(request)
+            self._write_now(lane)
             while not request.done:
                 await self._take_turn(request)
         finally:
             request.gone = not request.done
+            request.tell_sent()
         if request.failure is not None:
             raise request.failure
         assert request.answer is not None
@@ -295,7 +343,7 @@ class PipelinedPool:
         except OSError:
             return  # the connection broke: its reader finds out, and ends it
         if written:
-            del lane.outbox[:written]
+            lane.took(written)
 
     async def _take_turn(self, request: _Request) -> None:
         """Do the first of ``request``'s lane's work no one is doing, or wait for a turn."""
@@ -349,13 +397,13 @@ class PipelinedPool:
                 if can_send_now(stream):
                     written = send_now(stream, bytes(lane.outbox))
                     if written:
-                        del lane.outbox[:written]
+                        lane.took(written)
                     else:
                         await stream.wait_send_all_might_not_block()
                 else:
+                    # Requests asked meanwhile join the outbox behind these bytes.
                     # Cancelled mid-way, an unknown part is written: the lane ends.
                     data = bytes(lane.outbox)
-                    lane.outbox.clear()
                     try:
                         await stream.send_all(data)
                     except trio.Cancelled:
@@ -363,6 +411,8 @@ class PipelinedPool:
                         with trio.move_on_after(_END_BOUND, shield=True):
                             await self._end(lane, "WriteCancelled", retry=True)
                         raise
+                    if not lane.closed:
+                        lane.took(len(data))
 
     async def _read(self, lane: _Lane, request: _Request) -> None:
         """Read ``lane``'s answers in order, handing each to its caller, until ``request``'s."""
@@ -392,7 +442,7 @@ class PipelinedPool:
                     await self._end(lane, "ConnectionClosed", retry=True)
                     return
                 if lane.one_at_a_time and lane.waiting:
-                    lane.outbox += lane.waiting[0].data
+                    lane.queue(lane.waiting[0])
                     self._write_now(lane)
                     if lane.outbox:
                         return  # a caller's turn writes it (this one's, or the next's)
@@ -486,13 +536,14 @@ class PipelinedPool:
         waiting = [request for request in lane.waiting if not request.gone]
         lane.waiting.clear()
         lane.outbox.clear()
+        lane.unsent.clear()
         if waiting and retry and lane.answered and not self._closed:
             moved = _Lane(one_at_a_time=True)
             self._lanes.append(moved)
             for request in waiting:
                 request.lane = moved
                 moved.waiting.append(request)
-            moved.outbox += waiting[0].data
+            moved.queue(waiting[0])
             moved.wake_next()
         else:
             for request in waiting:

@@ -165,6 +165,10 @@ class HTTP1Response:
     def __repr__(self) -> str:
         return f"<HTTP1Response status={self.status}>"
 
+    def close_nowait(self) -> bool:
+        """Close the connection now where it is a socket (under TLS or not); whether it was."""
+        return close_now(self._stream)
+
     async def aclose(self) -> None:
         """Close the connection at once (forcefully: no TLS close_notify).
 

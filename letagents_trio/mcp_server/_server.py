@@ -48,8 +48,8 @@ import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Final, NoReturn, cast, final
 
 import trio
@@ -167,6 +167,25 @@ def readiness_text(config: ServerConfig) -> str:
     )
 
 
+@contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """Undo what the SDK's server does to the root logger while it is built.
+
+    ``MCPServer()`` calls ``logging.basicConfig`` (a rich handler on stderr, at
+    INFO): a host that builds the server in-process, and had not configured
+    logging yet, would find every library's INFO lines on its stderr. A
+    library leaves process-wide logging to the program (``letagents-trio mcp``
+    configures its own, before building the server).
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
+
+
 @final
 class LetAgentsMCPServer(MCPServer[ServerState]):
     """The letagents MCP server. Build it with :func:`create_server`.
@@ -187,12 +206,13 @@ class LetAgentsMCPServer(MCPServer[ServerState]):
         self.config = config
         self.refusal = refusal
         self._transport = transport
-        super().__init__(
-            SERVER_NAME,
-            version=__version__,
-            instructions=instructions_for(config.profile, config.provider),
-            lifespan=self._lifespan,
-        )
+        with _root_logging_kept():
+            super().__init__(
+                SERVER_NAME,
+                version=__version__,
+                instructions=instructions_for(config.profile, config.provider),
+                lifespan=self._lifespan,
+            )
         register_tools(self, config.profile, config.provider)
         text = readiness_text(config)
 

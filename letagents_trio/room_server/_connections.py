@@ -24,9 +24,12 @@ no TLS, no QUIC, no lifespan events (:func:`~._serve.serve_room` closes the
 held streams itself), no worker restarts. Each connection is served by
 hypercorn's own ``TCPServer``, subclassed to see the protocol's
 ``Updated(idle=...)`` events, the ones hypercorn's keep-alive timer follows,
-to close an idle connection as soon as its peer has closed it (hypercorn
-would wait for the keep-alive timer), and to take a send that races the
-connection's close (``BusyResourceError``) as the close it is. A connection
+to keep that timer in one task for the connection's life (:mod:`._idle`:
+hypercorn starts a new one per request), to close an idle connection as
+soon as its peer has closed it (hypercorn would wait for the keep-alive
+timer), to write nothing (and not switch tasks) for an empty write, and to
+take a send that races the connection's close (``BusyResourceError``) as
+the close it is. A connection
 that fails anyway is logged and closed; the server goes on.
 
 A WebSocket upgrade hypercorn refuses itself (no ``Sec-WebSocket-Key``, a
@@ -70,6 +73,7 @@ from hypercorn.typing import ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from .._http._sockio import can_send_now, send_now
+from ._idle import IdleTimer
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
@@ -208,6 +212,11 @@ class _CountedTCPServer(TCPServer):
     ) -> None:
         # Typed for TLS streams; it uses a plain one as its trio worker does.
         super().__init__(app, config, context, state, connection.stream)  # type: ignore[arg-type]
+        # One task a connection, not one a request (see ._idle).
+        self._idle = IdleTimer(
+            config.keep_alive_timeout, context.terminated, self._initiate_server_close
+        )
+        self.idle_task = self._idle
         self._connection = connection
         self._silent = silent
         self._send_timeout = send_timeout
@@ -244,8 +253,8 @@ class _CountedTCPServer(TCPServer):
         # The peer closed (or the socket did): nothing more can arrive. Left
         # alone, hypercorn keeps an idle connection, descriptor and task, until
         # its keep-alive timer fires (5 s), so attackers who leave would hold
-        # the room's descriptors that long; stopping the timer closes it now.
-        await self.idle_task.stop()
+        # the room's descriptors that long; ending the timer closes it now.
+        self._idle.end()
 
     def _upgrade(self) -> WSStream | None:
         """The WebSocket upgrade this HTTP/1.1 connection carries, if it carries one."""
@@ -277,6 +286,10 @@ class _CountedTCPServer(TCPServer):
             else:
                 self._silent.spoke(self._connection)
         elif isinstance(event, RawData):
+            if not event.data:
+                # The end of a body of known length, say: nothing to write, and
+                # no task switch for it (every answer has one).
+                return
             try:
                 await self._send_raw(event.data)
             except (trio.BusyResourceError, trio.ClosedResourceError):

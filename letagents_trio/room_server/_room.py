@@ -479,8 +479,11 @@ class Room:
 
         First, before it reports started, the room closes every process
         connection its rows say is open but it does not hold: left from before
-        it stopped (a crash, a kill), each becomes a drop at this start, and
-        the gone rules run from there (``StreamRegistry.close_unheld``).
+        it stopped (a graceful stop closes its streams without recording them,
+        a crash or a kill cannot record them), each becomes a drop at this
+        start, and the gone rules run from there
+        (``StreamRegistry.close_unheld``), so a downtime never counts against
+        a process that reconnects. Logged at INFO: it follows every restart.
 
         Cancellation:
             Runs until cancelled; a sweep is synchronous, so cancellation
@@ -488,7 +491,14 @@ class Room:
         """
         closed = self._streams.close_unheld()
         if closed:
-            logger.warning("room start: %d process connection(s) left open are closed", closed)
+            # Routine after any restart (a graceful stop records nothing: its
+            # clients see a drop and reconnect), so information, not a warning.
+            logger.info(
+                "room start: %d process connection(s) open when the room stopped are counted"
+                " as dropped now; their processes reconnect, and names pass only from those"
+                " that do not",
+                closed,
+            )
         async with trio.open_nursery() as nursery:
             await nursery.start(self.work.wakes.run)
             task_status.started()

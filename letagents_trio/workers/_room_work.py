@@ -19,7 +19,8 @@ credential.
 
 * :meth:`RoomWork.recent_messages` reads the newest ``limit`` messages by
   paging back from ``GET …/messages?before=latest`` (0 means the whole
-  history, read forward with ``after``), at most :data:`MAX_READ` messages;
+  history), at most :data:`MAX_READ` messages: the newest, so that a history
+  longer than the bound loses its oldest messages, never its newest;
 * :meth:`RoomWork.board` reads ``GET …/tasks`` page after page (``after`` the
   last task), at most :data:`MAX_BOARD_PAGES` pages;
 * :meth:`RoomWork.thread_root` finds the root of a message's thread: the
@@ -28,7 +29,8 @@ credential.
   :data:`MAX_SCAN_PAGES` pages a lookup, :data:`MAX_THREAD_HOPS` hops).
 
 A walk stops early (``truncated``) at its bound, or when a page would not move
-its cursor, so a room that answers ``has_more`` forever costs a bounded time.
+its cursor (the same cursor again, or no record with an id to page from), so a
+room that answers ``has_more`` forever costs a bounded time.
 
 **Presence** (:meth:`RoomWork.sync_presence`, the rules in :mod:`._presence`):
 ``POST …/presence`` for the acting worker, what was sent remembered per room
@@ -142,8 +144,8 @@ def _records(answer: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     return [dict(x) for x in raw if isinstance(x, Mapping)] if isinstance(raw, list) else []
 
 
-def _id(message: Mapping[str, Any] | None) -> str | None:
-    value = None if message is None else message.get("id")
+def _id(message: Mapping[str, Any]) -> str | None:
+    value = message.get("id")
     return value if isinstance(value, str) and value.strip() else None
 
 
@@ -243,15 +245,13 @@ class RoomWork:
 
         Returns:
             ``{"messages": [...], "room_id": ..., "truncated": bool}``; ``truncated``
-            when older messages were left out (``limit`` or :data:`MAX_READ`).
+            when older messages were left out (``limit`` or :data:`MAX_READ`, or a page
+            that leads no further back while the room says older ones remain).
         """
-        if limit <= 0:
-            return await self._history(acting)
-        wanted = min(limit, MAX_READ)
+        wanted = MAX_READ if limit <= 0 else min(limit, MAX_READ)
         collected: list[dict[str, Any]] = []
         before = "latest"
         room_id = acting.room_id
-        truncated = False
         while True:
             query: dict[str, str | int] = {
                 "before": before,
@@ -262,24 +262,15 @@ class RoomWork:
             room_id = str(page.get("room_id") or room_id)
             messages = _records(page, "messages")
             collected[:0] = messages
-            older = bool(page.get("has_older", page.get("has_more")))
-            oldest = _id(messages[0]) if messages else None
-            if not older or oldest is None:
+            if not page.get("has_older", page.get("has_more")):
+                truncated = len(collected) > wanted
                 break
-            if len(collected) >= wanted or oldest == before:
+            oldest = _id(messages[0]) if messages else None
+            if oldest is None or oldest == before or len(collected) >= wanted:
                 truncated = True
                 break
             before = oldest
-        truncated = truncated or len(collected) > wanted
         return {"messages": collected[-wanted:], "room_id": room_id, "truncated": truncated}
-
-    async def _history(self, acting: Acting) -> dict[str, Any]:
-        """The whole history, read forward, at most :data:`MAX_READ` (the newest kept)."""
-        query: dict[str, str | int] = {"limit": PAGE, "include_prompt_only": 1}
-        messages, room_id, truncated = await self._forward(
-            acting, "messages", query, max_pages=MAX_READ, max_items=MAX_READ
-        )
-        return {"messages": messages[-MAX_READ:], "room_id": room_id, "truncated": truncated}
 
     async def _forward(
         self,
@@ -304,10 +295,10 @@ class RoomWork:
             room_id = str(page.get("room_id") or room_id)
             found = _records(page, route)
             items.extend(found)
-            last = _id(found[-1]) if found else None
-            if not page.get("has_more") or last is None:
+            if not page.get("has_more"):
                 return items, room_id, len(items) > max_items
-            if last == after or len(items) >= max_items:
+            last = _id(found[-1]) if found else None
+            if last is None or last == after or len(items) >= max_items:
                 break
             after = last
         return items, room_id, True

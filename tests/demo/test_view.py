@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import trio
 from rich.console import Console, RenderableType
 
@@ -233,12 +234,67 @@ def test_summary_table_shows_each_session_and_its_exit() -> None:
     assert "Summary: every session held" in text
     [aspen] = [line for line in text.splitlines() if "Aspen" in line]
     assert aspen.split() == [
-        "Aspen", "process", "1", "01234567", "dropped", "2", "2", "exit", "announced", "42",
-        "ms", "yes",
+        "Aspen", "process", "1", "01234567", "dropped", "2", "2", "exit", "recorded,", "42", "ms",
     ]  # fmt: skip
     [birch] = [line for line in text.splitlines() if "Birch" in line]
-    assert birch.split()[-5:] == ["no", "longer", "ours", "—", "—"]
+    assert birch.split()[-4:] == ["2", "no", "longer", "ours"]
     assert "none" in birch  # no finished attempt
+
+
+# The demo's sessions at their widest: a codename, three outcomes, every kind of ending.
+DEMO_LIKE = (
+    _summary(),
+    _summary(name="Birch", attempts={"dropped": 2, "refused": 1}, reconnects=1,
+             how_it_ended="no longer ours", announce_after=None, recorded=None),
+    _summary(name="Cedar", attempts={"dropped": 1, "ended": 1}, reconnects=1,
+             how_it_ended="ended by the room", announce_after=None, recorded=None),
+    _summary(name="Birch", process="rival", attempts={}, reconnects=0),
+    _summary(name="CedarBrook", attempts={}, reconnects=0, announce_after=1.509, recorded=False),
+    _summary(name="Juniper", process="process 2", attempts={}, reconnects=0, recorded=None),
+)  # fmt: skip
+
+
+def _summary_at(width: int) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None)
+    print_summary(console, _report(*DEMO_LIKE))
+    return out.getvalue()
+
+
+def test_the_summary_is_a_table_that_fits_80_columns_unwrapped() -> None:
+    """Issue 42: on an 80-column terminal no line is wider, no cell cut or wrapped."""
+    text = _summary_at(80)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert "…" not in text
+    header = next(line for line in lines if line.startswith("worker"))
+    assert header.split() == ["worker", "process", "session", "attempts", "reopened", "how",
+                              "it", "ended"]  # fmt: skip
+    rows = {
+        line.split()[0] + " " + line.split()[2]: line.split()
+        for line in lines
+        if line.split() and line.split()[0] in {"Aspen", "Birch", "Cedar", "CedarBrook", "Juniper"}
+    }
+    assert rows["CedarBrook 1"][-5:] == ["exit", "not", "recorded,", "1509", "ms"]
+    assert rows["Cedar 1"][-4:] == ["ended", "by", "the", "room"]
+    assert rows["Juniper 2"][-5:] == ["0", "exit", "unanswered,", "42", "ms"]
+    assert "refused 1" in text  # an outcome a line, under the row's first
+    assert "ended 1" in text
+
+
+@pytest.mark.parametrize("width", [79, 60, 40])
+def test_a_narrower_terminal_gets_a_paragraph_a_session_with_everything(width: int) -> None:
+    """Issue 42: below the table's width, nothing is cut: each session in words, wrapped."""
+    text = _summary_at(width)
+    assert max(map(len, text.splitlines())) <= width
+    assert "…" not in text
+    flat = " ".join(text.split())
+    assert "- CedarBrook (process 1, session 01234567): attempts none; reopened 0;" in flat
+    assert "exit not recorded, 1509 ms" in flat
+    birch = "- Birch (process 1, session 01234567): attempts dropped 2, refused 1; reopened 1;"
+    assert birch in flat
+    assert "no longer ours" in flat
+    assert "- Juniper (process 2, session 01234567): attempts none; reopened 0;" in flat
 
 
 def test_print_summary_lists_the_steps_and_says_when_interrupted() -> None:

@@ -204,6 +204,10 @@ async def test_the_command_plays_to_its_end_and_prints_the_summary() -> None:
     ):
         assert f"step {number} {title}: ok" in stdout
     assert "asking for 'Juniper' got 'Juniper'" in stdout
+    # The restart's closing of the connections the room had is routine: no
+    # unexplained WARNING, the story says it (issue 42).
+    assert "WARNING" not in stdout
+    assert "counts the connections it had as dropped" in stdout
 
 
 @pytest.mark.parametrize(

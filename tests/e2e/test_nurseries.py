@@ -121,3 +121,47 @@ async def test_a_refused_token_is_one_line_not_a_traceback(room: RunningRoom) ->
     (error,) = [line for line in errors.splitlines() if line.startswith("error: ")]
     assert error.startswith("error: Could not verify your LetAgents account"), errors
     assert "HTTP 401" in error
+
+
+async def test_the_mcp_host_stops_on_sigterm_and_announces_its_exit() -> None:
+    """Issue 42: SIGTERM cancels the host's own scope; leaving it closes the server."""
+    ended = await signal_when(
+        [sys.executable, "-u", str(NURSERIES / "mcp_host.py"), "--hold"],
+        lambda output: b"host: holding the session until stopped\n" in output,
+        signal.SIGTERM,
+        budget=60,
+    )
+    assert ended.status == 0, ended.errors
+    assert ended.output.splitlines()[-4:] == [
+        "host: holding the session until stopped",
+        "SIGTERM: stopping",
+        "host: closing the session (like closing the server's stdin)",
+        "room: exit announced for Juniper's session (recorded)",
+    ]
+    # Building the server in-process left the host's logging alone: no INFO lines.
+    assert ended.errors == ""
+
+
+async def test_the_mock_clock_timeline_stops_on_sigterm_where_it_is() -> None:
+    """Issue 42: held at 25 s of trio time (the clock still), SIGTERM stops the process
+    there and the exit is announced and recorded at 25 s."""
+    ended = await signal_when(
+        [sys.executable, "-u", str(NURSERIES / "mock_clock_timeline.py"), "--hold"],
+        lambda output: b"holding at 25 s of trio time until stopped\n" in output,
+        signal.SIGTERM,
+        budget=60,
+    )
+    assert ended.status == 0, ended.errors
+    lines = ended.output.splitlines()
+    assert lines[:3] == [
+        "holding at 25 s of trio time until stopped",
+        "SIGTERM: stopping at 25 s",
+        "timeline of Juniper's process connection (seconds of trio time)",
+    ]
+    expected = (NURSERIES / "mock_clock_timeline.txt").read_text().splitlines()
+    assert lines[3:-3] == expected[1:9]  # the story up to 25 s, unchanged
+    assert [line.split() for line in lines[-3:]] == [
+        ["25.0", "stopped", "process", "exit"],
+        ["25.0", "exit", "recorded,", "naming", "#2"],
+        ["the", "room", "recorded", "the", "exit", "at", "25", "s:", "True"],
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -216,3 +217,22 @@ def test_read_config_still_raises_what_the_node_server_refuses() -> None:
 
     with pytest.raises(NodeRefusal, match="requires an explicit LETAGENTS_API_URL"):
         read_config({"LETAGENTS_API_URL": "not a url", "LETAGENTS_AGENT_SESSION_BEARER": "b"})
+
+
+def test_building_the_server_leaves_the_programs_logging_alone(tmp_path: Path) -> None:
+    """Issue 42: the SDK's server configures the root logger (a rich handler at
+    INFO); a host building ours in-process keeps its own logging, configured or not.
+    A fresh interpreter, so that nothing (pytest included) configured it before."""
+    program = (
+        "import logging, pathlib;"
+        "from letagents_trio.mcp_server import ServerConfig, create_server;"
+        f"tmp = pathlib.Path({str(tmp_path)!r});"
+        "create_server(ServerConfig(api_url='http://127.0.0.1:9', token='t',"
+        " state_path=tmp / 's.json', chat_storage_settings_path=tmp / 'c.json'));"
+        "root = logging.getLogger();"
+        "print(root.level, root.handlers)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == [str(logging.WARNING), "[]"], done.stderr

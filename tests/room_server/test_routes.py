@@ -113,3 +113,32 @@ async def test_a_missing_route_says_so_as_the_node_client_reads_it(
     error = r.json()["error"]
     assert error == f"Cannot {method} {path.split('?')[0]}"
     assert NODE_MISSING_ROUTE.search(error)
+
+
+def _sample_paths(pattern: str) -> list[str]:
+    """Paths the pattern matches, with parameters that look like other routes' literals."""
+    paths = []
+    for room, value in (("r", "x"), ("owner/repo", "exit"), ("a/b/c", "process")):
+        paths.append(pattern.replace("{room+}", room).replace("{", "").replace("}", ""))
+        path = pattern.replace("{room+}", room)
+        paths.append(re.sub(r"\{[a-z]+\}", value, path))
+    return paths
+
+
+def test_the_index_finds_the_route_a_full_scan_finds_for_every_path() -> None:
+    """Only the routes whose last segment fits are tried, in the table's order: the
+    same route wins as trying every route, for every route's paths and tricky others
+    (``/rooms/r/reasoning-sessions/reasoning`` fits two patterns: the first wins)."""
+    from letagents_trio.room_server import MemoryStore, Room
+    from letagents_trio.room_server._app import _RouteIndex, _routes
+
+    routes = _routes(Room(store=MemoryStore()))
+    index = _RouteIndex(routes)
+    paths = [p for r in routes for p in _sample_paths(r.path)]
+    paths += ["/", "/rooms/r/tasks/exit", "/rooms/r/tasks/exit/x", "/nowhere", "/rooms/r"]
+    for path in paths:
+        segments = path[1:].split("/")
+        scanned = [r for r in routes if r.match(segments) is not None]
+        indexed = [r for r in index.of(segments) if r.match(segments) is not None]
+        assert indexed[:1] == scanned[:1], path
+    assert len(index.of(["rooms", "r", "agent-sessions", "s", "process", "exit"])) <= 4
