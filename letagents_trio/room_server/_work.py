@@ -98,14 +98,13 @@ class RoomWork:
             wake_min_lead_ms: the least time ahead a wake timer may be.
         """
         messages = MessageBoard(store, clock, accounts, poll_max_ms=poll_max_ms)
-        tasks = TaskBoard(store, clock, accounts, reachable)
+        record = RecordBoard(store, clock, accounts)
+        governance = BoardGovernance(store, clock, accounts, messages, record)
+        tasks = TaskBoard(store, clock, accounts, reachable, BoardHooks(governance, record))
         wakes = WakeBoard(store, clock, accounts, messages, min_lead_ms=wake_min_lead_ms)
         tasks.status_changed.append(wakes.task_changed)
         agent_work = AgentWorkBoard(store, clock, accounts)
         messages.attachments.append(agent_work.attachments)
-        record = RecordBoard(store, clock, accounts)
-        governance = BoardGovernance(store, clock, accounts, messages, record)
-        tasks.hooks = BoardHooks(governance, record)
         decisions = IntentDecisions(store, clock, accounts, record, governance)
         decisions.status_changed = tasks.status_changed
         return cls(

@@ -229,3 +229,27 @@ async def announce_exit(client: httpx2.AsyncClient, session: dict[str, Any]) -> 
     assert r.status_code == 200
     recorded: bool = r.json()["recorded"]
     return recorded
+
+
+async def patch_task(
+    client: httpx2.AsyncClient,
+    headers: dict[str, str],
+    task_id: str,
+    *,
+    room: str = ROOM,
+    **body: Any,
+) -> httpx2.Response:
+    """``PATCH`` a task of the room with ``body``, as ``headers`` say who."""
+    return await client.patch(f"/rooms/{room}/tasks/{task_id}", json=body, headers=headers)
+
+
+async def disconnect(client: httpx2.AsyncClient, session: dict[str, Any]) -> None:
+    """End a session as its worker does when it leaves the room."""
+    r = await client.post(
+        f"/rooms/{ROOM}/agent-sessions/{session['session_id']}/disconnect",
+        json={
+            "agent_session_id": session["session_id"],
+            "agent_session_token": session["session_token"],
+        },
+    )
+    assert r.status_code == 200, r.text

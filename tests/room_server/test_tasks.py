@@ -16,7 +16,11 @@ from letagents_trio.room_server._auth._accounts import Actor
 from letagents_trio.room_server._board._tasks import (
     ADMIN_TEXT,
     TASK_STATUSES,
+    TEXT_NOT_YOURS_CODE,
+    TEXT_NOT_YOURS_TEXT,
     VALID_TRANSITIONS,
+    Coordination,
+    Mutation,
     classify,
     coordinate,
     invalid_transition_text,
@@ -24,6 +28,7 @@ from letagents_trio.room_server._board._tasks import (
     parse_patch,
     parse_task_number,
     resolve_assignment,
+    text_edit,
 )
 from letagents_trio.room_server._messaging._citations import (
     INVALID_SOURCE_TEXT,
@@ -395,4 +400,30 @@ def test_naming_an_assignee_without_a_key_clears_the_key() -> None:
         "in_progress",
         "A | owner",
         "owner/a",
+    )
+
+
+def test_each_refusal_is_a_decision_not_allowed_with_its_code_and_reason() -> None:
+    work = Mutation(name="task_update")
+    assert coordinate(MINE, Mutation(name="task_update", kind="review"), ME, [LEASE]) == (
+        Coordination(
+            allowed=False,
+            code="coordination_wrong_lease_kind",
+            reason="Mutation task_update requires a review lease, but actor holds work lease tl_1.",
+        )
+    )
+    assert coordinate(MINE, work, OTHER, [LEASE]) == Coordination(
+        allowed=False,
+        code="coordination_wrong_actor",
+        reason="Mutation task_update requires lease tl_1, which belongs to a different agent.",
+    )
+    assert coordinate(MINE, work, OTHER, []) == Coordination(
+        allowed=False,
+        code="coordination_missing_lease",
+        reason="Mutation task_update requires an active work lease.",
+    )
+    closed = attrs.evolve(MINE, status="done", created_by="B")
+    assert text_edit(closed, parse_patch({"title": "x"}), OTHER, []) == Coordination(allowed=True)
+    assert text_edit(closed, parse_patch({"title": "x"}), ME, []) == Coordination(
+        allowed=False, code=TEXT_NOT_YOURS_CODE, reason=TEXT_NOT_YOURS_TEXT
     )

@@ -17,10 +17,10 @@ A task is answered with its active leases (``active_leases``). Callers are
 room's admins as people. Each call reads, decides with the pure rules and
 writes with no ``await`` in between, so it is atomic (see :mod:`.._room`).
 
-In a governed room each write first passes its :class:`~._hooks.BoardHooks`
-(an agent's approved board intent, a move's workflow artifacts), and the
-atomic write then also uses the intent and adds the change to the room's
-record (:mod:`._hooks`).
+Each write first passes the board's :class:`~._hooks.BoardHooks` (in a
+governed room an agent's approved board intent; a move's workflow artifacts),
+and the atomic write then also uses the intent and adds the change to the
+room's record (:mod:`._hooks`).
 
 It also keeps the two lease facts the rest of the room needs: which leases a
 new registration adopts (§7.3) and which work leases a session holds (§7.5).
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from .._clock import RoomClock
     from .._storage._rows import SessionRow
     from .._storage._store import RoomStore
-    from ._hooks import BoardHooks, Prepared
+    from ._hooks import BoardHooks
 
 __all__ = ["REVIEW_WORKER_TEXT", "TaskBoard"]
 
@@ -111,15 +111,14 @@ class TaskBoard:
         reachable: whether a session can be reached in its room now (a held
             process stream or a delivery connection): a handoff needs its target
             reachable.
-        hooks: the governance and record steps of each write (:mod:`._hooks`);
-            none, a board without them.
+        hooks: the governance and record steps of each write (:mod:`._hooks`).
     """
 
     store: RoomStore
     clock: RoomClock
     accounts: Accounts
     reachable: Callable[[str], bool]
-    hooks: BoardHooks | None = None
+    hooks: BoardHooks
     # Told of each task whose status the board changed, right after it is written.
     status_changed: list[Callable[[TaskRow], None]] = attrs.field(init=False, factory=list)
 
@@ -199,7 +198,7 @@ class TaskBoard:
             actor = self.accounts.actor(room_id, creds, ADMIN_TEXT)
             new = parse_new_task(body, actor.label)
             check_source(self.store, room_id, new.source_message_id)
-            prepared = None if self.hooks is None else self.hooks.create(room_id, actor, body, new)
+            prepared = self.hooks.create(room_id, actor, body, new)
         except Refusal as refusal:
             return refusal.reply
         now = self.clock.now_ms()
@@ -215,14 +214,8 @@ class TaskBoard:
                     updated_at=now,
                 )
             )
-            self._written(prepared, None, task, actor)
+            self.hooks.written(prepared, None, task, actor)
         return Reply(status=201, body=task_json(task))
-
-    def _written(
-        self, prepared: Prepared | None, before: TaskRow | None, after: TaskRow, actor: Actor
-    ) -> None:
-        if self.hooks is not None and prepared is not None:
-            self.hooks.written(prepared, before, after, actor)
 
     def patch(
         self, room_id: str, task_id: str, creds: Credentials, body: Mapping[str, Any]
@@ -236,10 +229,8 @@ class TaskBoard:
             if claims_self and not patch.names_assignee_key:
                 patch = attrs.evolve(patch, assignee_agent_key=actor.agent_key)
             leases = self._leases_of(room_id, now).get(task.task_id, [])
-            prepared = (
-                None if self.hooks is None else self.hooks.patch(room_id, actor, task, patch, body)
-            )
-            approved = prepared is not None and prepared.intent is not None
+            prepared = self.hooks.patch(room_id, actor, task, patch, body)
+            approved = prepared.intent is not None
             take_lease = self._check_patch(task, patch, actor, leases, approved=approved)
         except Refusal as refusal:
             return refusal.reply
@@ -264,7 +255,7 @@ class TaskBoard:
                         self.store.put_lease(
                             attrs.evolve(lease, pr_url=patch.pr_url, updated_at=now)
                         )
-            self._written(prepared, task, updated, actor)
+            self.hooks.written(prepared, task, updated, actor)
         self._moved(task, updated)
         return Reply(status=200, body=self._json(updated, self._leases_of(room_id, now)))
 
@@ -332,11 +323,7 @@ class TaskBoard:
                 target = choose_target(
                     action, task, self.store.room_sessions(room_id), self.reachable
                 )
-            prepared = (
-                None
-                if self.hooks is None
-                else self.hooks.lease(room_id, actor, task, lease, action, body)
-            )
+            prepared = self.hooks.lease(room_id, actor, task, lease, action, body)
         except Refusal as refusal:
             return refusal.reply
         released, updated, new_lease = self._act(task, lease, action, actor, target, now)
@@ -345,7 +332,7 @@ class TaskBoard:
             self.store.put_task(updated)
             if new_lease is not None:
                 self.store.put_lease(new_lease)
-            self._written(prepared, task, updated, actor)
+            self.hooks.written(prepared, task, updated, actor)
         self._moved(task, updated)
         body_out = {
             "room_id": room_id,

@@ -272,17 +272,23 @@ def _person_field(body: Mapping[str, Any], key: str) -> object:
     return value.strip() or None
 
 
+def _text_or_none(body: Mapping[str, Any], key: str) -> str | None:
+    """A field that is a string or absent (``null``: absent); anything else refused 400."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        refuse(400, UPDATE_FAILED_TEXT)
+    return value
+
+
 def parse_patch(body: Mapping[str, Any]) -> TaskPatch:
     """Check a ``PATCH …/tasks/{t}`` body, or refuse 400."""
-    status = body.get("status")
-    pr_url = body.get("pr_url")
     return TaskPatch(
         title=_title(body["title"]) if "title" in body else None,
         description=_description(body["description"]) if "description" in body else None,
-        status=status if isinstance(status, str) else None,
+        status=_text_or_none(body, "status"),
         assignee=_person_field(body, "assignee"),
         assignee_agent_key=_person_field(body, "assignee_agent_key"),
-        pr_url=pr_url if isinstance(pr_url, str) else None,
+        pr_url=_text_or_none(body, "pr_url"),
     )
 
 
