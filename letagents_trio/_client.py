@@ -289,28 +289,6 @@ class RoomClient:
             f"/agent-sessions/{encode_session_path(session.session_id)}{suffix}"
         )
 
-    def _headers(
-        self, session: AgentSession | None, *, json_body: bool, owner_token: str | None
-    ) -> dict[str, str]:
-        """A request's credential fields, with ``owner_token`` as the caller just asked it."""
-        headers: dict[str, str] = {}
-        if json_body:
-            headers["Content-Type"] = "application/json"
-        if owner_token:
-            headers["Authorization"] = f"Bearer {owner_token}"
-        if session is not None:
-            headers[_protocol.SESSION_ID_HEADER] = session.session_id
-            headers[_protocol.SESSION_TOKEN_HEADER] = session.session_token
-        return headers
-
-    def _secrets(self, session: AgentSession | None, body: object) -> list[str]:
-        secrets = [self._owner_token or ""]
-        if session is not None:
-            secrets.append(session.session_token)
-        if isinstance(body, Mapping):
-            secrets.extend(str(body[k]) for k in _SECRET_KEYS if isinstance(body.get(k), str))
-        return secrets
-
     # --- the process connection ------------------------------------------------
 
     async def start_request(
@@ -338,7 +316,7 @@ class RoomClient:
         Cancellation:
             A checkpoint; cancelled, the connection is closed.
         """
-        fields = self._headers(session, json_body=body is not None, owner_token=self._owner_token)
+        fields = _headers(session, json_body=body is not None, owner_token=self._owner_token)
         if headers:
             fields.update(headers)
         try:
@@ -385,7 +363,7 @@ class RoomClient:
         """
         url = self.session_url(session, "/process/exit")
         body = _exit_body(session, connection_id)
-        fields = self._headers(session, json_body=True, owner_token=self._owner_token)
+        fields = _headers(session, json_body=True, owner_token=self._owner_token)
         try:
             reply = await self._stack.exchange(
                 "POST",
@@ -441,7 +419,7 @@ class RoomClient:
 
         url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
         content = None if json is None else _dumps(json)
-        headers = self._headers(session, json_body=True, owner_token=self._owner_token)
+        headers = _headers(session, json_body=True, owner_token=self._owner_token)
         headers["Accept-Encoding"] = _protocol.IDENTITY_ENCODING
         request = self._http.build_request(method, url, content=content, headers=headers)
         limit = self.call_timeout if bounded else math.inf
@@ -489,11 +467,11 @@ class RoomClient:
                     session,
                     json,
                     owner_token=self._owner_token,
-                    secrets=self._secrets(session, json),
+                    secrets=_secrets(self._owner_token, session, json),
                 )
             raise ApiError(
                 status,
-                redact(text, self._secrets(session, json)),
+                redact(text, _secrets(self._owner_token, session, json)),
                 retry_after=_retry_after(retry_after),
             )
         if not text.strip():
@@ -534,6 +512,31 @@ class RoomClient:
                 logger.info("room busy on %s %s; retrying in %.1f s", method, path, wait)
                 await trio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _headers(
+    session: AgentSession | None, *, json_body: bool, owner_token: str | None
+) -> dict[str, str]:
+    """A request's credential fields, with ``owner_token`` as the caller just asked it."""
+    headers: dict[str, str] = {}
+    if json_body:
+        headers["Content-Type"] = "application/json"
+    if owner_token:
+        headers["Authorization"] = f"Bearer {owner_token}"
+    if session is not None:
+        headers[_protocol.SESSION_ID_HEADER] = session.session_id
+        headers[_protocol.SESSION_TOKEN_HEADER] = session.session_token
+    return headers
+
+
+def _secrets(owner_token: str | None, session: AgentSession | None, body: object) -> list[str]:
+    """What a refusal's text must not show: the credentials of the call."""
+    secrets = [owner_token or ""]
+    if session is not None:
+        secrets.append(session.session_token)
+    if isinstance(body, Mapping):
+        secrets.extend(str(body[k]) for k in _SECRET_KEYS if isinstance(body.get(k), str))
+    return secrets
 
 
 def _loads(text: str) -> Any:

@@ -218,11 +218,6 @@ class Room:
         """Return the presence evidence of a session row (§7.1)."""
         return evidence_of(row, delivery_connected=self.delivery_connected(row.session_id, now))
 
-    @staticmethod
-    def projection(row: SessionRow) -> dict[str, Any]:
-        """The session JSON the room returns (no token, no bearer)."""
-        return projection(row)
-
     # --- accounts (R1, R2) ----------------------------------------------------------------
 
     def me(self, owner_token: str | None) -> Reply:
@@ -478,12 +473,12 @@ class Room:
         ``nursery.start``.
 
         First, before it reports started, the room closes every process
-        connection its rows say is open but it does not hold: left from before
-        it stopped (a graceful stop closes its streams without recording them,
-        a crash or a kill cannot record them), each becomes a drop at this
-        start, and the gone rules run from there
-        (``StreamRegistry.close_unheld``), so a downtime never counts against
-        a process that reconnects. Logged at INFO: it follows every restart.
+        connection its rows say is open but it does not hold (a graceful stop
+        closes its streams without recording them; a crash cannot record
+        them): each becomes a drop at this start and the gone rules run from
+        there (``StreamRegistry.close_unheld``), so a downtime never counts
+        against a process that reconnects. Logged at INFO, not as a warning:
+        it follows every restart.
 
         Cancellation:
             Runs until cancelled; a sweep is synchronous, so cancellation
@@ -491,8 +486,6 @@ class Room:
         """
         closed = self._streams.close_unheld()
         if closed:
-            # Routine after any restart (a graceful stop records nothing: its
-            # clients see a drop and reconnect), so information, not a warning.
             logger.info(
                 "room start: %d process connection(s) open when the room stopped are counted"
                 " as dropped now; their processes reconnect, and names pass only from those"
