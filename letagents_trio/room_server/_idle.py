@@ -69,13 +69,17 @@ class IdleTimer(TrioSingleTask):
     async def restart(self, task_group: Any, action: Callable[[], Awaitable[None]]) -> None:
         """The connection fell idle: close it after the keep-alive timeout (``action`` unused).
 
+        The first call starts the timer's task in ``task_group`` (hypercorn's
+        public ``spawn``); the deadline set here holds once the task enters
+        its scope, as a cancel scope keeps a deadline set before it is entered.
+
         Cancellation:
-            A checkpoint only the first time (it starts the timer's task).
+            Not a checkpoint (hypercorn's interface is async; this never waits).
         """
         self._idle = True
         if not self._started:
             self._started = True
-            await task_group._nursery.start(self._watch_idle)
+            task_group.spawn(self._watch_idle)
         if self._terminated.is_set():
             self._waiting.cancel(reason="idle while the server stops")
         else:
@@ -94,12 +98,9 @@ class IdleTimer(TrioSingleTask):
         """The connection is over: end the timer's task without closing anything."""
         self._life.cancel(reason="the connection is over")
 
-    async def _watch_idle(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def _watch_idle(self) -> None:
         with self._life:
             with self._waiting:
-                task_status.started()
                 await self._terminated.wait()
                 if not self._idle:
                     # Busy as the server stops: closed once idle (restart cancels the wait).

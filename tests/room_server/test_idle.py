@@ -6,20 +6,28 @@ the timer's task runs in the test's nursery (as in hypercorn's task group).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import trio
 import trio.testing
 
 from letagents_trio.room_server._idle import IdleTimer
 
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
 KEEP_ALIVE = 5.0
 
 
 @attrs.define
 class _Group:
-    """Hypercorn's TaskGroup as the timer sees it: a nursery."""
+    """Hypercorn's TaskGroup as the timer sees it: ``spawn`` starts a task."""
 
-    _nursery: trio.Nursery
+    nursery: trio.Nursery
+
+    def spawn(self, func: Callable[..., Awaitable[object]], *args: object) -> None:
+        self.nursery.start_soon(func, *args)
 
 
 @attrs.define
