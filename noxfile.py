@@ -250,7 +250,13 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/e2e/test_websocket_loopback.py",
     ),
     "_websocket": _WEBSOCKET_TESTS,
-    "_ws_socket": _WEBSOCKET_TESTS,
+    # The socket's exits written at once and its quiet reads of one ping act
+    # only on a real socket: loopback too.
+    "_ws_socket": (
+        *_WEBSOCKET_TESTS,
+        "tests/e2e/test_websocket_loopback.py",
+        "tests/e2e/test_events_at_once.py",
+    ),
     # The room client: its requests, bounds and stacks, and the exits it POSTs.
     "_client": (
         "tests/test_client.py",
