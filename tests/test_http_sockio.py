@@ -6,7 +6,6 @@ peer), bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 
@@ -388,7 +387,9 @@ async def test_loud_after_the_room_reset_the_connection_hands_over_nothing() -> 
                 nursery.start_soon(reader)
                 await trio.testing.wait_all_tasks_blocked()
                 nursery.cancel_scope.cancel(reason="the mark is up, nothing came")
-            theirs.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # A close with a zero linger sends a reset instead of an end.
+            linger = struct.pack("ii", 1, 0)
+            theirs.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER, linger)
             theirs.close()
             await trio.lowlevel.wait_readable(stream.socket)
             assert reads.loud() == b""
