@@ -280,3 +280,57 @@ async def test_a_quiet_read_under_tls_takes_at_its_check_no_more_than_it_asks(
                 assert await reads.read(4, keep=reads.wire_size(len(heartbeat))) == b": he"
             assert reads.heard_at is not None  # found kept at the check
             assert await ours.receive_some() == b"artbeat\n\n"
+
+
+async def test_a_read_asks_for_one_byte_or_more(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"ab")
+            assert await ours.receive_some(1) == b"a"
+            assert await ours.receive_some(1) == b"b"
+            with pytest.raises(ValueError, match=r"^max_bytes must be at least 1$"):
+                await ours.receive_some(0)
+
+
+async def test_a_writer_the_peer_does_not_read_holds_back_neither_reads_nor_leaves_pongs(
+    tmp_path: Path,
+) -> None:
+    """A write stuck on a full socket: records already received are read at once, and
+    ``send_now`` does nothing (0) rather than cut in between that writer's records."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"0123456789")
+            assert await ours.receive_some(4) == b"0123"  # the rest waits, decrypted
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ours.send_all, b"x" * (32 << 20))  # more than the kernel takes
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                with trio.fail_after(1):
+                    assert await ours.receive_some() == b"456789"
+                with trio.testing.assert_no_checkpoints():
+                    assert send_now(ours, b"pong") == 0
+                nursery.cancel_scope.cancel()
+
+
+async def test_the_rest_of_a_record_cut_short_goes_once_before_the_next(tmp_path: Path) -> None:
+    """Once the kernel takes more, ``send_now`` finishes the cut record, then writes its own."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            sent = b""
+            while not ours._unsent:  # fill the socket's buffer: the peer does not read
+                chunk = bytes([len(sent) % 251]) * 60_000
+                assert send_now(ours, chunk) == len(chunk)
+                sent += chunk
+            got = b""
+            async with trio.open_nursery() as nursery:
+
+                async def read_all() -> None:
+                    nonlocal got
+                    while len(got) < len(sent) + 4:
+                        got += await theirs.receive_some()
+
+                nursery.start_soon(read_all)
+                # The peer reads: as the kernel takes more, the rest of the cut
+                # record goes, then the next one.
+                while send_now(ours, b"next") == 0:
+                    await ours.wait_send_all_might_not_block()
+            assert got == sent + b"next"
