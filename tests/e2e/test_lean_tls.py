@@ -334,3 +334,17 @@ async def test_the_rest_of_a_record_cut_short_goes_once_before_the_next(tmp_path
                 while send_now(ours, b"next") == 0:
                     await ours.wait_send_all_might_not_block()
             assert got == sent + b"next"
+
+
+async def test_close_notify_reads_as_the_end_at_once_while_the_socket_stays_open(
+    tmp_path: Path,
+) -> None:
+    """The peer ends TLS but keeps its socket (it waits for our close_notify): the end is now."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(theirs.unwrap)  # close_notify, then waits for ours
+                with trio.fail_after(1):
+                    assert await ours.receive_some() == b""
+                    assert await ours.receive_some() == b""
+                nursery.cancel_scope.cancel()
