@@ -353,23 +353,14 @@ async def test_a_quiet_read_that_finds_nothing_kept_waits_as_a_plain_read() -> N
                 assert not scope.cancelled_caught
 
 
-@linux_only
-async def test_loud_with_nothing_kept_hands_over_nothing_and_lets_every_byte_wake() -> None:
-    async with tcp_pair() as (stream, theirs):
-        reads = QuietReads(stream)
-        got: list[bytes] = []
-        with trio.fail_after(5):
-            async with trio.open_nursery() as nursery:
+def read_quietly(nursery: trio.Nursery, reads: QuietReads, got: list[bytes]) -> None:
+    """Start one read that may keep 50 bytes (for at most 60 s); what it reads goes to ``got``."""
 
-                async def reader() -> None:
-                    with trio.move_on_after(60):
-                        got.append(await reads.read(100, keep=50))
+    async def reader() -> None:
+        with trio.move_on_after(60):
+            got.append(await reads.read(100, keep=50))
 
-                nursery.start_soon(reader)
-                await trio.testing.wait_all_tasks_blocked()
-                assert reads.loud() == b""
-                await theirs.send(b"!")
-        assert got == [b"!"]
+    nursery.start_soon(reader)
 
 
 @linux_only
@@ -379,12 +370,7 @@ async def test_loud_after_the_room_reset_the_connection_hands_over_nothing() -> 
         reads = QuietReads(stream)
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
-
-                async def reader() -> None:
-                    with trio.move_on_after(60):
-                        await reads.read(100, keep=50)
-
-                nursery.start_soon(reader)
+                read_quietly(nursery, reads, [])
                 await trio.testing.wait_all_tasks_blocked()
                 nursery.cancel_scope.cancel(reason="the mark is up, nothing came")
             # A close with a zero linger sends a reset instead of an end.
@@ -396,23 +382,20 @@ async def test_loud_after_the_room_reset_the_connection_hands_over_nothing() -> 
 
 
 @linux_only
-async def test_loud_hands_over_what_was_kept_and_lets_every_byte_wake() -> None:
+@pytest.mark.parametrize("kept", [b"kept", b""], ids=["kept", "nothing-kept"])
+async def test_loud_hands_over_what_was_kept_and_lets_every_byte_wake(kept: bytes) -> None:
     async with tcp_pair() as (stream, theirs):
         reads = QuietReads(stream)
         got: list[bytes] = []
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
-
-                async def reader() -> None:
-                    with trio.move_on_after(60):
-                        got.append(await reads.read(100, keep=50))
-
-                nursery.start_soon(reader)
+                read_quietly(nursery, reads, got)
                 await trio.testing.wait_all_tasks_blocked()
-                await theirs.send(b"kept")
-                await trio.testing.wait_all_tasks_blocked()
-                assert got == []
-                assert reads.loud() == b"kept"
+                if kept:
+                    await theirs.send(kept)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert got == []
+                assert reads.loud() == kept
                 assert reads.loud() == b""  # loud already: nothing more to hand over
                 await theirs.send(b"!")
         assert got == [b"!"]

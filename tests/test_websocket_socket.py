@@ -1468,19 +1468,24 @@ async def test_a_lone_ping_waits_in_the_kernel_for_the_next_and_one_pong_answers
         assert socket._finished
 
 
+def socket_pinging_every(ping_interval: float, stream: trio.abc.Stream) -> ProcessSocket:
+    """A process socket over ``stream`` that pings after ``ping_interval`` of silence."""
+    return ProcessSocket(
+        stream,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=ping_interval,
+        pong_timeout=5.0,
+        max_event_bytes=1024,
+        announce_exit=no_post,
+    )
+
+
 @linux_only
 async def test_the_ping_deadline_counts_from_when_a_kept_ping_arrived() -> None:
     """Kept from 0.1 s and read at the check (2 s), the room's ping re-arms the
     3 s ping deadline to 3.1 s, not 5 s: the client pings as if it had read it at once."""
     async with tcp_pair() as (stream, theirs):
-        socket = ProcessSocket(
-            stream,
-            Connection(ConnectionType.CLIENT),
-            ping_interval=3.0,
-            pong_timeout=5.0,
-            max_event_bytes=1024,
-            announce_exit=no_post,
-        )
+        socket = socket_pinging_every(3.0, stream)
         room = Room(trio.SocketStream(theirs))
         with trio.fail_after(10):
             await room.send(frame(event="open", connection_id="conn-1"))
@@ -1511,14 +1516,7 @@ async def test_the_pong_the_socket_waits_for_is_read_as_it_comes() -> None:
     before the pong deadline, 4 s after it came.
     """
     async with tcp_pair() as (stream, theirs):
-        socket = ProcessSocket(
-            stream,
-            Connection(ConnectionType.CLIENT),
-            ping_interval=0.2,
-            pong_timeout=5.0,
-            max_event_bytes=1024,
-            announce_exit=no_post,
-        )
+        socket = socket_pinging_every(0.2, stream)
         room = Room(trio.SocketStream(theirs))
         heard_again = trio.Event()
         with trio.fail_after(10):

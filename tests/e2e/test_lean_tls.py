@@ -348,3 +348,13 @@ async def test_close_notify_reads_as_the_end_at_once_while_the_socket_stays_open
                     assert await ours.receive_some() == b""
                     assert await ours.receive_some() == b""
                 nursery.cancel_scope.cancel()
+
+
+async def test_the_last_bytes_read_with_close_notify_come_before_the_end(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"last")
+            await theirs.aclose()  # close_notify
+            await trio.testing.wait_all_tasks_blocked(0.05)  # both records arrive
+            assert await ours.receive_some() == b"last"
+            assert await ours.receive_some() == b""
