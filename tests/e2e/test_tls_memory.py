@@ -80,16 +80,16 @@ async def test_an_idle_stream_keeps_no_write_buffer_after_the_servers_tickets(
     port = listener.socket.getsockname()[1]
     ours: list[TLSStream] = []
     theirs: list[trio.SSLStream[trio.SocketStream]] = []
+
+    async def accept() -> None:
+        server = trio.SSLStream(await listener.accept(), server_tls, server_side=True)
+        await server.do_handshake()  # the tickets go with its end
+        theirs.append(server)
+
     with trio.fail_after(30):
         try:
             for _ in range(STREAMS):
                 async with trio.open_nursery() as nursery:
-
-                    async def accept() -> None:
-                        server = trio.SSLStream(await listener.accept(), server_tls, server_side=True)
-                        await server.do_handshake()  # the tickets go with its end
-                        theirs.append(server)
-
                     nursery.start_soon(accept)
                     raw = await trio.open_tcp_stream("127.0.0.1", port)
                     ours.append(await open_tls(raw, client_tls, "127.0.0.1"))
