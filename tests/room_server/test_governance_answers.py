@@ -9,9 +9,11 @@ change to their task makes moot.
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.testing
 
 from letagents_trio.room_server._board._governance import payload_hash
 from letagents_trio.room_server._wire import iso
@@ -19,12 +21,11 @@ from letagents_trio.workers._intent_payloads import create_intent_payload as cre
 from letagents_trio.workers._intent_payloads import lease_intent_payload as lease_payload
 from letagents_trio.workers._intent_payloads import mutation_intent_payload as mutation_payload
 
-from .helpers import ROOM, claimed_task, person_headers, registered, registration, session_headers
+from .helpers import ROOM, person_headers, registered, registration, session_headers
 from .test_board_governance import decide, governed, intend
 
 if TYPE_CHECKING:
     import httpx2
-    import trio.testing
 
     from letagents_trio.room_server import Room
 
@@ -103,8 +104,13 @@ async def test_the_settings_keep_their_creation_and_failover_and_record_each_cha
     )
     got = (await client.get(f"{R}/board-settings", headers=session_headers(a))).json()
     assert got["settings"] == settings
-    recorded = [(e["action"], e["actor"], e["state"]) for e in await events(client, "board_settings")]
-    assert recorded == [("mode_changed", "owner", "intent_required"), ("mode_changed", "owner", "off")]
+    recorded = [
+        (e["action"], e["actor"], e["state"]) for e in await events(client, "board_settings")
+    ]
+    assert recorded == [
+        ("mode_changed", "owner", "intent_required"),
+        ("mode_changed", "owner", "off"),
+    ]
 
 
 async def test_a_manager_is_shown_whole_replaced_and_released_with_its_reasons(
@@ -296,7 +302,9 @@ async def test_an_approval_is_refused_for_another_action_worker_or_manager(
     r = await client.request("DELETE", f"{R}/board-managers/active", headers=person_headers())
     assert r.status_code == 200
     r = await client.patch(
-        f"{R}/tasks/{task_id}", json={**cancel, "board_approval_token": " "}, headers=session_headers(a)
+        f"{R}/tasks/{task_id}",
+        json={**cancel, "board_approval_token": " "},
+        headers=session_headers(a),
     )
     assert (r.status_code, r.json()) == (
         409,
@@ -363,3 +371,221 @@ async def test_an_expired_intent_says_whether_its_approval_or_itself_expired(
             409,
             denial("board_intent_expired", f"Board intent {intent['id']} {what} expired."),
         )
+
+
+async def test_a_payloads_hash_is_sha256_of_its_canonical_json(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """Keys sorted, no spaces, text as UTF-8 (not escaped): the letagents API's digest."""
+    a, _ = await governed(client)
+    intent = await intend(client, a, "task_create", create_payload("Café", None, None))
+    canonical = '{"description":null,"source_message_id":null,"title":"Café"}'
+    assert intent["payload_hash"] == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+async def test_a_tokens_and_a_payloads_refusals_are_whole(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a, b = await governed(client)
+    task_id = await new_task(client)
+    close = await intend(
+        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
+    )
+    token = (await decide(client, b, close["id"])).json()["approval_token"]
+    body = {"status": "cancelled", "board_intent_id": close["id"], "board_approval_token": "bad"}
+    r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()) == (
+        409,
+        denial("board_intent_token_invalid", "Board intent approval token is invalid."),
+    )
+    body = {**body, "status": "done", "board_approval_token": token}
+    r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()) == (
+        409,
+        denial(
+            "board_intent_payload_mismatch",
+            "Board intent approval does not match this action payload.",
+        ),
+    )
+
+
+async def test_an_approved_reopen_lets_an_agent_reopen_a_closed_task(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a, b = await governed(client)
+    task_id = await new_task(client, "cancelled")
+    reopen = {"status": "accepted"}
+    r = await client.patch(f"{R}/tasks/{task_id}", json=reopen, headers=session_headers(a))
+    assert r.json()["code"] == "board_intent_required"
+    intent = await intend(
+        client, a, "task_override", mutation_payload(task_id, status="accepted"), task_id=task_id
+    )
+    assert (await decide(client, b, intent["id"])).status_code == 200
+    body = {**reopen, "board_intent_id": intent["id"]}
+    r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()["status"]) == (200, "accepted"), r.text
+
+
+async def test_an_approval_given_before_its_task_existed_is_carried_out(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """The approval kept no state of a task that did not exist: nothing to have changed."""
+    a, b = await governed(client)
+    close = await intend(
+        client, a, "task_close", mutation_payload("task_1", status="cancelled"), task_id="task_1"
+    )
+    assert (await decide(client, b, close["id"])).status_code == 200
+    task_id = await new_task(client, "proposed")
+    assert task_id == "task_1"
+    body = {"status": "cancelled", "board_intent_id": close["id"]}
+    r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=session_headers(a))
+    assert (r.status_code, r.json()["status"]) == (200, "cancelled"), r.text
+
+
+async def test_a_decided_intent_never_expires_and_an_expiry_is_stamped_when_seen(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a, b = await governed(client)
+    denied = await intend(client, a, "task_create", create_payload("d", None, None))
+    assert (await decide(client, b, denied["id"], "deny")).status_code == 200
+    pending = await intend(client, a, "task_create", create_payload("p", None, None))
+    await trio.sleep(24 * 60 * 60 + 7)
+    seen = iso(room.clock.now_ms())
+    listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()["intents"]
+    assert [(i["id"], i["status"]) for i in listed] == [
+        (denied["id"], "denied"),
+        (pending["id"], "expired"),
+    ]
+    assert listed[1]["updated_at"] == seen
+
+
+def _states(listed: list[dict[str, Any]]) -> dict[str, tuple[str, str | None]]:
+    return {i["id"]: (i["status"], i["decision_reason"]) for i in listed}
+
+
+async def test_a_claim_stays_open_while_its_task_is_accepted_or_its_proposers(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a, b = await governed(client)
+    c = await registered(client, registration(name="C"))
+    task_id = await new_task(client, "proposed")
+
+    def claim_of(who: dict[str, Any]) -> dict[str, Any]:
+        return mutation_payload(
+            task_id,
+            status="assigned",
+            assignee=who["actor_label"],
+            assignee_agent_key=who["agent_key"],
+        )
+
+    own = await intend(client, a, "task_claim", claim_of(a), task_id=task_id)
+    other = await intend(client, c, "task_claim", claim_of(c), task_id=task_id)
+    close = await intend(
+        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
+    )
+    assert (await decide(client, b, close["id"])).status_code == 200
+
+    async def move(**body: Any) -> dict[str, tuple[str, str | None]]:
+        r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=person_headers())
+        assert r.status_code == 200, r.text
+        got = await client.get(f"{R}/board-intents", headers=person_headers())
+        return _states(got.json()["intents"])
+
+    states = await move(status="accepted")
+    assert (states[own["id"]], states[other["id"]]) == (("pending", None), ("pending", None))
+    assert states[close["id"]] == (
+        "superseded",
+        f"Superseded: {task_id} moved to accepted after {b['actor_label']} approved it.",
+    )
+    states = await move(
+        status="assigned", assignee=a["actor_label"], assignee_agent_key=a["agent_key"]
+    )
+    assert states[own["id"]] == ("pending", None)
+    assert states[other["id"]] == ("superseded", f"Superseded: {task_id} moved to assigned.")
+    # An approved move is kept across an edit that changes neither status nor assignee.
+    back = await intend(
+        client, a, "task_update", mutation_payload(task_id, status="proposed"), task_id=task_id
+    )
+    assert (await decide(client, b, back["id"])).status_code == 200
+    states = await move(title="Renamed")
+    assert states[back["id"]] == ("approved", None)
+
+
+async def test_a_move_supersedes_the_pending_moves_it_reached_or_passed(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """The letagents API's rules: a move is moot once its task reached or passed its status;
+    from a closed status, once the task can no longer take that step; a reopen, once the
+    task is accepted; a lease action, once the lease it names is no longer the work lease."""
+    a, b = await governed(client)
+    task_id = await new_task(client)
+
+    async def intent(action: str, payload: dict[str, Any]) -> str:
+        made = await intend(client, a, action, payload, task_id=task_id)
+        return str(made["id"])
+
+    def to(status: str | None) -> dict[str, Any]:
+        return mutation_payload(task_id, status=status)
+
+    done = await intent("task_close", to("done"))
+    cancel = await intent("task_close", to("cancelled"))
+    reopen = await intent("task_override", to("accepted"))
+    progress = await intent("task_update", to("in_progress"))
+    blocked = await intent("task_update", to("blocked"))
+    aimless = await intent("task_close", to(None))
+    # A creation names no task to be superseded by, whatever its payload holds.
+    create = await intent("task_create", {"title": "c", "task_id": task_id, "status": "assigned"})
+
+    async def states() -> dict[str, tuple[str, str | None]]:
+        got = await client.get(f"{R}/board-intents", headers=person_headers())
+        return _states(got.json()["intents"])
+
+    async def move(who: dict[str, str], **body: Any) -> dict[str, tuple[str, str | None]]:
+        r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=who)
+        assert r.status_code == 200, r.text
+        return await states()
+
+    def moved(status: str) -> tuple[str, str]:
+        return ("superseded", f"Superseded: {task_id} moved to {status}.")
+
+    open_ = ("pending", None)
+    s = await move(
+        person_headers(),
+        status="assigned",
+        assignee=a["actor_label"],
+        assignee_agent_key=a["agent_key"],
+    )
+    assert [s[i] for i in (done, cancel, reopen, progress, blocked, aimless, create)] == [open_] * 7
+    r = await client.patch(
+        f"{R}/tasks/{task_id}", json={"status": "in_progress"}, headers=session_headers(a)
+    )
+    assert r.status_code == 200, r.text
+    (lease,) = r.json()["active_leases"]
+    s = await states()
+    assert s[progress] == moved("in_progress")
+    assert [s[i] for i in (done, cancel, reopen, blocked, aimless, create)] == [open_] * 6
+    named = await intent("task_override", lease_payload(task_id, "release", lease["id"]))
+    stale = await intent("task_override", lease_payload(task_id, "release", "tl_old"))
+    unnamed = await intent("task_override", lease_payload(task_id, "release", None))
+    s = await move(session_headers(a), status="in_review")
+    assert s[blocked] == moved("in_review")
+    assert s[stale] == (
+        "superseded",
+        f"Superseded: the work lease it names is no longer active on {task_id}.",
+    )
+    assert [s[i] for i in (named, unnamed, done, cancel, reopen, aimless)] == [open_] * 6
+    r = await client.post(
+        f"{R}/tasks/{task_id}/review-lease-action",
+        json={"action": "claim"},
+        headers=session_headers(b),
+    )
+    assert r.status_code == 200, r.text
+    s = await move(person_headers(), status="merged")
+    assert s[cancel] == moved("merged")
+    assert [s[i] for i in (done, reopen, aimless, create)] == [open_] * 4
+    s = await move(person_headers(), status="done")
+    assert s[done] == moved("done")
+    assert [s[i] for i in (reopen, aimless, create)] == [open_] * 3
+    s = await move(person_headers(), status="accepted")
+    assert s[reopen] == moved("accepted")
+    assert [s[i] for i in (aimless, create)] == [open_] * 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.testing
 
 from letagents_trio.room_server._board._tasks import ADMIN_TEXT, TASK_NOT_FOUND_TEXT
 from letagents_trio.room_server._wire import iso
@@ -31,7 +32,6 @@ from .helpers import (
 
 if TYPE_CHECKING:
     import httpx2
-    import trio.testing
 
     from letagents_trio.room_server import Room
 
@@ -157,7 +157,7 @@ async def test_review_authority_is_refused_outside_review_to_people_and_to_the_w
     assert (r.status_code, r.json()) == (
         409,
         refusal(
-            f"Cannot assign review authority while task is assigned."
+            "Cannot assign review authority while task is assigned."
             " Move the task to in_review first.",
             "coordination_invalid_task_status",
         ),
@@ -217,8 +217,12 @@ async def test_an_admin_assigns_review_authority_to_a_reachable_worker(
         refusal("target_actor_key is required for review assignment"),
     )
     # B holds no stream: it cannot be reached, so it is no target.
-    r = await review(client, person_headers(), task, action="assign", target_actor_key=b["agent_key"])
-    assert (r.status_code, r.json()["code"]) == (409, "coordination_target_session_unreachable"), r.text
+    r = await review(
+        client, person_headers(), task, action="assign", target_actor_key=b["agent_key"]
+    )
+    assert (r.status_code, r.json()["code"]) == (409, "coordination_target_session_unreachable"), (
+        r.text
+    )
     await nursery.start(hold, client, b)
     r = await review(
         client,
@@ -253,7 +257,9 @@ async def test_an_admin_assigns_review_authority_to_a_reachable_worker(
     )
     # The work holder is no target of an assignment either.
     await nursery.start(hold, client, a)
-    r = await review(client, person_headers(), task, action="assign", target_actor_key=a["agent_key"])
+    r = await review(
+        client, person_headers(), task, action="assign", target_actor_key=a["agent_key"]
+    )
     assert (r.status_code, r.json()["code"]) == (409, "coordination_work_lease_holder")
 
 
@@ -289,7 +295,7 @@ async def test_a_release_by_the_holder_or_an_admin_ends_the_review_lease(
         "updated_at": now,
     }
     assert [x["kind"] for x in answer["task"]["active_leases"]] == ["work"]
-    claimed, released = await events(client, "review_lease")
+    _, released = await events(client, "review_lease")
     assert released == {
         **released,
         "action": "released",
