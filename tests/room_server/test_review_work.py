@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 import trio.testing
 
@@ -513,3 +514,130 @@ async def test_a_verdict_needs_a_canonical_github_pull_request_link(
         assert (r.status_code == 200) is passes, (link, r.text)
         if not passes:
             assert (r.status_code, r.json()) == (409, pr_required), link
+
+
+async def test_review_leases_past_their_time_count_for_nothing(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    """Leases with an expiry (a room's store may hold them): within it they count, past it
+    the reviewer holds nothing: no verdict, no release, a fresh lease when it claims again."""
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    task = await in_review(client, a)
+
+    def expire_in(kind: str, ms: int) -> None:
+        (row,) = [x for x in room.store.active_leases(ROOM) if x.kind == kind]
+        room.store.put_lease(attrs.evolve(row, expires_at=room.clock.now_ms() + ms))
+
+    expire_in("work", 7_200_000)
+    first = (await review(client, session_headers(b), task, action="claim")).json()["lease"]
+    expire_in("review", 3_600_000)
+    assert (await verdict(client, b, task)).status_code == 200
+    await trio.sleep(3_600)
+    r = await verdict(client, b, task, idempotency_key="k2")
+    assert r.json()["code"] == "coordination_review_lease_required"
+    r = await review(client, session_headers(b), task, action="release")
+    assert (r.status_code, r.json()) == (404, refusal("Active review lease not found"))
+    r = await review(client, session_headers(b), task, action="claim")
+    assert r.status_code == 200, r.text
+    fresh = r.json()["lease"]
+    assert fresh["id"] != first["id"]
+    shown = sorted((x["kind"], x["id"]) for x in r.json()["task"]["active_leases"])
+    assert [kind for kind, _ in shown] == ["review", "work"]
+    assert ("review", fresh["id"]) in shown
+    r = await review(client, session_headers(b), task, action="release")
+    assert [x["kind"] for x in r.json()["task"]["active_leases"]] == ["work"]
+
+
+async def test_a_reviewers_lease_on_one_task_is_not_its_lease_on_another(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    first = await in_review(client, a)
+    second = await in_review(client, a)
+    one = (await review(client, session_headers(b), first, action="claim")).json()
+    two = (await review(client, session_headers(b), second, action="claim")).json()
+    assert (two["lease"]["task_id"], two["lease"]["id"] != one["lease"]["id"]) == (second, True)
+    assert {x["task_id"] for x in two["task"]["active_leases"]} == {second}
+
+
+async def test_an_assignment_names_one_of_the_keys_sessions_by_instance(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, nursery: trio.Nursery
+) -> None:
+    a = await registered(client, registration(name="A"))
+    one = await registered(client, registration(instance=worker_id(), actor="owner/shared"))
+    two = await registered(client, registration(instance=worker_id(), actor="owner/shared"))
+    await nursery.start(hold, client, one)
+    await nursery.start(hold, client, two)
+    task = await in_review(client, a)
+    body = {"action": "assign", "target_actor_key": two["agent_key"]}
+    r = await review(client, person_headers(), task, **body)
+    assert (r.status_code, r.json()["code"]) == (409, "coordination_target_session_required")
+    r = await review(
+        client, person_headers(), task, **body, target_actor_instance_id=two["agent_instance_id"]
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["lease"]["agent_session_id"] == two["session_id"]
+
+
+async def test_a_task_in_review_without_a_work_lease_takes_a_reviewer_with_its_pr_link(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """An admin moved it along (no agent ever took its work lease)."""
+    b = await registered(client, registration(name="B"))
+    r = await client.post(f"{R}/tasks", json={"title": "t"}, headers=person_headers())
+    task = r.json()["id"]
+    for step in ({"status": "accepted"}, {"status": "assigned", "assignee": "someone"}):
+        assert (await patch_task(client, person_headers(), task, **step)).status_code == 200
+    r = await patch_task(client, person_headers(), task, status="in_review", pr_url=PR)
+    assert (r.status_code, r.json()["active_leases"]) == (200, []), r.text
+    r = await review(client, session_headers(b), task, action="claim")
+    assert r.status_code == 200, r.text
+    assert (r.json()["lease"]["pr_url"], r.json()["lease"]["branch_ref"]) == (PR, None)
+
+
+async def test_a_review_lease_takes_the_work_leases_pr_link_over_the_tasks(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """The holder linked its PR; an admin then linked another to the task."""
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    task = await in_review(client, a)
+    other = "https://github.com/acme/widgets/pull/8"
+    r = await patch_task(client, person_headers(), task, pr_url=other)
+    assert r.status_code == 200, r.text
+    work = [x for x in r.json()["active_leases"] if x["kind"] == "work"]
+    assert [x["pr_url"] for x in work] == [PR]
+    r = await review(client, session_headers(b), task, action="claim")
+    assert r.json()["lease"]["pr_url"] == PR
+
+
+async def test_texts_are_cut_where_the_room_cuts_them(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """A release's reason at 512 characters; a verdict's body at 2,000 in the record."""
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    task = await in_review(client, a)
+    lease = (await review(client, session_headers(b), task, action="claim")).json()["lease"]
+    body = "b" * 2_001
+    assert (await verdict(client, b, task, body=body)).status_code == 200
+    (event,) = await events(client, "pull_request_review")
+    assert event["metadata"]["body"] == body[:2_000]
+    release = {"action": "release", "lease_id": lease["id"], "reason": "r" * 513}
+    r = await review(client, person_headers(), task, **release)
+    assert r.json()["released_lease"]["revoked_reason"] == "r" * 512
+
+
+async def test_another_accounts_person_submits_no_verdict(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task = await in_review(client, a)
+    r = await client.post(
+        f"{R}/tasks/{task}/review-verdict",
+        json={"verdict": "approve", "idempotency_key": "k", "expected_head_sha": SHA},
+        headers=person_headers(OTHER_PERSON_TOKEN),
+    )
+    assert (r.status_code, r.json()) == (403, refusal(ADMIN_TEXT))
