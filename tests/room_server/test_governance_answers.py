@@ -589,3 +589,49 @@ async def test_a_move_supersedes_the_pending_moves_it_reached_or_passed(
     s = await move(person_headers(), status="accepted")
     assert s[reopen] == moved("accepted")
     assert [s[i] for i in (aimless, create)] == [open_] * 2
+
+
+async def test_a_used_intent_names_its_task_and_a_superseded_one_is_recorded(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """An intent registered without a task id takes the task it was used on."""
+    a, b = await governed(client)
+    task_id = await new_task(client)
+    close = await intend(client, a, "task_close", mutation_payload(task_id, status="cancelled"))
+    moot = await intend(client, a, "task_close", mutation_payload(task_id, status="done"))
+    assert close["task_id"] is None
+    assert (await decide(client, b, close["id"])).status_code == 200
+    body = {"status": "cancelled", "board_intent_id": close["id"]}
+    r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=session_headers(a))
+    assert r.status_code == 200, r.text
+    listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()["intents"]
+    assert [(i["id"], i["status"], i["task_id"]) for i in listed] == [
+        (close["id"], "used", task_id),
+        (moot["id"], "superseded", None),
+    ]
+    recorded = [e for e in await events(client, "board_intent") if e["action"] == "superseded"]
+    reason = f"Superseded: {task_id} moved to cancelled."
+    assert [
+        (e["object_id"], e["actor"], e["state"], e["linked_task_id"], e["metadata"])
+        for e in recorded
+    ] == [(moot["id"], "LetAgents", "superseded", task_id, {"reason": reason})]
+
+
+async def test_a_decisions_and_a_releases_reasons_are_cut_at_2000_characters(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a, _ = await governed(client)
+    intent = await intend(client, a, "task_create", create_payload("x", None, None))
+    r = await client.post(
+        f"{R}/board-intents/{intent['id']}/deny",
+        json={"reason": "d" * 2001},
+        headers=person_headers(),
+    )
+    assert r.json()["intent"]["decision_reason"] == "d" * 2000
+    r = await client.request(
+        "DELETE",
+        f"{R}/board-managers/active",
+        json={"reason": "r" * 2001},
+        headers=person_headers(),
+    )
+    assert r.json()["manager"]["release_reason"] == "r" * 2000
