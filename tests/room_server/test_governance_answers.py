@@ -21,7 +21,7 @@ from letagents_trio.workers._intent_payloads import create_intent_payload as cre
 from letagents_trio.workers._intent_payloads import lease_intent_payload as lease_payload
 from letagents_trio.workers._intent_payloads import mutation_intent_payload as mutation_payload
 
-from .helpers import ROOM, person_headers, registered, registration, session_headers
+from .helpers import ROOM, disconnect, person_headers, registered, registration, session_headers
 from .test_board_governance import decide, governed, intend
 
 if TYPE_CHECKING:
@@ -592,15 +592,21 @@ async def test_a_move_supersedes_the_pending_moves_it_reached_or_passed(
 
 
 async def test_a_used_intent_names_its_task_and_a_superseded_one_is_recorded(
-    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
     """An intent registered without a task id takes the task it was used on."""
     a, b = await governed(client)
     task_id = await new_task(client)
+    elsewhere = await new_task(client)
     close = await intend(client, a, "task_close", mutation_payload(task_id, status="cancelled"))
     moot = await intend(client, a, "task_close", mutation_payload(task_id, status="done"))
+    denied = await intend(client, a, "task_update", mutation_payload(task_id, status="done"))
+    other = await intend(client, a, "task_close", mutation_payload(elsewhere, status="done"))
     assert close["task_id"] is None
     assert (await decide(client, b, close["id"])).status_code == 200
+    assert (await decide(client, b, denied["id"], "deny")).status_code == 200
+    await trio.sleep(5)
+    now = iso(room.clock.now_ms())
     body = {"status": "cancelled", "board_intent_id": close["id"]}
     r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=session_headers(a))
     assert r.status_code == 200, r.text
@@ -608,7 +614,15 @@ async def test_a_used_intent_names_its_task_and_a_superseded_one_is_recorded(
     assert [(i["id"], i["status"], i["task_id"]) for i in listed] == [
         (close["id"], "used", task_id),
         (moot["id"], "superseded", None),
+        (denied["id"], "denied", None),
+        (other["id"], "pending", None),
     ]
+    assert listed[0]["updated_at"] == now
+    assert (listed[1]["decision_by"], listed[1]["decided_at"], listed[1]["updated_at"]) == (
+        "LetAgents",
+        now,
+        now,
+    )
     recorded = [e for e in await events(client, "board_intent") if e["action"] == "superseded"]
     reason = f"Superseded: {task_id} moved to cancelled."
     assert [
@@ -635,3 +649,28 @@ async def test_a_decisions_and_a_releases_reasons_are_cut_at_2000_characters(
         headers=person_headers(),
     )
     assert r.json()["manager"]["release_reason"] == "r" * 2000
+
+
+async def test_a_room_is_governed_by_its_mode_and_a_live_manager(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """``off`` governs nothing; ``manager_optional`` governs while its manager's session
+    lives (an ended session stops counting without anyone releasing it)."""
+    a, b = await governed(client, "manager_optional")
+    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=session_headers(a))
+    assert r.json()["code"] == "board_intent_required"
+    await disconnect(client, b)
+    shown = (await client.get(f"{R}/board-settings", headers=person_headers())).json()
+    assert shown["active_manager"] is None
+    r = await client.post(f"{R}/tasks", json={"title": "y"}, headers=session_headers(a))
+    assert r.status_code == 201, r.text
+    r = await client.patch(
+        f"{R}/board-settings", json={"manager_mode": "intent_required"}, headers=person_headers()
+    )
+    r = await client.post(f"{R}/tasks", json={"title": "z"}, headers=session_headers(a))
+    assert r.json()["code"] == "board_intent_required"
+    r = await client.patch(
+        f"{R}/board-settings", json={"manager_mode": "off"}, headers=person_headers()
+    )
+    r = await client.post(f"{R}/tasks", json={"title": "z"}, headers=session_headers(a))
+    assert r.status_code == 201, r.text
