@@ -80,7 +80,7 @@ async def test_a_registration_refuses_a_bad_action_or_payload(
     autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
 ) -> None:
     a, _ = await governed(client)
-    refused = [
+    refused: list[tuple[dict[str, Any], str]] = [
         ({"action_type": "task_merge", "payload": {}}, "action_type is invalid"),
         ({"payload": {}}, "action_type is invalid"),
         ({"action_type": "task_close", "payload": ["x"]}, "payload must be an object"),
