@@ -406,9 +406,11 @@ async def test_a_token_approval_and_a_denial_answer_and_tell_the_proposer(
         f"{a['actor_label']}: board intent {close['id']} was approved."
         " Continue the exact approved action with board_intent_id."
     )
-    again = (await decide(client, b, close["id"])).json()
+    r = await decide(client, b, close["id"])
+    again = r.json()
+    assert (r.status_code, again["room_id"], again["intent"]) == (200, ROOM, approved)
     assert again["result"] == {"kind": "approval_recorded", "requires_follow_up": True}
-    assert "approval_token" not in again
+    assert set(again) == {"room_id", "intent", "proposer_notification", "result"}
     assert (await decide(client, b, close["id"], "deny")).status_code == 404
     # A denial, with its reason; the notice tells the proposer not to act.
     other = await intend(client, a, "task_close", mutation_payload(task_id, status="done"))
