@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 import trio.testing
 
 from letagents_trio.room_server._board._governance import MANAGER_ONLY_TEXT
 from letagents_trio.room_server._wire import iso
 from letagents_trio.workers._intent_payloads import create_intent_payload as create_payload
+from letagents_trio.workers._intent_payloads import lease_intent_payload as lease_payload
 from letagents_trio.workers._intent_payloads import mutation_intent_payload as mutation_payload
 
 from .helpers import (
@@ -227,9 +229,10 @@ async def test_an_approved_creation_answers_and_records_the_task(
         "Do it",
         source,
     )
-    assert (task["created_by"], task["status"], task["created_at"]) == (
+    assert (task["created_by"], task["status"], task["created_at"], task["updated_at"]) == (
         a["actor_label"],
         "accepted",
+        iso(now),
         iso(now),
     )
     used = answer["intent"]
@@ -247,9 +250,9 @@ async def test_an_approved_creation_answers_and_records_the_task(
         " The approved task was created; read the board for its current state."
     )
     created = [e for e in await events(client, "task") if e["action"] == "created"]
-    assert [(e["object_id"], e["actor"], e["title"], e["state"]) for e in created] == [
-        (task["id"], a["actor_label"], "Ship", "accepted")
-    ]
+    assert [
+        (e["object_id"], e["actor"], e["title"], e["state"], e["linked_task_id"]) for e in created
+    ] == [(task["id"], a["actor_label"], "Ship", "accepted", task["id"])]
     decided = [e for e in await events(client, "board_intent") if e["action"] == "approved"]
     assert [(e["actor"], e["state"], e["linked_task_id"]) for e in decided] == [
         (b["actor_label"], "used", task["id"])
@@ -330,10 +333,11 @@ async def test_a_claim_approval_is_refused_when_it_cannot_be_carried_out(
 
 
 async def test_a_claim_approval_recovers_the_same_workers_assigned_task(
-    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
 ) -> None:
     """The task is already the proposer's: the approval gives it a work lease once, and
-    keeps that lease when approved again."""
+    keeps that lease (within its time) when approved again; an intent naming that lease
+    stays open. An intent registered without a task id takes the task's."""
     a, b = await governed(client)
     task_id = await new_task(client)
     body = {
@@ -346,11 +350,49 @@ async def test_a_claim_approval_recovers_the_same_workers_assigned_task(
     intent = await intend(client, a, "task_claim", claim_payload(task_id, a))
     answer = (await decide(client, b, intent["id"])).json()
     assert answer["result"]["kind"] == "task_claimed", answer
+    assert answer["intent"]["task_id"] == task_id
     (lease,) = answer["result"]["task"]["active_leases"]
     assert lease["agent_session_id"] == a["session_id"]
+    (row,) = room.store.active_leases(ROOM)
+    room.store.put_lease(attrs.evolve(row, expires_at=room.clock.now_ms() + 3_600_000))
+    release = await intend(
+        client, a, "task_override", lease_payload(task_id, "release", lease["id"])
+    )
     again = await intend(client, a, "task_claim", {**claim_payload(task_id, a)})
     kept = (await decide(client, b, again["id"])).json()["result"]["task"]["active_leases"]
     assert [x["id"] for x in kept] == [lease["id"]]
+    listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()
+    assert {i["id"]: i["status"] for i in listed["intents"]}[release["id"]] == "pending"
+
+
+async def test_a_claim_approval_refuses_a_task_assigned_to_another_agent_or_no_task_id(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a, b = await governed(client)
+    c = await registered(client, registration(name="C"))
+    task_id = await new_task(client)
+    body = {
+        "status": "assigned",
+        "assignee": c["actor_label"],
+        "assignee_agent_key": c["agent_key"],
+    }
+    r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=person_headers())
+    assert r.status_code == 200, r.text
+    intent = await intend(client, a, "task_claim", claim_payload(task_id, a))
+    r = await decide(client, b, intent["id"])
+    assert (r.status_code, r.json()) == (
+        409,
+        {
+            "error": "Claim an accepted task, or recover the same worker's assigned task.",
+            "code": CONFLICT,
+        },
+    )
+    numbered = await intend(client, a, "task_claim", {**claim_payload(task_id, a), "task_id": 1})
+    r = await decide(client, b, numbered["id"])
+    assert (r.status_code, r.json()["error"]) == (
+        409,
+        "The claim must name the exact registered proposer and task.",
+    )
 
 
 async def test_a_claim_approval_never_replaces_another_sessions_work_lease(
