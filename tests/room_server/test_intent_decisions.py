@@ -254,9 +254,11 @@ async def test_an_approved_creation_answers_and_records_the_task(
         (e["object_id"], e["actor"], e["title"], e["state"], e["linked_task_id"]) for e in created
     ] == [(task["id"], a["actor_label"], "Ship", "accepted", task["id"])]
     decided = [e for e in await events(client, "board_intent") if e["action"] == "approved"]
-    assert [(e["actor"], e["state"], e["linked_task_id"]) for e in decided] == [
-        (b["actor_label"], "used", task["id"])
+    assert [(e["object_id"], e["actor"], e["state"], e["linked_task_id"]) for e in decided] == [
+        (intent["id"], b["actor_label"], "used", task["id"])
     ]
+    assert decided[0]["metadata"] == {"action_type": "task_create"}
+    assert answer["room_id"] == ROOM
 
 
 async def test_an_approved_claim_gives_the_proposer_the_task_and_a_work_lease(
