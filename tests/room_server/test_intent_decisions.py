@@ -27,6 +27,7 @@ from .helpers import (
     ROOM,
     claimed_task,
     disconnect,
+    owner_headers,
     person_headers,
     registered,
     registration,
@@ -492,3 +493,17 @@ async def test_a_token_approval_and_a_denial_answer_and_tell_the_proposer(
     assert (r.status_code, r.json()) == (404, {"error": "Pending board intent not found"})
     r = await decide(client, None, "x" * 129, "deny")
     assert (r.status_code, r.json()) == (404, {"error": "Pending board intent not found"})
+
+
+async def test_a_session_id_without_its_token_decides_nothing(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """Half a session's credentials is no session, and no admin either."""
+    a, b = await governed(client)
+    intent = await intend(client, a, "task_create", create_payload("x", None, None))
+    headers = {**owner_headers(), "X-LetAgents-Agent-Session-Id": b["session_id"]}
+    for verb in ("approve", "deny"):
+        r = await client.post(f"{R}/board-intents/{intent['id']}/{verb}", json={}, headers=headers)
+        assert r.status_code == 403, r.text
+    listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()["intents"]
+    assert [i["status"] for i in listed] == ["pending"]
