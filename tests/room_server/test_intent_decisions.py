@@ -16,6 +16,7 @@ import attrs
 import trio
 import trio.testing
 
+from letagents_trio.room_server._auth._accounts import OWNER_NOT_PERSON_TEXT
 from letagents_trio.room_server._board._governance import MANAGER_ONLY_TEXT
 from letagents_trio.room_server._wire import iso
 from letagents_trio.workers._intent_payloads import create_intent_payload as create_payload
@@ -507,3 +508,15 @@ async def test_a_session_id_without_its_token_decides_nothing(
         assert r.status_code == 403, r.text
     listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()["intents"]
     assert [i["status"] for i in listed] == ["pending"]
+
+
+async def test_an_owner_token_alone_registers_no_intent(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    """Registering writes: an agent's worker session, or an admin signed in as a person."""
+    await governed(client)
+    body = {"action_type": "task_create", "payload": create_payload("x", None, None)}
+    r = await client.post(f"{R}/board-intents", json=body, headers=owner_headers())
+    assert (r.status_code, r.json()) == (403, {"error": OWNER_NOT_PERSON_TEXT})
+    listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()
+    assert listed["intents"] == []
