@@ -290,9 +290,9 @@ async def test_an_approved_claim_gives_the_proposer_the_task_and_a_work_lease(
     )
     assert (answer["intent"]["status"], answer["intent"]["task_id"]) == ("used", task_id)
     assigned = [e for e in await events(client, "task") if e["action"] == "assigned"]
-    assert [(e["actor"], e["object_id"], e["state"]) for e in assigned] == [
-        (a["actor_label"], task_id, "assigned")
-    ]
+    assert [
+        (e["actor"], e["object_id"], e["state"], e["title"], e["linked_task_id"]) for e in assigned
+    ] == [(a["actor_label"], task_id, "assigned", "x", task_id)]
     # Deciding it again answers it as it stands: nothing left to follow up.
     again = (await decide(client, b, intent["id"])).json()
     assert again["result"] == {"kind": "approval_recorded", "requires_follow_up": False}
