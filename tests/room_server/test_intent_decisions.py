@@ -520,3 +520,15 @@ async def test_an_owner_token_alone_registers_no_intent(
     assert (r.status_code, r.json()) == (403, {"error": OWNER_NOT_PERSON_TEXT})
     listed = (await client.get(f"{R}/board-intents", headers=person_headers())).json()
     assert listed["intents"] == []
+
+
+async def test_an_intent_whose_payload_names_no_task_is_approved_with_a_token(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient
+) -> None:
+    a, b = await governed(client)
+    intent = await intend(client, a, "task_update", {"status": "done"})
+    r = await decide(client, b, intent["id"])
+    assert (r.status_code, r.json()["result"]) == (
+        200,
+        {"kind": "approval_token", "requires_follow_up": True},
+    )
