@@ -36,6 +36,7 @@ from .helpers import (
     worker_id,
 )
 from .test_board_governance import decide, governed, intend
+from .test_governance_answers import events, new_task
 
 if TYPE_CHECKING:
     import httpx2
@@ -44,13 +45,6 @@ if TYPE_CHECKING:
 
 R = f"/rooms/{ROOM}"
 CONFLICT = "board_intent_claim_conflict"
-
-
-async def events(client: httpx2.AsyncClient, event_type: str) -> list[dict[str, Any]]:
-    r = await client.get(f"{R}/events?event_type={event_type}", headers=person_headers())
-    assert r.status_code == 200, r.text
-    found: list[dict[str, Any]] = r.json()["events"]
-    return found
 
 
 async def messages(client: httpx2.AsyncClient, reader: dict[str, Any]) -> list[dict[str, Any]]:
@@ -62,17 +56,6 @@ async def messages(client: httpx2.AsyncClient, reader: dict[str, Any]) -> list[d
 
 async def register(client: httpx2.AsyncClient, who: dict[str, Any], **body: Any) -> httpx2.Response:
     return await client.post(f"{R}/board-intents", json=body, headers=session_headers(who))
-
-
-async def new_task(client: httpx2.AsyncClient, status: str = "accepted") -> str:
-    r = await client.post(f"{R}/tasks", json={"title": "x"}, headers=person_headers())
-    task_id: str = r.json()["id"]
-    if status != "proposed":
-        r = await client.patch(
-            f"{R}/tasks/{task_id}", json={"status": status}, headers=person_headers()
-        )
-        assert r.status_code == 200, r.text
-    return task_id
 
 
 def claim_payload(task_id: str, who: dict[str, Any]) -> dict[str, Any]:

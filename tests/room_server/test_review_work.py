@@ -30,6 +30,7 @@ from .helpers import (
     session_headers,
     worker_id,
 )
+from .test_governance_answers import events
 
 if TYPE_CHECKING:
     import httpx2
@@ -62,13 +63,6 @@ async def verdict(
     return await client.post(
         f"{R}/tasks/{task}/review-verdict", json=fields, headers=session_headers(who)
     )
-
-
-async def events(client: httpx2.AsyncClient, event_type: str) -> list[dict[str, Any]]:
-    r = await client.get(f"{R}/events?event_type={event_type}", headers=person_headers())
-    assert r.status_code == 200, r.text
-    found: list[dict[str, Any]] = r.json()["events"]
-    return found
 
 
 def refusal(error: str, code: str | None = None) -> dict[str, Any]:
