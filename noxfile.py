@@ -276,7 +276,11 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     # it, and the real loopback (plain and TLS) where the kernel keeps a
     # heartbeat: the quiet reads act only on a real TCP socket on Linux.
     "_http/_sockio": _SOCKET_IO_TESTS,
-    "_http/_tls": (*_SOCKET_IO_TESTS, "tests/e2e/test_lean_http.py"),
+    "_http/_tls": (
+        *_SOCKET_IO_TESTS,
+        "tests/e2e/test_lean_http.py",
+        "tests/e2e/test_tls_memory.py",
+    ),
     "_collector": (
         "tests/test_collector.py",
         "tests/test_holder_events.py",
