@@ -315,3 +315,19 @@ async def test_the_ref_that_keeps_a_snapshot_needs_no_identity_and_says_what_it_
         await _capture_git.release(repo, ref)
         await _capture_git.release(repo, ref)  # gone already: nothing to do
     assert run(repo, "for-each-ref", "refs/letagents") == ""
+
+
+async def test_a_listing_longer_than_a_name_lists_every_file(repo: Path, tmp_path: Path) -> None:
+    base = run(repo, "rev-parse", "HEAD")
+    names = [f"{n:03}-a-rather-long-file-name-for-listing.txt" for n in range(400)]
+    for name in names:
+        (repo / name).write_text("x\n")
+    with trio.fail_after(30):
+        tree = await snapshot(repo, tmp_path / "index", base)
+        found = await changes(repo, base, tree, patch_limit=1024)
+    # Both listings run past the 16 KiB a call that answers a name may print.
+    assert sum(len(name) + 3 for name in names) > _capture_git.SMALL_OUTPUT
+    assert [f["path"] for f in found.files] == names
+    assert found.additions == 400
+    assert found.patch_truncated is True
+    assert len(found.patch.encode()) == 1024
