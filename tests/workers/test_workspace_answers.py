@@ -9,6 +9,8 @@ a 40-hex base revision, at most 200 files with the rest counted, at most
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import stat
 import subprocess
@@ -21,7 +23,7 @@ import trio
 from letagents_trio._errors import ApiError, WorkerError
 from letagents_trio.workers import _workspace
 from letagents_trio.workers._capture_git import Changes
-from letagents_trio.workers._workspace import CaptureOwner
+from letagents_trio.workers._workspace import CaptureOwner, WorkspaceCaptures
 
 from .test_workspace import OWNER, Room, captures, git
 
@@ -125,7 +127,7 @@ async def test_a_begin_without_its_snapshot_says_changes_cannot_be_attributed(
     )
     # Without a start, the contribution is measured from the commit.
     files = room.calls[1][1]["summary"]["contribution"]["files"]
-    assert [f["path"] for f in files] == ["a.txt"]
+    assert [(f["path"], f["status"]) for f in files] == [("a.txt", "modified")]
 
 
 async def test_a_published_capture_answers_its_message_and_attempt(
@@ -233,7 +235,7 @@ class Refusing(Room):
         super().__init__()
         self.status = status
         self.message = message
-        self.work: dict[str, Any] | None = None
+        self.answer: object = None
 
     async def send(self, method: str, route: str, body: Mapping[str, Any]) -> dict[str, Any]:
         answer = await super().send(method, route, body)
@@ -242,8 +244,8 @@ class Refusing(Room):
         if route == "agent-work":
             if self.status:
                 raise ApiError(self.status, '{"error":"refused"}')
-            if self.work is not None:
-                return {"work": self.work}
+            if self.answer is not None:
+                return {"work": self.answer}
         return answer
 
 
@@ -297,9 +299,12 @@ async def test_a_summary_message_the_room_does_not_confirm_stops_the_publish(
     assert [r for r, _ in room.calls] == ["messages"]
 
 
-async def test_an_answer_for_another_message_is_refused(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("work", [{"attempt_id": "y", "source_message_id": "8"}, "7", ["7"]])
+async def test_an_answer_for_another_message_is_refused(
+    repo: Path, tmp_path: Path, work: object
+) -> None:
     store, room = captures(tmp_path), Refusing()
-    room.work = {"attempt_id": "y", "source_message_id": "8"}
+    room.answer = work
     with trio.fail_after(30):
         begun = await store.begin(OWNER, str(repo))
         with pytest.raises(WorkerError) as refused:
@@ -371,3 +376,73 @@ async def test_a_summary_of_1_to_400_characters_is_taken(
                 OWNER, begun["capture_id"], summary, sender="A", send=room.send
             )
             assert done["status"] == "published"
+
+
+async def test_a_tracked_file_that_matches_gitignore_is_neither_deleted_nor_added(
+    repo: Path, tmp_path: Path
+) -> None:
+    (repo / "kept.log").write_text("tracked\n")
+    git(repo, "add", "kept.log")
+    git(repo, "commit", "-q", "-m", "a log")
+    (repo / ".gitignore").write_text("*.log\n")
+    store, room = captures(tmp_path), Room()
+    with trio.fail_after(30):
+        begun = await store.begin(OWNER, str(repo))
+        (repo / "a.txt").write_text("two\n")
+        await store.publish(OWNER, begun["capture_id"], "s", sender="A", send=room.send)
+    summary = room.calls[1][1]["summary"]
+    assert [f["path"] for f in summary["contribution"]["files"]] == ["a.txt"]
+    assert {f["path"] for f in summary["workspace"]["files"]} == {".gitignore", "a.txt"}
+
+
+def review_of(room: Room) -> dict[str, Any]:
+    data = "".join(p["data"] for p in room.pages())
+    review: dict[str, Any] = json.loads(gzip.decompress(base64.b64decode(data)))
+    return review
+
+
+async def test_the_review_holds_every_file_and_the_whole_patch(repo: Path, tmp_path: Path) -> None:
+    store, room = captures(tmp_path), Room()
+    with trio.fail_after(60):
+        begun = await store.begin(OWNER, str(repo))
+        for n in range(201):
+            (repo / f"f{n:03}.txt").write_text(f"{n}\n")
+        await store.publish(OWNER, begun["capture_id"], "many", sender="A", send=room.send)
+    review = review_of(room)
+    assert set(review) == {"version", "workspace", "contribution"}
+    assert review["version"] == 1
+    for name in ("workspace", "contribution"):
+        part = review[name]
+        assert set(part) == PART_FIELDS
+        assert (len(part["files"]), part["hidden_files"]) == (201, 0)
+        assert part["patch"].count("+++ b/") == 201
+
+
+async def measured_review(repo: Path, tmp_path: Path, limit: int) -> tuple[Room, dict[str, Any]]:
+    """Publish one edit of ``a.txt`` with the review limited to ``limit`` bytes."""
+    store, room = WorkspaceCaptures(tmp_path / f"captures-{limit}"), Room()
+    git(repo, "checkout", "--", "a.txt")
+    begun = await store.begin(OWNER, str(repo))
+    (repo / "a.txt").write_text("line\n" * 2000)
+    done = await store.publish(OWNER, begun["capture_id"], "s", sender="A", send=room.send)
+    return room, done
+
+
+async def test_a_review_of_the_limit_is_shared_and_one_byte_more_is_not(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with trio.fail_after(60):
+        room, _ = await measured_review(repo, tmp_path, _workspace.REVIEW_LIMIT)
+        size = len(json.dumps(review_of(room), separators=(",", ":")).encode())
+        monkeypatch.setattr(_workspace, "REVIEW_LIMIT", size)
+        whole, done = await measured_review(repo, tmp_path, size)
+        assert "warning" not in done
+        assert len(whole.pages()) == 1
+        monkeypatch.setattr(_workspace, "REVIEW_LIMIT", size - 1)
+        preview, done = await measured_review(repo, tmp_path, size - 1)
+    # Too large: the summary and its preview are shared, without a review.
+    assert done["status"] == "published"
+    assert done["warning"] == _workspace.TOO_LARGE_WARNING
+    assert [r for r, _ in preview.calls] == ["messages", "agent-work"]
+    assert "review_page" not in preview.calls[1][1]
+    assert preview.calls[1][1]["summary"]["contribution"]["additions"] == 2000
