@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import stat
 import subprocess
 from datetime import datetime
@@ -446,3 +447,74 @@ async def test_a_review_of_the_limit_is_shared_and_one_byte_more_is_not(
     assert [r for r, _ in preview.calls] == ["messages", "agent-work"]
     assert "review_page" not in preview.calls[1][1]
     assert preview.calls[1][1]["summary"]["contribution"]["additions"] == 2000
+
+
+async def test_after_a_published_capture_begin_starts_a_new_one(repo: Path, tmp_path: Path) -> None:
+    store, room = captures(tmp_path), Room()
+    with trio.fail_after(30):
+        first = await store.begin(OWNER, str(repo))
+        await store.publish(OWNER, first["capture_id"], "s", sender="A", send=room.send)
+        second = await store.begin(OWNER, str(repo))
+    assert second["capture_id"] != first["capture_id"]
+    assert second["instruction"] == _workspace.BEGUN_TEXT
+    assert not (tmp_path / "state.json.workspaces" / first["capture_id"]).exists()
+
+
+async def test_only_folders_named_by_a_capture_id_hold_captures(repo: Path, tmp_path: Path) -> None:
+    store, room = captures(tmp_path), Room()
+    root = tmp_path / "state.json.workspaces"
+    with trio.fail_after(30):
+        mine = await store.begin(OWNER, str(repo))
+        record = json.loads((root / mine["capture_id"] / "capture.json").read_text())
+        # A copy under another name (a backup, say), of another repository: no capture.
+        (root / "0-backup").mkdir()
+        (root / "0-backup" / "capture.json").write_text(
+            json.dumps({**record, "capture_id": "0-backup", "workspace": "/elsewhere"})
+        )
+        again = await store.begin(OWNER, str(repo))
+        # Nor does an id that climbs out of the folder reach another store's capture.
+        other = WorkspaceCaptures(tmp_path / "other")
+        theirs = await other.begin(OWNER, str(repo))
+        with pytest.raises(WorkerError) as refused:
+            await store.publish(
+                OWNER, f"../other/{theirs['capture_id']}", "s", sender="A", send=room.send
+            )
+    assert again["capture_id"] == mine["capture_id"]
+    assert str(refused.value) == _workspace.NO_CAPTURE_TEXT
+    assert room.calls == []
+
+
+async def test_a_damaged_capture_record_is_no_capture(repo: Path, tmp_path: Path) -> None:
+    store, room = captures(tmp_path), Room()
+    with trio.fail_after(30):
+        begun = await store.begin(OWNER, str(repo))
+        (tmp_path / "state.json.workspaces" / begun["capture_id"] / "capture.json").write_text(
+            "[1, 2]"
+        )
+        with pytest.raises(WorkerError) as refused:
+            await store.publish(OWNER, begun["capture_id"], "s", sender="A", send=room.send)
+        fresh = await store.begin(OWNER, str(repo))
+    assert str(refused.value) == _workspace.NO_CAPTURE_TEXT
+    assert fresh["capture_id"] != begun["capture_id"]
+
+
+async def test_a_capture_still_uploading_says_to_call_again(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_workspace, "PAGES_PER_CALL", 1)
+    store, room = captures(tmp_path), Room()
+    with trio.fail_after(60):
+        begun = await store.begin(OWNER, str(repo))
+        (repo / "big.txt").write_text(
+            "\n".join(base64.b64encode(os.urandom(60)).decode() for _ in range(1000)) + "\n"
+        )
+        first = await store.publish(OWNER, begun["capture_id"], "big", sender="A", send=room.send)
+    assert first == {
+        "status": "uploading",
+        "capture_id": begun["capture_id"],
+        "source_message_id": "7",
+        "attempt_id": "x",
+        "baseline_available": True,
+        "instruction": _workspace.UPLOADING_TEXT,
+    }
+    assert len(room.pages()) == 1
