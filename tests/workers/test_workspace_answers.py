@@ -13,6 +13,7 @@ import base64
 import gzip
 import json
 import os
+import random
 import stat
 import subprocess
 from datetime import datetime
@@ -45,6 +46,8 @@ PART_FIELDS = {
     "patch",
     "patch_truncated",
 }
+# Printable ASCII that JSON writes as itself (no quote, no backslash).
+PRINTABLE = bytes(c for c in range(0x21, 0x7F) if c not in b'"\\')
 FILE_FIELDS = {"path", "previous_path", "status", "additions", "deletions", "binary"}
 COUNTS = (
     "unresolved",
@@ -518,3 +521,27 @@ async def test_a_capture_still_uploading_says_to_call_again(
         "instruction": _workspace.UPLOADING_TEXT,
     }
     assert len(room.pages()) == 1
+
+
+async def test_a_review_that_fits_but_does_not_compress_under_the_limit_is_not_shared(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Random printable text: gzip and base64 make it longer than it was.
+    rng = random.Random(45)
+    noise = bytes(rng.choice(PRINTABLE) for _ in range(48 * 1024))
+    lines = b"\n".join(noise[i : i + 80] for i in range(0, len(noise), 80)) + b"\n"
+    with trio.fail_after(60):
+        store, room = WorkspaceCaptures(tmp_path / "first"), Room()
+        begun = await store.begin(OWNER, str(repo))
+        (repo / "noise.txt").write_bytes(lines)
+        await store.publish(OWNER, begun["capture_id"], "s", sender="A", send=room.send)
+        size = len(json.dumps(review_of(room), separators=(",", ":")).encode())
+        assert len("".join(p["data"] for p in room.pages())) > size
+        monkeypatch.setattr(_workspace, "REVIEW_LIMIT", size)
+        (repo / "noise.txt").unlink()
+        store, room = WorkspaceCaptures(tmp_path / "second"), Room()
+        begun = await store.begin(OWNER, str(repo))
+        (repo / "noise.txt").write_bytes(lines)
+        done = await store.publish(OWNER, begun["capture_id"], "s", sender="A", send=room.send)
+    assert done["warning"] == _workspace.TOO_LARGE_WARNING
+    assert [sorted(body) for _, body in room.calls[1:]] == [["source_message_id", "summary"]]
