@@ -15,7 +15,15 @@ import trio.testing
 
 from letagents_trio.room_server._wire import iso
 
-from .helpers import EPOCH, ROOM, owner_headers, registered, registration, session_headers
+from .helpers import (
+    EPOCH,
+    OTHER_TOKEN,
+    ROOM,
+    owner_headers,
+    registered,
+    registration,
+    session_headers,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -192,6 +200,26 @@ async def test_reading_needs_a_participant_and_writing_a_worker_session(
     assert update.status_code == 403
     unknown = await client.get("/rooms/room_unknown/reasoning-sessions", headers=owner_headers())
     assert unknown.status_code == 404
+    for path in (SESSIONS, f"{SESSIONS}/{session['id']}"):
+        stranger = await client.get(path, headers=owner_headers(OTHER_TOKEN))
+        assert stranger.status_code == 403
+        assert isinstance(stranger.json()["error"], str)
+        assert stranger.json()["error"]
+
+
+async def test_an_update_by_another_worker_names_it_as_the_writer(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    session = await opened(client, a)
+    r = await client.post(
+        f"{SESSIONS}/{session['id']}/updates", json={"summary": "b"}, headers=session_headers(b)
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["session"]["actor_label"] == b["actor_label"]
+    assert r.json()["update"]["actor_label"] == b["actor_label"]
+    assert r.json()["session"]["agent_key"] == a["agent_key"]  # still the opener's session
 
 
 async def test_the_list_is_newest_first_and_filters_by_writer_and_task(
@@ -246,6 +274,8 @@ async def test_a_page_holds_50_unless_asked_for_1_to_200(
         "limit=-3": 50,
         "limit=2x": 50,
         "limit=%EF%BC%93": 50,  # a digit, but not an ASCII one
+        "limit=0000012": 12,
+        "limit=0000000": 50,
     }
     for query, shown in pages.items():
         sessions = await client.get(f"{SESSIONS}?{query}", headers=owner_headers())
