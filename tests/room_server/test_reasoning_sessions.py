@@ -138,6 +138,7 @@ async def test_a_session_and_its_updates_show_every_field(
         ("status", "asleep", "status must be one of: idle, working, reviewing, blocked"),
         ("confidence", -0.001, "confidence must be a number between 0 and 1"),
         ("confidence", 1.001, "confidence must be a number between 0 and 1"),
+        ("confidence", "high", "confidence must be a number between 0 and 1"),
     ],
 )
 async def test_a_snapshot_out_of_bounds_is_refused_with_the_apis_text(
