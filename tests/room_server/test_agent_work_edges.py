@@ -28,6 +28,7 @@ from letagents_trio.room_server._wire import iso
 
 from .helpers import (
     EPOCH,
+    OTHER_TOKEN,
     ROOM,
     owner_headers,
     registered,
@@ -153,7 +154,7 @@ async def test_a_capture_without_a_review_is_complete_and_shows_on_its_message(
 
 @pytest.mark.parametrize(
     "source",
-    [None, 7, "", "msg_", "msg_x1", "msg_999", "1" * 19, "msg_" + "1" * 19, "msg_０"],
+    [None, 7, "", "msg_", "msg_x1", "msg_999", "1" * 19, "9" * 19, "msg_" + "1" * 19, "msg_０"],
 )
 async def test_a_source_that_names_no_message_of_this_room_is_refused(
     autojump_clock: trio.testing.MockClock,
@@ -366,6 +367,10 @@ async def test_the_list_shows_the_50_newest_attempts(
         headers=session_headers(a),
     )
     listed = await client.get(WORK, headers=owner_headers())
-    assert listed.json()["room_id"] == ROOM
+    assert (listed.status_code, listed.json()["room_id"]) == (200, ROOM)
     assert [w["attempt_id"] for w in listed.json()["work"]] == made[::-1][:50]
     assert (await client.get(WORK)).status_code == 401
+    stranger = await client.get(WORK, headers=owner_headers(OTHER_TOKEN))
+    assert stranger.status_code == 403
+    assert isinstance(stranger.json()["error"], str)
+    assert stranger.json()["error"]
