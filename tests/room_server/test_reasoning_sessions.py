@@ -276,6 +276,8 @@ async def test_a_page_holds_50_unless_asked_for_1_to_200(
         "limit=2x": 50,
         "limit=%EF%BC%93": 50,  # a digit, but not an ASCII one
         "limit=0000012": 12,
+        "limit=100": 100,
+        "limit=" + "9" * 5000: 200,  # past the digits Python turns into an int
         "limit=0000000": 50,
     }
     for query, shown in pages.items():
