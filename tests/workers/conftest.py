@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
@@ -23,3 +24,22 @@ async def path(state_path: Path) -> Path:
     """The state file, seeded as upstream's tests seed it (the owner signed in)."""
     await seed_state(state_path)
     return state_path
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A scratch git repository: ``a.txt`` and a ``.gitignore`` of ``*.log``, committed."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.email", "t@example.test")
+    _git(repo, "config", "user.name", "T")
+    (repo / "a.txt").write_text("one\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "start")
+    return repo

@@ -33,20 +33,6 @@ def git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@example.test")
-    git(repo, "config", "user.name", "T")
-    (repo / "a.txt").write_text("one\n")
-    (repo / ".gitignore").write_text("*.log\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "start")
-    return repo
-
-
 class Room:
     """Answers the two routes a publish calls, and records them; may fail one call."""
 

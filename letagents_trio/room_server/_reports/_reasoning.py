@@ -74,8 +74,11 @@ def parse_snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _limit(raw: str | None) -> int:
-    if raw and raw.isascii() and raw.isdigit() and int(raw[:6]) > 0:
-        return min(int(raw[:6]), MAX_PAGE)
+    # Leading zeros are no digits of the number; more than the largest page's
+    # three digits is the largest page, however long (no huge int is made).
+    digits = (raw or "").lstrip("0")
+    if raw and raw.isascii() and raw.isdigit() and digits:
+        return MAX_PAGE if len(digits) > len(str(MAX_PAGE)) else min(int(digits), MAX_PAGE)
     return DEFAULT_PAGE
 
 
