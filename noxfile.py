@@ -241,13 +241,18 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "_websocket": _WEBSOCKET_TESTS,
     "_ws_socket": _WEBSOCKET_TESTS,
-    # The room client: its requests, bounds and stacks, and the exits it POSTs.
+    # The room client: its requests, bounds and stacks, and the exits it POSTs
+    # (through the pool, and each on a connection of its own), and the upgrades
+    # it starts for the WebSocket connector.
     "_client": (
         "tests/test_client.py",
         "tests/test_client_bounds.py",
         "tests/test_http_stack.py",
+        "tests/test_http_pool.py",
+        "tests/test_http_request.py",
         "tests/test_connector.py",
         "tests/test_manager*.py",
+        "tests/test_websocket*.py",
     ),
     "_http/_pool": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
