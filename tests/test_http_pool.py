@@ -8,6 +8,7 @@ test says: at once, late, never, or by closing the connection.
 from __future__ import annotations
 
 import json
+import socket
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -847,3 +848,82 @@ async def test_a_writer_cancelled_mid_write_ends_its_connection(
     with trio.move_on_after(1):
         await exchange(pool, 2)
     assert opener.opened == 2
+
+
+# --- a socket the room does not read for a while ---------------------------------------
+
+
+def big_request(n: int, size: int) -> bytes:
+    """An exit whose body (``size`` bytes) fills the socket's buffers many times over."""
+    target = f"/rooms/r/agent-sessions/s{n}/process/exit"
+    return request_bytes(ORIGIN, target, "POST", [], b"x" * size)
+
+
+# The socket buffers of a HeldBackRoom's connections (the kernel doubles them).
+BUFFER = 16384
+
+
+@attrs.define
+class HeldBackRoom:
+    """A loopback room that reads nothing until ``go`` is set, then serves as ``room`` does.
+
+    Both ends' socket buffers are small, so a request of a few megabytes is
+    written a part at a time, as the room reads.
+    """
+
+    room: ScriptedRoom
+    go: trio.Event = attrs.field(factory=trio.Event)
+    port: int = 0
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        async def handler(stream: trio.SocketStream) -> None:
+            await self.go.wait()
+            await self.room._serve(0, stream)
+
+        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
+        self.port = listener.socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, handler, [listener])
+
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
+        self.room.opened += 1
+        return stream
+
+
+async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_be_written(
+    nursery: trio.Nursery,
+) -> None:
+    """The first caller's request is 1 MB, the room reads nothing yet: its caller
+    waits for room in the socket, then gives up. The second caller, reading,
+    still gets its answer once the room reads: both requests reach the room
+    whole, on the one connection."""
+    room = HeldBackRoom(ScriptedRoom(nursery=nursery))
+    await room.start(nursery)
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    first = trio.CancelScope()
+    second: list[Answer] = []
+
+    async def ask_first() -> None:
+        with first:
+            await pool.exchange(big_request(1, 1 << 20), max_body=1024)
+
+    async def ask_second() -> None:
+        second.append(await exchange(pool, 2))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as callers:
+            callers.start_soon(ask_first)
+            await trio.testing.wait_all_tasks_blocked()
+            callers.start_soon(ask_second)
+            await trio.testing.wait_all_tasks_blocked()
+            first.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            room.go.set()
+    await pool.aclose()
+    assert first.cancelled_caught
+    assert [a.status for a in second] == [200]
+    assert [(c, r, session_of(t)) for c, r, t, _ in room.room.seen] == [(0, 0, "s1"), (0, 1, "s2")]
+    assert [len(body) for _, body in room.room.requests] == [1 << 20, 2]
+    assert room.room.opened == 1
