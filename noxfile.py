@@ -245,8 +245,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     # (through the pool, and each on a connection of its own), and the upgrades
     # it starts for the WebSocket connector.
     "_client": (
-        "tests/test_client.py",
-        "tests/test_client_bounds.py",
+        "tests/test_client*.py",
         "tests/test_http_stack.py",
         "tests/test_http_pool.py",
         "tests/test_http_request.py",

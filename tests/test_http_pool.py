@@ -41,7 +41,7 @@ class Late:
     """An answer sent ``delay`` seconds after the request came, whatever came after it."""
 
     delay: float
-    answer: bytes = OK
+    answer: bytes | Literal["close"] = OK
 
 
 # An answer to send; or one sent late; or close without one; or never answer; or
@@ -873,12 +873,15 @@ class HeldBackRoom:
 
     room: ScriptedRoom
     go: trio.Event = attrs.field(factory=trio.Event)
+    # Set once the room has read the connection to its end.
+    served: trio.Event = attrs.field(factory=trio.Event)
     port: int = 0
 
     async def start(self, nursery: trio.Nursery) -> None:
         async def handler(stream: trio.SocketStream) -> None:
             await self.go.wait()
             await self.room._serve(0, stream)
+            self.served.set()
 
         [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
         listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
@@ -909,8 +912,13 @@ async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_b
         with first:
             await pool.exchange(big_request(1, 1 << 20), max_body=1024)
 
+    told: list[str] = []
+
     async def ask_second() -> None:
-        second.append(await exchange(pool, 2))
+        answer = await pool.exchange(
+            exit_request(2), max_body=1024, sent=lambda: told.append("written")
+        )
+        second.append(answer)
 
     with trio.fail_after(10):
         async with trio.open_nursery() as callers:
@@ -920,10 +928,218 @@ async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_b
             await trio.testing.wait_all_tasks_blocked()
             first.cancel()
             await trio.testing.wait_all_tasks_blocked()
+            # Behind the rest of the first request, the second is not written yet.
+            assert told == []
             room.go.set()
     await pool.aclose()
     assert first.cancelled_caught
+    assert told == ["written"]
     assert [a.status for a in second] == [200]
     assert [(c, r, session_of(t)) for c, r, t, _ in room.room.seen] == [(0, 0, "s1"), (0, 1, "s2")]
     assert [len(body) for _, body in room.room.requests] == [1 << 20, 2]
     assert room.room.opened == 1
+
+
+async def test_once_connected_a_request_is_written_before_its_callers_first_checkpoint(
+    nursery: trio.Nursery,
+) -> None:
+    """On a plain socket an exit asked by a caller already past its deadline still
+    goes out (the goodbye asks its exits as its deadline nears), and its caller
+    is told so."""
+    room = HeldBackRoom(ScriptedRoom(nursery=nursery))
+    room.go.set()
+    await room.start(nursery)
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    told: list[str] = []
+    with trio.fail_after(10):
+        await exchange(pool, 1)
+        with trio.CancelScope() as late:
+            late.cancel()
+            await pool.exchange(exit_request(2), max_body=1024, sent=lambda: told.append("out"))
+        assert late.cancelled_caught
+        assert told == ["out"]
+        # Closing now drops only what was never handed to the kernel.
+        await pool.aclose()
+        await room.served.wait()
+    assert [session_of(t) for _, _, t, _ in room.room.seen] == ["s1", "s2"]
+
+
+# --- the pool's own life and its connections -------------------------------------------
+
+
+async def test_a_pool_closed_while_connecting_closes_the_connection_when_it_comes(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    class Slow:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            await trio.sleep(1.0)
+            return await room.open_stream(origin)
+
+    pool = PipelinedPool(Slow(), ORIGIN)
+    failures: list[tuple[str, float]] = []
+
+    async def ask() -> None:
+        with pytest.raises(HTTPFailure) as caught:
+            await exchange(pool, 1)
+        failures.append((str(caught.value), trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await trio.sleep(0.5)
+        await pool.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert failures == [("the pool is closed", 1.0)]
+    assert room.opened == 1
+    assert room.closed == [0]
+    assert room.seen == []
+
+
+async def test_a_replacement_connection_serves_later_requests_and_is_closed_with_the_pool(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "close" if (connection, request) == (0, 1) else OK
+    pool = PipelinedPool(room, ORIGIN)
+    await exchange(pool, 1)
+    await exchange(pool, 2)  # written again on connection 1, once 0 closed
+    third = await exchange(pool, 3)
+    fourth = await exchange(pool, 4)
+    assert (third.status, fourth.status) == (200, 200)
+    assert [(c, r, session_of(t)) for c, r, t, _ in room.seen] == [
+        (0, 0, "s1"),
+        (0, 1, "s2"),
+        (1, 0, "s2"),
+        (1, 1, "s3"),
+        (1, 2, "s4"),
+    ]
+    await pool.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.closed == [0, 1]
+
+
+async def test_a_request_whose_caller_stopped_waiting_is_not_sent_again(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """The room closes the connection two seconds after the second request, unanswered;
+    its caller gave up after one: only the third goes out again."""
+    room.script = lambda connection, request: Late(2.0, "close") if request == 1 else OK
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    await exchange(pool, 1)
+    third: list[Answer] = []
+
+    async def ask_third() -> None:
+        third.append(await exchange(pool, 3))
+
+    async with trio.open_nursery() as nursery:
+        with trio.move_on_after(1):
+            nursery.start_soon(ask_third)
+            await exchange(pool, 2)
+    assert [a.status for a in third] == [200]
+    assert trio.current_time() == 2.0
+    assert answered_sessions(room, 1) == ["s3"]
+
+
+# --- answers h11 reads -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("then", "opened", "outcome"),
+    [
+        # The room closes the connection between answers, or half-way through
+        # one: the rest go out again on a new connection.
+        ("close", 2, [200, 200, 200]),
+        ("half", 2, [200, 200, 200]),
+        # A length that is no number: the rest fail, on the one connection.
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            1,
+            [200, "RemoteProtocolError", "RemoteProtocolError"],
+        ),
+    ],
+    ids=["closed", "cut", "garbled"],
+)
+async def test_after_an_answer_only_h11_reads_the_room_closing_moves_and_garbling_fails(
+    autojump_clock: trio.testing.MockClock,
+    room: ScriptedRoom,
+    then: Action,
+    opened: int,
+    outcome: list[int | str],
+) -> None:
+    def script(connection: int, request: int) -> Action:
+        if connection == 0:
+            return CHUNKED if request == 0 else then
+        return OK
+
+    room.script = script
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 3)
+    order = [int(s[1:]) for s in answered_sessions(room, 0)]
+    assert [
+        r.status if isinstance(r, Answer) else str(r) for r in (results[n] for n in order)
+    ] == outcome
+    assert room.opened == opened
+
+
+@pytest.mark.parametrize(("size", "read"), [(1024, True), (1025, False)])
+async def test_a_chunked_answer_is_held_to_the_cap_too(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, size: int, read: bool
+) -> None:
+    body = b"y" * size
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+        size,
+        body,
+    )
+    room.script = lambda connection, request: chunked
+    pool = PipelinedPool(room, ORIGIN)
+    if read:
+        assert (await exchange(pool, max_body=1024)).body == body
+    else:
+        with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
+            await exchange(pool, max_body=1024)
+
+
+async def test_each_answer_may_carry_its_own_informational_heads(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    hinted = b"HTTP/1.1 103 Early Hints\r\n\r\n" * 8 + OK
+    room.script = lambda connection, request: hinted
+    pool = PipelinedPool(room, ORIGIN)
+    for n in range(3):
+        assert (await exchange(pool, n)).status == 200
+
+
+async def test_answers_that_come_together_are_each_read_after_one_only_h11_reads(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """The room answers three requests in one write: a chunked answer, then two sized."""
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = b""
+        while data.count(b"{}") < 3:
+            data += await stream.receive_some()
+        await stream.send_all(CHUNKED + OK + OK)
+        await trio.sleep_forever()
+
+    class Opener:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            ours, theirs = trio.testing.memory_stream_pair()
+            nursery.start_soon(serve, theirs)
+            await trio.lowlevel.checkpoint()
+            return ours
+
+    pool = PipelinedPool(Opener(), ORIGIN, lanes=1)
+    with trio.fail_after(5):
+        results = await exchange_all(pool, 3)
+    assert [r.body if isinstance(r, Answer) else r for r in results.values()] == [
+        b'{"recorded":true}'
+    ] * 3
+
+
+async def test_a_large_head_is_read_on_h11s_path_too(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """A head of 40 KiB (under the 64 KiB cap), chunked: h11 reads it."""
+    big = CHUNKED.replace(b"\r\n\r\n", b"\r\nX-Big: " + b"z" * 40_000 + b"\r\n\r\n", 1)
+    room.script = lambda connection, request: big
+    pool = PipelinedPool(room, ORIGIN)
+    answer = await exchange(pool)
+    assert (answer.body, len(answer.header("X-Big") or "")) == (b'{"recorded":true}', 40_000)
