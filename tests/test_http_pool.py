@@ -1143,3 +1143,51 @@ async def test_a_large_head_is_read_on_h11s_path_too(
     pool = PipelinedPool(room, ORIGIN)
     answer = await exchange(pool)
     assert (answer.body, len(answer.header("X-Big") or "")) == (b'{"recorded":true}', 40_000)
+
+
+async def test_a_request_queued_behind_one_being_written_is_told_only_once_its_own_bytes_are(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """Each write takes a second: the second request, asked while the first is
+    written, is told at 2, after its own write, not at 1."""
+
+    class Slow(trio.abc.Stream):
+        """A stream whose every write takes a second; not a socket, so written with send_all."""
+
+        def __init__(self, inner: trio.abc.Stream) -> None:
+            self.inner = inner
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await trio.sleep(1.0)
+            await self.inner.send_all(data)
+
+        async def wait_send_all_might_not_block(self) -> None:  # pragma: no cover - not used
+            await self.inner.wait_send_all_might_not_block()
+
+        async def send_eof(self) -> None:  # pragma: no cover - not used
+            raise NotImplementedError
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            return bytes(await self.inner.receive_some(max_bytes))
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class SlowOpener:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            return Slow(await room.open_stream(origin))
+
+    pool = PipelinedPool(SlowOpener(), ORIGIN, lanes=1)
+    told: list[tuple[int, float]] = []
+
+    async def ask(n: int) -> None:
+        await pool.exchange(
+            exit_request(n), max_body=1024, sent=lambda: told.append((n, trio.current_time()))
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(ask, 2)
+    assert told == [(1, 1.0), (2, 2.0)]
+    await pool.aclose()
