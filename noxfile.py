@@ -261,13 +261,17 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/e2e/test_websocket_loopback.py",
         "tests/e2e/test_events_at_once.py",
     ),
-    # The room client: its requests, bounds and stacks, and the exits it POSTs.
+    # The room client: its requests, bounds and stacks, and the exits it POSTs
+    # (through the pool, and each on a connection of its own), and the upgrades
+    # it starts for the WebSocket connector.
     "_client": (
-        "tests/test_client.py",
-        "tests/test_client_bounds.py",
+        "tests/test_client*.py",
         "tests/test_http_stack.py",
+        "tests/test_http_pool.py",
+        "tests/test_http_request.py",
         "tests/test_connector.py",
         "tests/test_manager*.py",
+        "tests/test_websocket*.py",
     ),
     "_http/_pool": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
