@@ -84,6 +84,12 @@ CHECK_CONCLUSIONS: Final = (
     "stale",
 )
 REVIEW_STATES: Final = ("approved", "changes_requested", "commented")
+# The conclusions that make a check rule wait for "a CI failure" when it names only these.
+_FAILED_CONCLUSIONS: Final = frozenset(
+    ("failure", "cancelled", "timed_out", "action_required", "stale")
+)
+# A review rule waiting for one state names it; any other waits for "a review".
+_REVIEW_WORDS: Final = {("approved",): "an approval", ("changes_requested",): "requested changes"}
 _STATUS_LABELS: Final = {"in_progress": "in progress", "in_review": "review"}
 _TASK_ID: Final = re.compile(r"task_[1-9]\d{0,9}")
 _PR_URL: Final = re.compile(
@@ -311,11 +317,16 @@ def _waiting(rule: WakeRuleRow) -> str:
             return f"for {args.get('task_id')} to change status"
         choices = to[0] if len(to) == 1 else f"{', '.join(to[:-1])} or {to[-1]}"
         return f"for {args.get('task_id')} to move to {choices}"
-    target = f"#{args['pr']}" if args.get("pr") else args.get("branch") or "my pull requests"
-    what = {"github.check_completed": "CI on", "github.review_submitted": "a review on"}
-    if rule.event in what:
-        return f"for {what[rule.event]} {target}"
-    return f"for {target} to {'merge' if args.get('merged_only') else 'close'}"
+    pr = f"#{args['pr']}" if args.get("pr") else None
+    if rule.event == "github.check_completed":
+        conclusions = args.get("conclusions") or ()
+        failures = bool(conclusions) and all(c in _FAILED_CONCLUSIONS for c in conclusions)
+        what = "a CI failure" if failures else "CI"
+        return f"for {what} on {args.get('branch') or pr or 'my branches'}"
+    if rule.event == "github.review_submitted":
+        what = _REVIEW_WORDS.get(tuple(args.get("states") or ()), "a review")
+        return f"for {what} on {pr or 'my pull requests'}"
+    return f"for {pr or 'my pull requests'} to {'merge' if args.get('merged_only') else 'close'}"
 
 
 def notice(
