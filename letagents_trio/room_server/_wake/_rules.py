@@ -90,6 +90,7 @@ _FAILED_CONCLUSIONS: Final = frozenset(
 )
 # A review rule waiting for one state names it; any other waits for "a review".
 _REVIEW_WORDS: Final = {("approved",): "an approval", ("changes_requested",): "requested changes"}
+# How a notice names a task status: the two with an underscore as words, the rest as written.
 _STATUS_LABELS: Final = {"in_progress": "in progress", "in_review": "review"}
 _TASK_ID: Final = re.compile(r"task_[1-9]\d{0,9}")
 _PR_URL: Final = re.compile(
@@ -121,7 +122,7 @@ def _iso_ms(value: object) -> int | None:
     if not isinstance(value, str) or not value.strip():
         return None
     try:
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(value.strip())  # reads a "Z" since Python 3.11
     except ValueError:
         return None
     if moment.tzinfo is None:
@@ -177,7 +178,8 @@ def _branch(value: object) -> str | None:
 
 
 def _one_target(args: Mapping[str, Any], event: str, targets: Sequence[str]) -> None:
-    present = [key for key in targets if args.get(key) not in (None, False)]
+    # Absent, null and false name no target; 0 does (then refused), though 0 == False.
+    present = [key for key in targets if args.get(key) is not None and args[key] is not False]
     if len(present) != 1:
         _bad(f"{event} needs exactly one of {', '.join(targets)}.")
     if "mine" in args and args["mine"] is not True:
@@ -304,7 +306,7 @@ def identity_key(event: str, arguments: Mapping[str, Any]) -> str:
 
 
 def _status_label(status: str) -> str:
-    return _STATUS_LABELS.get(status, status.replace("_", " "))
+    return _STATUS_LABELS.get(status, status)
 
 
 def _waiting(rule: WakeRuleRow) -> str:
