@@ -375,13 +375,13 @@ def notice(
         object_ = waiting.split(" ", 1)[1]
         shown = object_ if fired else f"{object_} didn't happen in time"
         return "\n".join(text), f"{name} stopped waiting · {shown}"
-    facts = facts or {}
     if rule.event == "timer":
         occurrence, details = "Scheduled check-in", []
-    else:
-        status = facts.get("status", "")
-        occurrence = f"{facts.get('task_id')} moved to {_status_label(status)}"
-        details = ["", f"- {facts.get('task_id')}: {facts.get('previous_status')} → {status}"]
+    else:  # a task's move: the board's facts name it whole
+        facts = facts or {}
+        task_id, status = facts["task_id"], facts["status"]
+        occurrence = f"{task_id} moved to {_status_label(status)}"
+        details = ["", f"- {task_id}: {facts['previous_status']} → {status}"]
     more = (
         f"This rule keeps watching until {iso(rule.expires_at)}. Cancel it with cancel_wake_rule"
         " when you no longer need it."
