@@ -1,0 +1,192 @@
+"""When the room wakes an agent, and what the rule looks like after each wake.
+
+A timer fires at its time, or within its 10-minute grace when the room was
+down, and expires after it; a task rule fires for its own task only, for a
+move it waits for, even to a final status; a repeating rule stays active
+(counting its wakes) until its expiry, which wakes the agent once more; a
+wake the storage refused is tried again 5 s later, the rule unchanged until
+then. The room runs on ``TrioClock(EPOCH)`` under ``autojump_clock``, so
+every time here is exact.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+import trio.testing
+
+from letagents_trio.room_server import SQLiteStore
+from letagents_trio.room_server._wire import iso
+
+from .helpers import (
+    ROOM,
+    claimed_task,
+    patch_task,
+    person_headers,
+    registered,
+    registration,
+    session_headers,
+)
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from letagents_trio.room_server import Room
+
+RULES = f"/rooms/{ROOM}/wake-rules"
+GRACE_S = 600
+
+
+async def added(client: httpx2.AsyncClient, session: dict[str, Any], rule: dict[str, Any]) -> Any:
+    r = await client.post(RULES, json={"rule": rule}, headers=session_headers(session))
+    assert r.status_code == 201, r.text
+    return r.json()["rule"]
+
+
+async def wakes(client: httpx2.AsyncClient, session: dict[str, Any]) -> list[dict[str, Any]]:
+    r = await client.get(f"/rooms/{ROOM}/messages", headers=session_headers(session))
+    return [m for m in r.json()["messages"] if m["source"] == "wake_rule"]
+
+
+async def rules(client: httpx2.AsyncClient, session: dict[str, Any]) -> Any:
+    r = await client.get(RULES, headers=session_headers(session))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize(
+    ("late_s", "status", "opening"),
+    [
+        (GRACE_S - 0.001, "fired", "fired: Scheduled check-in."),
+        (
+            GRACE_S,
+            "expired",
+            "expired without firing. You were waiting until 2027-01-15 08:01 UTC.",
+        ),
+    ],
+)
+async def test_a_missed_timer_fires_within_its_grace_and_expires_after_it(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+    late_s: float,
+    status: str,
+    opening: str,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    rule = await added(client, a, {"event": "timer", "arguments": {"after_ms": 60_000}})
+    await trio.sleep(60 + late_s)  # the room's loop is not running: the room is down
+    await nursery.start(room.run)
+    await trio.testing.wait_all_tasks_blocked()
+    (wake,) = await wakes(client, a)
+    assert wake["text"].startswith(f"Your wake rule {rule['id']} {opening}")
+    (ended,) = (await rules(client, a))["recent"]
+    assert (ended["status"], ended["fire_count"]) == (status, 1)
+    assert ended["last_fired_at"] == iso(room.clock.now_ms())
+
+
+async def test_a_task_rule_wakes_for_its_own_task_only_and_for_a_final_move_it_waits_for(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a = await registered(client, registration(name="A"))
+    b = await registered(client, registration(name="B"))
+    watched, _ = await claimed_task(client, a, "watched")
+    other, _ = await claimed_task(client, b, "other")
+    final = {"event": "task.status_changed", "arguments": {"task_id": watched, "to": ["cancelled"]}}
+    rule = await added(client, a, final)
+    any_move = await added(
+        client, b, {"event": "task.status_changed", "arguments": {"task_id": watched}}
+    )
+    moved = await patch_task(client, session_headers(b), other, status="in_progress")
+    assert moved.status_code == 200, moved.text
+    assert await wakes(client, a) == []
+    finished = await patch_task(client, person_headers(), watched, status="cancelled")
+    assert finished.status_code == 200, finished.text
+    woken = await wakes(client, a)
+    for_a = [m for m in woken if m["addressed_to"]["agent_key"] == a["agent_key"]]
+    for_b = [m for m in woken if m["addressed_to"]["agent_key"] == b["agent_key"]]
+    assert [m["display_text"] for m in for_a] == [
+        f"{a['display_name']} woke up · {watched} moved to cancelled"
+    ]
+    assert [m["display_text"] for m in for_b] == [
+        f"{b['display_name']} woke up · {watched} moved to cancelled"
+    ]
+    recent = {r["id"]: r for r in (await rules(client, a))["recent"]}
+    assert (recent[rule["id"]]["status"], recent[rule["id"]]["ended_reason"]) == ("fired", None)
+    assert recent[any_move["id"]]["status"] == "fired"
+
+
+async def test_a_repeating_rule_stays_active_counting_its_wakes_and_its_expiry_wakes_once_more(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task_id, _ = await claimed_task(client, a)
+    await nursery.start(room.run)
+    expires = room.clock.now_ms() + 300_000
+    rule = await added(
+        client,
+        a,
+        {
+            "event": "task.status_changed",
+            "arguments": {"task_id": task_id},
+            "repeat": True,
+            "expires_at": iso(expires),
+        },
+    )
+    await trio.sleep(10)
+    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
+    assert moved.status_code == 200, moved.text
+    fired_at = iso(room.clock.now_ms())
+    (watching,) = (await rules(client, a))["active"]
+    assert (watching["id"], watching["status"], watching["fire_count"]) == (rule["id"], "active", 1)
+    assert (watching["last_fired_at"], watching["ended_reason"]) == (fired_at, None)
+    (first,) = await wakes(client, a)
+    assert first["text"].endswith(
+        f"This rule keeps watching until {iso(expires)}. Cancel it with cancel_wake_rule"
+        " when you no longer need it."
+    )
+    # Nothing more moves: the next wake is the expiry's, at exactly its time.
+    await trio.sleep((expires - room.clock.now_ms()) / 1000 - 0.001)
+    assert len(await wakes(client, a)) == 1
+    await trio.sleep(0.001)
+    await trio.testing.wait_all_tasks_blocked()
+    (_, last) = await wakes(client, a)
+    assert last["text"].startswith(
+        f"Your repeating wake rule {rule['id']} reached its expiry after waking you 1 time."
+    )
+    (ended,) = (await rules(client, a))["recent"]
+    assert (ended["status"], ended["fire_count"]) == ("expired", 2)
+    assert ended["wake_message_id"] == last["id"]
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_a_wake_the_storage_refused_is_tried_again_five_seconds_later(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    rule = await added(client, a, {"event": "timer", "arguments": {"after_ms": 60_000}})
+    await nursery.start(room.run)
+    store = room.store
+    assert isinstance(store, SQLiteStore)
+    due = trio.current_time() + 60
+    store._db.execute("PRAGMA query_only = 1")  # every write refused, as on a broken disk
+    await trio.sleep_until(due + 1)
+    store._db.execute("PRAGMA query_only = 0")
+    assert await wakes(client, a) == []
+    (waiting,) = (await rules(client, a))["active"]
+    assert (waiting["id"], waiting["fire_count"]) == (rule["id"], 0)
+    await trio.sleep_until(due + 5 - 0.001)
+    assert await wakes(client, a) == []
+    await trio.sleep_until(due + 5)
+    await trio.testing.wait_all_tasks_blocked()
+    (wake,) = await wakes(client, a)
+    assert wake["text"].startswith(f"Your wake rule {rule['id']} fired: Scheduled check-in.")
