@@ -163,6 +163,7 @@ async def test_a_repeating_rule_stays_active_counting_its_wakes_and_its_expiry_w
     (ended,) = (await rules(client, a))["recent"]
     assert (ended["status"], ended["fire_count"]) == ("expired", 2)
     assert ended["wake_message_id"] == last["id"]
+    assert ended["last_fired_at"] == ended["updated_at"] == iso(expires)
 
 
 @pytest.mark.parametrize("store", ["sqlite"], indirect=True)
@@ -190,3 +191,109 @@ async def test_a_wake_the_storage_refused_is_tried_again_five_seconds_later(
     await trio.testing.wait_all_tasks_blocked()
     (wake,) = await wakes(client, a)
     assert wake["text"].startswith(f"Your wake rule {rule['id']} fired: Scheduled check-in.")
+
+
+async def test_a_timer_fires_at_exactly_its_time_when_the_room_looked_just_before(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    await nursery.start(room.run)
+    due = trio.current_time() + 45
+    rule = await added(client, a, {"event": "timer", "arguments": {"after_ms": 45_000}})
+    await trio.sleep_until(due - 0.5)
+    await added(client, a, {"event": "github.pr_closed", "arguments": {"pr": 1}})  # a look
+    await trio.sleep_until(due - 0.00001)
+    assert await wakes(client, a) == []
+    await trio.sleep_until(due)
+    await trio.testing.wait_all_tasks_blocked()
+    (wake,) = await wakes(client, a)
+    assert wake["text"].startswith(f"Your wake rule {rule['id']} fired")
+
+
+async def test_a_task_rule_wakes_once_and_a_later_move_of_its_task_wakes_no_more(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task_id, _ = await claimed_task(client, a)
+    await added(client, a, {"event": "task.status_changed", "arguments": {"task_id": task_id}})
+    for status in ("in_progress", "blocked"):
+        moved = await patch_task(client, session_headers(a), task_id, status=status)
+        assert moved.status_code == 200, moved.text
+    (wake,) = await wakes(client, a)
+    assert wake["display_text"] == f"{a['display_name']} woke up · {task_id} moved to in progress"
+
+
+async def test_a_repeat_after_its_quiet_minute_wakes_only_for_a_new_move_and_keeps_its_times(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task_id, _ = await claimed_task(client, a)
+    await nursery.start(room.run)
+    repeat = {"event": "task.status_changed", "arguments": {"task_id": task_id}, "repeat": True}
+    await added(client, a, repeat)
+    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
+    assert moved.status_code == 200, moved.text
+    (after_wake,) = (await rules(client, a))["active"]
+    await trio.sleep(61)  # the quiet minute ends and the room looks: nothing new
+    assert len(await wakes(client, a)) == 1
+    # A look that finds nothing to do changes nothing the room shows (as the API).
+    assert (await rules(client, a))["active"] == [after_wake]
+    moved = await patch_task(client, session_headers(a), task_id, status="blocked")
+    assert moved.status_code == 200, moved.text
+    (_, second) = await wakes(client, a)
+    assert f"- {task_id}: in_progress → blocked" in second["text"]
+
+
+async def test_a_repeat_whose_quiet_minute_reaches_its_expiry_wakes_at_once(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task_id, _ = await claimed_task(client, a)
+    await nursery.start(room.run)
+    expires = room.clock.now_ms() + 120_000
+    rule = {
+        "event": "task.status_changed",
+        "arguments": {"task_id": task_id},
+        "repeat": True,
+        "expires_at": iso(expires),
+    }
+    await added(client, a, rule)
+    await trio.sleep(60)  # the first wake's quiet minute ends exactly at the expiry
+    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
+    assert moved.status_code == 200, moved.text
+    await trio.sleep(10)
+    moved = await patch_task(client, session_headers(a), task_id, status="blocked")
+    assert moved.status_code == 200, moved.text
+    woken = await wakes(client, a)
+    assert [w["display_text"].rsplit(" ", 1)[1] for w in woken] == ["progress", "blocked"]
+
+
+async def test_a_repeat_that_fires_at_its_expiry_is_finished(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task_id, _ = await claimed_task(client, a)
+    expires = room.clock.now_ms() + 60_000
+    rule = {
+        "event": "task.status_changed",
+        "arguments": {"task_id": task_id},
+        "repeat": True,
+        "expires_at": iso(expires),
+    }
+    made = await added(client, a, rule)
+    await trio.sleep(60)
+    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
+    assert moved.status_code == 200, moved.text
+    listed = await rules(client, a)
+    assert listed["active"] == []
+    (done,) = listed["recent"]
+    assert (done["id"], done["status"], done["fire_count"]) == (made["id"], "fired", 1)

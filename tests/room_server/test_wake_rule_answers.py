@@ -12,16 +12,22 @@ Both stores (the ``store`` fixture is parametrized); the room's clock is
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import httpx2
 import trio
 import trio.testing
 
+from letagents_trio.room_server import Room, RoomConfig, RoomStore, TrioClock, create_app
 from letagents_trio.room_server._auth._accounts import account_id
+from letagents_trio.room_server._board._tasks import ADMIN_TEXT
 from letagents_trio.room_server._wire import iso
+from letagents_trio.testing._transport import open_streaming_transport
 
 from .helpers import (
     EPOCH,
+    OTHER_PERSON_TOKEN,
+    OWNER_TOKEN,
     ROOM,
     claimed_task,
     owner_headers,
@@ -31,11 +37,6 @@ from .helpers import (
     registration,
     session_headers,
 )
-
-if TYPE_CHECKING:
-    import httpx2
-
-    from letagents_trio.room_server import Room
 
 RULES = f"/rooms/{ROOM}/wake-rules"
 LIMIT_TEXT = (
@@ -233,3 +234,46 @@ async def test_a_task_rule_needs_a_task_on_the_board_that_is_not_yet_where_it_wa
         409,
         {"error": f"{task_id} is already in progress. There is nothing to wait for."},
     )
+
+
+async def test_the_same_arguments_for_another_event_are_another_rule(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a = await registered(client, registration(name="A"))
+    closing = await added(client, a, closed(1))
+    review = await added(client, a, {"event": "github.review_submitted", "arguments": {"pr": 1}})
+    assert review["id"] != closing["id"]
+
+
+async def test_another_owners_person_neither_lists_nor_cancels_a_rooms_rules(
+    autojump_clock: trio.testing.MockClock, client: httpx2.AsyncClient, room: Room
+) -> None:
+    a = await registered(client, registration(name="A"))
+    rule = await added(client, a, closed(1))
+    outsider = person_headers(OTHER_PERSON_TOKEN)
+    listed = await client.get(RULES, headers=outsider)
+    assert (listed.status_code, listed.json()) == (403, {"error": ADMIN_TEXT})
+    cancelled = await cancel(client, rule["id"], outsider)
+    assert (cancelled.status_code, cancelled.json()) == (403, {"error": ADMIN_TEXT})
+
+
+async def test_a_room_with_a_shorter_least_lead_takes_timers_that_soon(
+    autojump_clock: trio.testing.MockClock, store: RoomStore
+) -> None:
+    room = Room(
+        store=store,
+        clock=TrioClock(EPOCH),
+        owner_tokens={OWNER_TOKEN: "owner"},
+        config=RoomConfig(wake_min_lead_ms=5_000),
+    )
+    async with (
+        open_streaming_transport(create_app(room)) as transport,
+        httpx2.AsyncClient(transport=transport, base_url="http://room.test") as client,
+    ):
+        a = await registered(client, registration(name="A"))
+        await added(client, a, {"event": "timer", "arguments": {"after_ms": 5_000}})
+        soon = await add(client, a, {"event": "timer", "arguments": {"after_ms": 4_999}})
+        assert (soon.status_code, soon.json()) == (
+            400,
+            {"error": "A timer must be at least 5 seconds away."},
+        )

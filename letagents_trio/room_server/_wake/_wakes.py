@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from .._auth._accounts import Accounts
     from .._clock import RoomClock
     from .._messaging._messages import MessageBoard
-    from .._storage._rows import MessageRow, TaskRow
+    from .._storage._rows import TaskRow
     from .._storage._store import RoomStore
 
 __all__ = ["WakeBoard"]
@@ -242,38 +242,37 @@ class WakeBoard:
                     continue
         self._rules_changed()
 
-    def check_due(self) -> list[MessageRow]:
-        """Look at every active rule whose next check is due; return the wakes posted.
+    def check_due(self) -> None:
+        """Look at every active rule whose next check is due.
 
         Raises:
             StoreWriteError: the store refused a write (the rule stays as it was).
         """
         now = self.clock.now_ms()
-        posted: list[MessageRow] = []
         for rule in self.store.agents.with_status(WakeRuleRow, RULE_ACTIVE):
             if rule.next_check_at <= now:
-                message = self._look(rule, now)
-                if message is not None:
-                    posted.append(message)
-        return posted
+                self._look(rule, now)
 
     def next_due(self) -> int | None:
         """The soonest ``next_check_at`` of an active rule (epoch ms), if any."""
         due = [r.next_check_at for r in self.store.agents.with_status(WakeRuleRow, RULE_ACTIVE)]
         return min(due, default=None)
 
-    def _look(self, rule: WakeRuleRow, now: int) -> MessageRow | None:
-        """Decide what ``rule`` does now: fire, expire, end, or wait until its next check."""
-        if rule.event == "timer":
-            at = rule.next_check_at
-            if now < at:
-                return None
-            return self._wake(rule, now, "fired" if now < rule.expires_at else "expired")
+    def _look(self, rule: WakeRuleRow, now: int) -> None:
+        """Decide what ``rule`` does now: fire, expire, end, or wait until its next check.
+
+        Only a rule's state changes its ``updated_at`` (a wake, a cancel), as in the
+        letagents API: a look that finds nothing to do moves its next check alone.
+        """
+        if rule.event == "timer":  # looked at only once due (check_due)
+            self._wake(rule, now, "fired" if now < rule.expires_at else "expired")
+            return
         if rule.event == "task.status_changed":
-            quiet_until = (rule.last_fired_at or 0) + REPEAT_DEBOUNCE_MS if rule.repeat else 0
-            if now < quiet_until < rule.expires_at:
-                self._put(attrs.evolve(rule, next_check_at=quiet_until, updated_at=now))
-                return None
+            # In its quiet minute, a repeat waits for the minute's end, where its last
+            # wake set its next check; a minute that outlasts the rule does not hold it.
+            last = rule.last_fired_at if rule.repeat else None
+            if last is not None and now < last + REPEAT_DEBOUNCE_MS < rule.expires_at:
+                return
             task_id = str(rule.arguments["task_id"])
             task = self.store.get_task(rule.room_id, int(task_id.removeprefix("task_")))
             status = None if task is None else task.status
@@ -285,14 +284,15 @@ class WakeBoard:
                         "status": status,
                         "previous_status": rule.baseline_status or "unknown",
                     }
-                    return self._wake(rule, now, "fired", facts=facts)
+                    self._wake(rule, now, "fired", facts=facts)
+                    return
                 if status in _FINAL_STATUSES:
-                    return self._wake(rule, now, "ended", ended=f"{task_id} is {status}")
+                    self._wake(rule, now, "ended", ended=f"{task_id} is {status}")
+                    return
         if now >= rule.expires_at:
-            return self._wake(rule, now, "expired")
-        if rule.next_check_at != rule.expires_at:
-            self._put(attrs.evolve(rule, next_check_at=rule.expires_at, updated_at=now))
-        return None
+            self._wake(rule, now, "expired")
+        elif rule.next_check_at != rule.expires_at:
+            self._put(attrs.evolve(rule, next_check_at=rule.expires_at))
 
     def _wake(
         self,
@@ -302,7 +302,7 @@ class WakeBoard:
         *,
         facts: dict[str, str] | None = None,
         ended: str | None = None,
-    ) -> MessageRow | None:
+    ) -> None:
         """Post the wake addressed to the agent and record it, in one transaction."""
         text, display = notice(rule, outcome, facts=facts, ended=ended)
         keeps = outcome == "fired" and rule.repeat and now < rule.expires_at
@@ -336,7 +336,6 @@ class WakeBoard:
                 )
             )
         logger.info("wake rule %s %s", rule.rule_id, outcome)
-        return message
 
     def _put(self, rule: WakeRuleRow) -> None:
         self.store.agents.put(rule)
