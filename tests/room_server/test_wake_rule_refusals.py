@@ -37,7 +37,7 @@ def refusal(rule: object, *, min_lead_ms: int = 30_000) -> Any:
     return refused.value.reply.body
 
 
-def after(ms: int) -> dict[str, Any]:
+def after(ms: object) -> dict[str, Any]:
     return {"event": "timer", "arguments": {"after_ms": ms}}
 
 
