@@ -21,7 +21,6 @@ from letagents_trio.room_server import SQLiteStore
 from letagents_trio.room_server._wire import iso
 
 from .helpers import (
-    ROOM,
     claimed_task,
     patch_task,
     person_headers,
@@ -29,31 +28,30 @@ from .helpers import (
     registration,
     session_headers,
 )
+from .wake_calls import added, listed, wakes
 
 if TYPE_CHECKING:
     import httpx2
 
     from letagents_trio.room_server import Room
 
-RULES = f"/rooms/{ROOM}/wake-rules"
 GRACE_S = 600
 
 
-async def added(client: httpx2.AsyncClient, session: dict[str, Any], rule: dict[str, Any]) -> Any:
-    r = await client.post(RULES, json={"rule": rule}, headers=session_headers(session))
-    assert r.status_code == 201, r.text
-    return r.json()["rule"]
-
-
-async def wakes(client: httpx2.AsyncClient, session: dict[str, Any]) -> list[dict[str, Any]]:
-    r = await client.get(f"/rooms/{ROOM}/messages", headers=session_headers(session))
-    return [m for m in r.json()["messages"] if m["source"] == "wake_rule"]
-
-
 async def rules(client: httpx2.AsyncClient, session: dict[str, Any]) -> Any:
-    r = await client.get(RULES, headers=session_headers(session))
-    assert r.status_code == 200, r.text
-    return r.json()
+    return await listed(client, session_headers(session))
+
+
+async def move(client: httpx2.AsyncClient, session: dict[str, Any], task_id: str, to: str) -> None:
+    """``session`` moves its task ``to`` a status, which the board must take."""
+    moved = await patch_task(client, session_headers(session), task_id, status=to)
+    assert moved.status_code == 200, moved.text
+
+
+def repeating(task_id: str, expires_ms: int | None = None) -> dict[str, Any]:
+    """A repeating rule on ``task_id``'s moves, expiring at ``expires_ms`` (epoch ms)."""
+    rule = {"event": "task.status_changed", "arguments": {"task_id": task_id}, "repeat": True}
+    return rule if expires_ms is None else {**rule, "expires_at": iso(expires_ms)}
 
 
 @pytest.mark.parametrize(
@@ -100,8 +98,7 @@ async def test_a_task_rule_wakes_for_its_own_task_only_and_for_a_final_move_it_w
     any_move = await added(
         client, b, {"event": "task.status_changed", "arguments": {"task_id": watched}}
     )
-    moved = await patch_task(client, session_headers(b), other, status="in_progress")
-    assert moved.status_code == 200, moved.text
+    await move(client, b, other, "in_progress")
     assert await wakes(client, a) == []
     finished = await patch_task(client, person_headers(), watched, status="cancelled")
     assert finished.status_code == 200, finished.text
@@ -129,19 +126,9 @@ async def test_a_repeating_rule_stays_active_counting_its_wakes_and_its_expiry_w
     task_id, _ = await claimed_task(client, a)
     await nursery.start(room.run)
     expires = room.clock.now_ms() + 300_000
-    rule = await added(
-        client,
-        a,
-        {
-            "event": "task.status_changed",
-            "arguments": {"task_id": task_id},
-            "repeat": True,
-            "expires_at": iso(expires),
-        },
-    )
+    rule = await added(client, a, repeating(task_id, expires))
     await trio.sleep(10)
-    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
-    assert moved.status_code == 200, moved.text
+    await move(client, a, task_id, "in_progress")
     fired_at = iso(room.clock.now_ms())
     (watching,) = (await rules(client, a))["active"]
     assert (watching["id"], watching["status"], watching["fire_count"]) == (rule["id"], "active", 1)
@@ -220,8 +207,7 @@ async def test_a_task_rule_wakes_once_and_a_later_move_of_its_task_wakes_no_more
     task_id, _ = await claimed_task(client, a)
     await added(client, a, {"event": "task.status_changed", "arguments": {"task_id": task_id}})
     for status in ("in_progress", "blocked"):
-        moved = await patch_task(client, session_headers(a), task_id, status=status)
-        assert moved.status_code == 200, moved.text
+        await move(client, a, task_id, status)
     (wake,) = await wakes(client, a)
     assert wake["display_text"] == f"{a['display_name']} woke up · {task_id} moved to in progress"
 
@@ -235,17 +221,14 @@ async def test_a_repeat_after_its_quiet_minute_wakes_only_for_a_new_move_and_kee
     a = await registered(client, registration(name="A"))
     task_id, _ = await claimed_task(client, a)
     await nursery.start(room.run)
-    repeat = {"event": "task.status_changed", "arguments": {"task_id": task_id}, "repeat": True}
-    await added(client, a, repeat)
-    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
-    assert moved.status_code == 200, moved.text
+    await added(client, a, repeating(task_id))
+    await move(client, a, task_id, "in_progress")
     (after_wake,) = (await rules(client, a))["active"]
     await trio.sleep(61)  # the quiet minute ends and the room looks: nothing new
     assert len(await wakes(client, a)) == 1
     # A look that finds nothing to do changes nothing the room shows (as the API).
     assert (await rules(client, a))["active"] == [after_wake]
-    moved = await patch_task(client, session_headers(a), task_id, status="blocked")
-    assert moved.status_code == 200, moved.text
+    await move(client, a, task_id, "blocked")
     (_, second) = await wakes(client, a)
     assert f"- {task_id}: in_progress → blocked" in second["text"]
 
@@ -260,19 +243,11 @@ async def test_a_repeat_whose_quiet_minute_reaches_its_expiry_wakes_at_once(
     task_id, _ = await claimed_task(client, a)
     await nursery.start(room.run)
     expires = room.clock.now_ms() + 120_000
-    rule = {
-        "event": "task.status_changed",
-        "arguments": {"task_id": task_id},
-        "repeat": True,
-        "expires_at": iso(expires),
-    }
-    await added(client, a, rule)
+    await added(client, a, repeating(task_id, expires))
     await trio.sleep(60)  # the first wake's quiet minute ends exactly at the expiry
-    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
-    assert moved.status_code == 200, moved.text
+    await move(client, a, task_id, "in_progress")
     await trio.sleep(10)
-    moved = await patch_task(client, session_headers(a), task_id, status="blocked")
-    assert moved.status_code == 200, moved.text
+    await move(client, a, task_id, "blocked")
     woken = await wakes(client, a)
     assert [w["display_text"].rsplit(" ", 1)[1] for w in woken] == ["progress", "blocked"]
 
@@ -283,16 +258,9 @@ async def test_a_repeat_that_fires_at_its_expiry_is_finished(
     a = await registered(client, registration(name="A"))
     task_id, _ = await claimed_task(client, a)
     expires = room.clock.now_ms() + 60_000
-    rule = {
-        "event": "task.status_changed",
-        "arguments": {"task_id": task_id},
-        "repeat": True,
-        "expires_at": iso(expires),
-    }
-    made = await added(client, a, rule)
+    made = await added(client, a, repeating(task_id, expires))
     await trio.sleep(60)
-    moved = await patch_task(client, session_headers(a), task_id, status="in_progress")
-    assert moved.status_code == 200, moved.text
+    await move(client, a, task_id, "in_progress")
     listed = await rules(client, a)
     assert listed["active"] == []
     (done,) = listed["recent"]

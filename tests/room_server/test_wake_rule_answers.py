@@ -37,25 +37,11 @@ from .helpers import (
     registration,
     session_headers,
 )
+from .wake_calls import RULES, add, added, cancel, listed, wakes
 
-RULES = f"/rooms/{ROOM}/wake-rules"
 LIMIT_TEXT = (
     "You already have 20 active wake rules in this room. Cancel one you no longer need first."
 )
-
-
-async def add(client: httpx2.AsyncClient, session: dict[str, Any], rule: dict[str, Any]) -> Any:
-    return await client.post(RULES, json={"rule": rule}, headers=session_headers(session))
-
-
-async def added(client: httpx2.AsyncClient, session: dict[str, Any], rule: dict[str, Any]) -> Any:
-    r = await add(client, session, rule)
-    assert r.status_code == 201, r.text
-    return r.json()["rule"]
-
-
-async def cancel(client: httpx2.AsyncClient, rule_id: str, headers: dict[str, str]) -> Any:
-    return await client.post(f"{RULES}/{rule_id}/cancel", json={}, headers=headers)
 
 
 def closed(pr: int) -> dict[str, Any]:
@@ -64,9 +50,7 @@ def closed(pr: int) -> dict[str, Any]:
 
 
 async def listing(client: httpx2.AsyncClient, **query: str) -> Any:
-    r = await client.get(RULES, params=query, headers=owner_headers())
-    assert r.status_code == 200, r.text
-    return r.json()
+    return await listed(client, owner_headers(), **query)
 
 
 async def test_a_new_rule_is_answered_whole_and_a_fired_one_says_when_and_by_which_wake(
@@ -104,8 +88,7 @@ async def test_a_new_rule_is_answered_whole_and_a_fired_one_says_when_and_by_whi
     assert r.json() == {"rule": whole, "created": True}
     await trio.sleep(45)
     await trio.testing.wait_all_tasks_blocked()
-    messages = await client.get(f"/rooms/{ROOM}/messages", headers=session_headers(a))
-    (wake,) = [m for m in messages.json()["messages"] if m["source"] == "wake_rule"]
+    (wake,) = await wakes(client, a)
     fired = iso(made + 45_000)
     after = {
         **whole,
