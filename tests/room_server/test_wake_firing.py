@@ -28,6 +28,7 @@ from .helpers import (
     registration,
     session_headers,
 )
+from .test_full_disk import fill
 from .wake_calls import added, listed, wakes
 
 if TYPE_CHECKING:
@@ -265,3 +266,33 @@ async def test_a_repeat_that_fires_at_its_expiry_is_finished(
     assert listed["active"] == []
     (done,) = listed["recent"]
     assert (done["id"], done["status"], done["fire_count"]) == (made["id"], "fired", 1)
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_a_task_wake_the_full_storage_refused_is_tried_again_five_seconds_later(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    task_id, _ = await claimed_task(client, a)
+    rule = await added(
+        client, a, {"event": "task.status_changed", "arguments": {"task_id": task_id}}
+    )
+    await nursery.start(room.run)
+    fill(room.store)  # the task's row is rewritten in place; a new message finds no room
+    await move(client, a, task_id, "in_progress")
+    moved_at = trio.current_time()
+    assert await wakes(client, a) == []
+    await trio.sleep(1)
+    assert isinstance(room.store, SQLiteStore)
+    room.store._db.execute("PRAGMA max_page_count = 1073741823")  # space again
+    await trio.sleep_until(moved_at + 5 - 0.001)
+    assert await wakes(client, a) == []
+    await trio.sleep_until(moved_at + 5)
+    await trio.testing.wait_all_tasks_blocked()
+    (wake,) = await wakes(client, a)
+    assert wake["text"].startswith(
+        f"Your wake rule {rule['id']} fired: {task_id} moved to in progress."
+    )

@@ -15,7 +15,8 @@ timer's time, the end of a repeating rule's quiet minute, else its expiry.
 :meth:`WakeBoard.run` sleeps on trio's clock until the soonest of them (at
 most a minute, so a wall clock that jumps is caught up), or until a rule is
 added, cancelled or its task moves, and then looks at every rule that is due
-(:meth:`WakeBoard.check_due`). Under ``MockClock`` with the room's
+(:meth:`WakeBoard.check_due`), and at every rule whose wake the store refused
+(after a failed look it waits 5 s). Under ``MockClock`` with the room's
 ``TrioClock`` a timer fires at exactly its time. Rules live in the store, so
 a room restarted on the same SQLite file picks them up where they were: a
 timer missed while the room was down fires late within its 10-minute grace,
@@ -108,6 +109,9 @@ class WakeBoard:
     messages: MessageBoard
     min_lead_ms: int = MIN_LEAD_MS
     _changes: int = attrs.field(default=0, init=False)
+    # Rules a task's move should have woken but the store refused the wake: the loop
+    # looks at them again with the due ones, as it would at their next check.
+    _unwritten: set[str] = attrs.field(factory=set, init=False)
     _changed: Notifier = attrs.field(factory=Notifier, init=False)
 
     # --- routes ------------------------------------------------------------------------
@@ -238,8 +242,8 @@ class WakeBoard:
             if waits and rule.arguments.get("task_id") == task.task_id:
                 try:
                     self._look(rule, now)
-                except StoreWriteError:  # logged by the store; the loop looks again later
-                    continue
+                except StoreWriteError:  # logged by the store; the loop tries again
+                    self._unwritten.add(rule.rule_id)
         self._rules_changed()
 
     def check_due(self) -> None:
@@ -249,9 +253,14 @@ class WakeBoard:
             StoreWriteError: the store refused a write (the rule stays as it was).
         """
         now = self.clock.now_ms()
-        for rule in self.store.agents.with_status(WakeRuleRow, RULE_ACTIVE):
-            if rule.next_check_at <= now:
-                self._look(rule, now)
+        retry, self._unwritten = self._unwritten, set()
+        try:
+            for rule in self.store.agents.with_status(WakeRuleRow, RULE_ACTIVE):
+                if rule.next_check_at <= now or rule.rule_id in retry:
+                    self._look(rule, now)
+        except StoreWriteError:
+            self._unwritten |= retry
+            raise
 
     def next_due(self) -> int | None:
         """The soonest ``next_check_at`` of an active rule (epoch ms), if any."""
