@@ -296,3 +296,23 @@ async def test_a_task_wake_the_full_storage_refused_is_tried_again_five_seconds_
     assert wake["text"].startswith(
         f"Your wake rule {rule['id']} fired: {task_id} moved to in progress."
     )
+
+
+async def test_each_new_rule_wakes_the_rooms_loop_not_only_the_first(
+    autojump_clock: trio.testing.MockClock,
+    client: httpx2.AsyncClient,
+    room: Room,
+    nursery: trio.Nursery,
+) -> None:
+    a = await registered(client, registration(name="A"))
+    await nursery.start(room.run)
+    await added(client, a, {"event": "timer", "arguments": {"after_ms": 120_000}})
+    await trio.sleep(1)  # the loop sleeps its longest, a minute, with nothing due sooner
+    start = trio.current_time()
+    sooner = await added(client, a, {"event": "timer", "arguments": {"after_ms": 31_000}})
+    await trio.sleep_until(start + 31 - 0.001)
+    assert await wakes(client, a) == []
+    await trio.sleep_until(start + 31)
+    await trio.testing.wait_all_tasks_blocked()
+    (wake,) = await wakes(client, a)
+    assert wake["text"].startswith(f"Your wake rule {sooner['id']} fired")
