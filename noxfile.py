@@ -198,6 +198,10 @@ _CAPTURE_TESTS = (
     "tests/mcp_server/test_wake_capture_tools.py",
     "tests/mcp_server/test_capture_refusals.py",
 )
+# Board governance and review work: the room's tests (the governed board's
+# routes, and every task move, which asks the governance hooks) and the MCP
+# tools that propose, decide and carry out intents and verdicts.
+_BOARD_GOVERNANCE_TESTS = (*_ROOM_TESTS, "tests/mcp_server/test_governance_tools.py")
 # The worker loop's host calls: their own tests (walks over pages, credentials)
 # and the tools that make them.
 _ROOM_WORK_TESTS = (
@@ -289,6 +293,11 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "room_server/_reports/_agent_work": _ROOM_TESTS,
     "workers/_workspace": _CAPTURE_TESTS,
     "workers/_capture_git": _CAPTURE_TESTS,
+    # Board governance (modes, managers, intents and their decisions) and review work.
+    "room_server/_board/_governance": _BOARD_GOVERNANCE_TESTS,
+    "room_server/_board/_intents": _BOARD_GOVERNANCE_TESTS,
+    "room_server/_board/_reviews": _BOARD_GOVERNANCE_TESTS,
+    "room_server/_board/_decisions": _BOARD_GOVERNANCE_TESTS,
     "mcp_server/_wake_tools": _MCP_TESTS,
     "mcp_server/_reasoning_tool": _MCP_TESTS,
     "mcp_server/_workspace_tools": _MCP_TESTS,

@@ -7,15 +7,19 @@ and forgotten by the manager (so a second announcement sends nothing). Each
 holder knows how to leave (:meth:`~letagents_trio.ProcessHolder.leave`, its
 stream's own exit); the goodbye orders them and writes the report:
 
-1. first, in one loop over the holders (a checkpoint every
-   :data:`_GOODBYES_PER_CHECKPOINT`), each begins to leave
-   (:meth:`~letagents_trio.ProcessHolder.leave_nowait`); a WebSocket on a
-   plain socket writes its exit frame there, with no task and no checkpoint
-   of its own. Every holder whose exit did not go at once gets a task that
-   runs its :meth:`~letagents_trio.ProcessHolder.leave` and reports what it
-   returns (at most ``exit_concurrency`` at a time, when set): over SSE,
-   ``POST …/process/exit``, the stream closed once it is written; over a WebSocket, the exit
-   frame, and the answer of a room that acknowledges exits;
+1. first, in one loop over the holders with no checkpoint, each begins to
+   leave (:meth:`~letagents_trio.ProcessHolder.leave_nowait`); a WebSocket
+   on a plain socket writes its exit frame there, with no task and no
+   checkpoint of its own. Every holder whose exit did not go at once gets a
+   task that runs its :meth:`~letagents_trio.ProcessHolder.leave` and
+   reports what it returns (at most ``exit_concurrency`` at a time, when
+   set): over SSE, ``POST …/process/exit``, the stream closed once it is
+   written; over a WebSocket, the exit frame, and the answer of a room that
+   acknowledges exits. Every exit's task is started before any of them
+   runs, so the first round of the run loop writes every exit that can be
+   written at once, and the holders their closed streams wake unwind only
+   after it (a checkpoint part way would let the holders of the first
+   exits unwind before the last exits start, and the deadline cut those);
 2. only once every exit that could go at once is written are those holders
    stopped, so that their unwinding never runs between two exits;
 3. the answers to the exits written at once to a room that acknowledges
@@ -95,8 +99,8 @@ EXIT_ALLOWANCE: Final = 30e-6
 # sockets; the rest is for POSTing those not answered by then.
 ANSWER_SHARE: Final = 0.5
 
-# Sessions taken between two checkpoints by the goodbye's loops: over ten
-# thousand sessions, neither holds the run loop for more than a few milliseconds.
+# Sessions stopped between two checkpoints by the goodbye's later loops: over
+# ten thousand sessions, neither holds the run loop for more than a few milliseconds.
 _GOODBYES_PER_CHECKPOINT: Final = 256
 
 
@@ -231,7 +235,7 @@ class Goodbye:
             async with trio.open_nursery() as exits:
                 self._exits = exits.cancel_scope
                 self._exits.deadline = self._deadline
-                left, answering = await self._leave_nowait(exits)
+                left, answering = self._leave_nowait(exits)
                 self._awaited = deque(answering)
                 if self._allowance is None:
                     self._allowance = measured_allowance(
@@ -289,19 +293,17 @@ class Goodbye:
             _summary(self.report),
         )
 
-    async def _leave_nowait(
-        self, exits: trio.Nursery
-    ) -> tuple[list[ProcessHolder], list[ProcessHolder]]:
+    def _leave_nowait(self, exits: trio.Nursery) -> tuple[list[ProcessHolder], list[ProcessHolder]]:
         """Write every exit that can go at once; start a leaving task for each other holder.
 
-        Returns the holders whose exit is done (written over their open
-        sockets, no answer to come), and those whose exit is written and
-        whose answer is to come.
+        With no checkpoint: every exit's task starts before any runs (see the
+        module docstring). Returns the holders whose exit is done (written
+        over their open sockets, no answer to come), and those whose exit is
+        written and whose answer is to come.
         """
         left: list[ProcessHolder] = []
         answering: list[ProcessHolder] = []
-
-        def leave(holder: ProcessHolder) -> None:
+        for holder in self._holders:
             written = holder.leave_nowait()
             if written is None:
                 left.append(holder)
@@ -310,8 +312,6 @@ class Goodbye:
                 answering.append(holder)
             else:
                 self._start(exits, self._leave, holder)
-
-        await _for_each(self._holders, leave)
         return left, answering
 
     async def _answers(self) -> list[ProcessHolder]:

@@ -14,7 +14,7 @@ import math
 import re
 import weakref
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast, final
@@ -760,6 +760,59 @@ async def test_the_goodbyes_loops_let_the_program_run_after_every_256_sessions()
     assert yielded_after == [256, 512]
 
 
+class LeftAtOnce(FakeHolder):
+    """A holder whose exit is done at once."""
+
+    def leave_nowait(self) -> bool | None:
+        return None
+
+
+async def run_goodbye_of(holders: Sequence[FakeHolder]) -> Goodbye:
+    goodbye = Goodbye(
+        cast("list[ProcessHolder]", list(holders)),
+        deadline=trio.current_time() + 1.5,
+        concurrency=None,
+        emit=lambda _: None,
+    )
+    await goodbye.run()
+    return goodbye
+
+
+class LeavesInATask(FakeHolder):
+    """A holder whose exit goes in a task (SSE's way); notes when each step of it happens."""
+
+    def __init__(self, session: AgentSession, begun: list[str], ran: list[int]) -> None:
+        super().__init__(session)
+        self.begun = begun
+        self.ran = ran
+
+    def leave_nowait(self) -> bool | None:
+        self.begun.append(self.session.session_id)
+        return False
+
+    async def leave(self) -> bool | None:
+        # How many sessions had begun to leave when this exit's task first ran.
+        self.ran.append(len(self.begun))
+        await trio.lowlevel.checkpoint()
+        return True
+
+
+async def test_every_exits_task_starts_before_any_of_them_runs(
+    autojump_clock: MockClock,
+) -> None:
+    """Started part way, the first exits' holders would unwind before the last exits start."""
+    begun: list[str] = []
+    ran: list[int] = []
+    holders = [
+        LeavesInATask(AgentSession(session_id=f"s{i}", session_token="t", room_id="r"), begun, ran)
+        for i in range(600)
+    ]
+    goodbye = await run_goodbye_of(holders)
+    assert ran == [600] * 600
+    assert [a.recorded for a in goodbye.report] == [True] * 600
+    assert trio.current_time() == 0
+
+
 def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
     """Real time kept on trio's clock: whole where it follows real time, none where it stands."""
     whole = Allowance(holder=UNWIND_ALLOWANCE, exit=EXIT_ALLOWANCE)
@@ -768,24 +821,6 @@ def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
     assert measured_allowance(0.0, 0.25) == Allowance(holder=0, exit=0)
     assert measured_allowance(0.125, 0.25) == Allowance(holder=50e-6, exit=15e-6)
     assert measured_allowance(0.0, 0.0) == whole  # too short to tell: kept whole
-
-
-class LeftAtOnce(FakeHolder):
-    """A holder whose exit is done at once."""
-
-    def leave_nowait(self) -> bool | None:
-        return None
-
-
-async def run_goodbye_of(holders: list[LeftAtOnce]) -> Goodbye:
-    goodbye = Goodbye(
-        cast("list[ProcessHolder]", holders),
-        deadline=trio.current_time() + 1.5,
-        concurrency=None,
-        emit=lambda _: None,
-    )
-    await goodbye.run()
-    return goodbye
 
 
 async def test_on_the_system_clock_the_goodbye_keeps_the_whole_allowance() -> None:

@@ -14,7 +14,9 @@ lean path needs of it and no more, built the same way (an
   host name checks, before the stream is handed over;
 * **a read** is :func:`~._sockio.read_some` of the socket (one wait, one
   ``read``), then every record those bytes complete, decrypted at once and
-  handed over together;
+  handed over together; then OpenSSL may free the write buffer that reading
+  the server's session tickets set up (16 KiB a stream, otherwise kept for
+  as long as the stream writes nothing);
 * **a write** encrypts and sends in turn with the other writers (a lock),
   so that records go out in the order they were made; a small one (a
   WebSocket's pong) may go at once, without a checkpoint, when no other
@@ -33,6 +35,7 @@ buys is in ``docs/performance.md``.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from typing import final
 
@@ -129,8 +132,21 @@ class TLSStream(trio.abc.Stream):
             parts.append(part)
             wanted -= len(part)
         if parts:
+            self._release_write_buffer()
             return b"".join(parts)
         return b"" if self._eof else None
+
+    def _release_write_buffer(self) -> None:
+        """Let OpenSSL free the write buffer that reading a post-handshake message set up.
+
+        A read that meets the server's session tickets (or a key update) makes
+        OpenSSL set up its write buffer (16 KiB) beside the read one, and it
+        frees it only once a write is done: an empty write, which sends nothing.
+        A held SSE stream writes nothing more until its exit. A failure here
+        shows again at the stream's next read or write.
+        """
+        with contextlib.suppress(ssl.SSLError):
+            self._ssl.write(b"")
 
     async def _flush(self) -> None:
         """Send what the TLS object wrote after a read (a key update's answer), else checkpoint."""
