@@ -373,7 +373,7 @@ async def test_a_request_never_written_is_told_once_as_its_exchange_ends(
 
 
 def test_lanes_must_be_at_least_one() -> None:
-    assert LANES == 64
+    assert LANES == 128
     with pytest.raises(ValueError, match="lanes must be at least 1, got 0"):
         PipelinedPool(ScriptedRoom(), ORIGIN, lanes=0)
 

@@ -84,8 +84,11 @@ __all__ = ["LANES", "Answer", "PipelinedPool"]
 # request only once it has answered the one before (hypercorn, behind the
 # reference room; a proxy) reads at most one exit per connection at a time,
 # and the exits still queued when the process is gone are lost: with four,
-# the reference room received 1,139 of 10,000; with 64, every one.
-LANES: Final = 64
+# the reference room received 1,139 of 10,000; with 64, every one. Node's
+# server over TLS stops reading a connection once about 121 answers wait
+# unread there, which a goodbye of thousands reads only late: 128 lanes take
+# 10,000 exits (docs/performance.md, "128 connections for the exits").
+LANES: Final = 128
 # The most a lane's end may take once its writer was cancelled (shielded).
 _END_BOUND: Final = 0.01
 
