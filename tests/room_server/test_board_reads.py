@@ -128,11 +128,8 @@ async def test_a_read_shows_an_expired_intent_when_the_storage_refuses_to_record
     try:
         r = await client.get(f"{R}/board-intents", headers=person_headers())
         assert r.status_code == 200, r.text
-        assert [(i["id"], i["status"]) for i in r.json()["intents"]] == [
-            (intent["id"], "expired")
-        ]
+        assert [(i["id"], i["status"]) for i in r.json()["intents"]] == [(intent["id"], "expired")]
         r = await client.get(f"{R}/board-settings", headers=person_headers())
         assert (r.status_code, r.json()["pending_intent_count"]) == (200, 0)
     finally:
         read_only(store, on=False)
-
