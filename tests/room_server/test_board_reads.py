@@ -20,7 +20,6 @@ from letagents_trio._protocol import SESSION_REQUIRED_READ_TEXT
 from letagents_trio.room_server._auth._accounts import OWNER_NOT_PERSON_TEXT
 from letagents_trio.room_server._board._intents import PARTICIPANT_TEXT, SETTINGS_ADMIN_TEXT
 from letagents_trio.workers._intent_payloads import create_intent_payload as create_payload
-from letagents_trio.workers._intent_payloads import mutation_intent_payload as mutation_payload
 
 from .helpers import (
     OTHER_PERSON_TOKEN,
@@ -34,7 +33,7 @@ from .helpers import (
 )
 from .test_board_governance import decide, governed, intend
 from .test_full_disk import read_only
-from .test_governance_answers import new_task
+from .test_governance_answers import close_intent, new_task
 
 if TYPE_CHECKING:
     import httpx2
@@ -101,9 +100,7 @@ async def test_an_approval_lapses_when_its_managers_session_ends(
 ) -> None:
     a, b = await governed(client)
     task_id = await new_task(client)
-    close = await intend(
-        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
-    )
+    close = await close_intent(client, a, task_id)
     assert (await decide(client, b, close["id"])).status_code == 200
     # B's session ends: its assignment is still marked active, but B manages no more.
     await disconnect(client, b)
