@@ -50,6 +50,15 @@ async def new_task(client: httpx2.AsyncClient, status: str = "accepted") -> str:
     return task_id
 
 
+async def close_intent(
+    client: httpx2.AsyncClient, who: dict[str, Any], task_id: str
+) -> dict[str, Any]:
+    """``who``'s intent to cancel ``task_id``, pending."""
+    return await intend(
+        client, who, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
+    )
+
+
 def denial(code: str, error: str) -> dict[str, str]:
     return {"error": error, "code": code}
 
@@ -263,9 +272,7 @@ async def test_an_approval_is_refused_for_another_action_worker_or_manager(
     a, b = await governed(client)
     c = await registered(client, registration(name="C"))
     task_id = await new_task(client)
-    close = await intend(
-        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
-    )
+    close = await close_intent(client, a, task_id)
     assert (await decide(client, b, close["id"])).status_code == 200
     cancel = {"status": "cancelled", "board_intent_id": close["id"]}
     # Without a token, only the proposer's own session carries it out.
@@ -321,9 +328,7 @@ async def test_an_admins_approval_outlives_the_manager_and_its_token_is_trimmed(
 ) -> None:
     a, _ = await governed(client)
     task_id = await new_task(client)
-    close = await intend(
-        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
-    )
+    close = await close_intent(client, a, task_id)
     token = (await decide(client, None, close["id"])).json()["approval_token"]
     r = await client.request("DELETE", f"{R}/board-managers/active", headers=person_headers())
     assert r.status_code == 200
@@ -388,9 +393,7 @@ async def test_a_tokens_and_a_payloads_refusals_are_whole(
 ) -> None:
     a, b = await governed(client)
     task_id = await new_task(client)
-    close = await intend(
-        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
-    )
+    close = await close_intent(client, a, task_id)
     token = (await decide(client, b, close["id"])).json()["approval_token"]
     body = {"status": "cancelled", "board_intent_id": close["id"], "board_approval_token": "bad"}
     r = await client.patch(f"{R}/tasks/{task_id}", json=body, headers=session_headers(a))
@@ -431,9 +434,7 @@ async def test_an_approval_given_before_its_task_existed_is_carried_out(
 ) -> None:
     """The approval kept no state of a task that did not exist: nothing to have changed."""
     a, b = await governed(client)
-    close = await intend(
-        client, a, "task_close", mutation_payload("task_1", status="cancelled"), task_id="task_1"
-    )
+    close = await close_intent(client, a, "task_1")
     assert (await decide(client, b, close["id"])).status_code == 200
     task_id = await new_task(client, "proposed")
     assert task_id == "task_1"
@@ -480,9 +481,7 @@ async def test_a_claim_stays_open_while_its_task_is_accepted_or_its_proposers(
 
     own = await intend(client, a, "task_claim", claim_of(a), task_id=task_id)
     other = await intend(client, c, "task_claim", claim_of(c), task_id=task_id)
-    close = await intend(
-        client, a, "task_close", mutation_payload(task_id, status="cancelled"), task_id=task_id
-    )
+    close = await close_intent(client, a, task_id)
     assert (await decide(client, b, close["id"])).status_code == 200
 
     async def move(**body: Any) -> dict[str, tuple[str, str | None]]:
