@@ -1,8 +1,8 @@
-"""Workspace captures at their edges (``_workspace.py``): the review's shared size, old folders.
+"""Workspace captures at their edges (``_workspace.py``): the review's size, old captures.
 
 The review is shared when its gzipped base64 text is at most the review's
-limit, and a finished capture's folder that cannot be removed never stops
-the next capture. A scratch repository and a fake room, as in
+limit; a finished capture's folder that cannot be removed never stops the
+next capture; a published capture asked again answers as before. A scratch repository and a fake room, as in
 ``test_workspace.py``; real clock, bounded.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -81,3 +82,20 @@ async def test_a_finished_capture_whose_folder_cannot_be_removed_does_not_stop_a
     assert again["capture_id"] == second["capture_id"]
     # Nothing beyond the link was removed.
     assert json.loads((elsewhere / "capture.json").read_text())["phase"] == "published"
+
+
+async def test_a_published_capture_published_again_answers_as_before_and_sends_nothing(
+    repo: Path, tmp_path: Path
+) -> None:
+    store, room = captures(tmp_path), Room()
+    with trio.fail_after(30):
+        begun = await store.begin(OWNER, str(repo))
+        (repo / "a.txt").write_text("two\n")
+        first = await store.publish(OWNER, begun["capture_id"], "s", sender="A", send=room.send)
+        sent = list(room.calls)
+        # A retry after the repository is gone, without a summary: nothing is prepared again.
+        shutil.rmtree(repo)
+        again = await store.publish(OWNER, begun["capture_id"], "", sender="A", send=room.send)
+    assert first["status"] == "published"
+    assert again == first
+    assert room.calls == sent
