@@ -2,7 +2,8 @@
 
 The review is shared when its gzipped base64 text is at most the review's
 limit; a finished capture's folder that cannot be removed never stops the
-next capture; a published capture asked again answers as before. A scratch repository and a fake room, as in
+next capture; a published capture asked again answers as before; a begin
+cut short after its record is first written is continued by the next one. A scratch repository and a fake room, as in
 ``test_workspace.py``; real clock, bounded.
 """
 
@@ -13,6 +14,7 @@ import random
 import shutil
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 
 from letagents_trio.workers import _workspace
@@ -23,8 +25,6 @@ from .test_workspace_answers import PRINTABLE, review_of
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import pytest
 
 
 async def test_a_review_whose_shared_text_is_exactly_the_limit_is_shared(
@@ -99,3 +99,31 @@ async def test_a_published_capture_published_again_answers_as_before_and_sends_n
     assert first["status"] == "published"
     assert again == first
     assert room.calls == sent
+
+
+async def test_a_begin_cut_short_after_its_first_record_is_continued_without_its_snapshot(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The disk fails (or the host dies) after the record is first written and
+    # before the snapshot is recorded in it: the next begin continues that capture.
+    writes = []
+    write = _workspace._write
+
+    def failing(path: Path, data: bytes) -> None:
+        writes.append(path.name)
+        if len(writes) > 1:
+            raise OSError(28, "No space left on device")
+        write(path, data)
+
+    store = captures(tmp_path)
+    with trio.fail_after(30):
+        monkeypatch.setattr(_workspace, "_write", failing)
+        with pytest.raises(OSError, match="No space left"):
+            await store.begin(OWNER, str(repo))
+        monkeypatch.undo()
+        [folder] = (tmp_path / "state.json.workspaces").iterdir()
+        again = await store.begin(OWNER, str(repo))
+    assert writes == ["capture.json", "capture.json"]
+    assert again["capture_id"] == folder.name
+    assert again["instruction"] == _workspace.CONTINUE_TEXT
+    assert again["baseline_available"] is False
