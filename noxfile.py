@@ -183,6 +183,14 @@ _HTTP_TESTS = (
     "tests/test_client_bounds.py",
     "tests/test_connector.py",
 )
+# The lean path's socket I/O and its TLS stream: their own tests, the requests
+# that read through them, and real loopback sockets (plain and TLS).
+_SOCKET_IO_TESTS = (
+    "tests/test_http_sockio.py",
+    "tests/test_http_request.py",
+    "tests/e2e/test_events_at_once.py",
+    "tests/e2e/test_lean_tls.py",
+)
 # The reference room's tests: every rule is reached through its routes (the
 # FakeRoom's tests serve the same room behind the fault layer).
 _ROOM_TESTS = ("tests/room_server/test_*.py", "tests/testing/test_*.py")
@@ -221,6 +229,8 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/test_hostile_streams.py",
         "tests/test_client.py",
         "tests/test_manager*.py",
+        # The quiet reads of one heartbeat act only on a real socket: loopback.
+        "tests/e2e/test_events_at_once.py",
     ),
     "_holder": (
         "tests/test_holder*.py",
@@ -244,18 +254,37 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/e2e/test_websocket_loopback.py",
     ),
     "_websocket": _WEBSOCKET_TESTS,
-    "_ws_socket": _WEBSOCKET_TESTS,
-    # The room client: its requests, bounds and stacks, and the exits it POSTs.
+    # The socket's exits written at once and its quiet reads of one ping act
+    # only on a real socket: loopback too.
+    "_ws_socket": (
+        *_WEBSOCKET_TESTS,
+        "tests/e2e/test_websocket_loopback.py",
+        "tests/e2e/test_events_at_once.py",
+    ),
+    # The room client: its requests, bounds and stacks, and the exits it POSTs
+    # (through the pool, and each on a connection of its own), and the upgrades
+    # it starts for the WebSocket connector.
     "_client": (
-        "tests/test_client.py",
-        "tests/test_client_bounds.py",
+        "tests/test_client*.py",
         "tests/test_http_stack.py",
+        "tests/test_http_pool.py",
+        "tests/test_http_request.py",
         "tests/test_connector.py",
         "tests/test_manager*.py",
+        "tests/test_websocket*.py",
     ),
     "_http/_pool": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
     "_http/_lean": _HTTP_TESTS,
+    # The lean path's socket I/O: its own tests, the requests that read through
+    # it, and the real loopback (plain and TLS) where the kernel keeps a
+    # heartbeat: the quiet reads act only on a real TCP socket on Linux.
+    "_http/_sockio": _SOCKET_IO_TESTS,
+    "_http/_tls": (
+        *_SOCKET_IO_TESTS,
+        "tests/e2e/test_lean_http.py",
+        "tests/e2e/test_tls_memory.py",
+    ),
     "_collector": (
         "tests/test_collector.py",
         "tests/test_holder_events.py",

@@ -8,8 +8,9 @@ test says: at once, late, never, or by closing the connection.
 from __future__ import annotations
 
 import json
+import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Literal
 
@@ -40,7 +41,7 @@ class Late:
     """An answer sent ``delay`` seconds after the request came, whatever came after it."""
 
     delay: float
-    answer: bytes = OK
+    answer: bytes | Literal["close"] = OK
 
 
 # An answer to send; or one sent late; or close without one; or never answer; or
@@ -156,6 +157,52 @@ class ScriptedRoom:
                 await stream.send_all(action)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+
+class Wrapped(trio.abc.Stream):
+    """A stream around ``inner``, neither a socket nor a memory stream: ``close_now``
+    cannot close it and ``send_now`` cannot write it, so the pool writes it with
+    ``send_all`` (each write taking ``write_delay`` seconds) and closes it with ``aclose``
+    (noted in ``closed``)."""
+
+    def __init__(
+        self, inner: trio.abc.Stream, *, write_delay: float = 0.0, closed: list[str] | None = None
+    ) -> None:
+        self.inner = inner
+        self.write_delay = write_delay
+        self.closed = closed
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.sleep(self.write_delay)
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:  # pragma: no cover - not used
+        await self.inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:  # pragma: no cover - not used
+        raise NotImplementedError
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return bytes(await self.inner.receive_some(max_bytes))
+
+    async def aclose(self) -> None:
+        if self.closed is not None:
+            self.closed.append("aclose")
+        await self.inner.aclose()
+
+
+@attrs.frozen
+class ServedBy:
+    """An opener whose every connection the room side serves with ``serve``, in memory."""
+
+    nursery: trio.Nursery
+    serve: Callable[[trio.abc.Stream], Awaitable[None]]
+
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+        ours, theirs = trio.testing.memory_stream_pair()
+        self.nursery.start_soon(self.serve, theirs)
+        await trio.lowlevel.checkpoint()
+        return ours
 
 
 @pytest.fixture
@@ -326,7 +373,7 @@ async def test_a_request_never_written_is_told_once_as_its_exchange_ends(
 
 
 def test_lanes_must_be_at_least_one() -> None:
-    assert LANES == 64
+    assert LANES == 128
     with pytest.raises(ValueError, match="lanes must be at least 1, got 0"):
         PipelinedPool(ScriptedRoom(), ORIGIN, lanes=0)
 
@@ -583,14 +630,7 @@ async def test_a_reader_that_stops_waiting_half_way_leaves_the_answer_to_the_nex
         await stream.send_all(halves[1])
         await trio.sleep_forever()
 
-    class Opener:
-        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
-            ours, theirs = trio.testing.memory_stream_pair()
-            nursery.start_soon(serve, theirs)
-            await trio.lowlevel.checkpoint()
-            return ours
-
-    pool = PipelinedPool(Opener(), ORIGIN, lanes=1)
+    pool = PipelinedPool(ServedBy(nursery, serve), ORIGIN, lanes=1)
     second = await first_cancelled_second_answered(pool)
     assert second == [
         Answer(
@@ -644,31 +684,9 @@ async def test_a_stream_only_aclose_can_close_is_closed_forcefully(
 ) -> None:
     closed: list[str] = []
 
-    class Wrapped(trio.abc.Stream):
-        """Not a socket nor a memory stream: close_now cannot close it, send_now cannot write it."""
-
-        def __init__(self, inner: trio.abc.Stream) -> None:
-            self.inner = inner
-
-        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-            await self.inner.send_all(data)
-
-        async def wait_send_all_might_not_block(self) -> None:  # pragma: no cover - not used
-            await self.inner.wait_send_all_might_not_block()
-
-        async def send_eof(self) -> None:  # pragma: no cover - not used
-            raise NotImplementedError
-
-        async def receive_some(self, max_bytes: int | None = None) -> bytes:
-            return bytes(await self.inner.receive_some(max_bytes))
-
-        async def aclose(self) -> None:
-            closed.append("aclose")
-            await self.inner.aclose()
-
     class WrappingOpener:
         async def open_stream(self, origin: Origin) -> trio.abc.Stream:
-            return Wrapped(await room.open_stream(origin))
+            return Wrapped(await room.open_stream(origin), closed=closed)
 
     room.script = lambda connection, request: CLOSING
     pool = PipelinedPool(WrappingOpener(), ORIGIN)
@@ -847,3 +865,309 @@ async def test_a_writer_cancelled_mid_write_ends_its_connection(
     with trio.move_on_after(1):
         await exchange(pool, 2)
     assert opener.opened == 2
+
+
+# --- a socket the room does not read for a while ---------------------------------------
+
+
+def big_request(n: int, size: int) -> bytes:
+    """An exit whose body (``size`` bytes) fills the socket's buffers many times over."""
+    target = f"/rooms/r/agent-sessions/s{n}/process/exit"
+    return request_bytes(ORIGIN, target, "POST", [], b"x" * size)
+
+
+# The socket buffers of a HeldBackRoom's connections (the kernel doubles them).
+BUFFER = 16384
+
+
+@attrs.define
+class HeldBackRoom:
+    """A loopback room that reads nothing until ``go`` is set, then serves as ``room`` does.
+
+    Both ends' socket buffers are small, so a request of a few megabytes is
+    written a part at a time, as the room reads.
+    """
+
+    room: ScriptedRoom
+    go: trio.Event = attrs.field(factory=trio.Event)
+    # Set once the room has read the connection to its end.
+    served: trio.Event = attrs.field(factory=trio.Event)
+    port: int = 0
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        async def handler(stream: trio.SocketStream) -> None:
+            await self.go.wait()
+            await self.room._serve(0, stream)
+            self.served.set()
+
+        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
+        self.port = listener.socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, handler, [listener])
+
+    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
+        self.room.opened += 1
+        return stream
+
+
+async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_be_written(
+    nursery: trio.Nursery,
+) -> None:
+    """The first caller's request is 1 MB, the room reads nothing yet: its caller
+    waits for room in the socket, then gives up. The second caller, reading,
+    still gets its answer once the room reads: both requests reach the room
+    whole, on the one connection."""
+    room = HeldBackRoom(ScriptedRoom(nursery=nursery))
+    await room.start(nursery)
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    first = trio.CancelScope()
+    second: list[Answer] = []
+
+    async def ask_first() -> None:
+        with first:
+            await pool.exchange(big_request(1, 1 << 20), max_body=1024)
+
+    told: list[str] = []
+
+    async def ask_second() -> None:
+        answer = await pool.exchange(
+            exit_request(2), max_body=1024, sent=lambda: told.append("written")
+        )
+        second.append(answer)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as callers:
+            callers.start_soon(ask_first)
+            await trio.testing.wait_all_tasks_blocked()
+            callers.start_soon(ask_second)
+            await trio.testing.wait_all_tasks_blocked()
+            first.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            # Behind the rest of the first request, the second is not written yet.
+            assert told == []
+            room.go.set()
+    await pool.aclose()
+    assert first.cancelled_caught
+    assert told == ["written"]
+    assert [a.status for a in second] == [200]
+    assert [(c, r, session_of(t)) for c, r, t, _ in room.room.seen] == [(0, 0, "s1"), (0, 1, "s2")]
+    assert [len(body) for _, body in room.room.requests] == [1 << 20, 2]
+    assert room.room.opened == 1
+
+
+async def test_once_connected_a_request_is_written_before_its_callers_first_checkpoint(
+    nursery: trio.Nursery,
+) -> None:
+    """On a plain socket an exit asked by a caller already past its deadline still
+    goes out (the goodbye asks its exits as its deadline nears), and its caller
+    is told so."""
+    room = HeldBackRoom(ScriptedRoom(nursery=nursery))
+    room.go.set()
+    await room.start(nursery)
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    told: list[str] = []
+    with trio.fail_after(10):
+        await exchange(pool, 1)
+        with trio.CancelScope() as late:
+            late.cancel()
+            await pool.exchange(exit_request(2), max_body=1024, sent=lambda: told.append("out"))
+        assert late.cancelled_caught
+        assert told == ["out"]
+        # Closing now drops only what was never handed to the kernel.
+        await pool.aclose()
+        await room.served.wait()
+    assert [session_of(t) for _, _, t, _ in room.room.seen] == ["s1", "s2"]
+
+
+# --- the pool's own life and its connections -------------------------------------------
+
+
+async def test_a_pool_closed_while_connecting_closes_the_connection_when_it_comes(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    class Slow:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            await trio.sleep(1.0)
+            return await room.open_stream(origin)
+
+    pool = PipelinedPool(Slow(), ORIGIN)
+    failures: list[tuple[str, float]] = []
+
+    async def ask() -> None:
+        with pytest.raises(HTTPFailure) as caught:
+            await exchange(pool, 1)
+        failures.append((str(caught.value), trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await trio.sleep(0.5)
+        await pool.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert failures == [("the pool is closed", 1.0)]
+    assert room.opened == 1
+    assert room.closed == [0]
+    assert room.seen == []
+
+
+async def test_a_replacement_connection_serves_later_requests_and_is_closed_with_the_pool(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    room.script = lambda connection, request: "close" if (connection, request) == (0, 1) else OK
+    pool = PipelinedPool(room, ORIGIN)
+    await exchange(pool, 1)
+    await exchange(pool, 2)  # written again on connection 1, once 0 closed
+    third = await exchange(pool, 3)
+    fourth = await exchange(pool, 4)
+    assert (third.status, fourth.status) == (200, 200)
+    assert [(c, r, session_of(t)) for c, r, t, _ in room.seen] == [
+        (0, 0, "s1"),
+        (0, 1, "s2"),
+        (1, 0, "s2"),
+        (1, 1, "s3"),
+        (1, 2, "s4"),
+    ]
+    await pool.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+    assert room.closed == [0, 1]
+
+
+async def test_a_request_whose_caller_stopped_waiting_is_not_sent_again(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """The room closes the connection two seconds after the second request, unanswered;
+    its caller gave up after one: only the third goes out again."""
+    room.script = lambda connection, request: Late(2.0, "close") if request == 1 else OK
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    await exchange(pool, 0)
+    third = await first_cancelled_second_answered(pool)
+    assert [a.status for a in third] == [200]
+    assert trio.current_time() == 2.0
+    assert answered_sessions(room, 1) == ["s2"]
+
+
+# --- answers h11 reads -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("then", "opened", "outcome"),
+    [
+        # The room closes the connection between answers, or half-way through
+        # one: the rest go out again on a new connection.
+        ("close", 2, [200, 200, 200]),
+        ("half", 2, [200, 200, 200]),
+        # A length that is no number: the rest fail, on the one connection.
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            1,
+            [200, "RemoteProtocolError", "RemoteProtocolError"],
+        ),
+    ],
+    ids=["closed", "cut", "garbled"],
+)
+async def test_after_an_answer_only_h11_reads_the_room_closing_moves_and_garbling_fails(
+    autojump_clock: trio.testing.MockClock,
+    room: ScriptedRoom,
+    then: Action,
+    opened: int,
+    outcome: list[int | str],
+) -> None:
+    def script(connection: int, request: int) -> Action:
+        if connection == 0:
+            return CHUNKED if request == 0 else then
+        return OK
+
+    room.script = script
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    results = await exchange_all(pool, 3)
+    order = [int(s[1:]) for s in answered_sessions(room, 0)]
+    assert [
+        r.status if isinstance(r, Answer) else str(r) for r in (results[n] for n in order)
+    ] == outcome
+    assert room.opened == opened
+
+
+@pytest.mark.parametrize(("size", "read"), [(1024, True), (1025, False)])
+async def test_a_chunked_answer_is_held_to_the_cap_too(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, size: int, read: bool
+) -> None:
+    body = b"y" * size
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (
+        size,
+        body,
+    )
+    room.script = lambda connection, request: chunked
+    pool = PipelinedPool(room, ORIGIN)
+    if read:
+        assert (await exchange(pool, max_body=1024)).body == body
+    else:
+        with pytest.raises(HTTPFailure, match=r"^BodyTooLarge$"):
+            await exchange(pool, max_body=1024)
+
+
+async def test_each_answer_may_carry_its_own_informational_heads(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    hinted = b"HTTP/1.1 103 Early Hints\r\n\r\n" * 8 + OK
+    room.script = lambda connection, request: hinted
+    pool = PipelinedPool(room, ORIGIN)
+    for n in range(3):
+        assert (await exchange(pool, n)).status == 200
+
+
+async def test_answers_that_come_together_are_each_read_after_one_only_h11_reads(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """The room answers three requests in one write: a chunked answer, then two sized."""
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = b""
+        while data.count(b"{}") < 3:
+            data += await stream.receive_some()
+        await stream.send_all(CHUNKED + OK + OK)
+        await trio.sleep_forever()
+
+    pool = PipelinedPool(ServedBy(nursery, serve), ORIGIN, lanes=1)
+    with trio.fail_after(5):
+        results = await exchange_all(pool, 3)
+    assert [r.body if isinstance(r, Answer) else r for r in results.values()] == [
+        b'{"recorded":true}'
+    ] * 3
+
+
+async def test_a_large_head_is_read_on_h11s_path_too(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """A head of 40 KiB (under the 64 KiB cap), chunked: h11 reads it."""
+    big = CHUNKED.replace(b"\r\n\r\n", b"\r\nX-Big: " + b"z" * 40_000 + b"\r\n\r\n", 1)
+    room.script = lambda connection, request: big
+    pool = PipelinedPool(room, ORIGIN)
+    answer = await exchange(pool)
+    assert (answer.body, len(answer.header("X-Big") or "")) == (b'{"recorded":true}', 40_000)
+
+
+async def test_a_request_queued_behind_one_being_written_is_told_only_once_its_own_bytes_are(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """Each write takes a second: the second request, asked while the first is
+    written, is told at 2, after its own write, not at 1."""
+
+    class SlowOpener:
+        async def open_stream(self, origin: Origin) -> trio.abc.Stream:
+            return Wrapped(await room.open_stream(origin), write_delay=1.0)
+
+    pool = PipelinedPool(SlowOpener(), ORIGIN, lanes=1)
+    told: list[tuple[int, float]] = []
+
+    async def ask(n: int) -> None:
+        await pool.exchange(
+            exit_request(n), max_body=1024, sent=lambda: told.append((n, trio.current_time()))
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(ask, 2)
+    assert told == [(1, 1.0), (2, 2.0)]
+    await pool.aclose()

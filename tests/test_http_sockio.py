@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from letagents_trio._http._sockio import (
+    READ_SIZE,
     Prefixed,
     QuietReads,
     can_send_now,
@@ -23,7 +24,7 @@ from letagents_trio._http._sockio import (
     send_now,
 )
 
-from .sockets import tcp_pair
+from .sockets import OnlyAsyncClose, tcp_pair
 
 # --- close_now --------------------------------------------------------------------------
 
@@ -39,6 +40,16 @@ async def test_close_now_closes_sockets_and_memory_streams_without_a_checkpoint(
     assert await right.receive_some() == b""
     assert not close_now(trio.testing.MemorySendStream())  # type: ignore[arg-type]
     await trio.lowlevel.checkpoint()
+
+
+async def test_close_now_leaves_a_stapled_stream_whose_parts_close_only_asynchronously() -> None:
+    """Neither part closed: the caller closes the whole with ``aclose``."""
+    parts = (OnlyAsyncClose(), OnlyAsyncClose())
+    stapled = trio.StapledStream(*parts)
+    assert not close_now(stapled)
+    assert not any(part.closed for part in parts)
+    await stapled.aclose()
+    assert all(part.closed for part in parts)
 
 
 # --- Prefixed ------------------------------------------------------------------------------
@@ -61,6 +72,21 @@ async def test_prefixed_gives_the_bytes_read_ahead_first_in_pieces_then_the_stre
         await stream.aclose()
         with pytest.raises(trio.ClosedResourceError):
             await stream.receive_some()
+
+
+async def test_prefixed_reads_the_stream_at_most_as_asked_once_its_bytes_are_given() -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    stream = Prefixed(client_end, b"")
+    with trio.fail_after(5):
+        await server_end.send_all(b"0123456789")
+        assert await stream.receive_some(4) == b"0123"
+        assert await stream.receive_some() == b"456789"
+
+
+async def test_prefixed_cannot_half_close_a_stream_that_cannot() -> None:
+    """Broken, as trio says of a stream it cannot use: never an AttributeError."""
+    with pytest.raises(trio.BrokenResourceError):
+        await Prefixed(OnlyAsyncClose(), b"ahead").send_eof()
 
 
 # --- send_now -----------------------------------------------------------------------------
@@ -170,6 +196,30 @@ async def test_read_some_reads_other_streams_with_their_own_receive_some() -> No
     with trio.fail_after(5):
         await server_end.send_all(b"in memory")
         assert await read_some(client_end, 100) == b"in memory"
+        await server_end.send_all(b"0123456789")
+        assert await read_some(client_end, 4) == b"0123"
+        assert await read_some(Prefixed(client_end, b"ahead"), 2) == b"ah"
+
+
+async def test_a_wake_up_that_finds_nothing_to_read_waits_for_the_next_bytes() -> None:
+    """Two readers of one socket wake for the same bytes: the one that finds none waits on."""
+    left, right = trio.socket.socketpair()
+    twin = trio.socket.fromfd(left.fileno(), left.family, left.type)
+    got: list[bytes] = []
+    with left, right, twin, trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def reader(socket: trio.socket.SocketType) -> None:
+                got.append(await read_some(trio.SocketStream(socket), 100))
+
+            nursery.start_soon(reader, left)
+            nursery.start_soon(reader, twin)
+            await trio.testing.wait_all_tasks_blocked()
+            await right.send(b"first")
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == [b"first"]
+            await right.send(b"second")
+    assert got == [b"first", b"second"]
 
 
 async def test_read_some_reads_a_plain_socket_without_socketstreams_machinery(
@@ -222,6 +272,27 @@ async def test_discard_unread_reads_at_most_its_limit_and_leaves_other_streams()
     await server_end.send_all(b"in memory")
     discard_unread(client_end)  # not a socket: left alone
     assert await read_some(client_end, 100) == b"in memory"
+
+
+async def test_discard_unread_reads_on_past_one_read_up_to_its_limit_and_stops_at_the_end() -> None:
+    """More than one read's worth: the limit is counted across reads, to the byte."""
+    size = READ_SIZE + 1000
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            sent = 0
+            while sent < size:
+                sent += await peer.send(b"x" * (size - sent))
+            await trio.lowlevel.wait_readable(stream.socket)
+            discard_unread(stream, limit=READ_SIZE + 1)
+            rest = b""
+            while len(rest) < size - READ_SIZE - 1:
+                rest += await read_some(stream, size)
+            assert len(rest) == size - READ_SIZE - 1
+            await peer.send(b"y" * size)
+            peer.shutdown(trio.socket.SHUT_WR)
+            await trio.lowlevel.wait_readable(stream.socket)
+            discard_unread(stream)  # everything, then the end: it returns
+            assert await read_some(stream, 100) == b""
 
 
 # --- QuietReads: bytes the kernel keeps until the deadline draws near ----------------------
@@ -282,27 +353,65 @@ async def test_a_quiet_read_that_finds_nothing_kept_waits_as_a_plain_read() -> N
                 assert not scope.cancelled_caught
 
 
+def read_quietly(nursery: trio.Nursery, reads: QuietReads, got: list[bytes]) -> None:
+    """Start one read that may keep 50 bytes (for at most 60 s); what it reads goes to ``got``."""
+
+    async def reader() -> None:
+        with trio.move_on_after(60):
+            got.append(await reads.read(100, keep=50))
+
+    nursery.start_soon(reader)
+
+
 @linux_only
-async def test_loud_hands_over_what_was_kept_and_lets_every_byte_wake() -> None:
+async def test_loud_after_the_room_reset_the_connection_hands_over_nothing() -> None:
+    """The break is the next read's to report; loud itself neither raises nor invents bytes."""
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream)
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                read_quietly(nursery, reads, [])
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.cancel_scope.cancel(reason="the mark is up, nothing came")
+            # A close with a zero linger sends a reset instead of an end.
+            linger = struct.pack("ii", 1, 0)
+            theirs.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_LINGER, linger)
+            theirs.close()
+            await trio.lowlevel.wait_readable(stream.socket)
+            assert reads.loud() == b""
+
+
+@linux_only
+@pytest.mark.parametrize("kept", [b"kept", b""], ids=["kept", "nothing-kept"])
+async def test_loud_hands_over_what_was_kept_and_lets_every_byte_wake(kept: bytes) -> None:
     async with tcp_pair() as (stream, theirs):
         reads = QuietReads(stream)
         got: list[bytes] = []
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
-
-                async def reader() -> None:
-                    with trio.move_on_after(60):
-                        got.append(await reads.read(100, keep=50))
-
-                nursery.start_soon(reader)
+                read_quietly(nursery, reads, got)
                 await trio.testing.wait_all_tasks_blocked()
-                await theirs.send(b"kept")
-                await trio.testing.wait_all_tasks_blocked()
-                assert got == []
-                assert reads.loud() == b"kept"
+                if kept:
+                    await theirs.send(kept)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert got == []
+                assert reads.loud() == kept
                 assert reads.loud() == b""  # loud already: nothing more to hand over
                 await theirs.send(b"!")
         assert got == [b"!"]
+
+
+async def test_a_quiet_read_where_nothing_can_be_kept_waits_its_whole_deadline() -> None:
+    """A socketpair keeps nothing: no check before the deadline, no error at it."""
+    left, right = trio.socket.socketpair()
+    with left, right, trio.fail_after(5):
+        reads = QuietReads(trio.SocketStream(left), margin=0.05)
+        assert reads.wire_size(13) == 0
+        with trio.move_on_after(0.2) as scope:
+            await reads.read(100, keep=50)
+        assert scope.cancelled_caught
+        await right.send(b"after")
+        assert await reads.read(100, keep=50) == b"after"
 
 
 async def test_a_quiet_read_of_anything_but_linux_tcp_is_a_plain_read() -> None:

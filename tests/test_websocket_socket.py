@@ -1098,6 +1098,7 @@ async def test_the_close_of_an_exit_written_alone_is_not_written_after_half_an_e
     rest), a close frame then would follow a cut frame.
     """
     async with socket_over_a_socketpair() as (socket, room):
+        socket.exit_ack = True  # its close waits for the socket's close
         filler = fill(socket)
         assert socket.leave_nowait("conn-1") is False
         with trio.fail_after(5):
@@ -1366,6 +1367,35 @@ async def test_an_exit_unanswered_when_its_holder_closes_the_socket_is_sent_unco
     assert (answer, posted) == ([None], [])
 
 
+async def test_an_exit_whose_socket_its_holder_closed_under_the_reader_is_sent_unconfirmed(
+    autojump_clock: MockClock,
+) -> None:
+    """The reader ends first, woken by the close: ``leave`` still says sent, unanswered.
+
+    The close is the holder's, not the room's hanging up: the goodbye, which
+    stopped the holder, POSTs the exit itself, so the socket must not.
+    """
+    posted: list[str | None] = []
+    socket, room = socket_posting(posted)
+    with trio.fail_after(10):
+        await room.send(OPEN_WITH_ACK)
+        await anext(socket)
+        async with trio.open_nursery() as nursery:
+            news: list[StreamNews] = []
+
+            async def read() -> None:
+                news.extend([item async for item in socket])
+
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            assert await socket._send_exit("conn-1")
+            assert await room.heard() == EXIT_EVENTS[:1]  # its close waits for the answer
+            socket.close()
+        assert news == []
+        assert await socket.leave("conn-1") is None
+    assert posted == []
+
+
 @pytest.mark.parametrize("hangs_up", ["close frame", "end of stream"])
 async def test_an_exit_the_room_hangs_up_on_without_an_answer_is_posted(
     autojump_clock: MockClock, hangs_up: str
@@ -1438,19 +1468,24 @@ async def test_a_lone_ping_waits_in_the_kernel_for_the_next_and_one_pong_answers
         assert socket._finished
 
 
+def socket_pinging_every(ping_interval: float, stream: trio.abc.Stream) -> ProcessSocket:
+    """A process socket over ``stream`` that pings after ``ping_interval`` of silence."""
+    return ProcessSocket(
+        stream,
+        Connection(ConnectionType.CLIENT),
+        ping_interval=ping_interval,
+        pong_timeout=5.0,
+        max_event_bytes=1024,
+        announce_exit=no_post,
+    )
+
+
 @linux_only
 async def test_the_ping_deadline_counts_from_when_a_kept_ping_arrived() -> None:
     """Kept from 0.1 s and read at the check (2 s), the room's ping re-arms the
     3 s ping deadline to 3.1 s, not 5 s: the client pings as if it had read it at once."""
     async with tcp_pair() as (stream, theirs):
-        socket = ProcessSocket(
-            stream,
-            Connection(ConnectionType.CLIENT),
-            ping_interval=3.0,
-            pong_timeout=5.0,
-            max_event_bytes=1024,
-            announce_exit=no_post,
-        )
+        socket = socket_pinging_every(3.0, stream)
         room = Room(trio.SocketStream(theirs))
         with trio.fail_after(10):
             await room.send(frame(event="open", connection_id="conn-1"))
@@ -1471,3 +1506,33 @@ async def test_the_ping_deadline_counts_from_when_a_kept_ping_arrived() -> None:
                 pinged_at = trio.current_time() - start
                 nursery.cancel_scope.cancel()
         assert 3.0 <= pinged_at < 4.5
+
+
+@linux_only
+async def test_the_pong_the_socket_waits_for_is_read_as_it_comes() -> None:
+    """Nothing is kept while a pong is awaited: it is news at once, not at the check.
+
+    Kept, the pong (two bytes, as a lone ping) would be read only a second
+    before the pong deadline, 4 s after it came.
+    """
+    async with tcp_pair() as (stream, theirs):
+        socket = socket_pinging_every(0.2, stream)
+        room = Room(trio.SocketStream(theirs))
+        heard_again = trio.Event()
+        with trio.fail_after(10):
+            await room.send(frame(event="open", connection_id="conn-1"))
+            assert (await anext(socket)).connection_id == "conn-1"
+            async with trio.open_nursery() as nursery:
+
+                async def reader() -> None:
+                    async for _ in socket:
+                        heard_again.set()
+
+                nursery.start_soon(reader)
+                heard = await room.heard()  # the client's ping, after 0.2 s of silence
+                while not any(isinstance(event, Ping) for event in heard):
+                    heard += await room.heard()
+                await room.send(Pong())
+                with trio.fail_after(2):
+                    await heard_again.wait()
+                nursery.cancel_scope.cancel()

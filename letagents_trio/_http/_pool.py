@@ -20,7 +20,10 @@ that may be sent twice belong here.
   it is asked, with no task switch, when the kernel takes it at once
   (:func:`~._sockio.send_now`), else by one caller at a time, who waits for
   room in the socket; one reads the answers, hands each to its caller and,
-  once its own has come, hands the reading to the next caller waiting.
+  once its own has come, hands the reading to the next caller waiting. A
+  writer that stops waiting leaves its turn to a caller waiting for one, or
+  else interrupts the reader, who writes the rest before it reads on: the
+  answer it waits for may be to the bytes left.
 * A connection that breaks, or that the room closes (after an answer that
   says so, or while idle), leaves its requests still unanswered to a new
   connection, if an answer was ever read on it; on a connection that never
@@ -81,8 +84,11 @@ __all__ = ["LANES", "Answer", "PipelinedPool"]
 # request only once it has answered the one before (hypercorn, behind the
 # reference room; a proxy) reads at most one exit per connection at a time,
 # and the exits still queued when the process is gone are lost: with four,
-# the reference room received 1,139 of 10,000; with 64, every one.
-LANES: Final = 64
+# the reference room received 1,139 of 10,000; with 64, every one. Node's
+# server over TLS stops reading a connection once about 121 answers wait
+# unread there, which a goodbye of thousands reads only late: 128 lanes take
+# 10,000 exits (docs/performance.md, "128 connections for the exits").
+LANES: Final = 128
 # The most a lane's end may take once its writer was cancelled (shielded).
 _END_BOUND: Final = 0.01
 
@@ -169,6 +175,7 @@ class _Lane:
         "one_at_a_time",
         "outbox",
         "queued",
+        "reader",
         "reading",
         "stream",
         "unsent",
@@ -197,6 +204,8 @@ class _Lane:
         self.closed = False
         # Who is at its work: one caller for each.
         self.connecting = self.writing = self.reading = False
+        # The reader's read, which bytes left unwritten interrupt (see wake_next).
+        self.reader: trio.CancelScope | None = None
         # Bytes read and not yet part of an answer, while answers are simple
         # heads (_answer.simple_head); from the first that is not, h11 reads.
         self.buffer = bytearray()
@@ -223,11 +232,18 @@ class _Lane:
             self.unsent.popleft().tell_sent()
 
     def wake_next(self) -> None:
-        """Wake the first caller waiting here for a turn, to take the work just left."""
+        """Wake the first caller waiting here for a turn, to take the work just left.
+
+        With none waiting, bytes a writer left unwritten (it stopped waiting
+        for room in the socket) would wait for the reader, who waits for an
+        answer to them: its read is interrupted, and it writes them first.
+        """
         for request in self.waiting:
             if request.parked and not request.done:
                 request.wake()
                 return
+        if self.outbox and not self.writing and self.reader is not None:
+            self.reader.cancel(reason="bytes to write, and no other caller to write them")
 
 
 class _AnswerFailed(Exception):
@@ -417,35 +433,45 @@ class PipelinedPool:
     async def _read(self, lane: _Lane, request: _Request) -> None:
         """Read ``lane``'s answers in order, handing each to its caller, until ``request``'s."""
         async with self._turn(lane, "reading"):
-            while request.lane is lane and not request.done:
-                head = lane.waiting[0]
+            # Interrupted (see _Lane.wake_next), it leaves the answer half-read
+            # in the lane, and its caller takes the writing turn.
+            with trio.CancelScope() as lane.reader:
                 try:
-                    head.answer, keep = await self._answer(lane, head.max_body)
-                except _AnswerFailed as exc:
-                    garbled: str | None = exc.failure
-                except h11.ProtocolError as exc:
-                    if lane.eof:
-                        raise  # the room closed it: the rest may move (see _turn)
-                    garbled = failure_kind(exc)
-                else:
-                    garbled = None
-                if garbled is not None:
-                    # Neither this answer nor any after it can be read: the
-                    # room had these requests once, and they fail here.
-                    await self._end(lane, garbled, retry=False)
-                    return
-                lane.waiting.popleft()
-                lane.answered += 1
-                head.wake()
-                if not keep:
-                    # The room closes it after this answer: the rest go on a new connection.
-                    await self._end(lane, "ConnectionClosed", retry=True)
-                    return
-                if lane.one_at_a_time and lane.waiting:
-                    lane.queue(lane.waiting[0])
-                    self._write_now(lane)
-                    if lane.outbox:
-                        return  # a caller's turn writes it (this one's, or the next's)
+                    await self._read_until(lane, request)
+                finally:
+                    lane.reader = None
+
+    async def _read_until(self, lane: _Lane, request: _Request) -> None:
+        """The reading turn's work (see :meth:`_read`)."""
+        while request.lane is lane and not request.done:
+            head = lane.waiting[0]
+            try:
+                head.answer, keep = await self._answer(lane, head.max_body)
+            except _AnswerFailed as exc:
+                garbled: str | None = exc.failure
+            except h11.ProtocolError as exc:
+                if lane.eof:
+                    raise  # the room closed it: the rest may move (see _turn)
+                garbled = failure_kind(exc)
+            else:
+                garbled = None
+            if garbled is not None:
+                # Neither this answer nor any after it can be read: the
+                # room had these requests once, and they fail here.
+                await self._end(lane, garbled, retry=False)
+                return
+            lane.waiting.popleft()
+            lane.answered += 1
+            head.wake()
+            if not keep:
+                # The room closes it after this answer: the rest go on a new connection.
+                await self._end(lane, "ConnectionClosed", retry=True)
+                return
+            if lane.one_at_a_time and lane.waiting:
+                lane.queue(lane.waiting[0])
+                self._write_now(lane)
+                if lane.outbox:
+                    return  # a caller's turn writes it (this one's, or the next's)
 
     async def _answer(self, lane: _Lane, max_body: int) -> tuple[Answer, bool]:
         """Read the next answer on ``lane``, and whether the connection stays open after it.

@@ -7,8 +7,12 @@ clock, bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
+import fcntl
 import ssl
-from collections.abc import AsyncIterator
+import struct
+import sys
+import termios
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -16,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._http._sockio import Prefixed, close_now, send_now
+from letagents_trio._http._sockio import Prefixed, QuietReads, close_now, send_now
 from letagents_trio._http._tls import TLSStream, open_tls
 
 from .tiny_room import self_signed
@@ -27,10 +31,19 @@ if TYPE_CHECKING:
 
 @asynccontextmanager
 async def tls_pair(
-    tmp_path: Path, *, hostname: str = "127.0.0.1"
+    tmp_path: Path,
+    *,
+    hostname: str = "127.0.0.1",
+    configure: Callable[[ssl.SSLContext], None] | None = None,
 ) -> AsyncIterator[tuple[TLSStream, trio.SSLStream[trio.SocketStream]]]:
-    """Ours (the client, handshake done) and trio's server side of one TLS connection."""
+    """Ours (the client, handshake done) and trio's server side of one TLS connection.
+
+    ``configure`` is applied to both contexts (a protocol version, a cipher).
+    """
     server_tls, client_tls = self_signed(tmp_path)
+    if configure is not None:
+        configure(server_tls)
+        configure(client_tls)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     [listener] = listeners
     port = listener.socket.getsockname()[1]
@@ -173,3 +186,175 @@ async def test_send_now_writes_a_record_at_once_and_what_the_kernel_left_goes_fi
             assert got == b"".join(sent) + b"last"
             await ours.send_all(b"after")
             assert await theirs.receive_some() == b"after"
+
+
+def _tls12(cipher: str) -> Callable[[ssl.SSLContext], None]:
+    def configure(context: ssl.SSLContext) -> None:
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers(f"{cipher}:@SECLEVEL=0")
+
+    return configure
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="quiet reads: Linux only")
+@pytest.mark.parametrize(
+    ("configure", "overhead"),
+    [
+        (None, 5 + 1 + 16),  # TLS 1.3, AES-GCM: header, content type, tag
+        (_tls12("ECDHE-ECDSA-AES128-GCM-SHA256"), 5 + 8 + 16),  # header, nonce, tag
+        (_tls12("ECDHE-ECDSA-AES128-CCM"), 5 + 8 + 16),
+        (_tls12("ECDHE-ECDSA-AES128-CCM8"), 5 + 8 + 8),  # the short tag
+        (_tls12("ECDHE-ECDSA-CHACHA20-POLY1305"), 5 + 16),  # no explicit nonce
+        (_tls12("ECDHE-ECDSA-AES128-SHA256"), None),  # CBC: padded, it varies
+    ],
+    ids=["tls1.3", "gcm", "ccm", "ccm8", "chacha20", "cbc"],
+)
+async def test_a_quiet_read_weighs_a_heartbeat_as_its_tls_record_on_the_wire(
+    tmp_path: Path, configure: Callable[[ssl.SSLContext], None] | None, overhead: int | None
+) -> None:
+    """What the kernel may keep is one heartbeat's record exactly: a byte more could keep an event.
+
+    Behind bytes read ahead too (a WebSocket's first frame read with its
+    upgrade). A cipher whose records vary in size keeps nothing.
+    """
+    heartbeat = b": heartbeat\n\n"
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path, configure=configure) as (ours, theirs):
+            # A first exchange, so that what the handshake left (TLS 1.3's
+            # tickets) is read before a record is weighed.
+            await theirs.send_all(b"hello")
+            assert await ours.receive_some() == b"hello"
+            await theirs.send_all(heartbeat)
+            socket = ours.transport_stream.socket  # type: ignore[attr-defined]
+            await trio.lowlevel.wait_readable(socket)
+            queued = struct.unpack("i", fcntl.ioctl(socket.fileno(), termios.FIONREAD, b"\0" * 4))
+            for stream in (ours, Prefixed(ours, b"")):
+                weighs = QuietReads(stream).wire_size(len(heartbeat))
+                if overhead is None:
+                    assert weighs == 0
+                else:
+                    assert weighs == queued[0] == len(heartbeat) + overhead
+            assert await ours.receive_some() == heartbeat
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="quiet reads: Linux only")
+async def test_loud_under_tls_hands_over_nothing_and_the_kept_record_wakes_the_read(
+    tmp_path: Path,
+) -> None:
+    """What the kernel kept under TLS cannot be read without a checkpoint: the reader gets it."""
+    heartbeat = b": heartbeat\n\n"
+    got: list[bytes] = []
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"hello")
+            assert await ours.receive_some() == b"hello"
+            reads = QuietReads(ours)
+            keep = reads.wire_size(len(heartbeat))
+            async with trio.open_nursery() as nursery:
+
+                async def reader() -> None:
+                    with trio.move_on_after(60):
+                        got.append(await reads.read(100, keep=keep))
+
+                nursery.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                await theirs.send_all(heartbeat)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert got == []  # kept
+                assert reads.loud() == b""
+    assert got == [heartbeat]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="quiet reads: Linux only")
+async def test_a_quiet_read_under_tls_takes_at_its_check_no_more_than_it_asks(
+    tmp_path: Path,
+) -> None:
+    heartbeat = b": heartbeat\n\n"
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"hello")
+            assert await ours.receive_some() == b"hello"
+            reads = QuietReads(ours, margin=0.1)
+            await theirs.send_all(heartbeat)
+            with trio.move_on_after(0.2):
+                assert await reads.read(4, keep=reads.wire_size(len(heartbeat))) == b": he"
+            assert reads.heard_at is not None  # found kept at the check
+            assert await ours.receive_some() == b"artbeat\n\n"
+
+
+async def test_a_read_asks_for_one_byte_or_more(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"ab")
+            assert await ours.receive_some(1) == b"a"
+            assert await ours.receive_some(1) == b"b"
+            with pytest.raises(ValueError, match=r"^max_bytes must be at least 1$"):
+                await ours.receive_some(0)
+
+
+async def test_a_writer_the_peer_does_not_read_holds_back_neither_reads_nor_leaves_pongs(
+    tmp_path: Path,
+) -> None:
+    """A write stuck on a full socket: records already received are read at once, and
+    ``send_now`` does nothing (0) rather than cut in between that writer's records."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"0123456789")
+            assert await ours.receive_some(4) == b"0123"  # the rest waits, decrypted
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ours.send_all, b"x" * (32 << 20))  # more than the kernel takes
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                with trio.fail_after(1):
+                    assert await ours.receive_some() == b"456789"
+                with trio.testing.assert_no_checkpoints():
+                    assert send_now(ours, b"pong") == 0
+                nursery.cancel_scope.cancel()
+
+
+async def test_the_rest_of_a_record_cut_short_goes_once_before_the_next(tmp_path: Path) -> None:
+    """Once the kernel takes more, ``send_now`` finishes the cut record, then writes its own."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            sent = b""
+            while not ours._unsent:  # fill the socket's buffer: the peer does not read
+                chunk = bytes([len(sent) % 251]) * 60_000
+                assert send_now(ours, chunk) == len(chunk)
+                sent += chunk
+            got = b""
+            async with trio.open_nursery() as nursery:
+
+                async def read_all() -> None:
+                    nonlocal got
+                    while len(got) < len(sent) + 4:
+                        got += await theirs.receive_some()
+
+                nursery.start_soon(read_all)
+                # The peer reads: as the kernel takes more, the rest of the cut
+                # record goes, then the next one.
+                while send_now(ours, b"next") == 0:
+                    await ours.wait_send_all_might_not_block()
+            assert got == sent + b"next"
+
+
+async def test_close_notify_reads_as_the_end_at_once_while_the_socket_stays_open(
+    tmp_path: Path,
+) -> None:
+    """The peer ends TLS but keeps its socket (it waits for our close_notify): the end is now."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(theirs.unwrap)  # close_notify, then waits for ours
+                with trio.fail_after(1):
+                    assert await ours.receive_some() == b""
+                    assert await ours.receive_some() == b""
+                nursery.cancel_scope.cancel()
+
+
+async def test_the_last_bytes_read_with_close_notify_come_before_the_end(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            await theirs.send_all(b"last")
+            await theirs.aclose()  # close_notify
+            await trio.testing.wait_all_tasks_blocked(0.05)  # both records arrive
+            assert await ours.receive_some() == b"last"
+            assert await ours.receive_some() == b""

@@ -38,20 +38,10 @@ from .helpers import (
     registration,
     session_headers,
 )
+from .wake_calls import RULES, add, wakes
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-RULES = f"/rooms/{ROOM}/wake-rules"
-
-
-async def add(client: httpx2.AsyncClient, session: dict[str, Any], rule: dict[str, Any]) -> Any:
-    return await client.post(RULES, json={"rule": rule}, headers=session_headers(session))
-
-
-async def wakes(client: httpx2.AsyncClient, session: dict[str, Any]) -> list[dict[str, Any]]:
-    r = await client.get(f"/rooms/{ROOM}/messages", headers=session_headers(session))
-    return [m for m in r.json()["messages"] if m["source"] == "wake_rule"]
 
 
 async def test_a_timer_wakes_its_agent_at_exactly_its_time_with_a_message_addressed_to_it(

@@ -84,6 +84,13 @@ CHECK_CONCLUSIONS: Final = (
     "stale",
 )
 REVIEW_STATES: Final = ("approved", "changes_requested", "commented")
+# The conclusions that make a check rule wait for "a CI failure" when it names only these.
+_FAILED_CONCLUSIONS: Final = frozenset(
+    ("failure", "cancelled", "timed_out", "action_required", "stale")
+)
+# A review rule waiting for one state names it; any other waits for "a review".
+_REVIEW_WORDS: Final = {("approved",): "an approval", ("changes_requested",): "requested changes"}
+# How a notice names a task status: the two with an underscore as words, the rest as written.
 _STATUS_LABELS: Final = {"in_progress": "in progress", "in_review": "review"}
 _TASK_ID: Final = re.compile(r"task_[1-9]\d{0,9}")
 _PR_URL: Final = re.compile(
@@ -115,7 +122,7 @@ def _iso_ms(value: object) -> int | None:
     if not isinstance(value, str) or not value.strip():
         return None
     try:
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(value.strip())  # reads a "Z" since Python 3.11
     except ValueError:
         return None
     if moment.tzinfo is None:
@@ -171,7 +178,8 @@ def _branch(value: object) -> str | None:
 
 
 def _one_target(args: Mapping[str, Any], event: str, targets: Sequence[str]) -> None:
-    present = [key for key in targets if args.get(key) not in (None, False)]
+    # Absent, null and false name no target; 0 does (then refused), though 0 == False.
+    present = [key for key in targets if args.get(key) is not None and args[key] is not False]
     if len(present) != 1:
         _bad(f"{event} needs exactly one of {', '.join(targets)}.")
     if "mine" in args and args["mine"] is not True:
@@ -298,7 +306,7 @@ def identity_key(event: str, arguments: Mapping[str, Any]) -> str:
 
 
 def _status_label(status: str) -> str:
-    return _STATUS_LABELS.get(status, status.replace("_", " "))
+    return _STATUS_LABELS.get(status, status)
 
 
 def _waiting(rule: WakeRuleRow) -> str:
@@ -311,11 +319,16 @@ def _waiting(rule: WakeRuleRow) -> str:
             return f"for {args.get('task_id')} to change status"
         choices = to[0] if len(to) == 1 else f"{', '.join(to[:-1])} or {to[-1]}"
         return f"for {args.get('task_id')} to move to {choices}"
-    target = f"#{args['pr']}" if args.get("pr") else args.get("branch") or "my pull requests"
-    what = {"github.check_completed": "CI on", "github.review_submitted": "a review on"}
-    if rule.event in what:
-        return f"for {what[rule.event]} {target}"
-    return f"for {target} to {'merge' if args.get('merged_only') else 'close'}"
+    pr = f"#{args['pr']}" if args.get("pr") else None
+    if rule.event == "github.check_completed":
+        conclusions = args.get("conclusions") or ()
+        failures = bool(conclusions) and all(c in _FAILED_CONCLUSIONS for c in conclusions)
+        what = "a CI failure" if failures else "CI"
+        return f"for {what} on {args.get('branch') or pr or 'my branches'}"
+    if rule.event == "github.review_submitted":
+        what = _REVIEW_WORDS.get(tuple(args.get("states") or ()), "a review")
+        return f"for {what} on {pr or 'my pull requests'}"
+    return f"for {pr or 'my pull requests'} to {'merge' if args.get('merged_only') else 'close'}"
 
 
 def notice(
@@ -362,13 +375,13 @@ def notice(
         object_ = waiting.split(" ", 1)[1]
         shown = object_ if fired else f"{object_} didn't happen in time"
         return "\n".join(text), f"{name} stopped waiting · {shown}"
-    facts = facts or {}
     if rule.event == "timer":
         occurrence, details = "Scheduled check-in", []
-    else:
-        status = facts.get("status", "")
-        occurrence = f"{facts.get('task_id')} moved to {_status_label(status)}"
-        details = ["", f"- {facts.get('task_id')}: {facts.get('previous_status')} → {status}"]
+    else:  # a task's move: the board's facts name it whole
+        facts = facts or {}
+        task_id, status = facts["task_id"], facts["status"]
+        occurrence = f"{task_id} moved to {_status_label(status)}"
+        details = ["", f"- {task_id}: {facts['previous_status']} → {status}"]
     more = (
         f"This rule keeps watching until {iso(rule.expires_at)}. Cancel it with cancel_wake_rule"
         " when you no longer need it."

@@ -15,7 +15,8 @@ timer's time, the end of a repeating rule's quiet minute, else its expiry.
 :meth:`WakeBoard.run` sleeps on trio's clock until the soonest of them (at
 most a minute, so a wall clock that jumps is caught up), or until a rule is
 added, cancelled or its task moves, and then looks at every rule that is due
-(:meth:`WakeBoard.check_due`). Under ``MockClock`` with the room's
+(:meth:`WakeBoard.check_due`), and at every rule whose wake the store refused
+(after a failed look it waits 5 s). Under ``MockClock`` with the room's
 ``TrioClock`` a timer fires at exactly its time. Rules live in the store, so
 a room restarted on the same SQLite file picks them up where they were: a
 timer missed while the room was down fires late within its 10-minute grace,
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from .._auth._accounts import Accounts
     from .._clock import RoomClock
     from .._messaging._messages import MessageBoard
-    from .._storage._rows import MessageRow, TaskRow
+    from .._storage._rows import TaskRow
     from .._storage._store import RoomStore
 
 __all__ = ["WakeBoard"]
@@ -108,6 +109,9 @@ class WakeBoard:
     messages: MessageBoard
     min_lead_ms: int = MIN_LEAD_MS
     _changes: int = attrs.field(default=0, init=False)
+    # Rules a task's move should have woken but the store refused the wake: the loop
+    # looks at them again with the due ones, as it would at their next check.
+    _unwritten: set[str] = attrs.field(factory=set, init=False)
     _changed: Notifier = attrs.field(factory=Notifier, init=False)
 
     # --- routes ------------------------------------------------------------------------
@@ -238,42 +242,46 @@ class WakeBoard:
             if waits and rule.arguments.get("task_id") == task.task_id:
                 try:
                     self._look(rule, now)
-                except StoreWriteError:  # logged by the store; the loop looks again later
-                    continue
+                except StoreWriteError:  # logged by the store; the loop tries again
+                    self._unwritten.add(rule.rule_id)
         self._rules_changed()
 
-    def check_due(self) -> list[MessageRow]:
-        """Look at every active rule whose next check is due; return the wakes posted.
+    def check_due(self) -> None:
+        """Look at every active rule whose next check is due.
 
         Raises:
             StoreWriteError: the store refused a write (the rule stays as it was).
         """
         now = self.clock.now_ms()
-        posted: list[MessageRow] = []
-        for rule in self.store.agents.with_status(WakeRuleRow, RULE_ACTIVE):
-            if rule.next_check_at <= now:
-                message = self._look(rule, now)
-                if message is not None:
-                    posted.append(message)
-        return posted
+        retry, self._unwritten = self._unwritten, set()
+        try:
+            for rule in self.store.agents.with_status(WakeRuleRow, RULE_ACTIVE):
+                if rule.next_check_at <= now or rule.rule_id in retry:
+                    self._look(rule, now)
+        except StoreWriteError:
+            self._unwritten |= retry
+            raise
 
     def next_due(self) -> int | None:
         """The soonest ``next_check_at`` of an active rule (epoch ms), if any."""
         due = [r.next_check_at for r in self.store.agents.with_status(WakeRuleRow, RULE_ACTIVE)]
         return min(due, default=None)
 
-    def _look(self, rule: WakeRuleRow, now: int) -> MessageRow | None:
-        """Decide what ``rule`` does now: fire, expire, end, or wait until its next check."""
-        if rule.event == "timer":
-            at = rule.next_check_at
-            if now < at:
-                return None
-            return self._wake(rule, now, "fired" if now < rule.expires_at else "expired")
+    def _look(self, rule: WakeRuleRow, now: int) -> None:
+        """Decide what ``rule`` does now: fire, expire, end, or wait until its next check.
+
+        Only a rule's state changes its ``updated_at`` (a wake, a cancel), as in the
+        letagents API: a look that finds nothing to do moves its next check alone.
+        """
+        if rule.event == "timer":  # looked at only once due (check_due)
+            self._wake(rule, now, "fired" if now < rule.expires_at else "expired")
+            return
         if rule.event == "task.status_changed":
-            quiet_until = (rule.last_fired_at or 0) + REPEAT_DEBOUNCE_MS if rule.repeat else 0
-            if now < quiet_until < rule.expires_at:
-                self._put(attrs.evolve(rule, next_check_at=quiet_until, updated_at=now))
-                return None
+            # In its quiet minute, a repeat waits for the minute's end, where its last
+            # wake set its next check; a minute that outlasts the rule does not hold it.
+            last = rule.last_fired_at if rule.repeat else None
+            if last is not None and now < last + REPEAT_DEBOUNCE_MS < rule.expires_at:
+                return
             task_id = str(rule.arguments["task_id"])
             task = self.store.get_task(rule.room_id, int(task_id.removeprefix("task_")))
             status = None if task is None else task.status
@@ -285,14 +293,15 @@ class WakeBoard:
                         "status": status,
                         "previous_status": rule.baseline_status or "unknown",
                     }
-                    return self._wake(rule, now, "fired", facts=facts)
+                    self._wake(rule, now, "fired", facts=facts)
+                    return
                 if status in _FINAL_STATUSES:
-                    return self._wake(rule, now, "ended", ended=f"{task_id} is {status}")
+                    self._wake(rule, now, "ended", ended=f"{task_id} is {status}")
+                    return
         if now >= rule.expires_at:
-            return self._wake(rule, now, "expired")
-        if rule.next_check_at != rule.expires_at:
-            self._put(attrs.evolve(rule, next_check_at=rule.expires_at, updated_at=now))
-        return None
+            self._wake(rule, now, "expired")
+        elif rule.next_check_at != rule.expires_at:
+            self._put(attrs.evolve(rule, next_check_at=rule.expires_at))
 
     def _wake(
         self,
@@ -302,7 +311,7 @@ class WakeBoard:
         *,
         facts: dict[str, str] | None = None,
         ended: str | None = None,
-    ) -> MessageRow | None:
+    ) -> None:
         """Post the wake addressed to the agent and record it, in one transaction."""
         text, display = notice(rule, outcome, facts=facts, ended=ended)
         keeps = outcome == "fired" and rule.repeat and now < rule.expires_at
@@ -336,7 +345,6 @@ class WakeBoard:
                 )
             )
         logger.info("wake rule %s %s", rule.rule_id, outcome)
-        return message
 
     def _put(self, rule: WakeRuleRow) -> None:
         self.store.agents.put(rule)
