@@ -3,8 +3,9 @@
 The review is shared when its gzipped base64 text is at most the review's
 limit; a finished capture's folder that cannot be removed never stops the
 next capture; a published capture asked again answers as before; a begin
-cut short after its record is first written is continued by the next one. A scratch repository and a fake room, as in
-``test_workspace.py``; real clock, bounded.
+cut short after its record is first written is continued by the next one.
+A scratch repository and a fake room, as in ``test_workspace.py``; real
+clock, bounded.
 """
 
 from __future__ import annotations
