@@ -238,7 +238,12 @@ async def test_a_goodbye_during_a_burst_keeps_the_collector_paused_until_it_ends
     """
     full_passes: list[int] = []
     collect = gc.collect
-    monkeypatch.setattr(gc, "collect", lambda *args: full_passes.append(2) or collect(*args))
+
+    def counted(*args: int) -> int:
+        full_passes.append(2)
+        return collect(*args)
+
+    monkeypatch.setattr(gc, "collect", counted)
     sessions = [await fake_room.add_worker() for _ in range(OPENING_BURST)]
     fake_room.slow_headers = 60.0
     fake_room.set_process_mode(ProcessMode.SLOW)
