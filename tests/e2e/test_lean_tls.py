@@ -274,9 +274,11 @@ async def test_a_quiet_read_under_tls_takes_at_its_check_no_more_than_it_asks(
         async with tls_pair(tmp_path) as (ours, theirs):
             await theirs.send_all(b"hello")
             assert await ours.receive_some() == b"hello"
-            reads = QuietReads(ours, margin=0.1)
+            # The check comes a second before the deadline: a loaded host's
+            # scheduling cannot make the deadline cut the read before it.
+            reads = QuietReads(ours, margin=1.0)
             await theirs.send_all(heartbeat)
-            with trio.move_on_after(0.2):
+            with trio.move_on_after(2.0):
                 assert await reads.read(4, keep=reads.wire_size(len(heartbeat))) == b": he"
             assert reads.heard_at is not None  # found kept at the check
             assert await ours.receive_some() == b"artbeat\n\n"
