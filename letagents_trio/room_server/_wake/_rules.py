@@ -378,7 +378,7 @@ def notice(
     if rule.event == "timer":
         occurrence, details = "Scheduled check-in", []
     else:  # a task's move: the board's facts name it whole
-        facts = facts or {}
+        assert facts is not None, "a task rule fires with the board's facts"
         task_id, status = facts["task_id"], facts["status"]
         occurrence = f"{task_id} moved to {_status_label(status)}"
         details = ["", f"- {task_id}: {facts['previous_status']} → {status}"]
