@@ -7,7 +7,7 @@ then closes every stream and announces every exit within the exit deadline).
 
     python bench/_hold_py.py --api URL (--room R --sessions N | --sessions-file FILE)
         [--jitter J] [--transport T] [--pause-collector] [--wait-go] [--tracemalloc FILE]
-        [--census FILE] [--cprofile-dir DIR] [--gc-freeze]
+        [--census FILE] [--cprofile-dir DIR] [--gc-freeze] [--trim-heap]
 
 Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them, or
 the sessions a room registered: ``--sessions-file`` names a JSON list of the
@@ -20,6 +20,7 @@ One JSON line per event on stdout:
     {"event":"open","n":N,"ms":M,...}      every holder OPEN, M ms after "holding"
     {"event":"tracemalloc",...}            with --tracemalloc: traced bytes while holding
     {"event":"census",...}                 with --census: GC-tracked objects, a full collection
+    {"event":"trimmed","ms":M}             with --trim-heap: the C heap's free pages given back
     {"event":"signal","signal":"SIGTERM"}
     {"event":"exited","ms":M,"recorded":K,"errors":{...}}
                                            M ms from the signal to the manager's block left
@@ -35,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
+import ctypes.util
 import gc
 import json
 import signal
@@ -124,6 +127,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="gc.freeze() once every stream is open (an embedder's mitigation, for comparison)",
     )
+    parser.add_argument(
+        "--trim-heap",
+        action="store_true",
+        help="glibc's malloc_trim(0) once every stream is open: an operator's opt-in",
+    )
     args = parser.parse_args(argv)
     if (args.sessions is None) == (args.sessions_file is None):
         parser.error("give exactly one of --sessions and --sessions-file")
@@ -184,6 +192,25 @@ def census(path: Path, count: int) -> None:
     emit(event="census", objects=len(objects), full_collect_ms=round(full * 1000, 1))
 
 
+def trim_heap() -> None:
+    """Give the free pages inside the C heap back to the system, once (glibc's malloc_trim).
+
+    Opening thousands of TLS streams at once leaves the handshakes' passing
+    buffers as free holes between what the streams keep; the pages stay
+    resident until trimmed. An operator's setting, as docs/performance.md
+    says: the library never does this. Where the C library is not glibc,
+    nothing is done.
+    """
+    path = ctypes.util.find_library("c")
+    malloc_trim = getattr(ctypes.CDLL(path), "malloc_trim", None) if path else None
+    if malloc_trim is None:
+        emit(event="trimmed", ms=None)
+        return
+    started = time.perf_counter()
+    malloc_trim(0)
+    emit(event="trimmed", ms=round((time.perf_counter() - started) * 1000, 1))
+
+
 async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None:
     sessions: list[AgentSession] | None = args.registered
     if sessions is None:
@@ -216,6 +243,8 @@ async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None
         return
     elapsed = round((time.perf_counter() - started) * 1000, 1)
     emit(event="open", n=len(holders), ms=elapsed, **GC.report())
+    if args.trim_heap:
+        trim_heap()
     if args.tracemalloc or args.census:
         # Let the open events (connection ids) arrive before looking.
         await trio.sleep(1)
