@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.request import getproxies
 
 from ._httpx import HTTPXStack, failure_name
+from ._lanes import Answer
 from ._lean import LeanStack
 from ._net import NetworkOpener
-from ._pool import Answer
 from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
 from ._sockio import (
     Prefixed,
