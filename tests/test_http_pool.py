@@ -1171,3 +1171,39 @@ async def test_a_request_queued_behind_one_being_written_is_told_only_once_its_o
         nursery.start_soon(ask, 2)
     assert told == [(1, 1.0), (2, 2.0)]
     await pool.aclose()
+
+
+class Rounds(trio.abc.Instrument):
+    """Counts the run loop's rounds (each waits for I/O once)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.count += 1
+
+
+async def test_answers_read_together_are_handed_out_in_the_readers_turn(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """A room answers 200 pipelined requests in one write: the caller whose turn it
+    is to read hands every answer already read to its caller, with no turn each
+    (a goodbye reads thousands of answers on 128 connections; a round of the
+    run loop each would let thousands of unwinding holders run between two)."""
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = b""
+        while data.count(b"{}") < 200:
+            data += await stream.receive_some()
+        await stream.send_all(OK * 200)
+        await trio.sleep_forever()
+
+    pool = PipelinedPool(ServedBy(nursery, serve), ORIGIN, lanes=1)
+    rounds = Rounds()
+    trio.lowlevel.add_instrument(rounds)
+    try:
+        results = await exchange_all(pool, 200)
+    finally:
+        trio.lowlevel.remove_instrument(rounds)
+    assert [r.body for r in results.values() if isinstance(r, Answer)] == [OK[-17:]] * 200
+    assert rounds.count < 20
