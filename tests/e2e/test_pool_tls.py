@@ -16,7 +16,6 @@ import attrs
 import trio
 import trio.testing
 
-from letagents_trio._http import Origin
 from letagents_trio._http._pool import PipelinedPool
 from letagents_trio._http._tls import open_tls
 
@@ -26,6 +25,8 @@ from .tiny_room import self_signed
 if TYPE_CHECKING:
     import ssl
     from pathlib import Path
+
+    from letagents_trio._http import Origin
 
 # Both ends' socket buffers: a request of a megabyte goes a part at a time.
 BUFFER = 16384
