@@ -302,23 +302,23 @@ class PipelinedPool:
         """
         while request.lane is lane and lane.waiting:
             head = lane.waiting[0]
+            answer: tuple[Answer, bool] | None = None
+            garbled: str | None = None
             try:
                 answer = await self._answer(lane, head.max_body, more=not request.done)
             except _AnswerFailed as exc:
-                garbled: str | None = exc.failure
+                garbled = exc.failure
             except h11.ProtocolError as exc:
                 if lane.eof:
                     raise  # the room closed it: the rest may move (see _turn)
                 garbled = failure_kind(exc)
-            else:
-                if answer is None:
-                    return  # the next answer is not all read yet: the next caller's turn
-                garbled = None
             if garbled is not None:
                 # Neither this answer nor any after it can be read: the
                 # room had these requests once, and they fail here.
                 await self._end(lane, garbled, retry=False)
                 return
+            if answer is None:
+                return  # the next answer is not all read yet: the next caller's turn
             head.answer, keep = answer
             lane.waiting.popleft()
             lane.answered += 1
