@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -24,6 +25,7 @@ from letagents_trio import AgentSession, ApiError, RoomClient, RoomUnreachable
 from letagents_trio._http import Answer, HTTPFailure, Origin
 from letagents_trio._http._pool import LANES, PipelinedPool
 from letagents_trio._http._request import request_bytes
+from letagents_trio._http._tls import open_tls
 
 ORIGIN = Origin("http", "room.test", 80)
 OK = (
@@ -885,10 +887,13 @@ class HeldBackRoom:
     """A loopback room that reads nothing until ``go`` is set, then serves as ``room`` does.
 
     Both ends' socket buffers are small, so a request of a few megabytes is
-    written a part at a time, as the room reads.
+    written a part at a time, as the room reads. Given both TLS contexts,
+    it is served over TLS (trio's on the room's side, the lean path's on ours).
     """
 
     room: ScriptedRoom
+    server: ssl.SSLContext | None = None
+    client: ssl.SSLContext | None = None
     go: trio.Event = attrs.field(factory=trio.Event)
     # Set once the room has read the connection to its end.
     served: trio.Event = attrs.field(factory=trio.Event)
@@ -896,8 +901,12 @@ class HeldBackRoom:
 
     async def start(self, nursery: trio.Nursery) -> None:
         async def handler(stream: trio.SocketStream) -> None:
+            served: trio.abc.Stream = stream
+            if self.server is not None:
+                served = trio.SSLStream(stream, self.server, server_side=True)
+                await served.do_handshake()
             await self.go.wait()
-            await self.room._serve(0, stream)
+            await self.room._serve(0, served)
             self.served.set()
 
         [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -909,7 +918,9 @@ class HeldBackRoom:
         stream = await trio.open_tcp_stream("127.0.0.1", self.port)
         stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
         self.room.opened += 1
-        return stream
+        if self.client is None:
+            return stream
+        return await open_tls(stream, self.client, "127.0.0.1")
 
 
 async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_be_written(

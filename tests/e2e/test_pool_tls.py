@@ -9,64 +9,30 @@ certificate made for the test, over loopback; the real clock, bounded by
 
 from __future__ import annotations
 
-import socket
 from typing import TYPE_CHECKING
 
-import attrs
 import trio
 import trio.testing
 
 from letagents_trio._http._pool import PipelinedPool
-from letagents_trio._http._tls import open_tls
 
-from ..test_http_pool import ORIGIN, ScriptedRoom, big_request, exit_request, session_of
+from ..test_http_pool import (
+    ORIGIN,
+    HeldBackRoom,
+    ScriptedRoom,
+    big_request,
+    exit_request,
+    session_of,
+)
 from .tiny_room import self_signed
 
 if TYPE_CHECKING:
-    import ssl
     from pathlib import Path
 
-    from letagents_trio._http import Origin
 
-# Both ends' socket buffers: a request of a megabyte goes a part at a time.
-BUFFER = 16384
-
-
-@attrs.define
-class TLSRoom:
-    """The scripted room over TLS on loopback; it reads nothing until ``go`` is set."""
-
-    room: ScriptedRoom
-    server: ssl.SSLContext
-    client: ssl.SSLContext
-    go: trio.Event = attrs.field(factory=trio.Event)
-    # Set once the room has read the connection to its end.
-    served: trio.Event = attrs.field(factory=trio.Event)
-    port: int = 0
-
-    async def start(self, nursery: trio.Nursery) -> None:
-        async def handler(stream: trio.SocketStream) -> None:
-            tls = trio.SSLStream(stream, self.server, server_side=True)
-            await tls.do_handshake()
-            await self.go.wait()
-            await self.room._serve(0, tls)
-            self.served.set()
-
-        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER)
-        self.port = listener.socket.getsockname()[1]
-        nursery.start_soon(trio.serve_listeners, handler, [listener])
-
-    async def open_stream(self, origin: Origin) -> trio.abc.Stream:
-        raw = await trio.open_tcp_stream("127.0.0.1", self.port)
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
-        self.room.opened += 1
-        return await open_tls(raw, self.client, "127.0.0.1")
-
-
-async def tls_room(tmp_path: Path, nursery: trio.Nursery) -> TLSRoom:
+async def tls_room(tmp_path: Path, nursery: trio.Nursery) -> HeldBackRoom:
     server, client = self_signed(tmp_path)
-    room = TLSRoom(ScriptedRoom(nursery=nursery), server, client)
+    room = HeldBackRoom(ScriptedRoom(nursery=nursery), server=server, client=client)
     await room.start(nursery)
     return room
 
