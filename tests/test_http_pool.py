@@ -13,6 +13,7 @@ import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import Literal
 
 import attrs
@@ -26,6 +27,8 @@ from letagents_trio._http import Answer, HTTPFailure, Origin
 from letagents_trio._http._pool import LANES, PipelinedPool
 from letagents_trio._http._request import request_bytes
 from letagents_trio._http._tls import open_tls
+
+from .e2e.tiny_room import self_signed
 
 ORIGIN = Origin("http", "room.test", 80)
 OK = (
@@ -923,6 +926,14 @@ class HeldBackRoom:
         return await open_tls(stream, self.client, "127.0.0.1")
 
 
+async def held_back_room(nursery: trio.Nursery, tls_in: Path | None = None) -> HeldBackRoom:
+    """A started :class:`HeldBackRoom`; over TLS with a certificate made in ``tls_in``."""
+    server, client = self_signed(tls_in) if tls_in is not None else (None, None)
+    room = HeldBackRoom(ScriptedRoom(nursery=nursery), server=server, client=client)
+    await room.start(nursery)
+    return room
+
+
 async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_be_written(
     nursery: trio.Nursery,
 ) -> None:
@@ -968,15 +979,15 @@ async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_b
     assert room.room.opened == 1
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 async def test_once_connected_a_request_is_written_before_its_callers_first_checkpoint(
-    nursery: trio.Nursery,
+    nursery: trio.Nursery, tmp_path: Path, tls: bool
 ) -> None:
-    """On a plain socket an exit asked by a caller already past its deadline still
-    goes out (the goodbye asks its exits as its deadline nears), and its caller
-    is told so."""
-    room = HeldBackRoom(ScriptedRoom(nursery=nursery))
+    """On a plain socket, and over the lean path's TLS in one record, an exit
+    asked by a caller already past its deadline still goes out (the goodbye
+    asks its exits as its deadline nears), and its caller is told so."""
+    room = await held_back_room(nursery, tmp_path if tls else None)
     room.go.set()
-    await room.start(nursery)
     pool = PipelinedPool(room, ORIGIN, lanes=1)
     told: list[str] = []
     with trio.fail_after(10):
@@ -990,6 +1001,31 @@ async def test_once_connected_a_request_is_written_before_its_callers_first_chec
         await pool.aclose()
         await room.served.wait()
     assert [session_of(t) for _, _, t, _ in room.room.seen] == ["s1", "s2"]
+
+
+async def test_a_tls_record_the_kernel_takes_a_part_of_is_told_written_once_the_rest_is(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A request of a megabyte over TLS while the room reads nothing: the kernel
+    takes the start of its record, and its caller is told only once the rest
+    is out, by the caller's own writing turn, as the room reads."""
+    room = await held_back_room(nursery, tmp_path)
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    told: list[str] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as callers:
+            callers.start_soon(
+                lambda: pool.exchange(
+                    big_request(1, 1 << 20), max_body=1024, sent=lambda: told.append("out")
+                )
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            assert told == []
+            room.go.set()
+        assert told == ["out"]
+        await pool.aclose()
+        await room.served.wait()
+    assert [len(body) for _, body in room.room.requests] == [1 << 20]
 
 
 # --- the pool's own life and its connections -------------------------------------------
