@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
-from pathlib import Path
 from typing import Literal
 
 import attrs
@@ -26,9 +24,6 @@ from letagents_trio import AgentSession, ApiError, RoomClient, RoomUnreachable
 from letagents_trio._http import Answer, HTTPFailure, Origin
 from letagents_trio._http._pool import LANES, PipelinedPool
 from letagents_trio._http._request import request_bytes
-from letagents_trio._http._tls import open_tls
-
-from .e2e.tiny_room import self_signed
 
 ORIGIN = Origin("http", "room.test", 80)
 OK = (
@@ -890,13 +885,10 @@ class HeldBackRoom:
     """A loopback room that reads nothing until ``go`` is set, then serves as ``room`` does.
 
     Both ends' socket buffers are small, so a request of a few megabytes is
-    written a part at a time, as the room reads. Given both TLS contexts,
-    it is served over TLS (trio's on the room's side, the lean path's on ours).
+    written a part at a time, as the room reads.
     """
 
     room: ScriptedRoom
-    server: ssl.SSLContext | None = None
-    client: ssl.SSLContext | None = None
     go: trio.Event = attrs.field(factory=trio.Event)
     # Set once the room has read the connection to its end.
     served: trio.Event = attrs.field(factory=trio.Event)
@@ -904,12 +896,8 @@ class HeldBackRoom:
 
     async def start(self, nursery: trio.Nursery) -> None:
         async def handler(stream: trio.SocketStream) -> None:
-            served: trio.abc.Stream = stream
-            if self.server is not None:
-                served = trio.SSLStream(stream, self.server, server_side=True)
-                await served.do_handshake()
             await self.go.wait()
-            await self.room._serve(0, served)
+            await self.room._serve(0, stream)
             self.served.set()
 
         [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -921,17 +909,7 @@ class HeldBackRoom:
         stream = await trio.open_tcp_stream("127.0.0.1", self.port)
         stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER)
         self.room.opened += 1
-        if self.client is None:
-            return stream
-        return await open_tls(stream, self.client, "127.0.0.1")
-
-
-async def held_back_room(nursery: trio.Nursery, tls_in: Path | None = None) -> HeldBackRoom:
-    """A started :class:`HeldBackRoom`; over TLS with a certificate made in ``tls_in``."""
-    server, client = self_signed(tls_in) if tls_in is not None else (None, None)
-    room = HeldBackRoom(ScriptedRoom(nursery=nursery), server=server, client=client)
-    await room.start(nursery)
-    return room
+        return stream
 
 
 async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_be_written(
@@ -979,15 +957,15 @@ async def test_a_writer_that_stops_waiting_at_a_full_socket_leaves_the_rest_to_b
     assert room.room.opened == 1
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 async def test_once_connected_a_request_is_written_before_its_callers_first_checkpoint(
-    nursery: trio.Nursery, tmp_path: Path, tls: bool
+    nursery: trio.Nursery,
 ) -> None:
-    """On a plain socket, and over the lean path's TLS in one record, an exit
-    asked by a caller already past its deadline still goes out (the goodbye
-    asks its exits as its deadline nears), and its caller is told so."""
-    room = await held_back_room(nursery, tmp_path if tls else None)
+    """On a plain socket an exit asked by a caller already past its deadline still
+    goes out (the goodbye asks its exits as its deadline nears), and its caller
+    is told so."""
+    room = HeldBackRoom(ScriptedRoom(nursery=nursery))
     room.go.set()
+    await room.start(nursery)
     pool = PipelinedPool(room, ORIGIN, lanes=1)
     told: list[str] = []
     with trio.fail_after(10):
@@ -1001,31 +979,6 @@ async def test_once_connected_a_request_is_written_before_its_callers_first_chec
         await pool.aclose()
         await room.served.wait()
     assert [session_of(t) for _, _, t, _ in room.room.seen] == ["s1", "s2"]
-
-
-async def test_a_tls_record_the_kernel_takes_a_part_of_is_told_written_once_the_rest_is(
-    nursery: trio.Nursery, tmp_path: Path
-) -> None:
-    """A request of a megabyte over TLS while the room reads nothing: the kernel
-    takes the start of its record, and its caller is told only once the rest
-    is out, by the caller's own writing turn, as the room reads."""
-    room = await held_back_room(nursery, tmp_path)
-    pool = PipelinedPool(room, ORIGIN, lanes=1)
-    told: list[str] = []
-    with trio.fail_after(10):
-        async with trio.open_nursery() as callers:
-            callers.start_soon(
-                lambda: pool.exchange(
-                    big_request(1, 1 << 20), max_body=1024, sent=lambda: told.append("out")
-                )
-            )
-            await trio.testing.wait_all_tasks_blocked()
-            assert told == []
-            room.go.set()
-        assert told == ["out"]
-        await pool.aclose()
-        await room.served.wait()
-    assert [len(body) for _, body in room.room.requests] == [1 << 20]
 
 
 # --- the pool's own life and its connections -------------------------------------------

@@ -100,7 +100,6 @@ class Lane:
         "connecting",
         "eof",
         "h11",
-        "handed",
         "head",
         "informational",
         "one_at_a_time",
@@ -124,12 +123,11 @@ class Lane:
         self.eof = False
         self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.waiting: deque[Request] = deque()
-        # Bytes of its requests not handed to the stream yet; the bytes ever
-        # queued, handed to the stream and known to be in the kernel, and the
-        # requests whose caller waits to be told they are written (see
-        # Request.sent), in the order queued.
+        # Bytes of its requests not written yet; the bytes ever queued and
+        # written on it, and the requests whose caller waits to be told they
+        # are written (see Request.sent), in the order queued.
         self.outbox = bytearray()
-        self.queued = self.handed = self.written = 0
+        self.queued = self.written = 0
         self.unsent: deque[Request] = deque()
         # Answers read on it, ever: none, and a failure is the room's, not an idle close.
         self.answered = 0
@@ -156,22 +154,10 @@ class Lane:
         if request.sent is not None:
             self.unsent.append(request)
 
-    @property
-    def unwritten(self) -> bool:
-        """Whether bytes queued here are not all in the kernel yet (the outbox, or held in TLS)."""
-        return bool(self.outbox) or self.handed > self.written
-
-    def took(self, size: int, *, out: bool = True) -> None:
-        """The stream took the outbox's first ``size`` bytes; tell the requests now written.
-
-        ``out``: every byte the stream took is in the kernel. Else it holds
-        some back (the end of a TLS record the kernel did not take), and
-        none of them count as written until a writer's turn sends the rest.
-        """
+    def took(self, size: int) -> None:
+        """The kernel took the outbox's first ``size`` bytes: tell the requests now written."""
         del self.outbox[:size]
-        self.handed += size
-        if out:
-            self.written = self.handed
+        self.written += size
         while self.unsent and self.unsent[0].end <= self.written:
             self.unsent.popleft().tell_sent()
 
@@ -186,5 +172,5 @@ class Lane:
             if request.parked and not request.done:
                 request.wake()
                 return
-        if self.unwritten and not self.writing and self.reader is not None:
+        if self.outbox and not self.writing and self.reader is not None:
             self.reader.cancel(reason="bytes to write, and no other caller to write them")

@@ -17,12 +17,11 @@ that may be sent twice belong here.
   said it closes it.
 * There is no task of the pool's own: the callers waiting on a connection
   take turns at its work. One at a time opens it; a request is written as
-  it is asked, with no task switch, when the stream takes it at once
-  (:func:`~._sockio.send_now`: a plain socket, or the lean path's TLS, whose
-  record's end the kernel may leave for a writer's turn), else by one caller
-  at a time, who waits for room in the socket; one reads the answers, hands
-  each to its caller (and every answer after it already read: no turn each)
-  and, once its own has come, hands the reading to the next caller waiting. A
+  it is asked, with no task switch, when the kernel takes it at once
+  (:func:`~._sockio.send_now`), else by one caller at a time, who waits for
+  room in the socket; one reads the answers, hands each to its caller (and
+  every answer after it already read: no turn each) and, once its own has
+  come, hands the reading to the next caller waiting. A
   writer that stops waiting leaves its turn to a caller waiting for one, or
   else interrupts the reader, who writes the rest before it reads on: the
   answer it waits for may be to the bytes left.
@@ -75,7 +74,7 @@ from ._request import (
     Origin,
     failure_kind,
 )
-from ._sockio import READ_SIZE, can_send_now, close_now, read_some, send_now, unsent_size
+from ._sockio import READ_SIZE, can_send_now, close_now, read_some, send_now
 
 __all__ = ["LANES", "PipelinedPool"]
 
@@ -195,28 +194,25 @@ class PipelinedPool:
         return best
 
     def _write_now(self, lane: Lane) -> None:
-        """Write ``lane``'s outbox at once, if no caller is writing it and the stream can.
-
-        A plain socket takes what the kernel takes; the lean path's TLS
-        stream the whole outbox as a record, of which the kernel may leave
-        the end for a writer's turn (until then none of it counts as written).
-        """
+        """Write what the kernel takes of ``lane``'s outbox at once, if no caller is writing it."""
         stream = lane.stream
         if stream is None or lane.closed or lane.writing or not lane.outbox:
             return
+        if not can_send_now(stream):
+            return
         try:
-            taken = send_now(stream, bytes(lane.outbox))
-        except (OSError, trio.BrokenResourceError):
+            written = send_now(stream, bytes(lane.outbox))
+        except OSError:
             return  # the connection broke: its reader finds out, and ends it
-        if taken:
-            lane.took(taken, out=not unsent_size(stream))
+        if written:
+            lane.took(written)
 
     async def _take_turn(self, request: Request) -> None:
         """Do the first of ``request``'s lane's work no one is doing, or wait for a turn."""
         lane = request.lane
         if lane.stream is None and not lane.connecting:
             await self._connect(lane)
-        elif lane.stream is not None and lane.unwritten and not lane.writing:
+        elif lane.stream is not None and lane.outbox and not lane.writing:
             await self._write(lane)
         elif lane.stream is not None and not lane.reading:
             await self._read(lane, request)
@@ -255,11 +251,11 @@ class PipelinedPool:
         self._write_now(lane)
 
     async def _write(self, lane: Lane) -> None:
-        """Write ``lane``'s outbox until it is in the kernel, waiting for room in the socket."""
+        """Write ``lane``'s outbox until it is empty, waiting for room in the socket."""
         stream = lane.stream
         assert stream is not None
         async with self._turn(lane, "writing"):
-            while lane.unwritten and not lane.closed:
+            while lane.outbox and not lane.closed:
                 if can_send_now(stream):
                     written = send_now(stream, bytes(lane.outbox))
                     if written:
@@ -267,8 +263,7 @@ class PipelinedPool:
                     else:
                         await stream.wait_send_all_might_not_block()
                 else:
-                    # Requests asked meanwhile join the outbox behind these bytes,
-                    # which go after what the stream holds back (see _write_now).
+                    # Requests asked meanwhile join the outbox behind these bytes.
                     # Cancelled mid-way, an unknown part is written: the lane ends.
                     data = bytes(lane.outbox)
                     try:
@@ -330,7 +325,7 @@ class PipelinedPool:
             if lane.one_at_a_time and lane.waiting:
                 lane.queue(lane.waiting[0])
                 self._write_now(lane)
-                if lane.unwritten:
+                if lane.outbox:
                     return  # a caller's turn writes it (this one's, or the next's)
 
     async def _answer(
