@@ -1207,3 +1207,37 @@ async def test_answers_read_together_are_handed_out_in_the_readers_turn(
         trio.lowlevel.remove_instrument(rounds)
     assert [r.body for r in results.values() if isinstance(r, Answer)] == [OK[-17:]] * 200
     assert rounds.count < 20
+
+
+@pytest.mark.parametrize(
+    ("first", "cut"),
+    [(OK, len(OK) - 5), (OK, 10), (CHUNKED, 0)],
+    ids=["in the body", "in the head", "after one only h11 reads"],
+)
+async def test_a_reader_whose_answer_came_does_not_wait_for_the_rest_of_the_next(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, first: bytes, cut: int
+) -> None:
+    """The room sends the first answer and part of the second, the rest a second
+    later: the first caller has its answer at once, the second at 1."""
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = b""
+        while data.count(b"{}") < 2:
+            data += await stream.receive_some()
+        await stream.send_all(first + OK[:cut])
+        await trio.sleep(1)
+        await stream.send_all(OK[cut:])
+        await trio.sleep_forever()
+
+    pool = PipelinedPool(ServedBy(nursery, serve), ORIGIN, lanes=1)
+    answered: dict[int, float] = {}
+
+    async def ask(n: int) -> None:
+        await exchange(pool, n)
+        answered[n] = trio.current_time()
+
+    async with trio.open_nursery() as callers:
+        callers.start_soon(ask, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        callers.start_soon(ask, 2)
+    assert answered == {1: 0.0, 2: 1.0}
