@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Final, final
 
 import attrs
@@ -20,11 +21,13 @@ from wsproto.connection import Connection, ConnectionState
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from . import _protocol
+from ._connector import StreamNews
 from ._errors import StreamProtocolError
 
 __all__ = [
     "MAX_MESSAGE_PIECES",
     "MAX_PINGS_PER_INTERVAL",
+    "NOTHING_NEW",
     "FrameBounds",
     "Heard",
     "read_exit_answer",
@@ -41,6 +44,12 @@ MAX_MESSAGE_PIECES: Final = 1024
 # The most pings the room may send within one ping interval: it pings every
 # 15 s; many more is a flood, whose parsing and answers would cost a core.
 MAX_PINGS_PER_INTERVAL: Final = 100
+# The news of a read that brought nothing the holder acts on (pings, part of a
+# frame): one for every socket, rather than one more object per wake-up.
+NOTHING_NEW: Final = StreamNews()
+# A pong frame's head with no payload, as a client sends it: final, opcode 0xA;
+# masked, length 0. Its four-byte masking key follows.
+_EMPTY_PONG: Final = b"\x8a\x80"
 
 
 @final
@@ -120,6 +129,13 @@ class Heard:
     closed: bool
     reply: bytes
 
+    @property
+    def news(self) -> StreamNews:
+        """What the holder hears of it: :data:`NOTHING_NEW` when it names no connection and no end."""
+        if self.connection_id is None and not self.ended:
+            return NOTHING_NEW
+        return StreamNews(connection_id=self.connection_id, ended=self.ended)
+
 
 def read_news(ws: Connection, bounds: FrameBounds) -> Heard | None:
     """Read the events wsproto has; None when it has none.
@@ -147,7 +163,7 @@ def read_news(ws: Connection, bounds: FrameBounds) -> Heard | None:
         elif isinstance(event, Ping):
             bounds.count_ping()
             if ws.state is ConnectionState.OPEN:
-                pong = ws.send(event.response())
+                pong = _pong(ws, event)
         elif isinstance(event, CloseConnection):
             reply, pong = reply + pong, b""
             closed = True
@@ -162,6 +178,18 @@ def read_news(ws: Connection, bounds: FrameBounds) -> Heard | None:
         closed=closed,
         reply=reply + pong,
     )
+
+
+def _pong(ws: Connection, ping: Ping) -> bytes:
+    """The pong answering ``ping``, as a client writes it (masked: RFC 6455, section 5.3).
+
+    The room's pings carry nothing: the answer to one is a final pong frame
+    with no payload and a fresh masking key, made here in one step; wsproto
+    makes the answer to any other.
+    """
+    if ping.payload:
+        return ws.send(ping.response())
+    return _EMPTY_PONG + os.urandom(4)
 
 
 def read_exit_answer(

@@ -42,7 +42,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 from ._connector import StreamNews
 from ._errors import RoomUnreachable
 from ._http import QuietReads, can_send_now, close_now, discard_unread, send_now
-from ._ws_frames import FrameBounds, read_exit_answer, read_news
+from ._ws_frames import NOTHING_NEW, FrameBounds, read_exit_answer, read_news
 
 __all__ = ["ProcessSocket"]
 
@@ -189,7 +189,7 @@ class ProcessSocket:
             if data:
                 self._ws.receive_data(data)
                 # Every chunk is news, a ping included: it re-arms the holder's silence.
-                news = self._news() or StreamNews()
+                news = self._news() or NOTHING_NEW
             else:
                 self._ws.receive_data(None)
                 self._finished = True
@@ -207,7 +207,7 @@ class ProcessSocket:
             self.connection_id = heard.connection_id
             # Made now rather than at the goodbye, which writes thousands of them.
             self._exit = _exit_frames(heard.connection_id)
-        return StreamNews(connection_id=heard.connection_id, ended=heard.ended)
+        return heard.news
 
     @property
     def heard_at(self) -> float:
@@ -224,11 +224,11 @@ class ProcessSocket:
             liveness = self._liveness
             quiet = self.connection_id is not None and not liveness.awaiting_pong
             keep = self._reads.wire_size(_KEPT_BYTES) if quiet and not self.leaving else 0
-            with trio.move_on_at(liveness.deadline):
-                try:
-                    data = await self._reads.read(_RECEIVE_BYTES, keep=keep)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+            try:
+                data = await self._reads.read_by(_RECEIVE_BYTES, liveness.deadline, keep=keep)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+            if data is not None:
                 liveness.heard(self._reads.heard_at)
                 return data
             if liveness.awaiting_pong or self.leaving:

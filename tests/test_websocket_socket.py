@@ -286,6 +286,44 @@ async def test_the_latest_ping_of_a_read_is_answered_with_its_pong(
             nursery.cancel_scope.cancel()
 
 
+async def test_a_ping_with_no_payload_is_answered_by_a_masked_empty_pong_each_time_anew(
+    autojump_clock: MockClock,
+) -> None:
+    """The room's pings carry nothing: each answer is a pong of two bytes and a fresh mask."""
+    socket, room = open_socket()
+    pongs: list[bytes] = []
+    with trio.fail_after(1):
+        for _ in range(2):
+            await room.send(Ping())
+            assert await anext(socket) == StreamNews()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(anext, socket)  # flushes the pong, then reads
+                before = len(room.raw)
+                assert await room.heard() == [Pong(payload=b"")]
+                pongs.append(bytes(room.raw[before:]))
+                nursery.cancel_scope.cancel()
+    # Final, opcode pong; masked, no payload; then the masking key, not the same twice.
+    assert [pong[:2] for pong in pongs] == [b"\x8a\x80", b"\x8a\x80"]
+    assert [len(pong) for pong in pongs] == [6, 6]
+    assert pongs[0][2:] != pongs[1][2:]
+
+
+async def test_reads_that_bring_only_pings_share_one_news_and_others_get_their_own(
+    autojump_clock: MockClock,
+) -> None:
+    """Thousands of sockets wake for pings: their news is one object, never one per wake-up."""
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(Ping(payload=b"1"))
+        first = await anext(socket)
+        await room.send(Ping(payload=b"2"))
+        assert await anext(socket) is first == StreamNews()
+        await room.send(frame(event="open", connection_id="conn-1"))
+        assert await anext(socket) == StreamNews(connection_id="conn-1")
+        await room.send(frame(event="ended"))
+        assert await anext(socket) == StreamNews(ended=True)
+
+
 @pytest.mark.parametrize("ping_first", [False, True], ids=["close", "ping-then-close"])
 async def test_a_close_from_the_room_is_echoed_and_ends_the_stream_at_once(
     autojump_clock: MockClock, ping_first: bool
