@@ -42,7 +42,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 from ._connector import StreamNews
 from ._errors import RoomUnreachable
 from ._http import QuietReads, can_send_now, close_now, discard_unread, send_now
-from ._ws_frames import NOTHING_NEW, FrameBounds, read_exit_answer, read_news
+from ._ws_frames import NOTHING_NEW, FrameBounds, FrameEdges, read_exit_answer, read_news
 
 __all__ = ["ProcessSocket"]
 
@@ -132,7 +132,7 @@ class ProcessSocket:
         self._announce_exit = announce_exit
         self._ws = ws
         self._liveness = _Liveness(ping_interval, pong_timeout)
-        self._bounds = FrameBounds(max_event_bytes, ping_interval)
+        self._bounds, self._edges = FrameBounds(max_event_bytes, ping_interval), FrameEdges()
         self._finished = False
         self._reply = b""
         # The part of the exit the kernel could not take at once (leave sends it).
@@ -187,17 +187,16 @@ class ProcessSocket:
                     self._exit_settled.set()
                 await self._leave(answered=bool(data))
             if data:
-                self._ws.receive_data(data)
                 # Every chunk is news, a ping included: it re-arms the holder's silence.
-                news = self._news() or NOTHING_NEW
+                news = self._news(data) or NOTHING_NEW
             else:
                 self._ws.receive_data(None)
                 self._finished = True
         return news
 
-    def _news(self) -> StreamNews | None:
-        """The news in the events wsproto has; None when it has none."""
-        heard = read_news(self._ws, self._bounds)
+    def _news(self, data: bytes = b"") -> StreamNews | None:
+        """The news in ``data`` and the events wsproto has; None when there is none."""
+        heard = read_news(self._ws, self._bounds, data, self._edges)
         if heard is None:
             return None
         self._reply += heard.reply

@@ -268,6 +268,40 @@ async def test_a_ping_flood_ends_the_attempt(autojump_clock: MockClock) -> None:
             await anext(socket)
 
 
+@pytest.mark.parametrize("payload", [b"p", b""], ids=["pings-with-payload", "bare-pings"])
+async def test_a_ping_flood_ends_the_attempt_whatever_its_pings_carry(
+    autojump_clock: MockClock, payload: bytes
+) -> None:
+    """Bare pings, answered without wsproto, count against the bound as any other."""
+    socket, room = open_socket()
+    with trio.fail_after(30):
+        await room.send(*[Ping(payload=payload)] * MAX_PINGS_PER_INTERVAL)
+        assert await anext(socket) == StreamNews()
+        await room.send(Ping(payload=payload))
+        with pytest.raises(StreamProtocolError, match=r"^the room floods .* with pings$"):
+            await anext(socket)
+
+
+async def test_bare_ping_bytes_inside_a_frame_are_that_frame_not_a_ping(
+    autojump_clock: MockClock,
+) -> None:
+    """A chunk that looks like bare pings, read in the middle of a frame, is that frame's rest."""
+    socket, room = open_socket()
+    message = room.ws.send(BytesMessage(data=b"\x89\x00\x89\x00"))
+    with trio.fail_after(1):
+        for chunk in (message[:2], message[2:]):  # the head, then "two pings"
+            await room.stream.send_all(chunk)
+            assert await anext(socket) == StreamNews()
+        await room.send(Ping())
+        assert await anext(socket) == StreamNews()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(anext, socket)  # flushes the pong, then reads
+            assert await room.heard() == [Pong(payload=b"")]  # one: the real ping's
+            nursery.cancel_scope.cancel()
+        await room.send(frame(event="ended"))
+        assert await anext(socket) == StreamNews(ended=True)  # wsproto still in step
+
+
 # --- what the client answers ---------------------------------------------------------------
 
 
