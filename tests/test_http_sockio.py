@@ -494,9 +494,19 @@ async def test_quiet_reads_give_the_bytes_read_ahead_then_read_the_stream_straig
     reads = QuietReads(Prefixed(client_end, b"ahead"))
     with trio.fail_after(5):
         assert await reads.read(3) == b"ahe"
-        assert await reads.read_by(100, trio.current_time() + 60) == b"ad"
+        assert await reads.read_by(100, trio.current_time() + 60, keep=0) == b"ad"
         through: list[int | None] = []
         monkeypatch.setattr(Prefixed, "receive_some", lambda _, size: through.append(size))
         await server_end.send_all(b"after")
         assert await reads.read(100) == b"after"
         assert through == []
+
+
+@linux_only
+async def test_a_read_that_keeps_nothing_wakes_for_a_single_byte() -> None:
+    """Without ``keep`` nothing waits in the kernel, even with no deadline to check before."""
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream)
+        with trio.fail_after(5):
+            await theirs.send(b"x")
+            assert await reads.read(100) == b"x"

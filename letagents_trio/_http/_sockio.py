@@ -367,7 +367,7 @@ class QuietReads:
             return bytes(await self._next(max_bytes))
         return await self._after_check(max_bytes)
 
-    async def read_by(self, max_bytes: int, deadline: float, *, keep: int = 0) -> bytes | None:
+    async def read_by(self, max_bytes: int, deadline: float, *, keep: int) -> bytes | None:
         """The next bytes, as :meth:`read`, or None when none came by ``deadline`` (trio's clock).
 
         The same read as :meth:`read` under ``trio.move_on_at(deadline)``, in
