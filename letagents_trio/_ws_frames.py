@@ -2,8 +2,10 @@
 
 Sans-IO helpers of :class:`~letagents_trio._ws_socket.ProcessSocket`:
 :class:`FrameBounds` holds what the room may send (a message's bytes and
-pieces, pings per interval); :func:`read_news` reads what a batch of wsproto's
-events says (the ``open`` frame, ``ended``, pings to answer, the close) and
+pieces, pings per interval); :func:`read_news` reads what a chunk of the
+room's bytes says through wsproto's events (the ``open`` frame, ``ended``,
+pings to answer, the close), answering a chunk of nothing but bare pings
+itself when :class:`FrameEdges` knows it starts a frame, and
 :func:`read_exit_answer` the room's answer to an exit. Neither reads nor
 writes the stream: the socket sends the answers they make.
 """
@@ -198,7 +200,7 @@ class Heard:
 
     @property
     def news(self) -> StreamNews:
-        """What the holder hears of it: :data:`NOTHING_NEW` when it names no connection and no end."""
+        """What the holder hears: :data:`NOTHING_NEW` when it names no connection and no end."""
         if self.connection_id is None and not self.ended:
             return NOTHING_NEW
         return StreamNews(connection_id=self.connection_id, ended=self.ended)

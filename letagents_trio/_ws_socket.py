@@ -33,16 +33,18 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Final, NoReturn, final
+from typing import TYPE_CHECKING, Final, NoReturn, final
 
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
 
-from ._connector import StreamNews
 from ._errors import RoomUnreachable
 from ._http import QuietReads, can_send_now, close_now, discard_unread, send_now
 from ._ws_frames import NOTHING_NEW, FrameBounds, FrameEdges, read_exit_answer, read_news
+
+if TYPE_CHECKING:
+    from ._connector import StreamNews
 
 __all__ = ["ProcessSocket"]
 

@@ -454,7 +454,8 @@ async def test_read_by_takes_what_was_kept_just_before_the_first_deadline(first:
     async with tcp_pair() as (stream, theirs):
         reads = QuietReads(stream, margin=0.5)
         start = trio.current_time()
-        own, callers = (start + 1.0, start + 30) if first == "its own" else (start + 30, start + 1.0)
+        soon, late = start + 1.0, start + 30
+        own, callers = (soon, late) if first == "its own" else (late, soon)
         await theirs.send(b"\x89\x00")
         with trio.fail_after(5), trio.move_on_at(callers):
             assert await reads.read_by(100, own, keep=2) == b"\x89\x00"

@@ -1,4 +1,4 @@
-"""Where the room's frames end (``letagents_trio._ws_frames.FrameEdges``), against the frames' own edges.
+"""Where the room's frames end (``_ws_frames.FrameEdges``), against the frames' own edges.
 
 Frames made by wsproto (a server's, unmasked, and a client's, masked; payloads
 of every length class: short, 16-bit and 64-bit), joined and cut anywhere:
@@ -7,6 +7,8 @@ and is nothing but whole bare pings.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,7 +50,7 @@ def test_bare_pings_are_seen_only_between_frames(
     data, edges = framed(events, masked=masked)
     offsets = sorted({0, len(data), *(cut % (len(data) + 1) for cut in cuts)})
     walker = FrameEdges()
-    for start, end in zip(offsets, offsets[1:], strict=False):
+    for start, end in itertools.pairwise(offsets):
         chunk = data[start:end]
         if not chunk:
             continue

@@ -407,7 +407,7 @@ class QuietReads:
         return bytes(await self._next(max_bytes))
 
     def _next(self, max_bytes: int) -> Awaitable[bytes | bytearray]:
-        """The next read of the stream: :func:`read_some` of a plain socket, else its ``receive_some``.
+        """The stream's next read: :func:`read_some` of a plain socket, else its ``receive_some``.
 
         A :class:`Prefixed` stream whose bytes were all given back is read
         through no more: the stream under it is read straight.
