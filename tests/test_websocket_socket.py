@@ -282,6 +282,27 @@ async def test_a_ping_flood_ends_the_attempt_whatever_its_pings_carry(
             await anext(socket)
 
 
+async def test_a_chunk_of_bare_pings_between_frames_never_reaches_wsproto(
+    autojump_clock: MockClock,
+) -> None:
+    """The room's heartbeat is answered without wsproto's parser; anything else goes to it."""
+    socket, room = open_socket()
+    given: list[bytes | None] = []
+    parse = socket._ws.receive_data
+
+    def receive_data(data: bytes | None) -> None:
+        given.append(data)
+        parse(data)
+
+    socket._ws.receive_data = receive_data  # type: ignore[method-assign]
+    with trio.fail_after(1):
+        await room.send(Ping(), Ping())
+        assert await anext(socket) == StreamNews()
+        await room.send(Ping(payload=b"1"))
+        assert await anext(socket) == StreamNews()
+    assert given == [b"\x89\x011"]
+
+
 async def test_bare_ping_bytes_inside_a_frame_are_that_frame_not_a_ping(
     autojump_clock: MockClock,
 ) -> None:
