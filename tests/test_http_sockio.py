@@ -22,6 +22,7 @@ from letagents_trio._http._sockio import (
     discard_unread,
     read_some,
     send_now,
+    unsent_size,
 )
 
 from .sockets import OnlyAsyncClose, tcp_pair
@@ -119,6 +120,19 @@ def test_send_now_declines_streams_it_cannot_write_synchronously() -> None:
     client_end, _server_end = trio.testing.memory_stream_pair()
     assert not can_send_now(client_end)
     assert send_now(client_end, b"x") is None
+    assert unsent_size(client_end) is None
+    assert unsent_size(Prefixed(client_end, b"")) is None
+
+
+def test_a_plain_socket_keeps_nothing_back() -> None:
+    """What a plain socket took is in the kernel: a close drops none of it."""
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left, right:
+        while send_now(stream, b"x" * 65536):
+            pass
+        assert unsent_size(stream) == 0
+        assert unsent_size(Prefixed(stream, b"ahead")) == 0
 
 
 # --- read_some: the lean read of a plain socket ------------------------------------------------
@@ -259,6 +273,36 @@ async def test_a_close_after_discard_unread_is_an_orderly_end(drained: bool) -> 
             else:
                 with pytest.raises(ConnectionResetError):
                     await peer.recv(100)
+
+
+async def test_discard_unread_drains_the_socket_under_a_tls_stream() -> None:
+    """A TLS stream about to close: its socket's unread records are dropped (an orderly end)."""
+
+    class OverTLS(trio.abc.Stream):
+        """A stand-in for a TLS layer: all :func:`discard_unread` looks at is its transport."""
+
+        def __init__(self, transport_stream: trio.SocketStream) -> None:
+            self.transport_stream = transport_stream
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            raise NotImplementedError
+
+        async def wait_send_all_might_not_block(self) -> None:
+            raise NotImplementedError
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            raise NotImplementedError
+
+        async def aclose(self) -> None:
+            raise NotImplementedError
+
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            await peer.send(b"a record")
+            await trio.lowlevel.wait_readable(stream.socket)
+            discard_unread(Prefixed(OverTLS(stream), b"read ahead"))
+            await peer.send(b"!")
+            assert await read_some(stream, 100) == b"!"
 
 
 async def test_discard_unread_reads_at_most_its_limit_and_leaves_other_streams() -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "discard_unread",
     "read_some",
     "send_now",
+    "unsent_size",
 ]
 
 # One read from the socket; an SSE heartbeat or an exit answer fits many times over.
@@ -128,8 +129,7 @@ def _under_tls(stream: trio.abc.Stream) -> trio.abc.Stream | None:
 
 def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
     """The plain socket under ``stream`` when it can be written without trio (POSIX only)."""
-    while isinstance(stream, Prefixed):
-        stream = stream._stream
+    stream = _unprefixed(stream)
     if os.name != "posix" or not isinstance(stream, trio.SocketStream):
         return None
     return stream
@@ -184,17 +184,20 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
 
 
 def discard_unread(stream: trio.abc.Stream, *, limit: int = 1 << 20) -> None:
-    """Read and drop, without a checkpoint, what the peer already sent on a plain socket.
+    """Read and drop, without a checkpoint, what the peer already sent on a socket about to close.
 
     Closing a TCP socket whose receive buffer still holds bytes sends a reset
     instead of an orderly end. A peer that writes to the connection meanwhile
     (a heartbeat) then fails its write, and a server that closes on that
     failure may never read what was sent just before the close: a WebSocket's
     exit frame. Drained first, the close is an orderly end, read after the
-    exit. At most ``limit`` bytes; nothing for streams that are not plain
-    sockets, or on any error (the close follows anyway).
+    exit. The socket's own bytes: under TLS, records left undecrypted, so the
+    stream is of no use after this but to close. At most ``limit`` bytes;
+    nothing for streams not over a socket on a POSIX system, or on any error
+    (the close follows anyway).
     """
-    plain = _plain_socket(stream)
+    unprefixed = _unprefixed(stream)
+    plain = _plain_socket(_under_tls(unprefixed) or unprefixed)
     if plain is None:
         return
     fd = plain.socket.fileno()
@@ -209,44 +212,74 @@ def discard_unread(stream: trio.abc.Stream, *, limit: int = 1 << 20) -> None:
 
 
 def can_send_now(stream: trio.abc.Stream) -> bool:
-    """Whether :func:`send_now` can write ``stream`` (a plain socket on a POSIX system)."""
+    """Whether :func:`send_now` writes ``stream`` straight to its socket (a plain one, POSIX).
+
+    What it takes is then in the kernel: :func:`unsent_size` is always 0.
+    """
     return _plain_socket(stream) is not None
 
 
 def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
-    """Write what the kernel takes of ``data`` at once, without a checkpoint.
+    """Write ``data`` at once, without a checkpoint; how much of it ``stream`` took.
 
-    For a plain socket on a POSIX system: one ``write``, no task switch, which
-    is what a goodbye of thousands of sockets wants (``send_all`` costs each a
-    lock, a conflict detector and a reschedule). The caller must be the
-    stream's only sender at that moment.
+    What the stream took goes out before anything written to it later;
+    the rest is the caller's to write (``send_all``). The caller must be
+    the stream's only sender at that moment.
 
-    Over the lean path's TLS stream, the record of ``data`` is written at
-    once the same way when no other writer is under way
-    (:meth:`TLSStream.send_now <letagents_trio._http._tls.TLSStream.send_now>`),
-    though :func:`can_send_now` says False: what the kernel does not take
-    of it goes before anything written later, so a caller that must know
-    its bytes are out (an exit before a close) asks :func:`can_send_now`.
+    * A plain socket on a POSIX system takes what the kernel takes, in one
+      ``write``, with no task switch, which is what a goodbye of thousands
+      of sockets wants (``send_all`` costs each a lock, a conflict detector
+      and a reschedule).
+    * The lean path's TLS stream over such a socket takes ``data`` whole or
+      not at all: its record is made and written the same way, and what the
+      kernel does not take of it waits in the stream (:func:`unsent_size`)
+      and goes first with the stream's next write
+      (:meth:`TLSStream.send_now <letagents_trio._http._tls.TLSStream.send_now>`).
 
     Returns:
-        How many bytes were written (0 when the socket's buffer is full), or
-        None when ``stream`` cannot be written this way (trio's TLS, in
-        memory, or not POSIX): then use ``send_all``.
+        How many leading bytes of ``data`` were taken (0: none, the socket's
+        buffer is full or another writer is under way), or None when
+        ``stream`` cannot be written this way (trio's TLS, in memory, or not
+        POSIX): then use ``send_all``.
 
     Raises:
         OSError: the connection is broken.
+        trio.BrokenResourceError: TLS failed.
     """
     plain = _plain_socket(stream)
     if plain is None:
         # The lean path's TLS stream writes a record at once where it can.
-        inner = stream._stream if isinstance(stream, Prefixed) else stream
-        write_now = getattr(inner, "send_now", None)
+        write_now = getattr(_unprefixed(stream), "send_now", None)
         result: int | None = write_now(data) if callable(write_now) else None
         return result
     try:
         return os.write(plain.socket.fileno(), data)
     except BlockingIOError:
         return 0
+
+
+def unsent_size(stream: trio.abc.Stream) -> int | None:
+    """How many bytes ``stream`` took from :func:`send_now` that its socket has not taken yet.
+
+    They go first with the stream's next write (``send_all``, of ``b""``
+    too, which sends them alone), and a close drops them: a caller that
+    closes the stream after :func:`send_now` and must know its bytes are
+    out (an exit before a close) asks this first. 0 for a plain socket,
+    which keeps nothing back; None when :func:`send_now` cannot write
+    ``stream`` at all.
+    """
+    if _plain_socket(stream) is not None:
+        return 0
+    size_of = getattr(_unprefixed(stream), "unsent_size", None)
+    size: int | None = size_of() if callable(size_of) else None
+    return size
+
+
+def _unprefixed(stream: trio.abc.Stream) -> trio.abc.Stream:
+    """The stream a :class:`Prefixed` reads ahead of, which its writes go to; else ``stream``."""
+    while isinstance(stream, Prefixed):
+        stream = stream._stream
+    return stream
 
 
 def _quiet_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
