@@ -555,3 +555,5 @@ async def test_a_read_that_keeps_nothing_wakes_for_a_single_byte() -> None:
         with trio.fail_after(5):
             await theirs.send(b"x")
             assert await reads.read(100) == b"x"
+        # The mark the read left: every byte wakes the next one.
+        assert stream.socket.getsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVLOWAT) == 1
