@@ -9,8 +9,8 @@ stream's own exit); the goodbye orders them and writes the report:
 
 1. first, in one loop over the holders with no checkpoint, each begins to
    leave (:meth:`~letagents_trio.ProcessHolder.leave_nowait`); a WebSocket
-   on a plain socket writes its exit frame there, with no task and no
-   checkpoint of its own. Every holder whose exit did not go at once gets a
+   on a plain socket, or on the lean path's TLS over one, writes its exit
+   frame there, with no task and no checkpoint of its own. Every holder whose exit did not go at once gets a
    task that runs its :meth:`~letagents_trio.ProcessHolder.leave` and
    reports what it returns (at most ``exit_concurrency`` at a time, when
    set): over SSE, ``POST …/process/exit``, the stream closed once it is
