@@ -87,7 +87,7 @@ async def heard_to_the_end(room: trio.SSLStream[trio.SocketStream]) -> list[obje
     """Every frame the client wrote until its socket closed."""
     ws = Connection(ConnectionType.SERVER)
     while data := await room.receive_some():
-        ws.receive_data(data)
+        ws.receive_data(bytes(data))
     return list(ws.events())
 
 
@@ -174,7 +174,7 @@ class TLSWebSocketRoom:
         ws = WSConnection(ConnectionType.SERVER)
         try:
             while data := await stream.receive_some():
-                ws.receive_data(data)
+                ws.receive_data(bytes(data))
                 for event in ws.events():
                     if isinstance(event, Request):
                         self.opened += 1
@@ -262,3 +262,28 @@ async def test_to_a_room_that_answers_exits_the_close_goes_as_the_socket_closes(
             assert socket_of(socket).fileno() != -1
             assert socket.close()
             assert await heard_to_the_end(room) == EXIT_EVENTS
+
+
+async def test_an_exit_whose_record_tls_cannot_make_is_posted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS failed as the exit was written at once: nothing of it went, so ``leave`` POSTs it."""
+    posted: list[str | None] = []
+
+    async def post(connection_id: str | None) -> bool:
+        await trio.lowlevel.checkpoint()
+        posted.append(connection_id)
+        return True
+
+    def tls_failed(self: TLSStream, data: bytes) -> int:
+        raise trio.BrokenResourceError("TLS failed: SSLError")
+
+    with trio.fail_after(10):
+        async with socket_over_tls(tmp_path) as (socket, _room):
+            socket._announce_exit = post
+            with monkeypatch.context() as patched:
+                patched.setattr(TLSStream, "send_now", tls_failed)
+                assert socket.leave_nowait("conn-1") is False
+            assert socket.leaving
+            assert await socket.leave("conn-1") is True
+            assert posted == ["conn-1"]
