@@ -13,14 +13,16 @@ tests), with no task of its own. It iterates as the holder's news:
    socket pings, and one silent ``pong_timeout`` longer is dropped
    (:class:`~letagents_trio.RoomUnreachable`). The deadline lives in the read
    itself: no timer task per socket.
-3. **The exit** (:meth:`ProcessSocket.leave`): the exit frame, made when
-   the room names the connection, goes out at once without a checkpoint when
-   the kernel takes it (:meth:`ProcessSocket.leave_nowait`: with its normal
-   close, the socket then closed at once; to a room that acknowledges exits,
-   alone, its close written as the socket closes), or with its close in turn
-   with the reader's pongs. From then on the reader sends nothing; a close
-   or a break ends the iteration (the holder, leaving, stops). A room that
-   acknowledges exits has its answer read by the reader and awaited by
+3. **The exit** (:meth:`ProcessSocket.leave`): the exit frame, made when the
+   room names the connection, goes out at once without a checkpoint when the
+   kernel takes it, over a plain socket or the lean path's TLS over one
+   (:meth:`ProcessSocket.leave_nowait`: with its normal close, the socket
+   then closed at once; to a room that acknowledges exits, alone, its close
+   written as the socket closes), or with its close in turn with the
+   reader's pongs, the socket closed by the exit only once all of it is out.
+   From then on the reader sends nothing; a close or a break ends the
+   iteration (the holder, leaving, stops). A room that acknowledges exits
+   has its answer read by the reader and awaited by
    :meth:`~ProcessSocket.leave` until the socket closes; an exit the socket
    cannot carry, or whose answer never came, is POSTed through the room
    client. Any other answer waits unparsed for the holder's stop or the
