@@ -920,7 +920,7 @@ async def test_the_exit_frame_is_written_at_once_alone_to_a_room_that_answers_it
         socket.exit_ack = True
         assert socket.leave_nowait("conn-1") is True  # written alone: leave() waits for the answer
         assert socket.leaving
-        assert socket._exit_written
+        assert socket._exit_write.written
         with trio.fail_after(5):
             assert await room.heard() == EXIT_EVENTS[:1]
         assert socket.leave_nowait("conn-1") is False  # once

@@ -6,8 +6,11 @@ POSIX system these helpers do each with one system call and no task switch
 (:func:`read_some` waits, then reads once; :func:`send_now` writes what the
 kernel takes; :func:`close_now` closes at once; :func:`discard_unread` drops
 what the peer sent before a close, so that the close is an orderly end).
-Any other stream (TLS, in memory, bytes read ahead and put back in front by
-:class:`Prefixed`) goes through its own methods. What each saves is in
+The lean path's TLS stream over such a socket is written at once too, a
+record a write: what the kernel does not take of it waits in the stream
+(:func:`unsent_size`), to go before anything later. Any other stream
+(trio's TLS, in memory) goes through its own methods, as does a read of
+bytes put back in front by :class:`Prefixed`. What each saves is in
 ``docs/performance.md``.
 
 :class:`QuietReads` reads a held stream *quietly* where the kernel can help
