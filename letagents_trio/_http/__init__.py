@@ -58,6 +58,7 @@ from ._sockio import (
     discard_unread,
     read_some,
     send_now,
+    unsent_size,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ __all__ = [
     "read_some",
     "send_now",
     "split_url",
+    "unsent_size",
 ]
 
 # The environment's proxy schemes httpx2 mounts (the others, such as ftp, it ignores).

@@ -6,8 +6,11 @@ POSIX system these helpers do each with one system call and no task switch
 (:func:`read_some` waits, then reads once; :func:`send_now` writes what the
 kernel takes; :func:`close_now` closes at once; :func:`discard_unread` drops
 what the peer sent before a close, so that the close is an orderly end).
-Any other stream (TLS, in memory, bytes read ahead and put back in front by
-:class:`Prefixed`) goes through its own methods. What each saves is in
+The lean path's TLS stream over such a socket is written at once too, a
+record a write: what the kernel does not take of it waits in the stream
+(:func:`unsent_size`), to go before anything later. Any other stream
+(trio's TLS, in memory) goes through its own methods, as does a read of
+bytes put back in front by :class:`Prefixed`. What each saves is in
 ``docs/performance.md``.
 
 :class:`QuietReads` reads a held stream *quietly* where the kernel can help
@@ -26,7 +29,7 @@ import socket as _socket
 import struct
 import sys
 import termios
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, final
 
 import trio
@@ -395,21 +398,62 @@ class QuietReads:
         """
         self.heard_at = None
         if not self._keep(keep):
-            return await read_some(self._stream, max_bytes)
+            return bytes(await self._next(max_bytes))
         with trio.move_on_at(trio.current_effective_deadline() - self._margin):
-            return await read_some(self._stream, max_bytes)
+            return bytes(await self._next(max_bytes))
+        return await self._after_check(max_bytes)
+
+    async def read_by(self, max_bytes: int, deadline: float, *, keep: int) -> bytes | None:
+        """The next bytes, as :meth:`read`, or None when none came by ``deadline`` (trio's clock).
+
+        The same read as :meth:`read` under ``trio.move_on_at(deadline)``, in
+        one cancel scope rather than two: the check for kept bytes comes
+        before whichever is first, ``deadline`` or the caller's.
+
+        Raises:
+            trio.ClosedResourceError: the socket was closed, before or during the wait.
+            trio.BrokenResourceError: the connection broke.
+
+        Cancellation:
+            A checkpoint, as :meth:`read`.
+        """
+        self.heard_at = None
+        if self._keep(keep):
+            with trio.move_on_at(min(deadline, trio.current_effective_deadline()) - self._margin):
+                return bytes(await self._next(max_bytes))
+            with trio.move_on_at(deadline):
+                return await self._after_check(max_bytes)
+            return None
+        with trio.move_on_at(deadline):
+            return bytes(await self._next(max_bytes))
+        return None
+
+    async def _after_check(self, max_bytes: int) -> bytes:
+        """The read once its check came: what the kernel kept, else the next bytes, as they come."""
         if self._plain:
             kept = self._take_kept(max_bytes)
             if kept is not None:
                 return kept
-        elif self._kept_since():
-            # Through TLS: the kept records are read at once (a read tries the
-            # socket before it waits); the mark is lowered in case one is cut short.
-            self._keep(0)
-            return await read_some(self._stream, max_bytes)
-        # Nothing kept: from now on any byte wakes the read.
+        else:
+            # Through TLS the kept records are read at once by the read below
+            # (it tries the socket before it waits); heard_at says when they came.
+            self._kept_since()
+        # From now on any byte wakes the read (and a record cut short is read whole).
         self._keep(0)
-        return await read_some(self._stream, max_bytes)
+        return bytes(await self._next(max_bytes))
+
+    def _next(self, max_bytes: int) -> Awaitable[bytes | bytearray]:
+        """The stream's next read: :func:`read_some` of a plain socket, else its ``receive_some``.
+
+        A :class:`Prefixed` stream whose bytes were all given back is read
+        through no more: the stream under it is read straight.
+        """
+        stream = self._stream
+        if isinstance(stream, Prefixed) and not stream._prefix:
+            self._stream = stream = stream._stream
+        if self._plain:
+            return read_some(stream, max_bytes)
+        return stream.receive_some(max_bytes)
 
     def loud(self) -> bytes:
         """Let every byte wake the reads again; what the kernel kept meanwhile, read at once.
@@ -445,19 +489,18 @@ class QuietReads:
             self._kept = keep
         return self._kept
 
-    def _kept_since(self) -> bool:
-        """Whether the kernel keeps bytes now; if so, :attr:`heard_at` says when the last came."""
+    def _kept_since(self) -> None:
+        """When the kernel keeps bytes now, :attr:`heard_at` says when the last of them came."""
         sock = self._socket
         fd = -1 if sock is None else sock.fileno()
         if sock is None or fd == -1:
-            return False
+            return
         try:
             queued = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
         except OSError:
-            return False
+            return
         if queued:
             self.heard_at = self._last_heard(sock)
-        return bool(queued)
 
     @staticmethod
     def _last_heard(sock: trio.socket.SocketType) -> float:
