@@ -321,15 +321,21 @@ async def test_a_writer_the_peer_does_not_read_holds_back_neither_reads_nor_leav
                 nursery.cancel_scope.cancel()
 
 
+def _fill_until_a_record_is_cut(ours: TLSStream) -> bytes:
+    """Write at once until the kernel takes only part of a record (the peer does not read)."""
+    sent = b""
+    while not unsent_size(ours):
+        chunk = bytes([len(sent) % 251]) * 60_000
+        assert send_now(ours, chunk) == len(chunk)
+        sent += chunk
+    return sent
+
+
 async def test_send_all_of_nothing_sends_the_rest_of_a_record_cut_short(tmp_path: Path) -> None:
     """What a caller about to close does when the kernel took only part of its record."""
     with trio.fail_after(10):
         async with tls_pair(tmp_path) as (ours, theirs):
-            sent = b""
-            while not unsent_size(ours):  # fill the socket's buffer: the peer does not read
-                chunk = bytes([len(sent) % 251]) * 60_000
-                assert send_now(ours, chunk) == len(chunk)
-                sent += chunk
+            sent = _fill_until_a_record_is_cut(ours)
             got = b""
             async with trio.open_nursery() as nursery:
 
@@ -359,11 +365,7 @@ async def test_the_rest_of_a_record_cut_short_goes_once_before_the_next(tmp_path
     """Once the kernel takes more, ``send_now`` finishes the cut record, then writes its own."""
     with trio.fail_after(10):
         async with tls_pair(tmp_path) as (ours, theirs):
-            sent = b""
-            while not ours._unsent:  # fill the socket's buffer: the peer does not read
-                chunk = bytes([len(sent) % 251]) * 60_000
-                assert send_now(ours, chunk) == len(chunk)
-                sent += chunk
+            sent = _fill_until_a_record_is_cut(ours)
             got = b""
             async with trio.open_nursery() as nursery:
 
