@@ -190,6 +190,7 @@ _SOCKET_IO_TESTS = (
     "tests/test_http_request.py",
     "tests/e2e/test_events_at_once.py",
     "tests/e2e/test_lean_tls.py",
+    "tests/e2e/test_websocket_tls_exit.py",
 )
 # The reference room's tests: every rule is reached through its routes (the
 # FakeRoom's tests serve the same room behind the fault layer).
@@ -259,6 +260,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_ws_socket": (
         *_WEBSOCKET_TESTS,
         "tests/e2e/test_websocket_loopback.py",
+        "tests/e2e/test_websocket_tls_exit.py",
         "tests/e2e/test_events_at_once.py",
     ),
     # The room client: its requests, bounds and stacks, and the exits it POSTs

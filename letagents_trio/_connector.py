@@ -22,9 +22,9 @@ inside the holder's own cancel scope, and gets a :class:`ProcessStream`:
   ``…/process/exit`` (PROTOCOL §2.1 R5) through the room client and closes
   its stream once that exit is written. :meth:`ProcessStream.leave_nowait`
   writes the exit at once, with no checkpoint, where the transport can (a
-  WebSocket on a plain socket): the goodbye's burst over thousands of
-  holders. Either may run in the goodbye's
-  task while the holder's task reads the stream: the reader then ends, and
+  WebSocket on a plain socket, or on the lean path's TLS over one): the
+  goodbye's burst over thousands of holders. Either may run in the
+  goodbye's task while the holder's task reads the stream: the reader then ends, and
   the holder, which knows it is leaving, stops instead of retrying. A
   connector raises nothing special for that. A holder with no stream to
   leave by announces its exit with :meth:`ProcessConnector.announce_exit`.

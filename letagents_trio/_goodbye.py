@@ -9,17 +9,18 @@ stream's own exit); the goodbye orders them and writes the report:
 
 1. first, in one loop over the holders with no checkpoint, each begins to
    leave (:meth:`~letagents_trio.ProcessHolder.leave_nowait`); a WebSocket
-   on a plain socket writes its exit frame there, with no task and no
-   checkpoint of its own. Every holder whose exit did not go at once gets a
-   task that runs its :meth:`~letagents_trio.ProcessHolder.leave` and
-   reports what it returns (at most ``exit_concurrency`` at a time, when
-   set): over SSE, ``POST …/process/exit``, the stream closed once it is
-   written; over a WebSocket, the exit frame, and the answer of a room that
-   acknowledges exits. Every exit's task is started before any of them
-   runs, so the first round of the run loop writes every exit that can be
-   written at once, and the holders their closed streams wake unwind only
-   after it (a checkpoint part way would let the holders of the first
-   exits unwind before the last exits start, and the deadline cut those);
+   on a plain socket, or on the lean path's TLS over one, writes its exit
+   frame there, with no task and no checkpoint of its own. Every holder
+   whose exit did not go at once gets a task that runs its
+   :meth:`~letagents_trio.ProcessHolder.leave` and reports what it returns
+   (at most ``exit_concurrency`` at a time, when set): over SSE, ``POST
+   …/process/exit``, the stream closed once it is written; over a WebSocket,
+   the exit frame, and the answer of a room that acknowledges exits. Every
+   exit's task is started before any of them runs, so the first round of the
+   run loop writes every exit that can be written at once, and the holders
+   their closed streams wake unwind only after it (a checkpoint part way
+   would let the holders of the first exits unwind before the last exits
+   start, and the deadline cut those);
 2. only once every exit that could go at once is written are those holders
    stopped, so that their unwinding never runs between two exits;
 3. the answers to the exits written at once to a room that acknowledges

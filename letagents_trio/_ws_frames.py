@@ -2,8 +2,10 @@
 
 Sans-IO helpers of :class:`~letagents_trio._ws_socket.ProcessSocket`:
 :class:`FrameBounds` holds what the room may send (a message's bytes and
-pieces, pings per interval); :func:`read_news` reads what a batch of wsproto's
-events says (the ``open`` frame, ``ended``, pings to answer, the close) and
+pieces, pings per interval); :func:`read_news` reads what a chunk of the
+room's bytes says through wsproto's events (the ``open`` frame, ``ended``,
+pings to answer, the close), answering a chunk of nothing but bare pings
+itself when :class:`FrameEdges` knows it starts a frame, and
 :func:`read_exit_answer` the room's answer to an exit. Neither reads nor
 writes the stream: the socket sends the answers they make.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Final, final
 
 import attrs
@@ -20,12 +23,15 @@ from wsproto.connection import Connection, ConnectionState
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from . import _protocol
+from ._connector import StreamNews
 from ._errors import StreamProtocolError
 
 __all__ = [
     "MAX_MESSAGE_PIECES",
     "MAX_PINGS_PER_INTERVAL",
+    "NOTHING_NEW",
     "FrameBounds",
+    "FrameEdges",
     "Heard",
     "read_exit_answer",
     "read_news",
@@ -41,6 +47,16 @@ MAX_MESSAGE_PIECES: Final = 1024
 # The most pings the room may send within one ping interval: it pings every
 # 15 s; many more is a flood, whose parsing and answers would cost a core.
 MAX_PINGS_PER_INTERVAL: Final = 100
+# The news of a read that brought nothing the holder acts on (pings, part of a
+# frame): one for every socket, rather than one more object per wake-up.
+NOTHING_NEW: Final = StreamNews()
+# A pong frame's head with no payload, as a client sends it: final, opcode 0xA;
+# masked, length 0. Its four-byte masking key follows.
+_EMPTY_PONG: Final = b"\x8a\x80"
+# The room's ping, as a server sends it: final, opcode 0x9; unmasked, no payload.
+_BARE_PING: Final = b"\x89\x00"
+# The longest head a frame has: two bytes, an 8-byte length, a 4-byte mask.
+_LONGEST_HEAD: Final = 14
 
 
 @final
@@ -100,6 +116,68 @@ class FrameBounds:
 
 
 @final
+class FrameEdges:
+    """Where the room's frames end in the bytes given to wsproto: whether it holds part of one.
+
+    A chunk that is nothing but the room's bare pings may be answered without
+    wsproto (:func:`read_news`) only when wsproto holds no part of a frame:
+    else those bytes would be the rest of that frame. Every other chunk is
+    walked here frame head by frame head (a head gives its frame's length),
+    never byte by byte, and kept nowhere.
+    """
+
+    __slots__ = ("_head", "_left")
+
+    def __init__(self) -> None:
+        # The head of a frame received in part; the bytes of the current frame still to come.
+        self._head = b""
+        self._left = 0
+
+    def bare_pings(self, data: bytes) -> int:
+        """How many bare pings ``data`` is, read between two frames; 0 when it is anything else.
+
+        Anything else is walked (see :meth:`walk`): it goes to wsproto.
+        """
+        if not self._head and not self._left and data == _BARE_PING * (len(data) // 2):
+            return len(data) // 2
+        self.walk(data)
+        return 0
+
+    def walk(self, data: bytes) -> None:
+        """Follow ``data`` (bytes wsproto is given) to the end of its last frame, or into one."""
+        at, size = 0, len(data)
+        while at < size:
+            if self._left:
+                step = min(self._left, size - at)
+                self._left -= step
+                at += step
+                continue
+            head = self._head + data[at : at + _LONGEST_HEAD]
+            frame = _frame_size(head)
+            if frame is None:
+                # The rest of the data is part of a head.
+                self._head = head
+                return
+            head_size, self._left = frame
+            at += head_size - len(self._head)
+            self._head = b""
+
+
+def _frame_size(head: bytes) -> tuple[int, int] | None:
+    """The size of a frame's head and of its payload, from its first bytes; None when too few."""
+    if len(head) < 2:
+        return None
+    size = head[1] & 0x7F
+    extended = 2 if size == 126 else 8 if size == 127 else 0
+    head_size = 2 + extended + (4 if head[1] & 0x80 else 0)
+    if len(head) < head_size:
+        return None
+    if extended:
+        size = int.from_bytes(head[2 : 2 + extended], "big")
+    return head_size, size
+
+
+@final
 @attrs.frozen
 class Heard:
     """What one batch of the room's frames said.
@@ -120,13 +198,35 @@ class Heard:
     closed: bool
     reply: bytes
 
+    @property
+    def news(self) -> StreamNews:
+        """What the holder hears: :data:`NOTHING_NEW` when it names no connection and no end."""
+        if self.connection_id is None and not self.ended:
+            return NOTHING_NEW
+        return StreamNews(connection_id=self.connection_id, ended=self.ended)
 
-def read_news(ws: Connection, bounds: FrameBounds) -> Heard | None:
-    """Read the events wsproto has; None when it has none.
+
+def read_news(
+    ws: Connection, bounds: FrameBounds, data: bytes = b"", edges: FrameEdges | None = None
+) -> Heard | None:
+    """Give ``data`` to wsproto and read the events it has; None when it has none.
+
+    With ``edges``: a chunk of nothing but the room's bare pings, read
+    between two frames while the socket is open (the room's heartbeat), is
+    counted and answered here, without wsproto: one pong, for the latest.
 
     Raises:
         StreamProtocolError: the room broke a bound (see :class:`FrameBounds`).
     """
+    if data and edges is not None and ws.state is ConnectionState.OPEN:
+        pings = edges.bare_pings(data)
+        if pings:
+            for _ in range(pings):
+                bounds.count_ping()
+            pong = _EMPTY_PONG + os.urandom(4)
+            return Heard(connection_id=None, exit_ack=False, ended=False, closed=False, reply=pong)
+    if data:
+        ws.receive_data(data)
     connection_id: str | None = None
     exit_ack = ended = closed = seen = False
     reply = pong = b""
@@ -147,7 +247,7 @@ def read_news(ws: Connection, bounds: FrameBounds) -> Heard | None:
         elif isinstance(event, Ping):
             bounds.count_ping()
             if ws.state is ConnectionState.OPEN:
-                pong = ws.send(event.response())
+                pong = _pong(ws, event)
         elif isinstance(event, CloseConnection):
             reply, pong = reply + pong, b""
             closed = True
@@ -162,6 +262,18 @@ def read_news(ws: Connection, bounds: FrameBounds) -> Heard | None:
         closed=closed,
         reply=reply + pong,
     )
+
+
+def _pong(ws: Connection, ping: Ping) -> bytes:
+    """The pong answering ``ping``, as a client writes it (masked: RFC 6455, section 5.3).
+
+    The room's pings carry nothing: the answer to one is a final pong frame
+    with no payload and a fresh masking key, made here in one step; wsproto
+    makes the answer to any other.
+    """
+    if ping.payload:
+        return ws.send(ping.response())
+    return _EMPTY_PONG + os.urandom(4)
 
 
 def read_exit_answer(

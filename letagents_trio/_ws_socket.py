@@ -13,14 +13,16 @@ tests), with no task of its own. It iterates as the holder's news:
    socket pings, and one silent ``pong_timeout`` longer is dropped
    (:class:`~letagents_trio.RoomUnreachable`). The deadline lives in the read
    itself: no timer task per socket.
-3. **The exit** (:meth:`ProcessSocket.leave`): the exit frame, made when
-   the room names the connection, goes out at once without a checkpoint when
-   the kernel takes it (:meth:`ProcessSocket.leave_nowait`: with its normal
-   close, the socket then closed at once; to a room that acknowledges exits,
-   alone, its close written as the socket closes), or with its close in turn
-   with the reader's pongs. From then on the reader sends nothing; a close
-   or a break ends the iteration (the holder, leaving, stops). A room that
-   acknowledges exits has its answer read by the reader and awaited by
+3. **The exit** (:meth:`ProcessSocket.leave`): the exit frame, made when the
+   room names the connection, goes out at once without a checkpoint when the
+   kernel takes it, over a plain socket or the lean path's TLS over one
+   (:meth:`ProcessSocket.leave_nowait`: with its normal close, the socket
+   then closed at once; to a room that acknowledges exits, alone, its close
+   written as the socket closes), or with its close in turn with the
+   reader's pongs, the socket closed by the exit only once all of it is out.
+   From then on the reader sends nothing; a close or a break ends the
+   iteration (the holder, leaving, stops). A room that acknowledges exits
+   has its answer read by the reader and awaited by
    :meth:`~ProcessSocket.leave` until the socket closes; an exit the socket
    cannot carry, or whose answer never came, is POSTed through the room
    client. Any other answer waits unparsed for the holder's stop or the
@@ -33,16 +35,18 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Final, NoReturn, final
+from typing import TYPE_CHECKING, Final, NoReturn, final
 
 import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
 
-from ._connector import StreamNews
 from ._errors import RoomUnreachable
-from ._http import QuietReads, can_send_now, close_now, discard_unread, send_now
-from ._ws_frames import FrameBounds, read_exit_answer, read_news
+from ._http import QuietReads, close_now, discard_unread, send_now, unsent_size
+from ._ws_frames import NOTHING_NEW, FrameBounds, FrameEdges, read_exit_answer, read_news
+
+if TYPE_CHECKING:
+    from ._connector import StreamNews
 
 __all__ = ["ProcessSocket"]
 
@@ -103,6 +107,53 @@ class _Liveness:
 
 
 @final
+class _ExitWrite:
+    """What of a socket's exit is still to be written, and whether all of it is out.
+
+    The exit goes at once where the stream takes it (:func:`send_now`). What
+    the stream did not take, and the close kept for the socket's close, wait
+    here for :meth:`ProcessSocket.leave`; what it took but its socket did not
+    (the rest of a TLS record) waits in the stream, to go first with its
+    next write: either way the socket must not close before they are out.
+    """
+
+    __slots__ = ("close_frame", "kept", "unsent", "written")
+
+    def __init__(self) -> None:
+        self.unsent = b""
+        self.close_frame = b""
+        # The stream took the whole exit and keeps part of it (its next write sends it).
+        self.kept = False
+        # Set once the exit (and its close, unless kept) is out whole: the socket may close then.
+        self.written = False
+
+    def now(self, stream: trio.abc.Stream, data: bytes) -> bool:
+        """Write ``data`` at once, without a checkpoint; whether it is out whole.
+
+        False also when the stream cannot take it (closed, broken).
+        """
+        try:
+            sent = send_now(stream, data)
+        except (OSError, trio.BrokenResourceError):
+            return False
+        self.unsent = data[sent or 0 :]
+        self.kept = not self.unsent and bool(unsent_size(stream))
+        self.written = not self.unsent and not self.kept
+        return self.written
+
+    def rest(self) -> bytes | None:
+        """What is still to be sent of an exit begun at once, with its close; None: nothing.
+
+        ``b""`` when only what the stream keeps remains (a write of nothing sends it).
+        """
+        if not self.unsent and not self.kept:
+            return None
+        data = self.unsent + self.close_frame
+        self.unsent, self.close_frame, self.kept = b"", b"", False
+        return data
+
+
+@final
 class ProcessSocket:
     """One open process socket: the stream, its wsproto connection and its clock.
 
@@ -132,18 +183,15 @@ class ProcessSocket:
         self._announce_exit = announce_exit
         self._ws = ws
         self._liveness = _Liveness(ping_interval, pong_timeout)
-        self._bounds = FrameBounds(max_event_bytes, ping_interval)
+        self._bounds, self._edges = FrameBounds(max_event_bytes, ping_interval), FrameEdges()
         self._finished = False
         self._reply = b""
-        # The part of the exit the kernel could not take at once (leave sends it).
-        self._unsent = b""
-        # Set once the exit and the close are written whole: the socket may close then.
-        self._exit_written = False
+        # What of the exit is still to go once it began at once (leave sends it).
+        self._exit_write = _ExitWrite()
         self._send_lock = trio.Lock()
         self.connection_id: str | None = None
         # The exit naming connection_id, ready to be written (see _exit_bytes).
         self._exit: tuple[bytes, bytes] = (b"", b"")
-        self._close_frame = b""
         # Set once the exit frame is on its way: no more news, nothing more sent.
         self.leaving = False
         # Set by close(): nothing more can come or go. A reader waiting to be
@@ -187,17 +235,16 @@ class ProcessSocket:
                     self._exit_settled.set()
                 await self._leave(answered=bool(data))
             if data:
-                self._ws.receive_data(data)
                 # Every chunk is news, a ping included: it re-arms the holder's silence.
-                news = self._news() or StreamNews()
+                news = self._news(data) or NOTHING_NEW
             else:
                 self._ws.receive_data(None)
                 self._finished = True
         return news
 
-    def _news(self) -> StreamNews | None:
-        """The news in the events wsproto has; None when it has none."""
-        heard = read_news(self._ws, self._bounds)
+    def _news(self, data: bytes = b"") -> StreamNews | None:
+        """The news in ``data`` and the events wsproto has; None when there is none."""
+        heard = read_news(self._ws, self._bounds, data, self._edges)
         if heard is None:
             return None
         self._reply += heard.reply
@@ -207,7 +254,7 @@ class ProcessSocket:
             self.connection_id = heard.connection_id
             # Made now rather than at the goodbye, which writes thousands of them.
             self._exit = _exit_frames(heard.connection_id)
-        return StreamNews(connection_id=heard.connection_id, ended=heard.ended)
+        return heard.news
 
     @property
     def heard_at(self) -> float:
@@ -224,11 +271,11 @@ class ProcessSocket:
             liveness = self._liveness
             quiet = self.connection_id is not None and not liveness.awaiting_pong
             keep = self._reads.wire_size(_KEPT_BYTES) if quiet and not self.leaving else 0
-            with trio.move_on_at(liveness.deadline):
-                try:
-                    data = await self._reads.read(_RECEIVE_BYTES, keep=keep)
-                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                    raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+            try:
+                data = await self._reads.read_by(_RECEIVE_BYTES, liveness.deadline, keep=keep)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
+            if data is not None:
                 liveness.heard(self._reads.heard_at)
                 return data
             if liveness.awaiting_pong or self.leaving:
@@ -294,13 +341,14 @@ class ProcessSocket:
         """Write the exit frame (and, when ``close``, a normal close) without a checkpoint.
 
         Returns:
-            True when what was to be written was written whole. None when
-            nothing can be written at once and nothing was done (not a plain
-            socket, or a pong is on its way). False otherwise: the socket
-            cannot take the exit (closed, broken), or the kernel took only
-            part of it, and :meth:`leave` must send the rest.
+            True when what was to be written is out whole. None when
+            nothing can be written at once and nothing was done (a stream
+            :func:`send_now` cannot write, or a pong is on its way). False
+            otherwise: the socket cannot take the exit (closed, broken), or
+            the kernel took only part of it (over TLS, part of its record),
+            and :meth:`leave` must send the rest before the socket closes.
         """
-        if self._send_lock.locked() or not can_send_now(self._stream):
+        if self._send_lock.locked() or unsent_size(self._stream) is None:
             return None
         frames = self._exit_bytes(connection_id)
         if frames is None:
@@ -309,14 +357,8 @@ class ProcessSocket:
         if close:
             data += close_frame
         else:
-            self._close_frame = close_frame
-        try:
-            sent = send_now(self._stream, data)
-        except OSError:
-            return False
-        self._unsent = data[sent or 0 :]
-        self._exit_written = not self._unsent
-        return self._exit_written
+            self._exit_write.close_frame = close_frame
+        return self._exit_write.now(self._stream, data)
 
     def leave_nowait(self, connection_id: str) -> bool | None:
         """Write the exit at once, without a checkpoint, when the socket takes it.
@@ -330,9 +372,10 @@ class ProcessSocket:
             written alone, to a room that acknowledges exits: its close goes
             as the socket closes (:meth:`aclose`), after the room's answer,
             which :meth:`leave` waits for. False, having done nothing
-            :meth:`leave` cannot follow, when the socket is not a plain one, a
-            pong is on its way, or the kernel took only part of the exit
-            (:meth:`leave` sends the rest).
+            :meth:`leave` cannot follow, when the stream cannot be written at
+            once (:func:`send_now`: a plain socket, or the lean path's TLS
+            over one, can), a pong is on its way, or the kernel took only
+            part of the exit (:meth:`leave` sends the rest).
         """
         if self.exit_ack:
             return bool(self._write_now(connection_id, close=False))
@@ -366,7 +409,7 @@ class ProcessSocket:
         Cancellation:
             A checkpoint; under the goodbye's deadline, which may cancel it.
         """
-        if not self._exit_written and not await self._send_exit(connection_id):
+        if not self._exit_write.written and not await self._send_exit(connection_id):
             await self.aclose()
             return await self._announce_exit(connection_id)
         if not self.exit_ack:
@@ -399,36 +442,33 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        if sent is None and self._send_lock.locked() and can_send_now(self._stream):
-            # On a plain socket a pong takes the lock only when the kernel would
-            # not take it at once: the room does not read, and the exit could
-            # not get through either, so it is POSTed instead.
+        if sent is None and self._send_lock.locked() and unsent_size(self._stream) is not None:
+            # On a stream written at once a pong takes the lock only when the
+            # kernel would not take it at once: the room does not read, and the
+            # exit could not get through either, so it is POSTed instead.
             await trio.lowlevel.checkpoint()
             return False
-        if self._unsent:
-            # The rest of an exit the kernel took only part of, here or in
-            # leave_nowait (which kept the close for the socket's close): both go now.
-            data, self._close_frame = self._unsent + self._close_frame, b""
-        elif sent is None:
+        # The rest of an exit the kernel took only part of, here or in
+        # leave_nowait (which kept the close for the socket's close): both go now.
+        data = self._exit_write.rest()
+        if data is None and sent is None:
             frames = self._exit_bytes(connection_id)
             if frames is None:
-                data = b""
+                data = None
             elif self.exit_ack:
-                data, self._close_frame = frames
+                data, self._exit_write.close_frame = frames
             else:
                 data = b"".join(frames)
-        else:
-            data = b""
-        self._unsent = b""
-        if not data:
+        if data is None:
             await trio.lowlevel.checkpoint()
             return False
         async with self._send_lock:
             try:
+                # What the stream kept of the exit goes first (alone, for b"").
                 await self._stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return False
-        self._exit_written = True
+        self._exit_write.written = True
         return True
 
     def _answered(self) -> bool:
@@ -463,7 +503,7 @@ class ProcessSocket:
         - The exit is still being written: the socket stays open for the
           writer, and the reader waits likewise.
         """
-        if not self._closed and not (self._exit_written and not answered):
+        if not self._closed and not (self._exit_write.written and not answered):
             self._close_waiter = waiter = trio.Event()
             await waiter.wait()
         raise StopAsyncIteration
@@ -497,8 +537,9 @@ class ProcessSocket:
             self._close_waiter.set()
         if self.leaving:
             discard_unread(self._stream)
-            close_frame, self._close_frame = self._close_frame, b""
-            if close_frame and self._exit_written:
+            exit_write = self._exit_write
+            close_frame, exit_write.close_frame = exit_write.close_frame, b""
+            if close_frame and exit_write.written:
                 with contextlib.suppress(OSError):
                     send_now(self._stream, close_frame)
         return close_now(self._stream)

@@ -1171,3 +1171,73 @@ async def test_a_request_queued_behind_one_being_written_is_told_only_once_its_o
         nursery.start_soon(ask, 2)
     assert told == [(1, 1.0), (2, 2.0)]
     await pool.aclose()
+
+
+class Rounds(trio.abc.Instrument):
+    """Counts the run loop's rounds (each waits for I/O once)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.count += 1
+
+
+async def test_answers_read_together_are_handed_out_in_the_readers_turn(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """A room answers 200 pipelined requests in one write: the caller whose turn it
+    is to read hands every answer already read to its caller, with no turn each
+    (a goodbye reads thousands of answers on 128 connections; a round of the
+    run loop each would let thousands of unwinding holders run between two)."""
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = b""
+        while data.count(b"{}") < 200:
+            data += await stream.receive_some()
+        await stream.send_all(OK * 200)
+        await trio.sleep_forever()
+
+    pool = PipelinedPool(ServedBy(nursery, serve), ORIGIN, lanes=1)
+    rounds = Rounds()
+    trio.lowlevel.add_instrument(rounds)
+    try:
+        results = await exchange_all(pool, 200)
+    finally:
+        trio.lowlevel.remove_instrument(rounds)
+    assert [r.body for r in results.values() if isinstance(r, Answer)] == [OK[-17:]] * 200
+    assert rounds.count < 20
+
+
+@pytest.mark.parametrize(
+    ("first", "cut"),
+    [(OK, len(OK) - 5), (OK, 10), (CHUNKED, 0)],
+    ids=["in the body", "in the head", "after one only h11 reads"],
+)
+async def test_a_reader_whose_answer_came_does_not_wait_for_the_rest_of_the_next(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, first: bytes, cut: int
+) -> None:
+    """The room sends the first answer and part of the second, the rest a second
+    later: the first caller has its answer at once, the second at 1."""
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        data = b""
+        while data.count(b"{}") < 2:
+            data += await stream.receive_some()
+        await stream.send_all(first + OK[:cut])
+        await trio.sleep(1)
+        await stream.send_all(OK[cut:])
+        await trio.sleep_forever()
+
+    pool = PipelinedPool(ServedBy(nursery, serve), ORIGIN, lanes=1)
+    answered: dict[int, float] = {}
+
+    async def ask(n: int) -> None:
+        await exchange(pool, n)
+        answered[n] = trio.current_time()
+
+    async with trio.open_nursery() as callers:
+        callers.start_soon(ask, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        callers.start_soon(ask, 2)
+    assert answered == {1: 0.0, 2: 1.0}

@@ -22,6 +22,7 @@ from letagents_trio._http._sockio import (
     discard_unread,
     read_some,
     send_now,
+    unsent_size,
 )
 
 from .sockets import OnlyAsyncClose, tcp_pair
@@ -119,6 +120,19 @@ def test_send_now_declines_streams_it_cannot_write_synchronously() -> None:
     client_end, _server_end = trio.testing.memory_stream_pair()
     assert not can_send_now(client_end)
     assert send_now(client_end, b"x") is None
+    assert unsent_size(client_end) is None
+    assert unsent_size(Prefixed(client_end, b"")) is None
+
+
+def test_a_plain_socket_keeps_nothing_back() -> None:
+    """What a plain socket took is in the kernel: a close drops none of it."""
+    left, right = trio.socket.socketpair()
+    stream = trio.SocketStream(left)
+    with left, right:
+        while send_now(stream, b"x" * 65536):
+            pass
+        assert unsent_size(stream) == 0
+        assert unsent_size(Prefixed(stream, b"ahead")) == 0
 
 
 # --- read_some: the lean read of a plain socket ------------------------------------------------
@@ -259,6 +273,36 @@ async def test_a_close_after_discard_unread_is_an_orderly_end(drained: bool) -> 
             else:
                 with pytest.raises(ConnectionResetError):
                     await peer.recv(100)
+
+
+async def test_discard_unread_drains_the_socket_under_a_tls_stream() -> None:
+    """A TLS stream about to close: its socket's unread records are dropped (an orderly end)."""
+
+    class OverTLS(trio.abc.Stream):
+        """A stand-in for a TLS layer: all :func:`discard_unread` looks at is its transport."""
+
+        def __init__(self, transport_stream: trio.SocketStream) -> None:
+            self.transport_stream = transport_stream
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            raise NotImplementedError
+
+        async def wait_send_all_might_not_block(self) -> None:
+            raise NotImplementedError
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            raise NotImplementedError
+
+        async def aclose(self) -> None:
+            raise NotImplementedError
+
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            await peer.send(b"a record")
+            await trio.lowlevel.wait_readable(stream.socket)
+            discard_unread(Prefixed(OverTLS(stream), b"read ahead"))
+            await peer.send(b"!")
+            assert await read_some(stream, 100) == b"!"
 
 
 async def test_discard_unread_reads_at_most_its_limit_and_leaves_other_streams() -> None:
@@ -426,3 +470,90 @@ async def test_a_quiet_read_of_anything_but_linux_tcp_is_a_plain_read() -> None:
             assert await reads.read(100, keep=50) == b"hb"
             assert reads.heard_at is None
             assert reads.loud() == b""
+
+
+# --- QuietReads.read_by: the read and its deadline in one ------------------------------------
+
+
+async def test_read_by_gives_what_comes_before_its_deadline_and_none_after() -> None:
+    """A socketpair and an in-memory stream: nothing kept, the deadline is the read's own."""
+    left, right = trio.socket.socketpair()
+    client_end, server_end = trio.testing.memory_stream_pair()
+    with left, right, trio.fail_after(5):
+        pairs = ((trio.SocketStream(left), right.send), (client_end, server_end.send_all))
+        for ours, send in pairs:
+            reads = QuietReads(ours, margin=0.05)
+            start = trio.current_time()
+            assert await reads.read_by(100, start + 0.2, keep=50) is None
+            assert trio.current_time() - start >= 0.2
+            await send(b"hb")
+            assert await reads.read_by(100, trio.current_time() + 60, keep=50) == b"hb"
+            assert reads.heard_at is None
+
+
+@linux_only
+@pytest.mark.parametrize("first", ["its own", "the caller's"])
+async def test_read_by_takes_what_was_kept_just_before_the_first_deadline(first: str) -> None:
+    """The check comes a margin before whichever deadline is first: the read's or the caller's."""
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream, margin=0.5)
+        start = trio.current_time()
+        soon, late = start + 1.0, start + 30
+        own, callers = (soon, late) if first == "its own" else (late, soon)
+        await theirs.send(b"\x89\x00")
+        with trio.fail_after(5), trio.move_on_at(callers):
+            assert await reads.read_by(100, own, keep=2) == b"\x89\x00"
+            read_at = trio.current_time()
+        assert 0.5 <= read_at - start < 1.0  # at the check, before either deadline
+        assert reads.heard_at is not None
+        assert start - 0.05 <= reads.heard_at <= start + 0.1
+
+
+@linux_only
+async def test_read_by_after_a_check_that_found_nothing_waits_until_its_deadline() -> None:
+    """Nothing kept: any byte wakes the read from the check on, and none by the deadline is None."""
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream, margin=0.5)
+        with trio.fail_after(5):
+            start = trio.current_time()
+            assert await reads.read_by(100, start + 1.0, keep=50) is None
+            assert trio.current_time() - start >= 1.0
+            async with trio.open_nursery() as nursery:
+
+                async def after_the_check() -> None:
+                    await trio.sleep(0.7)
+                    await theirs.send(b"x")
+
+                nursery.start_soon(after_the_check)
+                start = trio.current_time()
+                assert await reads.read_by(100, start + 1.0, keep=50) == b"x"
+                assert trio.current_time() - start < 1.0
+                assert reads.heard_at is None
+
+
+async def test_quiet_reads_give_the_bytes_read_ahead_then_read_the_stream_straight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once a Prefixed stream has given its bytes back, reads no longer go through it."""
+    client_end, server_end = trio.testing.memory_stream_pair()
+    reads = QuietReads(Prefixed(client_end, b"ahead"))
+    with trio.fail_after(5):
+        assert await reads.read(3) == b"ahe"
+        assert await reads.read_by(100, trio.current_time() + 60, keep=0) == b"ad"
+        through: list[int | None] = []
+        monkeypatch.setattr(Prefixed, "receive_some", lambda _, size: through.append(size))
+        await server_end.send_all(b"after")
+        assert await reads.read(100) == b"after"
+        assert through == []
+
+
+@linux_only
+async def test_a_read_that_keeps_nothing_wakes_for_a_single_byte() -> None:
+    """Without ``keep`` nothing waits in the kernel, even with no deadline to check before."""
+    async with tcp_pair() as (stream, theirs):
+        reads = QuietReads(stream)
+        with trio.fail_after(5):
+            await theirs.send(b"x")
+            assert await reads.read(100) == b"x"
+        # The mark the read left: every byte wakes the next one.
+        assert stream.socket.getsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVLOWAT) == 1

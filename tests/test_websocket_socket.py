@@ -268,6 +268,61 @@ async def test_a_ping_flood_ends_the_attempt(autojump_clock: MockClock) -> None:
             await anext(socket)
 
 
+@pytest.mark.parametrize("payload", [b"p", b""], ids=["pings-with-payload", "bare-pings"])
+async def test_a_ping_flood_ends_the_attempt_whatever_its_pings_carry(
+    autojump_clock: MockClock, payload: bytes
+) -> None:
+    """Bare pings, answered without wsproto, count against the bound as any other."""
+    socket, room = open_socket()
+    with trio.fail_after(30):
+        await room.send(*[Ping(payload=payload)] * MAX_PINGS_PER_INTERVAL)
+        assert await anext(socket) == StreamNews()
+        await room.send(Ping(payload=payload))
+        with pytest.raises(StreamProtocolError, match=r"^the room floods .* with pings$"):
+            await anext(socket)
+
+
+async def test_a_chunk_of_bare_pings_between_frames_never_reaches_wsproto(
+    autojump_clock: MockClock,
+) -> None:
+    """The room's heartbeat is answered without wsproto's parser; anything else goes to it."""
+    socket, room = open_socket()
+    given: list[bytes | None] = []
+    parse = socket._ws.receive_data
+
+    def receive_data(data: bytes | None) -> None:
+        given.append(data)
+        parse(data)
+
+    socket._ws.receive_data = receive_data  # type: ignore[method-assign]
+    with trio.fail_after(1):
+        await room.send(Ping(), Ping())
+        assert await anext(socket) == StreamNews()
+        await room.send(Ping(payload=b"1"))
+        assert await anext(socket) == StreamNews()
+    assert given == [b"\x89\x011"]
+
+
+async def test_bare_ping_bytes_inside_a_frame_are_that_frame_not_a_ping(
+    autojump_clock: MockClock,
+) -> None:
+    """A chunk that looks like bare pings, read in the middle of a frame, is that frame's rest."""
+    socket, room = open_socket()
+    message = room.ws.send(BytesMessage(data=b"\x89\x00\x89\x00"))
+    with trio.fail_after(1):
+        for chunk in (message[:2], message[2:]):  # the head, then "two pings"
+            await room.stream.send_all(chunk)
+            assert await anext(socket) == StreamNews()
+        await room.send(Ping())
+        assert await anext(socket) == StreamNews()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(anext, socket)  # flushes the pong, then reads
+            assert await room.heard() == [Pong(payload=b"")]  # one: the real ping's
+            nursery.cancel_scope.cancel()
+        await room.send(frame(event="ended"))
+        assert await anext(socket) == StreamNews(ended=True)  # wsproto still in step
+
+
 # --- what the client answers ---------------------------------------------------------------
 
 
@@ -284,6 +339,44 @@ async def test_the_latest_ping_of_a_read_is_answered_with_its_pong(
             nursery.start_soon(anext, socket)  # flushes the pong, then reads
             assert await room.heard() == [Pong(payload=b"2")]
             nursery.cancel_scope.cancel()
+
+
+async def test_a_ping_with_no_payload_is_answered_by_a_masked_empty_pong_each_time_anew(
+    autojump_clock: MockClock,
+) -> None:
+    """The room's pings carry nothing: each answer is a pong of two bytes and a fresh mask."""
+    socket, room = open_socket()
+    pongs: list[bytes] = []
+    with trio.fail_after(1):
+        for _ in range(2):
+            await room.send(Ping())
+            assert await anext(socket) == StreamNews()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(anext, socket)  # flushes the pong, then reads
+                before = len(room.raw)
+                assert await room.heard() == [Pong(payload=b"")]
+                pongs.append(bytes(room.raw[before:]))
+                nursery.cancel_scope.cancel()
+    # Final, opcode pong; masked, no payload; then the masking key, not the same twice.
+    assert [pong[:2] for pong in pongs] == [b"\x8a\x80", b"\x8a\x80"]
+    assert [len(pong) for pong in pongs] == [6, 6]
+    assert pongs[0][2:] != pongs[1][2:]
+
+
+async def test_reads_that_bring_only_pings_share_one_news_and_others_get_their_own(
+    autojump_clock: MockClock,
+) -> None:
+    """Thousands of sockets wake for pings: their news is one object, never one per wake-up."""
+    socket, room = open_socket()
+    with trio.fail_after(1):
+        await room.send(Ping(payload=b"1"))
+        first = await anext(socket)
+        await room.send(Ping(payload=b"2"))
+        assert await anext(socket) is first == StreamNews()
+        await room.send(frame(event="open", connection_id="conn-1"))
+        assert await anext(socket) == StreamNews(connection_id="conn-1")
+        await room.send(frame(event="ended"))
+        assert await anext(socket) == StreamNews(ended=True)
 
 
 @pytest.mark.parametrize("ping_first", [False, True], ids=["close", "ping-then-close"])
@@ -827,7 +920,7 @@ async def test_the_exit_frame_is_written_at_once_alone_to_a_room_that_answers_it
         socket.exit_ack = True
         assert socket.leave_nowait("conn-1") is True  # written alone: leave() waits for the answer
         assert socket.leaving
-        assert socket._exit_written
+        assert socket._exit_write.written
         with trio.fail_after(5):
             assert await room.heard() == EXIT_EVENTS[:1]
         assert socket.leave_nowait("conn-1") is False  # once

@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.request import getproxies
 
 from ._httpx import HTTPXStack, failure_name
+from ._lanes import Answer
 from ._lean import LeanStack
 from ._net import NetworkOpener
-from ._pool import Answer
 from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
 from ._sockio import (
     Prefixed,
@@ -58,6 +58,7 @@ from ._sockio import (
     discard_unread,
     read_some,
     send_now,
+    unsent_size,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ __all__ = [
     "read_some",
     "send_now",
     "split_url",
+    "unsent_size",
 ]
 
 # The environment's proxy schemes httpx2 mounts (the others, such as ftp, it ignores).

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 
-from ._pool import Answer
+from ._lanes import Answer
 from ._request import TOO_MANY_INFORMATIONAL, HTTPFailure
 
 if TYPE_CHECKING:

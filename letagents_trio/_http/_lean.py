@@ -9,11 +9,11 @@ connections, each written as soon as it is asked.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import h11
 
-from ._pool import Answer, PipelinedPool
+from ._pool import PipelinedPool
 from ._request import (
     HTTP1Response,
     HTTPFailure,
@@ -23,6 +23,9 @@ from ._request import (
     split_url,
     start_request,
 )
+
+if TYPE_CHECKING:
+    from ._lanes import Answer
 
 __all__ = ["LeanStack"]
 

@@ -19,8 +19,9 @@ that may be sent twice belong here.
   take turns at its work. One at a time opens it; a request is written as
   it is asked, with no task switch, when the kernel takes it at once
   (:func:`~._sockio.send_now`), else by one caller at a time, who waits for
-  room in the socket; one reads the answers, hands each to its caller and,
-  once its own has come, hands the reading to the next caller waiting. A
+  room in the socket; one reads the answers, hands each to its caller (and
+  every answer after it already read: no turn each) and, once its own has
+  come, hands the reading to the next caller waiting. A
   writer that stops waiting leaves its turn to a caller waiting for one, or
   else interrupts the reader, who writes the rest before it reads on: the
   answer it waits for may be to the bytes left.
@@ -55,15 +56,14 @@ timeout: the caller bounds each :meth:`PipelinedPool.exchange`.
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Final, final
 
-import attrs
 import h11
 import trio
 
 from ._answer import HEAD_END, simple_head
+from ._lanes import Answer, Lane, Request
 from ._request import (
     MAX_HEAD_BYTES,
     MAX_INFORMATIONAL,
@@ -73,11 +73,10 @@ from ._request import (
     Opener,
     Origin,
     failure_kind,
-    header_value,
 )
 from ._sockio import READ_SIZE, can_send_now, close_now, read_some, send_now
 
-__all__ = ["LANES", "Answer", "PipelinedPool"]
+__all__ = ["LANES", "PipelinedPool"]
 
 # Connections per origin. Node's server (the letagents room's) reads every
 # request as it comes on any of them; a server that reads a connection's next
@@ -91,159 +90,6 @@ __all__ = ["LANES", "Answer", "PipelinedPool"]
 LANES: Final = 128
 # The most a lane's end may take once its writer was cancelled (shielded).
 _END_BOUND: Final = 0.01
-
-
-@final
-@attrs.frozen
-class Answer:
-    """One answer: its status, its headers (names in lower case) and its body."""
-
-    status: int
-    headers: tuple[tuple[bytes, bytes], ...]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        """The first header called ``name`` (any case), decoded as Latin-1; None without one."""
-        return header_value(self.headers, name)
-
-
-@final
-class _Request:
-    """One request on a lane: its bytes, and once read its answer or failure."""
-
-    __slots__ = ("_wake", "answer", "data", "end", "failure", "gone", "lane", "max_body", "sent")
-
-    def __init__(
-        self, data: bytes, max_body: int, lane: _Lane, sent: Callable[[], object] | None
-    ) -> None:
-        self.data = data
-        self.max_body = max_body
-        self.lane = lane
-        self.answer: Answer | None = None
-        self.failure: HTTPFailure | None = None
-        # Its caller stopped waiting: its answer is read and dropped.
-        self.gone = False
-        self._wake: trio.Event | None = None
-        # Told once its bytes are handed to the kernel (then None); at its
-        # lane's byte count ``end`` they are.
-        self.sent = sent
-        self.end = 0
-
-    @property
-    def done(self) -> bool:
-        return self.answer is not None or self.failure is not None
-
-    @property
-    def parked(self) -> bool:
-        """Waiting for a turn, and not yet woken for one."""
-        return self._wake is not None and not self._wake.is_set()
-
-    async def park(self) -> None:
-        """Wait until :meth:`wake` (its answer, or a turn at its lane's work)."""
-        self._wake = trio.Event()
-        try:
-            await self._wake.wait()
-        finally:
-            self._wake = None
-
-    def wake(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    def tell_sent(self) -> None:
-        """Tell its caller it is on its way (once)."""
-        sent, self.sent = self.sent, None
-        if sent is not None:
-            sent()
-
-
-@final
-class _Lane:
-    """One connection: its requests in the order written, whose answers come in that order."""
-
-    __slots__ = (
-        "answered",
-        "body",
-        "buffer",
-        "closed",
-        "conn",
-        "connecting",
-        "eof",
-        "h11",
-        "head",
-        "informational",
-        "one_at_a_time",
-        "outbox",
-        "queued",
-        "reader",
-        "reading",
-        "stream",
-        "unsent",
-        "waiting",
-        "writing",
-        "written",
-    )
-
-    def __init__(self, *, one_at_a_time: bool = False) -> None:
-        self.stream: trio.abc.Stream | None = None
-        # A replacement (see the module docstring): the next request is
-        # written once the one before is answered.
-        self.one_at_a_time = one_at_a_time
-        # The room closed it: a protocol error now is its end, not garbling.
-        self.eof = False
-        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.waiting: deque[_Request] = deque()
-        # Bytes of its requests not written yet; the bytes ever queued and
-        # written on it, and the requests whose caller waits to be told they
-        # are written (see _Request.sent), in the order queued.
-        self.outbox = bytearray()
-        self.queued = self.written = 0
-        self.unsent: deque[_Request] = deque()
-        # Answers read on it, ever: none, and a failure is the room's, not an idle close.
-        self.answered = 0
-        self.closed = False
-        # Who is at its work: one caller for each.
-        self.connecting = self.writing = self.reading = False
-        # The reader's read, which bytes left unwritten interrupt (see wake_next).
-        self.reader: trio.CancelScope | None = None
-        # Bytes read and not yet part of an answer, while answers are simple
-        # heads (_answer.simple_head); from the first that is not, h11 reads.
-        self.buffer = bytearray()
-        self.h11 = False
-        # The answer h11 is reading, kept here so that another caller can
-        # finish it when its reader stops waiting (cancelled) half-way.
-        self.head: h11.Response | None = None
-        self.body = bytearray()
-        self.informational = 0
-
-    def queue(self, request: _Request) -> None:
-        """Put ``request``'s bytes at the end of the outbox."""
-        self.outbox += request.data
-        self.queued += len(request.data)
-        request.end = self.queued
-        if request.sent is not None:
-            self.unsent.append(request)
-
-    def took(self, size: int) -> None:
-        """The kernel took the outbox's first ``size`` bytes: tell the requests now written."""
-        del self.outbox[:size]
-        self.written += size
-        while self.unsent and self.unsent[0].end <= self.written:
-            self.unsent.popleft().tell_sent()
-
-    def wake_next(self) -> None:
-        """Wake the first caller waiting here for a turn, to take the work just left.
-
-        With none waiting, bytes a writer left unwritten (it stopped waiting
-        for room in the socket) would wait for the reader, who waits for an
-        answer to them: its read is interrupted, and it writes them first.
-        """
-        for request in self.waiting:
-            if request.parked and not request.done:
-                request.wake()
-                return
-        if self.outbox and not self.writing and self.reader is not None:
-            self.reader.cancel(reason="bytes to write, and no other caller to write them")
 
 
 class _AnswerFailed(Exception):
@@ -270,7 +116,7 @@ class PipelinedPool:
         self._opener = opener
         self._origin = origin
         self._width = lanes
-        self._lanes: list[_Lane] = []
+        self._lanes: list[Lane] = []
         self._closed = False
         # What h11 is told was sent before each answer is read: the bytes went
         # out already, serialized ahead; h11 only needs to expect one answer.
@@ -307,7 +153,7 @@ class PipelinedPool:
                 sent()
             await trio.lowlevel.checkpoint()
             raise HTTPFailure("the pool is closed")
-        request = _Request(data, max_body, self._pick(), sent)
+        request = Request(data, max_body, self._pick(), sent)
         lane = request.lane
         lane.waiting.append(request)
         try:
@@ -336,18 +182,18 @@ class PipelinedPool:
             await self._end(lane, "the pool is closed", retry=False)
         await trio.lowlevel.checkpoint()
 
-    def _pick(self) -> _Lane:
+    def _pick(self) -> Lane:
         """The open lane with the fewest requests waiting; a new one while all have some."""
-        best: _Lane | None = None
+        best: Lane | None = None
         for lane in self._lanes:
             if best is None or len(lane.waiting) < len(best.waiting):
                 best = lane
         if best is None or (best.waiting and len(self._lanes) < self._width):
-            best = _Lane()
+            best = Lane()
             self._lanes.append(best)
         return best
 
-    def _write_now(self, lane: _Lane) -> None:
+    def _write_now(self, lane: Lane) -> None:
         """Write what the kernel takes of ``lane``'s outbox at once, if no caller is writing it."""
         stream = lane.stream
         if stream is None or lane.closed or lane.writing or not lane.outbox:
@@ -361,7 +207,7 @@ class PipelinedPool:
         if written:
             lane.took(written)
 
-    async def _take_turn(self, request: _Request) -> None:
+    async def _take_turn(self, request: Request) -> None:
         """Do the first of ``request``'s lane's work no one is doing, or wait for a turn."""
         lane = request.lane
         if lane.stream is None and not lane.connecting:
@@ -374,7 +220,7 @@ class PipelinedPool:
             await request.park()
 
     @contextlib.asynccontextmanager
-    async def _turn(self, lane: _Lane, work: str) -> AsyncIterator[None]:
+    async def _turn(self, lane: Lane, work: str) -> AsyncIterator[None]:
         """Hold ``lane``'s ``work`` (``"writing"``, ``"reading"``) in the block, then wake the next.
 
         A broken connection in the block ends the lane (its unanswered requests move on).
@@ -388,7 +234,7 @@ class PipelinedPool:
             setattr(lane, work, False)
             lane.wake_next()
 
-    async def _connect(self, lane: _Lane) -> None:
+    async def _connect(self, lane: Lane) -> None:
         lane.connecting = True
         try:
             stream = await self._opener.open_stream(self._origin)
@@ -404,7 +250,7 @@ class PipelinedPool:
         lane.stream = stream
         self._write_now(lane)
 
-    async def _write(self, lane: _Lane) -> None:
+    async def _write(self, lane: Lane) -> None:
         """Write ``lane``'s outbox until it is empty, waiting for room in the socket."""
         stream = lane.stream
         assert stream is not None
@@ -430,10 +276,10 @@ class PipelinedPool:
                     if not lane.closed:
                         lane.took(len(data))
 
-    async def _read(self, lane: _Lane, request: _Request) -> None:
+    async def _read(self, lane: Lane, request: Request) -> None:
         """Read ``lane``'s answers in order, handing each to its caller, until ``request``'s."""
         async with self._turn(lane, "reading"):
-            # Interrupted (see _Lane.wake_next), it leaves the answer half-read
+            # Interrupted (see Lane.wake_next), it leaves the answer half-read
             # in the lane, and its caller takes the writing turn.
             with trio.CancelScope() as lane.reader:
                 try:
@@ -441,25 +287,34 @@ class PipelinedPool:
                 finally:
                     lane.reader = None
 
-    async def _read_until(self, lane: _Lane, request: _Request) -> None:
-        """The reading turn's work (see :meth:`_read`)."""
-        while request.lane is lane and not request.done:
+    async def _read_until(self, lane: Lane, request: Request) -> None:
+        """The reading turn's work (see :meth:`_read`).
+
+        Once ``request``'s answer is read, the answers after it already read
+        are handed to their callers too (no turn each: a goodbye reads
+        thousands on a few connections, and a round of the run loop each
+        would let thousands of other tasks run between two).
+        """
+        while request.lane is lane and lane.waiting:
             head = lane.waiting[0]
+            answer: tuple[Answer, bool] | None = None
+            garbled: str | None = None
             try:
-                head.answer, keep = await self._answer(lane, head.max_body)
+                answer = await self._answer(lane, head.max_body, more=not request.done)
             except _AnswerFailed as exc:
-                garbled: str | None = exc.failure
+                garbled = exc.failure
             except h11.ProtocolError as exc:
                 if lane.eof:
                     raise  # the room closed it: the rest may move (see _turn)
                 garbled = failure_kind(exc)
-            else:
-                garbled = None
             if garbled is not None:
                 # Neither this answer nor any after it can be read: the
                 # room had these requests once, and they fail here.
                 await self._end(lane, garbled, retry=False)
                 return
+            if answer is None:
+                return  # the next answer is not all read yet: the next caller's turn
+            head.answer, keep = answer
             lane.waiting.popleft()
             lane.answered += 1
             head.wake()
@@ -473,11 +328,14 @@ class PipelinedPool:
                 if lane.outbox:
                     return  # a caller's turn writes it (this one's, or the next's)
 
-    async def _answer(self, lane: _Lane, max_body: int) -> tuple[Answer, bool]:
+    async def _answer(
+        self, lane: Lane, max_body: int, *, more: bool = True
+    ) -> tuple[Answer, bool] | None:
         """Read the next answer on ``lane``, and whether the connection stays open after it.
 
         A simple head (:func:`~._answer.simple_head`) is read here; from the
-        first that is not, h11 reads every answer of the lane.
+        first that is not, h11 reads every answer of the lane. Not ``more``:
+        only a simple answer already all read, with no checkpoint; else None.
 
         Raises:
             _AnswerFailed: it is over ``max_body`` or has too many informational heads.
@@ -491,19 +349,23 @@ class PipelinedPool:
                 if HEAD_END.search(buffer) or len(buffer) > MAX_HEAD_BYTES:
                     self._hand_to_h11(lane)
                     break
+                if not more:
+                    return None
                 await _read_more(lane)
                 continue
             if head.length > max_body:
                 raise _AnswerFailed("BodyTooLarge")
             end = head.size + head.length
+            if len(buffer) < end and not more:
+                return None
             while len(buffer) < end:
                 await _read_more(lane)
             body = bytes(buffer[head.size : end])
             del buffer[:end]
             return Answer(head.status, head.headers, body), not head.close
-        return await self._h11_answer(lane, max_body)
+        return await self._h11_answer(lane, max_body) if more else None
 
-    def _hand_to_h11(self, lane: _Lane) -> None:
+    def _hand_to_h11(self, lane: Lane) -> None:
         """From now on h11 reads ``lane``'s answers, starting with the bytes read so far."""
         lane.h11 = True
         lane.conn.send(self._stand_in)
@@ -511,7 +373,7 @@ class PipelinedPool:
         lane.conn.receive_data(bytes(lane.buffer))
         lane.buffer.clear()
 
-    async def _h11_answer(self, lane: _Lane, max_body: int) -> tuple[Answer, bool]:
+    async def _h11_answer(self, lane: Lane, max_body: int) -> tuple[Answer, bool]:
         """Read the next answer on ``lane`` with h11 (see :meth:`_answer`)."""
         conn = lane.conn
         stream = lane.stream
@@ -548,7 +410,7 @@ class PipelinedPool:
                 lane.eof = True
                 raise h11.RemoteProtocolError("server disconnected without an answer")
 
-    async def _end(self, lane: _Lane, failure: str, *, retry: bool) -> None:
+    async def _end(self, lane: Lane, failure: str, *, retry: bool) -> None:
         """Close ``lane``; its unanswered requests move to a new lane, or fail.
 
         They move when ``retry`` and an answer was ever read on it (the room
@@ -564,7 +426,7 @@ class PipelinedPool:
         lane.outbox.clear()
         lane.unsent.clear()
         if waiting and retry and lane.answered and not self._closed:
-            moved = _Lane(one_at_a_time=True)
+            moved = Lane(one_at_a_time=True)
             self._lanes.append(moved)
             for request in waiting:
                 request.lane = moved
@@ -579,7 +441,7 @@ class PipelinedPool:
             await _close(lane.stream)
 
 
-async def _read_more(lane: _Lane) -> None:
+async def _read_more(lane: Lane) -> None:
     """Add the next bytes the room sends on ``lane`` to its buffer.
 
     Raises:

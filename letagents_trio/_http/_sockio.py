@@ -6,8 +6,11 @@ POSIX system these helpers do each with one system call and no task switch
 (:func:`read_some` waits, then reads once; :func:`send_now` writes what the
 kernel takes; :func:`close_now` closes at once; :func:`discard_unread` drops
 what the peer sent before a close, so that the close is an orderly end).
-Any other stream (TLS, in memory, bytes read ahead and put back in front by
-:class:`Prefixed`) goes through its own methods. What each saves is in
+The lean path's TLS stream over such a socket is written at once too, a
+record a write: what the kernel does not take of it waits in the stream
+(:func:`unsent_size`), to go before anything later. Any other stream
+(trio's TLS, in memory) goes through its own methods, as does a read of
+bytes put back in front by :class:`Prefixed`. What each saves is in
 ``docs/performance.md``.
 
 :class:`QuietReads` reads a held stream *quietly* where the kernel can help
@@ -26,7 +29,7 @@ import socket as _socket
 import struct
 import sys
 import termios
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, final
 
 import trio
@@ -40,6 +43,7 @@ __all__ = [
     "discard_unread",
     "read_some",
     "send_now",
+    "unsent_size",
 ]
 
 # One read from the socket; an SSE heartbeat or an exit answer fits many times over.
@@ -128,8 +132,7 @@ def _under_tls(stream: trio.abc.Stream) -> trio.abc.Stream | None:
 
 def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
     """The plain socket under ``stream`` when it can be written without trio (POSIX only)."""
-    while isinstance(stream, Prefixed):
-        stream = stream._stream
+    stream = _unprefixed(stream)
     if os.name != "posix" or not isinstance(stream, trio.SocketStream):
         return None
     return stream
@@ -184,17 +187,20 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
 
 
 def discard_unread(stream: trio.abc.Stream, *, limit: int = 1 << 20) -> None:
-    """Read and drop, without a checkpoint, what the peer already sent on a plain socket.
+    """Read and drop, without a checkpoint, what the peer already sent on a socket about to close.
 
     Closing a TCP socket whose receive buffer still holds bytes sends a reset
     instead of an orderly end. A peer that writes to the connection meanwhile
     (a heartbeat) then fails its write, and a server that closes on that
     failure may never read what was sent just before the close: a WebSocket's
     exit frame. Drained first, the close is an orderly end, read after the
-    exit. At most ``limit`` bytes; nothing for streams that are not plain
-    sockets, or on any error (the close follows anyway).
+    exit. The socket's own bytes: under TLS, records left undecrypted, so the
+    stream is of no use after this but to close. At most ``limit`` bytes;
+    nothing for streams not over a socket on a POSIX system, or on any error
+    (the close follows anyway).
     """
-    plain = _plain_socket(stream)
+    unprefixed = _unprefixed(stream)
+    plain = _plain_socket(_under_tls(unprefixed) or unprefixed)
     if plain is None:
         return
     fd = plain.socket.fileno()
@@ -209,44 +215,74 @@ def discard_unread(stream: trio.abc.Stream, *, limit: int = 1 << 20) -> None:
 
 
 def can_send_now(stream: trio.abc.Stream) -> bool:
-    """Whether :func:`send_now` can write ``stream`` (a plain socket on a POSIX system)."""
+    """Whether :func:`send_now` writes ``stream`` straight to its socket (a plain one, POSIX).
+
+    What it takes is then in the kernel: :func:`unsent_size` is always 0.
+    """
     return _plain_socket(stream) is not None
 
 
 def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
-    """Write what the kernel takes of ``data`` at once, without a checkpoint.
+    """Write ``data`` at once, without a checkpoint; how much of it ``stream`` took.
 
-    For a plain socket on a POSIX system: one ``write``, no task switch, which
-    is what a goodbye of thousands of sockets wants (``send_all`` costs each a
-    lock, a conflict detector and a reschedule). The caller must be the
-    stream's only sender at that moment.
+    What the stream took goes out before anything written to it later;
+    the rest is the caller's to write (``send_all``). The caller must be
+    the stream's only sender at that moment.
 
-    Over the lean path's TLS stream, the record of ``data`` is written at
-    once the same way when no other writer is under way
-    (:meth:`TLSStream.send_now <letagents_trio._http._tls.TLSStream.send_now>`),
-    though :func:`can_send_now` says False: what the kernel does not take
-    of it goes before anything written later, so a caller that must know
-    its bytes are out (an exit before a close) asks :func:`can_send_now`.
+    * A plain socket on a POSIX system takes what the kernel takes, in one
+      ``write``, with no task switch, which is what a goodbye of thousands
+      of sockets wants (``send_all`` costs each a lock, a conflict detector
+      and a reschedule).
+    * The lean path's TLS stream over such a socket takes ``data`` whole or
+      not at all: its record is made and written the same way, and what the
+      kernel does not take of it waits in the stream (:func:`unsent_size`)
+      and goes first with the stream's next write
+      (:meth:`TLSStream.send_now <letagents_trio._http._tls.TLSStream.send_now>`).
 
     Returns:
-        How many bytes were written (0 when the socket's buffer is full), or
-        None when ``stream`` cannot be written this way (trio's TLS, in
-        memory, or not POSIX): then use ``send_all``.
+        How many leading bytes of ``data`` were taken (0: none, the socket's
+        buffer is full or another writer is under way), or None when
+        ``stream`` cannot be written this way (trio's TLS, in memory, or not
+        POSIX): then use ``send_all``.
 
     Raises:
         OSError: the connection is broken.
+        trio.BrokenResourceError: TLS failed.
     """
     plain = _plain_socket(stream)
     if plain is None:
         # The lean path's TLS stream writes a record at once where it can.
-        inner = stream._stream if isinstance(stream, Prefixed) else stream
-        write_now = getattr(inner, "send_now", None)
+        write_now = getattr(_unprefixed(stream), "send_now", None)
         result: int | None = write_now(data) if callable(write_now) else None
         return result
     try:
         return os.write(plain.socket.fileno(), data)
     except BlockingIOError:
         return 0
+
+
+def unsent_size(stream: trio.abc.Stream) -> int | None:
+    """How many bytes ``stream`` took from :func:`send_now` that its socket has not taken yet.
+
+    They go first with the stream's next write (``send_all``, of ``b""``
+    too, which sends them alone), and a close drops them: a caller that
+    closes the stream after :func:`send_now` and must know its bytes are
+    out (an exit before a close) asks this first. 0 for a plain socket,
+    which keeps nothing back; None when :func:`send_now` cannot write
+    ``stream`` at all.
+    """
+    if _plain_socket(stream) is not None:
+        return 0
+    size_of = getattr(_unprefixed(stream), "unsent_size", None)
+    size: int | None = size_of() if callable(size_of) else None
+    return size
+
+
+def _unprefixed(stream: trio.abc.Stream) -> trio.abc.Stream:
+    """The stream a :class:`Prefixed` reads ahead of, which its writes go to; else ``stream``."""
+    while isinstance(stream, Prefixed):
+        stream = stream._stream
+    return stream
 
 
 def _quiet_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
@@ -362,21 +398,62 @@ class QuietReads:
         """
         self.heard_at = None
         if not self._keep(keep):
-            return await read_some(self._stream, max_bytes)
+            return bytes(await self._next(max_bytes))
         with trio.move_on_at(trio.current_effective_deadline() - self._margin):
-            return await read_some(self._stream, max_bytes)
+            return bytes(await self._next(max_bytes))
+        return await self._after_check(max_bytes)
+
+    async def read_by(self, max_bytes: int, deadline: float, *, keep: int) -> bytes | None:
+        """The next bytes, as :meth:`read`, or None when none came by ``deadline`` (trio's clock).
+
+        The same read as :meth:`read` under ``trio.move_on_at(deadline)``, in
+        one cancel scope rather than two: the check for kept bytes comes
+        before whichever is first, ``deadline`` or the caller's.
+
+        Raises:
+            trio.ClosedResourceError: the socket was closed, before or during the wait.
+            trio.BrokenResourceError: the connection broke.
+
+        Cancellation:
+            A checkpoint, as :meth:`read`.
+        """
+        self.heard_at = None
+        if self._keep(keep):
+            with trio.move_on_at(min(deadline, trio.current_effective_deadline()) - self._margin):
+                return bytes(await self._next(max_bytes))
+            with trio.move_on_at(deadline):
+                return await self._after_check(max_bytes)
+            return None
+        with trio.move_on_at(deadline):
+            return bytes(await self._next(max_bytes))
+        return None
+
+    async def _after_check(self, max_bytes: int) -> bytes:
+        """The read once its check came: what the kernel kept, else the next bytes, as they come."""
         if self._plain:
             kept = self._take_kept(max_bytes)
             if kept is not None:
                 return kept
-        elif self._kept_since():
-            # Through TLS: the kept records are read at once (a read tries the
-            # socket before it waits); the mark is lowered in case one is cut short.
-            self._keep(0)
-            return await read_some(self._stream, max_bytes)
-        # Nothing kept: from now on any byte wakes the read.
+        else:
+            # Through TLS the kept records are read at once by the read below
+            # (it tries the socket before it waits); heard_at says when they came.
+            self._kept_since()
+        # From now on any byte wakes the read (and a record cut short is read whole).
         self._keep(0)
-        return await read_some(self._stream, max_bytes)
+        return bytes(await self._next(max_bytes))
+
+    def _next(self, max_bytes: int) -> Awaitable[bytes | bytearray]:
+        """The stream's next read: :func:`read_some` of a plain socket, else its ``receive_some``.
+
+        A :class:`Prefixed` stream whose bytes were all given back is read
+        through no more: the stream under it is read straight.
+        """
+        stream = self._stream
+        if isinstance(stream, Prefixed) and not stream._prefix:
+            self._stream = stream = stream._stream
+        if self._plain:
+            return read_some(stream, max_bytes)
+        return stream.receive_some(max_bytes)
 
     def loud(self) -> bytes:
         """Let every byte wake the reads again; what the kernel kept meanwhile, read at once.
@@ -412,19 +489,18 @@ class QuietReads:
             self._kept = keep
         return self._kept
 
-    def _kept_since(self) -> bool:
-        """Whether the kernel keeps bytes now; if so, :attr:`heard_at` says when the last came."""
+    def _kept_since(self) -> None:
+        """When the kernel keeps bytes now, :attr:`heard_at` says when the last of them came."""
         sock = self._socket
         fd = -1 if sock is None else sock.fileno()
         if sock is None or fd == -1:
-            return False
+            return
         try:
             queued = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
         except OSError:
-            return False
+            return
         if queued:
             self.heard_at = self._last_heard(sock)
-        return bool(queued)
 
     @staticmethod
     def _last_heard(sock: trio.socket.SocketType) -> float:

@@ -161,6 +161,8 @@ class TLSStream(trio.abc.Stream):
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         """Encrypt ``data`` and send it, in turn with the other writers.
 
+        What :meth:`send_now` left unsent goes first (with ``b""``, alone).
+
         Raises:
             trio.BrokenResourceError: the connection broke, or TLS failed.
             trio.ClosedResourceError: the stream was closed.
@@ -184,14 +186,15 @@ class TLSStream(trio.abc.Stream):
 
         For a plain socket under the stream, when no other writer is under
         way: the record goes in one ``write``. Should the kernel take only
-        part of it, the rest goes before anything written later.
+        part of it, the rest waits here (:meth:`unsent_size`) and goes
+        before anything written later; a close drops it.
 
         Returns:
             ``len(data)`` once its record is made and written (or queued
             behind what the kernel did not take), 0 when nothing was done
-            (another writer is under way, or the kernel takes nothing
-            now), None when the socket cannot be written so (use
-            :meth:`send_all`).
+            (another writer is under way, or the kernel does not take the
+            rest of an earlier record), None when the socket cannot be
+            written so (use :meth:`send_all`).
 
         Raises:
             OSError: the connection is broken.
@@ -213,6 +216,15 @@ class TLSStream(trio.abc.Stream):
         sent = send_now(self.transport_stream, out) or 0
         self._unsent = out[sent:]
         return len(data)
+
+    def unsent_size(self) -> int | None:
+        """How many bytes of the records :meth:`send_now` made the socket has not taken yet.
+
+        None when :meth:`send_now` cannot write this stream.
+        """
+        if not can_send_now(self.transport_stream):
+            return None
+        return len(self._unsent)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()

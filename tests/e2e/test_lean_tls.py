@@ -20,7 +20,13 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._http._sockio import Prefixed, QuietReads, close_now, send_now
+from letagents_trio._http._sockio import (
+    Prefixed,
+    QuietReads,
+    close_now,
+    send_now,
+    unsent_size,
+)
 from letagents_trio._http._tls import TLSStream, open_tls
 
 from .tiny_room import self_signed
@@ -171,11 +177,13 @@ async def test_send_now_writes_a_record_at_once_and_what_the_kernel_left_goes_fi
             # Fill the socket's buffer: the peer does not read.
             sent: list[bytes] = []
             while True:
+                assert unsent_size(ours) == len(ours._unsent)
                 chunk = bytes([len(sent) % 251]) * 60_000
                 sent.append(chunk)
                 if ours._unsent:
                     break
                 assert send_now(ours, chunk) == len(chunk)
+            assert unsent_size(Prefixed(ours, b"ahead")) == len(ours._unsent) > 0
             assert send_now(ours, b"more") == 0  # the rest of a record waits first
             sent.pop()  # never sent
             async with trio.open_nursery() as nursery:
@@ -313,15 +321,51 @@ async def test_a_writer_the_peer_does_not_read_holds_back_neither_reads_nor_leav
                 nursery.cancel_scope.cancel()
 
 
+def _fill_until_a_record_is_cut(ours: TLSStream) -> bytes:
+    """Write at once until the kernel takes only part of a record (the peer does not read)."""
+    sent = b""
+    while not unsent_size(ours):
+        chunk = bytes([len(sent) % 251]) * 60_000
+        assert send_now(ours, chunk) == len(chunk)
+        sent += chunk
+    return sent
+
+
+async def test_send_all_of_nothing_sends_the_rest_of_a_record_cut_short(tmp_path: Path) -> None:
+    """What a caller about to close does when the kernel took only part of its record."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, theirs):
+            sent = _fill_until_a_record_is_cut(ours)
+            got = b""
+            async with trio.open_nursery() as nursery:
+
+                async def read_all() -> None:
+                    nonlocal got
+                    while len(got) < len(sent):
+                        got += await theirs.receive_some()
+
+                nursery.start_soon(read_all)
+                await ours.send_all(b"")
+                assert unsent_size(ours) == 0
+            assert got == sent
+
+
+async def test_a_stream_send_now_cannot_write_has_no_unsent_size(tmp_path: Path) -> None:
+    """Over a stream that is not a plain socket, ``send_now`` declines and nothing waits."""
+    with trio.fail_after(10):
+        async with tls_pair(tmp_path) as (ours, _theirs):
+            over_memory = TLSStream(
+                trio.testing.memory_stream_pair()[0], ours._ssl, ours._incoming, ours._outgoing
+            )
+            assert over_memory.send_now(b"x") is None
+            assert unsent_size(over_memory) is None
+
+
 async def test_the_rest_of_a_record_cut_short_goes_once_before_the_next(tmp_path: Path) -> None:
     """Once the kernel takes more, ``send_now`` finishes the cut record, then writes its own."""
     with trio.fail_after(10):
         async with tls_pair(tmp_path) as (ours, theirs):
-            sent = b""
-            while not ours._unsent:  # fill the socket's buffer: the peer does not read
-                chunk = bytes([len(sent) % 251]) * 60_000
-                assert send_now(ours, chunk) == len(chunk)
-                sent += chunk
+            sent = _fill_until_a_record_is_cut(ours)
             got = b""
             async with trio.open_nursery() as nursery:
 
