@@ -276,6 +276,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
         "tests/test_websocket*.py",
     ),
     "_http/_pool": _HTTP_TESTS,
+    "_http/_lanes": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
     "_http/_lean": _HTTP_TESTS,
     # The lean path's socket I/O: its own tests, the requests that read through
