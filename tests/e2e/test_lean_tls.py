@@ -331,20 +331,20 @@ def _fill_until_a_record_is_cut(ours: TLSStream) -> bytes:
     return sent
 
 
+async def _read_into(stream: trio.abc.Stream, size: int, got: bytearray) -> None:
+    """Read ``stream`` into ``got`` until it holds ``size`` bytes."""
+    while len(got) < size:
+        got += await stream.receive_some()
+
+
 async def test_send_all_of_nothing_sends_the_rest_of_a_record_cut_short(tmp_path: Path) -> None:
     """What a caller about to close does when the kernel took only part of its record."""
     with trio.fail_after(10):
         async with tls_pair(tmp_path) as (ours, theirs):
             sent = _fill_until_a_record_is_cut(ours)
-            got = b""
+            got = bytearray()
             async with trio.open_nursery() as nursery:
-
-                async def read_all() -> None:
-                    nonlocal got
-                    while len(got) < len(sent):
-                        got += await theirs.receive_some()
-
-                nursery.start_soon(read_all)
+                nursery.start_soon(_read_into, theirs, len(sent), got)
                 await ours.send_all(b"")
                 assert unsent_size(ours) == 0
             assert got == sent
@@ -366,15 +366,9 @@ async def test_the_rest_of_a_record_cut_short_goes_once_before_the_next(tmp_path
     with trio.fail_after(10):
         async with tls_pair(tmp_path) as (ours, theirs):
             sent = _fill_until_a_record_is_cut(ours)
-            got = b""
+            got = bytearray()
             async with trio.open_nursery() as nursery:
-
-                async def read_all() -> None:
-                    nonlocal got
-                    while len(got) < len(sent) + 4:
-                        got += await theirs.receive_some()
-
-                nursery.start_soon(read_all)
+                nursery.start_soon(_read_into, theirs, len(sent) + 4, got)
                 # The peer reads: as the kernel takes more, the rest of the cut
                 # record goes, then the next one.
                 while send_now(ours, b"next") == 0:
