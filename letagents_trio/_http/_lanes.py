@@ -69,7 +69,12 @@ class Request:
         return self._wake is not None and not self._wake.is_set()
 
     async def park(self) -> None:
-        """Wait until :meth:`wake` (its answer, or a turn at its lane's work)."""
+        """Wait until :meth:`wake` (its answer, or a turn at its lane's work).
+
+        Cancellation:
+            A checkpoint; cancelled, the request is no longer waiting and a
+            later :meth:`wake` does nothing.
+        """
         self._wake = trio.Event()
         try:
             await self._wake.wait()

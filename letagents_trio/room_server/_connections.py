@@ -72,7 +72,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, LifespanState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
-from .._http._sockio import can_send_now, send_now
+from .._http import can_send_now, send_now
 from ._idle import IdleTimer
 
 if TYPE_CHECKING:
