@@ -46,12 +46,13 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import TYPE_CHECKING, Any, final
-from urllib.parse import quote
 
 import trio
 
 from . import _protocol
 from ._errors import ApiError, RoomUnreachable
+from ._exit_posts import MAX_EXIT_ANSWER_BYTES, ExitPosts
+from ._exits import HandedExit
 from ._http import (
     HTTPFailure,
     Opener,
@@ -61,7 +62,15 @@ from ._http import (
     failure_name,
 )
 from ._redact import redact
-from ._refusals import WORKER_CREDENTIAL_KEYS, StateHooks, after_refusal, path_of, read_answer
+from ._refusals import StateHooks, after_refusal, path_of, read_answer
+from ._request_parts import (
+    dumps,
+    encode_room_path,
+    encode_session_path,
+    exit_body,
+    request_headers,
+    secrets_of,
+)
 from ._util import is_http_url
 
 if TYPE_CHECKING:
@@ -81,12 +90,8 @@ OwnerTokenSource = str | Callable[[], str | None] | None
 
 logger = logging.getLogger("letagents_trio.api")
 
-# Body keys whose values are secrets, redacted from anything shown.
-_SECRET_KEYS = (*WORKER_CREDENTIAL_KEYS, "token", "worker_bearer", "session_token")
 # Idle connections kept for ordinary calls; streams and exits have their own.
 KEEPALIVE_CONNECTIONS = 32
-# The largest exit answer read: the room's is ``{"recorded":true}``.
-MAX_EXIT_ANSWER_BYTES = 64 * 1024
 # Why every request fails when httpx2 cannot use the environment's proxy.
 _UNUSABLE_PROXY = (
     "the proxy configured in the environment (HTTP_PROXY, HTTPS_PROXY or ALL_PROXY) "
@@ -96,16 +101,6 @@ _UNUSABLE_PROXY = (
 )
 # A Retry-After above a day is not a busy room; keeps the parsed value finite.
 _RETRY_AFTER_CEILING = 86_400.0
-
-
-def encode_room_path(room_id: str) -> str:
-    """Percent-encode a room id for a path, keeping ``/`` between segments."""
-    return "/".join(quote(segment, safe="") for segment in room_id.split("/"))
-
-
-def encode_session_path(session_id: str) -> str:
-    """Percent-encode a session id whole, for a path."""
-    return quote(session_id, safe="")
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -198,6 +193,13 @@ class RoomClient:
             opener=opener, transport=transport, http_client=lambda: self._http
         )
         self._closed = False
+        self._exit_posts = ExitPosts(
+            self._stack,
+            api_url=self.api_url,
+            owner_token=lambda: self._owner_token,
+            state=state,
+            parse=self._parsed,
+        )
 
     @property
     def _http(self) -> httpx2.AsyncClient:
@@ -316,7 +318,7 @@ class RoomClient:
         Cancellation:
             A checkpoint; cancelled, the connection is closed.
         """
-        fields = _headers(session, json_body=body is not None, owner_token=self._owner_token)
+        fields = request_headers(session, json_body=body is not None, owner_token=self._owner_token)
         if headers:
             fields.update(headers)
         try:
@@ -362,14 +364,14 @@ class RoomClient:
             recorded the exit. Callers bound it with a deadline.
         """
         url = self.session_url(session, "/process/exit")
-        body = _exit_body(session, connection_id)
-        fields = _headers(session, json_body=True, owner_token=self._owner_token)
+        body = exit_body(session, connection_id)
+        fields = request_headers(session, json_body=True, owner_token=self._owner_token)
         try:
             reply = await self._stack.exchange(
                 "POST",
                 url,
                 list(fields.items()),
-                _dumps(body),
+                dumps(body),
                 max_body=MAX_EXIT_ANSWER_BYTES,
                 sent=sent,
             )
@@ -379,6 +381,35 @@ class RoomClient:
         retry_after = reply.header("Retry-After")
         answer = await self._answer("POST", url, reply.status, text, retry_after, session, body)
         return isinstance(answer, Mapping) and answer.get("recorded") is True
+
+    def hand_exit(
+        self, session: AgentSession, connection_id: str, *, sent: Callable[[], object]
+    ) -> HandedExit:
+        """:meth:`announce_exit`, ready to be handed over with no task of its own.
+
+        Sent (:meth:`HandedExit.send <letagents_trio._exits.HandedExit.send>`),
+        it is pipelined as :meth:`announce_exit`'s would be, and settled by
+        :meth:`deliver_exits` when its answer is read: recorded or not, or
+        failed as :meth:`announce_exit` would raise. Over httpx2 (a proxy, or
+        a transport given) it cannot be handed over: its send says so.
+        ``sent`` as for :meth:`announce_exit`.
+        """
+        return HandedExit(
+            self, lambda handed: self._exit_posts.send(handed, session, connection_id, sent)
+        )
+
+    async def deliver_exits(self) -> None:
+        """Send the exits handed over and read their answers, until each is settled.
+
+        A 401 among the answers is applied to local state here, as for
+        :meth:`announce_exit`.
+
+        Cancellation:
+            A checkpoint; cancelled, the exits not settled are given up: the
+            room may or may not have them.
+        """
+        await self._stack.deliver()
+        await self._exit_posts.apply_refusals()
 
     # --- generic calls -----------------------------------------------------------
 
@@ -418,8 +449,8 @@ class RoomClient:
         import httpx2
 
         url = path if path.startswith(("http://", "https://")) else f"{self.api_url}{path}"
-        content = None if json is None else _dumps(json)
-        headers = _headers(session, json_body=True, owner_token=self._owner_token)
+        content = None if json is None else dumps(json)
+        headers = request_headers(session, json_body=True, owner_token=self._owner_token)
         headers["Accept-Encoding"] = _protocol.IDENTITY_ENCODING
         request = self._http.build_request(method, url, content=content, headers=headers)
         limit = self.call_timeout if bounded else math.inf
@@ -458,20 +489,36 @@ class RoomClient:
         session: AgentSession | None,
         json: object,
     ) -> Any:
-        """The parsed answer of a call, or its refusal as :class:`ApiError` (both paths)."""
+        """The parsed answer of a call, or its refusal as :class:`ApiError` (both paths).
+
+        A 401 is applied to local state first (PROTOCOL §5.7).
+        """
+        if status == 401 and self._state is not None:
+            await after_refusal(
+                self._state,
+                text,
+                session,
+                json,
+                owner_token=self._owner_token,
+                secrets=secrets_of(self._owner_token, session, json),
+            )
+        return self._parsed(method, url, status, text, retry_after, session, json)
+
+    def _parsed(
+        self,
+        method: str,
+        url: str,
+        status: int,
+        text: str,
+        retry_after: str | None,
+        session: AgentSession | None,
+        json: object,
+    ) -> Any:
+        """The parsed answer of a call, or its refusal as :class:`ApiError` (no state applied)."""
         if not 200 <= status < 300:
-            if status == 401 and self._state is not None:
-                await after_refusal(
-                    self._state,
-                    text,
-                    session,
-                    json,
-                    owner_token=self._owner_token,
-                    secrets=_secrets(self._owner_token, session, json),
-                )
             raise ApiError(
                 status,
-                redact(text, _secrets(self._owner_token, session, json)),
+                redact(text, secrets_of(self._owner_token, session, json)),
                 retry_after=_retry_after(retry_after),
             )
         if not text.strip():
@@ -514,43 +561,5 @@ class RoomClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _headers(
-    session: AgentSession | None, *, json_body: bool, owner_token: str | None
-) -> dict[str, str]:
-    """A request's credential fields, with ``owner_token`` as the caller just asked it."""
-    headers: dict[str, str] = {}
-    if json_body:
-        headers["Content-Type"] = "application/json"
-    if owner_token:
-        headers["Authorization"] = f"Bearer {owner_token}"
-    if session is not None:
-        headers[_protocol.SESSION_ID_HEADER] = session.session_id
-        headers[_protocol.SESSION_TOKEN_HEADER] = session.session_token
-    return headers
-
-
-def _secrets(owner_token: str | None, session: AgentSession | None, body: object) -> list[str]:
-    """What a refusal's text must not show: the credentials of the call."""
-    secrets = [owner_token or ""]
-    if session is not None:
-        secrets.append(session.session_token)
-    if isinstance(body, Mapping):
-        secrets.extend(str(body[k]) for k in _SECRET_KEYS if isinstance(body.get(k), str))
-    return secrets
-
-
 def _loads(text: str) -> Any:
     return json.loads(text)
-
-
-def _exit_body(session: AgentSession, connection_id: str | None) -> dict[str, object]:
-    """The body of R5, the exit announcement."""
-    return {
-        "agent_session_id": session.session_id,
-        "agent_session_token": session.session_token,
-        "process_connection_id": connection_id,
-    }
-
-
-def _dumps(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()

@@ -46,6 +46,7 @@ import attrs
 from ._errors import LetAgentsError
 
 if TYPE_CHECKING:
+    from ._exits import HandedExit
     from ._policy import Outcome
     from ._session import AgentSession
 
@@ -111,16 +112,20 @@ class ProcessStream(Protocol):
         """
         ...
 
-    def leave_nowait(self, connection_id: str) -> bool | None:
+    def leave_nowait(self, connection_id: str) -> bool | HandedExit | None:
         """Write the exit over the stream at once, with no checkpoint, if it can.
 
         Returns:
             None when the exit is done, as :meth:`leave` would say of it: it
             went over the stream and no answer comes (the stream is closing).
             True when it is written and the room's answer is to come
-            (:meth:`leave` waits for it). False having done nothing
-            :meth:`leave` cannot follow: a transport without an exit of its
-            own, or a socket that cannot take it at once (:meth:`leave` sends it).
+            (:meth:`leave` waits for it). A ``HandedExit``
+            (:mod:`letagents_trio._exits`): the exit made ready for a carrier
+            that sends and settles it with no task of its own, closing the
+            stream once it is written; if it is not sent, :meth:`leave`
+            sends it. False having done nothing :meth:`leave` cannot follow:
+            a transport without an exit of its own, or a socket that cannot
+            take it at once (:meth:`leave` sends it).
         """
         ...
 

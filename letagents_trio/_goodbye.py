@@ -55,6 +55,7 @@ goodbye therefore ends at its deadline exactly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import deque
@@ -67,13 +68,16 @@ import trio
 
 from ._errors import ApiError, RoomUnreachable
 from ._events import EventKind, HolderEvent
+from ._exits import HandedExit
 from ._holder import HolderStatus
 
 if TYPE_CHECKING:
+    from ._exits import ExitCarrier
     from ._holder import ProcessHolder
 
 __all__ = [
     "EXIT_ALLOWANCE",
+    "HANDED_ALLOWANCE",
     "UNWIND_ALLOWANCE",
     "Allowance",
     "ExitAnnouncement",
@@ -95,6 +99,9 @@ UNWIND_ALLOWANCE: Final = 100e-6
 # with Cancelled and its frames' finally blocks run; its request waits on a
 # connection shared with others, which it leaves open.
 EXIT_ALLOWANCE: Final = 30e-6
+# What one exit handed to its carrier and not settled at the deadline costs:
+# given up where it waits (no task of its own), reported cut.
+HANDED_ALLOWANCE: Final = 5e-6
 
 # The part of the goodbye's time given to the rooms' answers to exits over
 # sockets; the rest is for POSTing those not answered by then.
@@ -113,10 +120,12 @@ class Allowance:
     Attributes:
         holder: for each holder stopped late (its task, and its socket closed).
         exit: for each exit still running (its task only).
+        handed: for each exit handed to its carrier and not settled (no task).
     """
 
     holder: float
     exit: float
+    handed: float
 
 
 def measured_allowance(trio_elapsed: float, real_elapsed: float) -> Allowance:
@@ -128,15 +137,22 @@ def measured_allowance(trio_elapsed: float, real_elapsed: float) -> Allowance:
     not pass while tasks unwind). A measure too short to tell keeps them whole.
     """
     rate = trio_elapsed / real_elapsed if real_elapsed > 0 else 1.0
-    return Allowance(holder=UNWIND_ALLOWANCE * rate, exit=EXIT_ALLOWANCE * rate)
+    return Allowance(
+        holder=UNWIND_ALLOWANCE * rate, exit=EXIT_ALLOWANCE * rate, handed=HANDED_ALLOWANCE * rate
+    )
 
 
-def exits_deadline(deadline: float, allowance: Allowance, *, holders: int, exits: int) -> float:
+def exits_deadline(
+    deadline: float, allowance: Allowance, *, holders: int, exits: int, handed: int = 0
+) -> float:
     """When the exits still running are cancelled.
 
-    Early enough for them, and ``holders`` stopped late, to unwind by ``deadline``.
+    Early enough for them, ``holders`` stopped late and ``handed`` exits
+    given up, to unwind by ``deadline``.
     """
-    return deadline - allowance.holder * holders - allowance.exit * exits
+    return (
+        deadline - allowance.holder * holders - allowance.exit * exits - allowance.handed * handed
+    )
 
 
 @final
@@ -190,6 +206,7 @@ class Goodbye:
         self._deadline = deadline
         self._emit = emit
         self._allowance = allowance
+        self._concurrency = concurrency
         # Each exit's turn: at most ``concurrency`` leaving at once, when set.
         self._turn: AbstractAsyncContextManager[object] = (
             nullcontext() if concurrency is None else trio.CapacityLimiter(concurrency)
@@ -197,8 +214,11 @@ class Goodbye:
         self._started = trio.current_time()
         # The exits' nursery's scope: the goodbye's one bound on its exits (see _update).
         self._exits = trio.CancelScope()
-        # The exits' tasks running, their turn taken or not; told when none is left.
+        # The exits' tasks running, their turn taken or not, and the carriers'
+        # deliveries; told when none is left.
         self._running = 0
+        # The exits handed to their carriers and not settled yet.
+        self._handed = 0
         self._task_ended = trio.lowlevel.ParkingLot()
         # The holders whose leave() runs in a task (their turn taken), and those
         # the goodbye stopped late, when their answers were due.
@@ -304,16 +324,52 @@ class Goodbye:
         """
         left: list[ProcessHolder] = []
         answering: list[ProcessHolder] = []
+        carriers: dict[int, ExitCarrier] = {}
         for holder in self._holders:
             written = holder.leave_nowait()
-            if written is None:
+            if isinstance(written, HandedExit):
+                if self._hand(holder, written):
+                    carriers[id(written.carrier)] = written.carrier
+                else:
+                    self._start(exits, self._leave, holder)
+            elif written is None:
                 left.append(holder)
                 self._finished(holder, None, None)
             elif written:
                 answering.append(holder)
             else:
                 self._start(exits, self._leave, holder)
+        for carrier in carriers.values():
+            self._running += 1
+            exits.start_soon(self._deliver, carrier)
         return left, answering
+
+    def _hand(self, holder: ProcessHolder, exit: HandedExit) -> bool:
+        """Send ``holder``'s exit by its carrier, unless turns are counted; whether it went."""
+        if self._concurrency is not None:
+            return False  # a task each, in turns: leave() sends it
+        self._handed += 1
+        if exit.send(functools.partial(self._settled, holder)):
+            return True
+        self._handed -= 1
+        return False
+
+    async def _deliver(self, carrier: ExitCarrier) -> None:
+        """The carrier's delivery of the exits handed to it: they settle as their answers come."""
+        await carrier.deliver_exits()
+        self._task_done()
+
+    def _settled(self, holder: ProcessHolder, exit: HandedExit) -> None:
+        """Report an exit its carrier settled (no task of its own)."""
+        self._handed -= 1
+        failure = exit.failure
+        if failure is None:
+            recorded, error = exit.recorded, None
+        else:
+            recorded, error = None, _error_of(failure)
+        holder.stop("process exit")
+        self._finished(holder, recorded, error)
+        self._update()
 
     async def _answers(self) -> list[ProcessHolder]:
         """The rooms' answers to the exits written at once, read in this task (no task each).
@@ -332,10 +388,9 @@ class Goodbye:
                 holder = self._awaited[0]
                 try:
                     recorded, error = await holder.leave(), None
-                except ApiError as exc:  # the room hung up unanswered; its POST refused
-                    recorded, error = None, f"HTTP {exc.status}"
-                except RoomUnreachable:
-                    recorded, error = None, "unreachable"
+                except (ApiError, RoomUnreachable) as exc:
+                    # The room hung up unanswered; its POST refused or failed.
+                    recorded, error = None, _error_of(exc)
                 self._awaited.popleft()
                 if recorded is None and error is None:
                     unanswered.append(holder)
@@ -398,10 +453,8 @@ class Goodbye:
             if recorded is None and holder in self._late and self._has_time():
                 self._sent.add(holder.session.session_id)
                 recorded = await holder.leave()
-        except ApiError as exc:
-            recorded, error = None, f"HTTP {exc.status}"
-        except RoomUnreachable:
-            recorded, error = None, "unreachable"
+        except (ApiError, RoomUnreachable) as exc:
+            recorded, error = None, _error_of(exc)
         self._ended(holder, recorded, error)
 
     async def _post(self, holder: ProcessHolder) -> None:
@@ -409,16 +462,17 @@ class Goodbye:
         try:
             async with self._turn:
                 recorded, error = await holder.leave(), None
-        except ApiError as exc:
-            recorded, error = None, f"HTTP {exc.status}"
-        except RoomUnreachable:
-            recorded, error = None, "unreachable"
+        except (ApiError, RoomUnreachable) as exc:
+            recorded, error = None, _error_of(exc)
         self._ended(holder, recorded, error)
 
     def _ended(self, holder: ProcessHolder, recorded: bool | None, error: str | None) -> None:
         holder.stop("process exit")
         self._finished(holder, recorded, error)
         self._leaving.discard(holder)
+        self._task_done()
+
+    def _task_done(self) -> None:
         self._running -= 1
         if not self._running:
             # The goodbye's own task waits for the last one only (one wake-up, not one each).
@@ -429,7 +483,11 @@ class Goodbye:
         """Whether one more exit's task could still unwind by the deadline."""
         assert self._allowance is not None
         one_more = exits_deadline(
-            self._deadline, self._allowance, holders=self._stopped_by_cut(), exits=self._running + 1
+            self._deadline,
+            self._allowance,
+            holders=self._stopped_by_cut(),
+            exits=self._running + 1,
+            handed=self._handed,
         )
         return one_more > trio.current_time()
 
@@ -437,7 +495,11 @@ class Goodbye:
         """Keep the exits' bound where what it would cancel unwinds by the deadline."""
         if self._allowance is not None:
             self._exits.deadline = exits_deadline(
-                self._deadline, self._allowance, holders=self._stopped_by_cut(), exits=self._running
+                self._deadline,
+                self._allowance,
+                holders=self._stopped_by_cut(),
+                exits=self._running,
+                handed=self._handed,
             )
 
     def _stopped_by_cut(self) -> int:
@@ -466,6 +528,11 @@ class Goodbye:
                 detail=error or _EXIT_DETAILS[recorded],
             )
         )
+
+
+def _error_of(failure: ApiError | RoomUnreachable) -> str:
+    """How a failed exit is reported: ``HTTP 503``, ``unreachable``."""
+    return f"HTTP {failure.status}" if isinstance(failure, ApiError) else "unreachable"
 
 
 def _summary(report: tuple[ExitAnnouncement, ...]) -> str:

@@ -69,6 +69,7 @@ from ._session import AgentSession
 
 if TYPE_CHECKING:
     from ._collector import OpeningBurst
+    from ._exits import HandedExit
     from ._unknown import UnknownSessions
 
 __all__ = ["HolderStatistics", "HolderStatus", "ProcessHolder"]
@@ -317,7 +318,7 @@ class ProcessHolder:
 
     # --- leaving -------------------------------------------------------------------
 
-    def leave_nowait(self) -> bool | None:
+    def leave_nowait(self) -> bool | HandedExit | None:
         """Begin leaving; the stream's exit at once, with no checkpoint, if the transport can.
 
         From here on the holder never retries, and its exit names the
@@ -328,9 +329,10 @@ class ProcessHolder:
             <letagents_trio.ProcessStream.leave_nowait>`: None when the exit is
             done (written, no answer comes: the goodbye then only stops the
             holder); True when it is written and its answer is to come
-            (:meth:`leave` waits for it); False when :meth:`leave` must send
-            it (no stream open on a named connection, SSE, or a socket that
-            cannot write it at once).
+            (:meth:`leave` waits for it); the exit made ready for its carrier
+            (SSE's POST, sent by the goodbye; if not, :meth:`leave` sends
+            it); False when :meth:`leave` must send it (no stream open on a
+            named connection, or a socket that cannot write it at once).
         """
         self._begin_leaving()
         stream, connection_id = self._stream, self._connection_id

@@ -53,6 +53,7 @@ from ._sse import SSEDecoder, is_event_stream
 
 if TYPE_CHECKING:
     from ._client import RoomClient
+    from ._exits import HandedExit
     from ._http import Response
     from ._session import AgentSession
 
@@ -209,9 +210,13 @@ class _SSEStream:
         """When the latest chunk's bytes arrived (trio's clock): kept by the kernel, or read."""
         return self._heard_at
 
-    def leave_nowait(self, connection_id: str) -> bool | None:
-        """Never at once: SSE has no exit of its own, and a POST needs a checkpoint."""
-        return False
+    def leave_nowait(self, connection_id: str) -> HandedExit:
+        """The exit's POST, ready to be handed to the room client's pipelined connections.
+
+        Sent, it needs no task of its own (:mod:`letagents_trio._exits`), and
+        the stream closes once it is written, as in :meth:`leave`.
+        """
+        return self._client.hand_exit(self._session, connection_id, sent=self._close_nowait)
 
     async def leave(self, connection_id: str) -> bool | None:
         """POST the exit naming ``connection_id``, closing the stream once it is on its way.

@@ -20,7 +20,8 @@ import trio
 import trio.testing
 
 from letagents_trio import RoomUnreachable
-from letagents_trio._client import MAX_EXIT_ANSWER_BYTES, RoomClient
+from letagents_trio._client import RoomClient
+from letagents_trio._exit_posts import MAX_EXIT_ANSWER_BYTES
 from letagents_trio._protocol import CALL_TIMEOUT, MAX_ANSWER_BYTES
 from letagents_trio._session import AgentSession
 from letagents_trio.testing._transport import BODY_BUFFER_CHUNKS, open_streaming_transport

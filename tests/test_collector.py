@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -35,6 +35,9 @@ from letagents_trio._collector import (
 from letagents_trio.testing import FakeRoom, ProcessMode
 
 from .events import Delegating
+
+if TYPE_CHECKING:
+    from letagents_trio._exits import HandedExit
 
 
 @pytest.fixture(autouse=True)
@@ -280,14 +283,14 @@ async def test_by_default_an_embedders_burst_and_goodbye_leave_the_collector_alo
     seen: list[bool] = []
     async with fake_room.client() as client:
         connector = Watching(SSEConnector(client))
-        # The open streams' exits go through the client, not the connector.
-        announce_exit = client.announce_exit
+        # The open streams' exits are handed over by the client, not the connector.
+        hand_exit = client.hand_exit
 
-        async def watched(session: AgentSession, connection_id: str | None, **options: Any) -> bool:
+        def watched(session: AgentSession, connection_id: str, **options: Any) -> HandedExit:
             connector.seen.append(gc.isenabled())
-            return await announce_exit(session, connection_id, **options)
+            return hand_exit(session, connection_id, **options)
 
-        monkeypatch.setattr(client, "announce_exit", watched)
+        monkeypatch.setattr(client, "hand_exit", watched)
         async with open_connection_manager(client, connector=connector) as manager:
             holders = [manager.hold(session) for session in sessions]
             await trio.testing.wait_all_tasks_blocked()

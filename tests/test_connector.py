@@ -29,6 +29,7 @@ from letagents_trio import (
     StreamNews,
     StreamProtocolError,
 )
+from letagents_trio._exits import HandedExit
 from letagents_trio._http import HTTPFailure
 from letagents_trio._protocol import MAX_EVENT_BYTES
 from letagents_trio._sse import FEED_SLICE_BYTES
@@ -573,7 +574,8 @@ def stream_and_exits(log: list[object]) -> Any:
 
 
 async def test_an_sse_stream_leaves_by_closing_then_posting_its_exit() -> None:
-    """SSE has no exit of its own: nothing goes at once; leaving closes the stream (its
+    """SSE has no exit of its own: at once, its POST is only made ready (not sent, it
+    is left to leave()); leaving closes the stream (its
     next read fails, as a reader waiting would wake), then POSTs the exit naming the
     connection, and returns the answer."""
     log: list[object] = []
@@ -583,9 +585,34 @@ async def test_an_sse_stream_leaves_by_closing_then_posting_its_exit() -> None:
             connector.open(SESSION) as stream,
         ):
             assert await anext(stream) == StreamNews(connection_id="conn-7")
-            assert stream.leave_nowait("conn-7") is False
+            assert isinstance(stream.leave_nowait("conn-7"), HandedExit)
             assert log == []
             assert await stream.leave("conn-7") is True
+            with pytest.raises(RoomUnreachable):
+                await anext(stream)
+    assert log == [exit_post("conn-7")]
+
+
+async def test_an_sse_exit_handed_over_goes_with_the_clients_delivery_and_closes_the_stream() -> (
+    None
+):
+    """Sent, the exit made ready goes only with the room client's delivery, which
+    settles it with the room's answer; the stream is closed once it is written."""
+    log: list[object] = []
+    settled: list[HandedExit] = []
+    with trio.fail_after(10):
+        async with (
+            connector_for(stream_and_exits(log)) as connector,
+            connector.open(SESSION) as stream,
+        ):
+            assert await anext(stream) == StreamNews(connection_id="conn-7")
+            handed = stream.leave_nowait("conn-7")
+            assert isinstance(handed, HandedExit)
+            assert handed.send(settled.append)
+            assert (log, settled) == ([], [])
+            await connector._client.deliver_exits()
+            assert settled == [handed]
+            assert (handed.recorded, handed.failure) == (True, None)
             with pytest.raises(RoomUnreachable):
                 await anext(stream)
     assert log == [exit_post("conn-7")]

@@ -23,6 +23,7 @@ from letagents_trio import (
     open_connection_manager,
     serve_connection_manager,
 )
+from letagents_trio._exits import HandedExit
 from letagents_trio.testing import FakeRoom, ProcessMode
 from letagents_trio.workers._state import LocalStateStore
 
@@ -659,7 +660,8 @@ async def test_an_sse_holder_leaving_closes_its_stream_then_posts_and_stops(
                 await holder.wait_status(HolderStatus.OPEN)
                 await trio.sleep(1)
                 connection_id = holder.connection_id
-                assert holder.leave_nowait() is False  # SSE: the exit needs a request
+                # SSE: the exit is a request, made ready; not sent, leave() sends it.
+                assert isinstance(holder.leave_nowait(), HandedExit)
                 with trio.fail_after(1):
                     recorded = await holder.leave()
                 assert recorded is True

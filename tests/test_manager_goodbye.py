@@ -46,6 +46,7 @@ from letagents_trio import (
 )
 from letagents_trio._goodbye import (
     EXIT_ALLOWANCE,
+    HANDED_ALLOWANCE,
     UNWIND_ALLOWANCE,
     Allowance,
     Goodbye,
@@ -53,9 +54,11 @@ from letagents_trio._goodbye import (
     exits_deadline,
     measured_allowance,
 )
+from letagents_trio._http._pool import LANES
 from letagents_trio.testing import FakeRoom, ProcessMode
 
 from .events import Delegating, ScriptedStream, SlowToUnwind, drain
+from .test_http_pool_handed import Spawned
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -324,7 +327,9 @@ def allowed(monkeypatch: pytest.MonkeyPatch) -> HoldPolicy:
     sixty-fourth of a second is exact in binary, so the times below are exact.
     """
     monkeypatch.setattr(
-        _goodbye, "measured_allowance", lambda *_: Allowance(holder=1 / 64, exit=1 / 64)
+        _goodbye,
+        "measured_allowance",
+        lambda *_: Allowance(holder=1 / 64, exit=1 / 64, handed=1 / 64),
     )
     return HoldPolicy()
 
@@ -360,10 +365,11 @@ async def test_a_black_holed_goodbye_ends_early_by_what_its_exits_need_to_unwind
 ) -> None:
     fake_room.black_hole_exits = True
     ended, report = await goodbye_at_ten(fake_room, 32, allowed)
-    # 32 exits in flight, each allowed 1/64 s: they are cancelled half a
-    # second before the deadline.
-    assert ended == 10 + 1.5 - 0.5
-    assert {(a.error, a.finished_at) for a in report} == {("deadline", 11.0)}
+    # 32 exits handed to the room client, each allowed 1/64 s, and the
+    # client's delivery of them (a task), 1/64 s: given up 33/64 s before
+    # the deadline.
+    assert ended == 10 + 1.5 - 33 / 64
+    assert {(a.error, a.finished_at) for a in report} == {("deadline", 11.5 - 33 / 64)}
     assert len(fake_room.exits) == 32
 
 
@@ -475,7 +481,9 @@ async def test_the_wait_for_answers_ends_in_time_for_the_waiting_holders_to_unwi
     rather than at half the deadline (10.75); no POST could still unwind in
     time: each is cut at once, before it is sent, and each exit is reported
     sent, unconfirmed."""
-    holders, report = await unanswered_goodbye(fake_room, 64, Allowance(holder=1 / 64, exit=1 / 64))
+    holders, report = await unanswered_goodbye(
+        fake_room, 64, Allowance(holder=1 / 64, exit=1 / 64, handed=0)
+    )
     assert trio.current_time() == 10.5
     assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in holders} == {
         (10.5, "process exit", None)
@@ -492,7 +500,7 @@ async def test_unanswered_exits_are_posted_once_their_answers_are_due(
     then, keeping half a second (32/64) to unwind, and their POSTs an eighth more
     (32/256): each is POSTed, and answered."""
     holders, report = await unanswered_goodbye(
-        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 256)
+        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 256, handed=0)
     )
     assert trio.current_time() == 10.75
     assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in holders} == {
@@ -508,7 +516,7 @@ async def test_a_post_after_an_unanswered_exit_is_cut_in_time_to_unwind(
     holders stopped late and the POSTs still running unwind by the deadline.
     Each exit went over its socket first: reported sent, unconfirmed, not cut."""
     holders, report = await unanswered_goodbye(
-        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 256), posts_answered=False
+        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 256, handed=0), posts_answered=False
     )
     assert trio.current_time() == 10.875
     assert {h.posted_at for h in holders} == {10.75}
@@ -523,7 +531,7 @@ async def test_only_the_posts_that_can_still_unwind_in_time_are_sent(
     now: it could not unwind in time, so 15 are sent; every exit went over its socket
     and is reported sent, unconfirmed, when the bound cuts the POSTs (11.0 - 15/64)."""
     holders, report = await unanswered_goodbye(
-        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 64), posts_answered=False
+        fake_room, 32, Allowance(holder=1 / 64, exit=1 / 64, handed=0), posts_answered=False
     )
     assert trio.current_time() == 11 - 15 / 64
     assert Counter(h.posted_at for h in holders) == {10.75: 15, None: 17}
@@ -536,7 +544,7 @@ async def test_an_exit_the_room_closed_unanswered_is_posted_at_once(
     """The rooms closed the sockets at 10.25 without an answer: with nothing else to
     wait for, each exit is POSTed then, not at the answers' share of the time."""
     holders, report = await unanswered_goodbye(
-        fake_room, 2, Allowance(holder=0, exit=0), closed_at=10.25
+        fake_room, 2, Allowance(holder=0, exit=0, handed=0), closed_at=10.25
     )
     assert trio.current_time() == 10.25
     assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.25, 10.25)}
@@ -554,7 +562,7 @@ async def test_a_post_after_an_unanswered_exit_that_fails_is_reported(
     autojump_clock: MockClock, fake_room: FakeRoom, failure: Exception, error: str
 ) -> None:
     holders, report = await unanswered_goodbye(
-        fake_room, 2, Allowance(holder=0, exit=0), post_fails=failure
+        fake_room, 2, Allowance(holder=0, exit=0, handed=0), post_fails=failure
     )
     assert {h.posted_at for h in holders} == {10.75}
     assert {(a.recorded, a.error, a.finished_at) for a in report} == {(None, error, 10.75)}
@@ -567,7 +575,7 @@ async def test_an_exit_in_a_task_unanswered_when_due_is_posted_and_reported_sent
     never comes: stopped late at 10.75, the task POSTs the exit as well, black-holed;
     cut by the deadline, the exit is still reported sent over its socket."""
     holders, report = await unanswered_goodbye(
-        fake_room, 2, Allowance(holder=0, exit=0), at_once=False, posts_answered=False
+        fake_room, 2, Allowance(holder=0, exit=0, handed=0), at_once=False, posts_answered=False
     )
     assert trio.current_time() == 11.5
     assert {(h.stopped_at, h.posted_at) for h in holders} == {(10.75, 10.75)}
@@ -604,7 +612,9 @@ async def test_a_holder_whose_task_ended_is_not_stopped_late_again(
         UnansweredSocket(await fake_room.add_worker(display_name=f"W{i}"), posts_answered=False)
         for i in range(32)
     ]
-    report = await goodbye_at_ten_of([answered, *sockets], Allowance(holder=1 / 64, exit=1 / 256))
+    report = await goodbye_at_ten_of(
+        [answered, *sockets], Allowance(holder=1 / 64, exit=1 / 256, handed=0)
+    )
     assert trio.current_time() == 10.875
     assert answered.stops == 1
     assert report[0] == ExitAnnouncement(
@@ -639,7 +649,9 @@ async def test_one_bound_keeps_time_for_every_task_it_would_cancel(
     sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(64)]
     sockets = [UnansweredSocket(s) for s in sessions[:32]]
     tasks = [BlackHoledExit(s) for s in sessions[32:]]
-    report = await goodbye_at_ten_of([*sockets, *tasks], Allowance(holder=1 / 64, exit=1 / 64))
+    report = await goodbye_at_ten_of(
+        [*sockets, *tasks], Allowance(holder=1 / 64, exit=1 / 64, handed=0)
+    )
     assert trio.current_time() == 10.5
     assert {(h.stopped_at, h.stopped_for, h.posted_at) for h in sockets} == {
         (10.5, "process exit", None)
@@ -685,16 +697,17 @@ async def test_each_answered_exit_gives_its_share_back(
     fake_room.on("POST", EXIT_PATH).rewrite(lambda answer: answer, times=16)
     fake_room.on("POST", EXIT_PATH).hold(times=16)
     ended, report = await goodbye_at_ten(fake_room, 32, allowed)
-    assert ended == 11.5 - 16 / 64
+    # The 16 never answered, and the room client's delivery of them (a task).
+    assert ended == 11.5 - 17 / 64
     assert Counter((a.recorded, a.error, a.finished_at) for a in report) == {
         (True, None, 10.0): 16,
-        (None, "deadline", 11.25): 16,
+        (None, "deadline", 11.5 - 17 / 64): 16,
     }
     # Said once, with how many the deadline cut.
     warning, summary = [r.getMessage() for r in caplog.records if r.name == MANAGER_LOG]
     assert warning == "exit deadline of 1.5 s passed before 16 of 32 exits were announced"
     head, kinds = summary.split(": ")
-    assert head == "announced 32 exits in 1250 ms"
+    assert head == "announced 32 exits in 1234 ms"
     assert sorted(kinds.split(", ")) == ["16 deadline", "16 recorded"]
 
 
@@ -815,11 +828,11 @@ async def test_every_exits_task_starts_before_any_of_them_runs(
 
 def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
     """Real time kept on trio's clock: whole where it follows real time, none where it stands."""
-    whole = Allowance(holder=UNWIND_ALLOWANCE, exit=EXIT_ALLOWANCE)
-    assert (UNWIND_ALLOWANCE, EXIT_ALLOWANCE) == (100e-6, 30e-6)
+    whole = Allowance(holder=UNWIND_ALLOWANCE, exit=EXIT_ALLOWANCE, handed=HANDED_ALLOWANCE)
+    assert (UNWIND_ALLOWANCE, EXIT_ALLOWANCE, HANDED_ALLOWANCE) == (100e-6, 30e-6, 5e-6)
     assert measured_allowance(0.25, 0.25) == whole
-    assert measured_allowance(0.0, 0.25) == Allowance(holder=0, exit=0)
-    assert measured_allowance(0.125, 0.25) == Allowance(holder=50e-6, exit=15e-6)
+    assert measured_allowance(0.0, 0.25) == Allowance(holder=0, exit=0, handed=0)
+    assert measured_allowance(0.125, 0.25) == Allowance(holder=50e-6, exit=15e-6, handed=2.5e-6)
     assert measured_allowance(0.0, 0.0) == whole  # too short to tell: kept whole
 
 
@@ -832,6 +845,7 @@ async def test_on_the_system_clock_the_goodbye_keeps_the_whole_allowance() -> No
     assert allowance is not None
     assert 0.5 * UNWIND_ALLOWANCE < allowance.holder <= UNWIND_ALLOWANCE * 1.001
     assert 0.5 * EXIT_ALLOWANCE < allowance.exit <= EXIT_ALLOWANCE * 1.001
+    assert 0.5 * HANDED_ALLOWANCE < allowance.handed <= HANDED_ALLOWANCE * 1.001
 
 
 async def test_under_a_mock_clock_the_goodbye_keeps_none(autojump_clock: MockClock) -> None:
@@ -839,7 +853,7 @@ async def test_under_a_mock_clock_the_goodbye_keeps_none(autojump_clock: MockClo
         AgentSession(session_id=f"s{i}", session_token="t", room_id="r") for i in range(300)
     ]
     goodbye = await run_goodbye_of([LeftAtOnce(s) for s in sessions])
-    assert goodbye._allowance == Allowance(holder=0, exit=0)
+    assert goodbye._allowance == Allowance(holder=0, exit=0, handed=0)
 
 
 @final
@@ -882,11 +896,13 @@ async def test_a_failure_while_the_answers_are_read_is_reported_not_raised(
 
 def test_the_exits_are_cut_early_by_the_allowance_of_each_task_they_would_cancel() -> None:
     """An exit waiting on a shared connection unwinds cheaper than a holder and its socket."""
-    allowance = Allowance(holder=0.5, exit=0.125)
+    allowance = Allowance(holder=0.5, exit=0.125, handed=0.03125)
     assert exits_deadline(10.0, allowance, holders=0, exits=0) == 10.0
     assert exits_deadline(10.0, allowance, holders=0, exits=2) == 9.75
     assert exits_deadline(10.0, allowance, holders=1, exits=2) == 9.25
     assert exits_deadline(10.0, allowance, holders=3, exits=0) == 8.5
+    # An exit handed to its carrier has no task to unwind: it is only given up.
+    assert exits_deadline(10.0, allowance, holders=0, exits=1, handed=4) == 9.75
 
 
 # --- serve_connection_manager passes each option on ------------------------------------
@@ -1406,3 +1422,44 @@ async def test_an_exit_written_at_once_and_not_answered_by_the_answer_time_is_po
     assert [(a.connection_id, a.recorded, a.error, a.finished_at) for a in report] == [
         ("conn-1", True, None, 2)
     ]
+
+
+async def test_an_sse_goodbye_hands_its_exits_over_with_no_task_each(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """300 SSE sessions: their exits go to the room client's pipelined connections,
+    carried by one task per connection and the client's one delivery, not a task per
+    exit; every one is recorded, and reported so."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(300)]
+    spawned = Spawned()
+    async with fake_room.client() as client:
+        async with open_connection_manager(client) as manager:
+            await open_holders(manager, sessions)
+            trio.lowlevel.add_instrument(spawned)
+        trio.lowlevel.remove_instrument(spawned)
+    names = Counter(spawned.names)
+    assert (names["_leave"], names["_deliver"]) == (0, 1)
+    assert 1 <= names["_await"] <= LANES
+    assert len(fake_room.exits) == 300
+    report = manager.exit_report
+    assert report is not None
+    assert {(a.recorded, a.error) for a in report} == {(True, None)}
+    assert trio.current_time() == 0
+
+
+async def test_with_exits_in_turns_an_sse_exit_is_not_handed_over(
+    autojump_clock: MockClock, fake_room: FakeRoom
+) -> None:
+    """``exit_concurrency`` counts the exits' tasks: each SSE exit then goes in its own,
+    in turn, as before (the POST made by its stream's leave)."""
+    sessions = [await fake_room.add_worker(display_name=f"W{i}") for i in range(4)]
+    spawned = Spawned()
+    async with fake_room.client() as client:
+        policy = HoldPolicy(exit_concurrency=2)
+        async with open_connection_manager(client, policy=policy) as manager:
+            await open_holders(manager, sessions)
+            trio.lowlevel.add_instrument(spawned)
+        trio.lowlevel.remove_instrument(spawned)
+    names = Counter(spawned.names)
+    assert (names["_leave"], names["_deliver"]) == (4, 0)
+    assert len(fake_room.exits) == 4

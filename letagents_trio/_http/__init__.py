@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.request import getproxies
 
 from ._httpx import HTTPXStack, failure_name
-from ._lanes import Answer
+from ._lanes import Answer, Settled
 from ._lean import LeanStack
 from ._net import NetworkOpener
 from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
@@ -77,6 +77,7 @@ __all__ = [
     "Prefixed",
     "QuietReads",
     "Response",
+    "Settled",
     "Stack",
     "bound_informational",
     "can_send_now",
@@ -199,6 +200,39 @@ class Stack(Protocol):
 
         Cancellation:
             A checkpoint; cancelled, its connection is closed.
+        """
+        ...
+
+    def send_nowait(
+        self,
+        method: str,
+        origin: Origin,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        *,
+        max_body: int,
+        settled: Settled,
+        sent: Callable[[], object] | None = None,
+    ) -> bool:
+        """Hand over a request that may be sent twice, with no task waiting for its answer.
+
+        ``settled(answer, failure)`` is called once, with no checkpoint, with
+        its answer or its failure, from :meth:`deliver`; ``sent`` as for
+        :meth:`exchange`. No checkpoint.
+
+        Returns:
+            Whether it was handed over; False when this stack cannot (nothing
+            was sent: :meth:`exchange` is the way).
+        """
+        ...
+
+    async def deliver(self) -> None:
+        """Send the requests handed over and read their answers, until each is settled.
+
+        Cancellation:
+            A checkpoint; cancelled, those not settled are given up (their
+            ``sent`` told, their ``settled`` never).
         """
         ...
 

@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 
-from ._lanes import Answer
+from ._lanes import Answer, Settled
 from ._request import TOO_MANY_INFORMATIONAL, HTTPFailure
 
 if TYPE_CHECKING:
     import httpx2
+
+    from ._request import Origin
 
 __all__ = ["HTTPXStack", "failure_name"]
 
@@ -209,6 +211,29 @@ class HTTPXStack:
         finally:
             await response.aclose()
         return Answer(response.status, tuple(response.headers), bytes(data))
+
+    def send_nowait(
+        self,
+        method: str,
+        origin: Origin,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        *,
+        max_body: int,
+        settled: Settled,
+        sent: Callable[[], object] | None = None,
+    ) -> bool:
+        """Never: httpx2 sends a request only from a task awaiting it (:meth:`exchange`)."""
+        return False
+
+    async def deliver(self) -> None:
+        """Nothing is ever handed over (:meth:`send_nowait`).
+
+        Cancellation:
+            A checkpoint.
+        """
+        await trio.lowlevel.checkpoint()
 
     async def aclose(self) -> None:
         """Nothing of its own to close: the client closes its httpx2 client.

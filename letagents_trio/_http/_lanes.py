@@ -20,7 +20,7 @@ import trio
 
 from ._request import MAX_HEAD_BYTES, HTTPFailure, header_value
 
-__all__ = ["Answer", "Lane", "Request"]
+__all__ = ["Answer", "Lane", "Request", "Settled"]
 
 
 @final
@@ -37,21 +37,48 @@ class Answer:
         return header_value(self.headers, name)
 
 
+# Told of a handed request's answer, or else of its failure (see Request.settled).
+Settled = Callable[["Answer | None", "HTTPFailure | None"], object]
+
+
 @final
 class Request:
-    """One request on a lane: its bytes, and once read its answer or failure."""
+    """One request on a lane: its bytes, and once read its answer or failure.
 
-    __slots__ = ("_wake", "answer", "data", "end", "failure", "gone", "lane", "max_body", "sent")
+    A request has a caller waiting for it, or else (``settled``) was handed
+    over with no caller: whoever reads its answer, or fails it, tells
+    ``settled``, with no checkpoint.
+    """
+
+    __slots__ = (
+        "_wake",
+        "answer",
+        "data",
+        "end",
+        "failure",
+        "gone",
+        "lane",
+        "max_body",
+        "sent",
+        "settled",
+    )
 
     def __init__(
-        self, data: bytes, max_body: int, lane: Lane, sent: Callable[[], object] | None
+        self,
+        data: bytes,
+        max_body: int,
+        lane: Lane,
+        sent: Callable[[], object] | None,
+        settled: Settled | None = None,
     ) -> None:
         self.data = data
         self.max_body = max_body
         self.lane = lane
         self.answer: Answer | None = None
         self.failure: HTTPFailure | None = None
-        # Its caller stopped waiting: its answer is read and dropped.
+        self.settled = settled
+        # Its caller stopped waiting (or, handed, the pool's delivery did):
+        # its answer is read and dropped.
         self.gone = False
         self._wake: trio.Event | None = None
         # Told once its bytes are handed to the kernel (then None); at its
@@ -62,6 +89,27 @@ class Request:
     @property
     def done(self) -> bool:
         return self.answer is not None or self.failure is not None
+
+    @property
+    def handed(self) -> bool:
+        """Handed over with no caller, and not yet answered, failed, or given up."""
+        return self.settled is not None and not self.gone and not self.done
+
+    def answered(self, answer: Answer) -> None:
+        """Its answer is read: wake its caller, or tell ``settled``."""
+        self.answer = answer
+        self._settle()
+
+    def failed(self, failure: HTTPFailure) -> None:
+        """It failed: wake its caller, or tell ``settled``."""
+        self.failure = failure
+        self._settle()
+
+    def _settle(self) -> None:
+        self.wake()
+        settled, self.settled = self.settled, None
+        if settled is not None and not self.gone:
+            settled(self.answer, self.failure)
 
     @property
     def parked(self) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, final
 
 import h11
+import trio
 
 from ._pool import PipelinedPool
 from ._request import (
@@ -25,7 +26,7 @@ from ._request import (
 )
 
 if TYPE_CHECKING:
-    from ._lanes import Answer
+    from ._lanes import Answer, Settled
 
 __all__ = ["LeanStack"]
 
@@ -78,22 +79,81 @@ class LeanStack:
         Cancellation:
             A checkpoint; cancelled, its connection is closed.
         """
-        origin, target = split_url(url)
+        try:
+            data, pool = self._prepare(method, *split_url(url), headers, body)
+        except HTTPFailure:
+            if sent is not None:
+                sent()
+            raise
+        return await pool.exchange(data, max_body=max_body, sent=sent)
+
+    def send_nowait(
+        self,
+        method: str,
+        origin: Origin,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        *,
+        max_body: int,
+        settled: Settled,
+        sent: Callable[[], object] | None = None,
+    ) -> bool:
+        """Hand over a request that may be sent twice, with no task waiting for its answer.
+
+        See :meth:`PipelinedPool.send_nowait <._pool.PipelinedPool.send_nowait>`;
+        :meth:`deliver` does the connections' work.
+
+        Returns:
+            Whether it was handed over (False: nothing was sent, and
+            :meth:`exchange` would fail it).
+        """
+        try:
+            data, pool = self._prepare(method, origin, target, headers, body)
+            pool.send_nowait(data, max_body=max_body, settled=settled, sent=sent)
+        except HTTPFailure:
+            return False
+        return True
+
+    async def deliver(self) -> None:
+        """Do the exits' connections' work until every request handed over is settled.
+
+        Cancellation:
+            A checkpoint; cancelled, the requests not settled are given up
+            (see :meth:`PipelinedPool.deliver <._pool.PipelinedPool.deliver>`).
+        """
+        pools = list(self._pools.values())
+        if len(pools) == 1:
+            await pools[0].deliver()
+            return
+        async with trio.open_nursery() as nursery:
+            for pool in pools:
+                nursery.start_soon(pool.deliver)
+
+    def _prepare(
+        self,
+        method: str,
+        origin: Origin,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+    ) -> tuple[bytes, PipelinedPool]:
+        """The request's bytes, and the pool of its origin (made on its first request).
+
+        Raises:
+            HTTPFailure: the request cannot be written, or the stack is closed.
+        """
         try:
             data = request_bytes(origin, target, method, headers, body)
         except h11.LocalProtocolError:
-            if sent is not None:
-                sent()
             # h11's message would quote the field, and fields hold credentials.
             raise HTTPFailure("LocalProtocolError") from None
         pool = self._pools.get(origin)
         if pool is None:
             if self._closed:
-                if sent is not None:
-                    sent()
                 raise HTTPFailure("the stack is closed")
             pool = self._pools[origin] = PipelinedPool(self.opener, origin)
-        return await pool.exchange(data, max_body=max_body, sent=sent)
+        return data, pool
 
     async def aclose(self) -> None:
         """Close the exits' connections; exits waiting and later ones fail.

@@ -63,7 +63,7 @@ import h11
 import trio
 
 from ._answer import HEAD_END, simple_head
-from ._lanes import Answer, Lane, Request
+from ._lanes import Answer, Lane, Request, Settled
 from ._request import (
     MAX_HEAD_BYTES,
     MAX_INFORMATIONAL,
@@ -117,6 +117,10 @@ class PipelinedPool:
         self._origin = origin
         self._width = lanes
         self._lanes: list[Lane] = []
+        # _pick's next lane to look at, and a floor under the fewest requests
+        # waiting on a lane (every lane has at least that many).
+        self._cursor = 0
+        self._fewest = 0
         self._closed = False
         # What h11 is told was sent before each answer is read: the bytes went
         # out already, serialized ahead; h11 only needs to expect one answer.
@@ -154,14 +158,9 @@ class PipelinedPool:
             await trio.lowlevel.checkpoint()
             raise HTTPFailure("the pool is closed")
         request = Request(data, max_body, self._pick(), sent)
-        lane = request.lane
-        lane.waiting.append(request)
+        self._enqueue(request)
         try:
-            if not lane.one_at_a_time or len(lane.waiting) == 1:
-                lane.queue(request)
-            self._write_now(lane)
-            while not request.done:
-                await self._take_turn(request)
+            await self._await(request)
         finally:
             request.gone = not request.done
             request.tell_sent()
@@ -169,6 +168,79 @@ class PipelinedPool:
             raise request.failure
         assert request.answer is not None
         return request.answer
+
+    def send_nowait(
+        self,
+        data: bytes,
+        *,
+        max_body: int,
+        settled: Settled,
+        sent: Callable[[], object] | None = None,
+    ) -> None:
+        """Hand one serialized request over, with no caller waiting: ``settled`` gets its outcome.
+
+        It goes on a connection as :meth:`exchange`'s would, and is written as
+        soon as that connection takes it; :meth:`deliver` does the
+        connections' work for it. ``settled(answer, failure)`` is called
+        once, with no checkpoint, when its answer is read or it fails (never
+        once :meth:`deliver` was cancelled with it unsettled); ``sent`` as
+        for :meth:`exchange`, or when :meth:`deliver` gives it up.
+
+        Raises:
+            HTTPFailure: the pool is closed (nothing was sent).
+        """
+        if self._closed:
+            raise HTTPFailure("the pool is closed")
+        self._enqueue(Request(data, max_body, self._pick(), sent, settled))
+
+    async def deliver(self) -> None:
+        """Do every connection's work until each request handed over is settled.
+
+        One task per connection that holds some, waiting on the last of them
+        there (the answers come in order): it opens the connection, writes
+        its requests and reads its answers, settling each as it is read. A
+        goodbye of thousands of exits so runs as many tasks as connections.
+
+        Cancellation:
+            A checkpoint. Cancelled, the requests not settled are given up:
+            each stays where it is (its answer, when it comes, is read and
+            dropped), is told it is sent, and is never settled.
+        """
+        try:
+            while targets := self._last_handed():
+                async with trio.open_nursery() as connections:
+                    for request in targets:
+                        connections.start_soon(self._await, request)
+            await trio.lowlevel.checkpoint()
+        finally:
+            for lane in self._lanes:
+                for request in lane.waiting:
+                    if request.handed:
+                        request.gone = True
+                        request.tell_sent()
+
+    def _last_handed(self) -> list[Request]:
+        """The last request handed over and not settled on each connection that has one."""
+        targets = []
+        for lane in self._lanes:
+            for request in reversed(lane.waiting):
+                if request.handed:
+                    targets.append(request)
+                    break
+        return targets
+
+    def _enqueue(self, request: Request) -> None:
+        """Put ``request`` on its lane, writing it at once where the kernel takes it."""
+        lane = request.lane
+        lane.waiting.append(request)
+        if not lane.one_at_a_time or len(lane.waiting) == 1:
+            lane.queue(request)
+        self._write_now(lane)
+
+    async def _await(self, request: Request) -> None:
+        """Take turns at ``request``'s lane's work until it is answered or failed."""
+        while not request.done:
+            await self._take_turn(request)
 
     async def aclose(self) -> None:
         """Close every connection; requests waiting and later ones fail.
@@ -183,15 +255,38 @@ class PipelinedPool:
         await trio.lowlevel.checkpoint()
 
     def _pick(self) -> Lane:
-        """The open lane with the fewest requests waiting; a new one while all have some."""
-        best: Lane | None = None
-        for lane in self._lanes:
-            if best is None or len(lane.waiting) < len(best.waiting):
-                best = lane
-        if best is None or (best.waiting and len(self._lanes) < self._width):
-            best = Lane()
-            self._lanes.append(best)
-        return best
+        """An open lane with the fewest requests waiting; a new one while all have some.
+
+        Looked for from the lane after the last one picked, against a floor
+        under the fewest waiting (lowered as requests leave a lane), so that
+        thousands of requests asked at once cost a look at about one lane
+        each, not at every lane: a full look only once every lane has more
+        than the floor.
+        """
+        if self._lanes:
+            lane = self._at_floor()
+            if lane is None:
+                self._fewest = min(len(lane.waiting) for lane in self._lanes)
+                lane = self._at_floor()
+                assert lane is not None
+            if not lane.waiting or len(self._lanes) >= self._width:
+                return lane
+        lane = Lane()
+        self._lanes.append(lane)
+        self._fewest = 0
+        self._cursor = len(self._lanes)
+        return lane
+
+    def _at_floor(self) -> Lane | None:
+        """The next lane, from the cursor on, with no more requests waiting than the floor."""
+        lanes = self._lanes
+        count = len(lanes)
+        for step in range(count):
+            index = (self._cursor + step) % count
+            if len(lanes[index].waiting) <= self._fewest:
+                self._cursor = index + 1
+                return lanes[index]
+        return None
 
     def _write_now(self, lane: Lane) -> None:
         """Write what the kernel takes of ``lane``'s outbox at once, if no caller is writing it."""
@@ -314,10 +409,11 @@ class PipelinedPool:
                 return
             if answer is None:
                 return  # the next answer is not all read yet: the next caller's turn
-            head.answer, keep = answer
+            reply, keep = answer
             lane.waiting.popleft()
+            self._fewest = min(self._fewest, len(lane.waiting))
             lane.answered += 1
-            head.wake()
+            head.answered(reply)
             if not keep:
                 # The room closes it after this answer: the rest go on a new connection.
                 await self._end(lane, "ConnectionClosed", retry=True)
@@ -431,12 +527,12 @@ class PipelinedPool:
             for request in waiting:
                 request.lane = moved
                 moved.waiting.append(request)
+            self._fewest = min(self._fewest, len(moved.waiting))
             moved.queue(waiting[0])
             moved.wake_next()
         else:
             for request in waiting:
-                request.failure = HTTPFailure(failure)
-                request.wake()
+                request.failed(HTTPFailure(failure))
         if lane.stream is not None:
             await _close(lane.stream)
 
