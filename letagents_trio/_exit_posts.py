@@ -41,6 +41,8 @@ __all__ = ["MAX_EXIT_ANSWER_BYTES", "ExitPosts"]
 # The largest exit answer read: the room's is ``{"recorded":true}``.
 MAX_EXIT_ANSWER_BYTES = 64 * 1024
 
+# The room's answer to an exit it recorded, as the letagents API writes it.
+_RECORDED = b'{"recorded":true}'
 # What the client reads of an answer: a status, its body's text and its
 # Retry-After, for a call of its method and URL, with its session and body.
 Parse = Callable[[str, str, int, str, "str | None", "AgentSession | None", object], Any]
@@ -127,6 +129,9 @@ class ExitPosts:
         connection_id: str,
     ) -> None:
         """Settle ``handed`` with what ``reply`` says, as ``RoomClient.announce_exit`` reads it."""
+        if reply.status == 200 and reply.body == _RECORDED:
+            handed.settle(True, None)  # the room's answer, as it writes it: no parse needed
+            return
         text = reply.body.decode("utf-8", "replace")
         body = exit_body(session, connection_id)
         if reply.status == 401 and self._state is not None:

@@ -12,7 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._http import Answer, HTTPFailure, Origin
+from letagents_trio._http import Answer, HTTPFailure, Origin, _pool
+from letagents_trio._http._answer import SimpleHead, simple_head
 from letagents_trio._http._pool import PipelinedPool
 
 from .test_http_pool import OK, ORIGIN, Late, ScriptedRoom, exchange, exit_request
@@ -180,3 +181,32 @@ async def test_requests_asked_at_once_are_spread_over_the_connections_in_turn(
     pool.send_nowait(exit_request(99), max_body=1024, settled=lambda answer, failure: None)
     waiting[waiting.index(0)] = 1
     assert [len(lane.waiting) for lane in pool._lanes] == waiting
+
+
+async def test_a_head_the_same_as_the_last_on_its_connection_is_not_parsed_again(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five answers, the third with another head (a longer body), the fourth saying the
+    room closes the connection: the same heads are parsed once, and each answer is its own."""
+    other = OK.replace(b"17", b"18").replace(b"true", b"false")
+    closing = OK.replace(b"Content-Length", b"Connection: close\r\nContent-Length")
+    replies = [OK, OK, other, closing, OK]
+    room.script = lambda connection, request: replies[request] if connection == 0 else OK
+    parsed: list[int] = []
+
+    def counted(data: bytes | bytearray) -> SimpleHead | None:
+        head = simple_head(data)
+        if head is not None:
+            parsed.append(head.length)
+        return head
+
+    monkeypatch.setattr(_pool, "simple_head", counted)
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    outcomes: dict[int, Outcome] = {}
+    hand(pool, 5, outcomes)
+    await pool.deliver()
+    bodies = [answer.body for answer, _, _ in outcomes.values() if answer is not None]
+    assert bodies == [OK[-17:], OK[-17:], other[-18:], OK[-17:], OK[-17:]]
+    # OK once, the other head, the closing one, then OK again on the new connection.
+    assert parsed == [17, 18, 17, 17]
+    assert room.opened == 2

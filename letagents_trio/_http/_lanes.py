@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import h11
 import trio
 
 from ._request import MAX_HEAD_BYTES, HTTPFailure, header_value
+
+if TYPE_CHECKING:
+    from ._answer import SimpleHead
 
 __all__ = ["Answer", "Lane", "Request", "Settled"]
 
@@ -155,6 +158,8 @@ class Lane:
         "h11",
         "head",
         "informational",
+        "last_head",
+        "last_simple",
         "one_at_a_time",
         "outbox",
         "queued",
@@ -193,6 +198,9 @@ class Lane:
         # heads (_answer.simple_head); from the first that is not, h11 reads.
         self.buffer = bytearray()
         self.h11 = False
+        # The last simple head read, and what it says (see _pool._simple_head).
+        self.last_head = b""
+        self.last_simple: SimpleHead | None = None
         # The answer h11 is reading, kept here so that another caller can
         # finish it when its reader stops waiting (cancelled) half-way.
         self.head: h11.Response | None = None
