@@ -10,8 +10,16 @@ stream's own exit); the goodbye orders them and writes the report:
 1. first, in one loop over the holders with no checkpoint, each begins to
    leave (:meth:`~letagents_trio.ProcessHolder.leave_nowait`); a WebSocket
    on a plain socket, or on the lean path's TLS over one, writes its exit
-   frame there, with no task and no checkpoint of its own. Every holder
-   whose exit did not go at once gets a task that runs its
+   frame there, with no task and no checkpoint of its own. Over SSE the
+   stream makes its exit's POST ready (a
+   :class:`~letagents_trio._exits.HandedExit`) and the goodbye hands it to
+   its carrier, the room client, with no task of its own (unless
+   ``exit_concurrency`` is set); once every exit is handed over, one task
+   per carrier delivers them (:meth:`~letagents_trio.RoomClient.deliver_exits`:
+   over the lean path a task per kept-alive connection writes them, closes
+   each stream once its exit is written, and settles each exit as its
+   answer is read, reported there). Every holder whose exit did not go at
+   once, nor was handed over, gets a task that runs its
    :meth:`~letagents_trio.ProcessHolder.leave` and reports what it returns
    (at most ``exit_concurrency`` at a time, when set): over SSE, ``POST
    …/process/exit``, the stream closed once it is written; over a WebSocket,
@@ -33,7 +41,8 @@ stream's own exit); the goodbye orders them and writes the report:
 4. everything runs in one nursery whose cancel scope is the goodbye's one
    bound: the deadline, less the time what it would cancel needs to unwind
    (:func:`exits_deadline`): each exit's task (a task woken, frames
-   unwound), and each holder it would stop, stopped late or still awaiting
+   unwound; a carrier's delivery is one), each exit handed over and not
+   settled (given up where it waits), and each holder it would stop, stopped late or still awaiting
    its answer (a socket closed too); a black-holed room leaves thousands in
    flight. Each exit that ends, and each answer read, gives its share back.
    Cut by it, an exit that went over its socket is reported sent,

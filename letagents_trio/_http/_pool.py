@@ -11,12 +11,19 @@ holds back only the answers, never the requests: every exit reaches it at
 once, and a replayed exit changes nothing (PROTOCOL §2.2), so only requests
 that may be sent twice belong here.
 
-* A request goes on the connection with the fewest requests waiting; a new
-  one is opened while fewer than ``lanes`` are open and each has some. Once
+* A request goes on the connection with the fewest requests waiting (looked
+  for from the one after the last picked); a new one is opened while fewer
+  than ``lanes`` are open and each has some. Once
   answered, a connection stays open for the next requests, unless the room
   said it closes it.
+* A request has a caller waiting for it (:meth:`PipelinedPool.exchange`),
+  or is handed over with no caller (:meth:`PipelinedPool.send_nowait`: a
+  goodbye's thousands of exits), its outcome told to a callback as it is
+  read or fails; :meth:`PipelinedPool.deliver` then runs one task per
+  connection holding some, a caller of the last of them there, until each
+  is settled.
 * There is no task of the pool's own: the callers waiting on a connection
-  take turns at its work. One at a time opens it; a request is written as
+  (and the delivery's tasks) take turns at its work. One at a time opens it; a request is written as
   it is asked, with no task switch, when the kernel takes it at once
   (:func:`~._sockio.send_now`), else by one caller at a time, who waits for
   room in the socket; one reads the answers, hands each to its caller (and
