@@ -178,6 +178,7 @@ _WEBSOCKET_TESTS = (
 _HTTP_TESTS = (
     "tests/test_http_request.py",
     "tests/test_http_pool.py",
+    "tests/test_http_pool_handed.py",
     "tests/test_http_stack.py",
     "tests/test_http_floods.py",
     "tests/test_client_bounds.py",

@@ -198,7 +198,7 @@ class RoomClient:
             api_url=self.api_url,
             owner_token=lambda: self._owner_token,
             state=state,
-            parse=self._parsed,
+            parse=parsed_answer,
         )
 
     @property
@@ -214,26 +214,7 @@ class RoomClient:
         if self._http_client is None:
             if self._closed:
                 raise RuntimeError("the RoomClient is closed")
-            import httpx2
-
-            try:
-                self._http_client = httpx2.AsyncClient(
-                    transport=self._transport,
-                    timeout=httpx2.Timeout(
-                        connect=_protocol.CONNECT_TIMEOUT,
-                        read=None,
-                        write=_protocol.CONNECT_TIMEOUT,
-                        pool=_protocol.CONNECT_TIMEOUT,
-                    ),
-                    # No cap on connections: a burst of calls never waits for the pool.
-                    limits=httpx2.Limits(
-                        max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
-                    ),
-                    follow_redirects=False,
-                )
-            except (ImportError, ValueError, httpx2.InvalidURL) as exc:
-                # The message is ours: a proxy URL can hold credentials.
-                raise RoomUnreachable(_UNUSABLE_PROXY) from exc
+            self._http_client = _new_http_client(self._transport)
             if self._transport is None:
                 bound_informational(self._http_client)
         return self._http_client
@@ -502,32 +483,8 @@ class RoomClient:
                 owner_token=self._owner_token,
                 secrets=secrets_of(self._owner_token, session, json),
             )
-        return self._parsed(method, url, status, text, retry_after, session, json)
-
-    def _parsed(
-        self,
-        method: str,
-        url: str,
-        status: int,
-        text: str,
-        retry_after: str | None,
-        session: AgentSession | None,
-        json: object,
-    ) -> Any:
-        """The parsed answer of a call, or its refusal as :class:`ApiError` (no state applied)."""
-        if not 200 <= status < 300:
-            raise ApiError(
-                status,
-                redact(text, secrets_of(self._owner_token, session, json)),
-                retry_after=_retry_after(retry_after),
-            )
-        if not text.strip():
-            return None
-        try:
-            return _loads(text)
-        except (ValueError, RecursionError) as exc:
-            # RecursionError: nesting too deep for the parser is not an answer either.
-            raise RoomUnreachable(f"{method} {path_of(url)} answered with invalid JSON") from exc
+        secrets = secrets_of(self._owner_token, session, json)
+        return parsed_answer(method, url, status, text, retry_after, secrets)
 
     async def call_when_free(
         self,
@@ -563,3 +520,49 @@ class RoomClient:
 
 def _loads(text: str) -> Any:
     return json.loads(text)
+
+
+def parsed_answer(
+    method: str, url: str, status: int, text: str, retry_after: str | None, secrets: list[str]
+) -> Any:
+    """The parsed answer of a call, or its refusal as :class:`ApiError` (no state applied).
+
+    ``secrets``: what the refusal's text must not show.
+    """
+    if not 200 <= status < 300:
+        raise ApiError(status, redact(text, secrets), retry_after=_retry_after(retry_after))
+    if not text.strip():
+        return None
+    try:
+        return _loads(text)
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: nesting too deep for the parser is not an answer either.
+        raise RoomUnreachable(f"{method} {path_of(url)} answered with invalid JSON") from exc
+
+
+def _new_http_client(transport: httpx2.AsyncBaseTransport | None) -> httpx2.AsyncClient:
+    """A room client's httpx2 client, over ``transport`` or the network.
+
+    Raises:
+        RoomUnreachable: the environment configures a proxy httpx2 cannot use.
+    """
+    import httpx2
+
+    try:
+        return httpx2.AsyncClient(
+            transport=transport,
+            timeout=httpx2.Timeout(
+                connect=_protocol.CONNECT_TIMEOUT,
+                read=None,
+                write=_protocol.CONNECT_TIMEOUT,
+                pool=_protocol.CONNECT_TIMEOUT,
+            ),
+            # No cap on connections: a burst of calls never waits for the pool.
+            limits=httpx2.Limits(
+                max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS
+            ),
+            follow_redirects=False,
+        )
+    except (ImportError, ValueError, httpx2.InvalidURL) as exc:
+        # The message is ours: a proxy URL can hold credentials.
+        raise RoomUnreachable(_UNUSABLE_PROXY) from exc

@@ -44,8 +44,8 @@ MAX_EXIT_ANSWER_BYTES = 64 * 1024
 # The room's answer to an exit it recorded, as the letagents API writes it.
 _RECORDED = b'{"recorded":true}'
 # What the client reads of an answer: a status, its body's text and its
-# Retry-After, for a call of its method and URL, with its session and body.
-Parse = Callable[[str, str, int, str, "str | None", "AgentSession | None", object], Any]
+# Retry-After, for a call of its method and URL, and what its refusal must not show.
+Parse = Callable[[str, str, int, str, "str | None", list[str]], Any]
 
 
 @final
@@ -139,7 +139,8 @@ class ExitPosts:
         try:
             url = self._api_url + path
             retry_after = reply.header("Retry-After")
-            answer = self._parse("POST", url, reply.status, text, retry_after, session, body)
+            secrets = secrets_of(self._owner_token(), session, body)
+            answer = self._parse("POST", url, reply.status, text, retry_after, secrets)
         except (ApiError, RoomUnreachable) as exc:
             handed.settle(False, exc)
             return

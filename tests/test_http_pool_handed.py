@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._http import Answer, HTTPFailure, Origin, _pool
+from letagents_trio._http import Answer, HTTPFailure, Origin, _lane_answers
 from letagents_trio._http._answer import SimpleHead, simple_head
 from letagents_trio._http._pool import PipelinedPool
 
@@ -200,7 +200,7 @@ async def test_a_head_the_same_as_the_last_on_its_connection_is_not_parsed_again
             parsed.append(head.length)
         return head
 
-    monkeypatch.setattr(_pool, "simple_head", counted)
+    monkeypatch.setattr(_lane_answers, "simple_head", counted)
     pool = PipelinedPool(room, ORIGIN, lanes=1)
     outcomes: dict[int, Outcome] = {}
     hand(pool, 5, outcomes)
