@@ -278,6 +278,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "_http/_pool": _HTTP_TESTS,
     "_http/_lanes": _HTTP_TESTS,
+    "_http/_lane_answers": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
     "_http/_lean": _HTTP_TESTS,
     # The lean path's socket I/O: its own tests, the requests that read through
