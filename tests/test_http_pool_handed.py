@@ -159,7 +159,7 @@ async def test_nothing_handed_is_delivered_at_once(
 async def test_a_closed_pool_takes_nothing_handed(room: ScriptedRoom) -> None:
     pool = PipelinedPool(room, ORIGIN)
     await pool.aclose()
-    with pytest.raises(HTTPFailure, match="closed"):
+    with pytest.raises(HTTPFailure, match=r"^the pool is closed$"):
         pool.send_nowait(exit_request(), max_body=1024, settled=lambda answer, failure: None)
     assert room.opened == 0
 
@@ -210,3 +210,21 @@ async def test_a_head_the_same_as_the_last_on_its_connection_is_not_parsed_again
     # OK once, the other head, the closing one, then OK again on the new connection.
     assert parsed == [17, 18, 17, 17]
     assert room.opened == 2
+
+
+async def test_a_request_given_up_is_never_settled_by_a_later_reader(
+    autojump_clock: trio.testing.MockClock, room: ScriptedRoom
+) -> None:
+    """The delivery cut after its request was written, before its answer: a caller's
+    exchange on the same connection later reads that answer too, and drops it."""
+    room.script = lambda connection, request: Late(1.0)
+    pool = PipelinedPool(room, ORIGIN, lanes=1)
+    outcomes: dict[int, Outcome] = {}
+    hand(pool, 1, outcomes)
+    with trio.move_on_after(0.5):
+        await pool.deliver()
+    assert len(room.seen) == 1
+    answer = await exchange(pool, 2)
+    assert answer.status == 200
+    assert trio.current_time() == 1.5
+    assert outcomes == {}
