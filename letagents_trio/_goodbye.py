@@ -109,8 +109,8 @@ UNWIND_ALLOWANCE: Final = 100e-6
 # connection shared with others, which it leaves open.
 EXIT_ALLOWANCE: Final = 30e-6
 # What one exit handed to its carrier and not settled at the deadline costs:
-# given up where it waits (no task of its own), reported cut.
-HANDED_ALLOWANCE: Final = 5e-6
+# given up where it waits (no task of its own), reported cut, its holder let go.
+HANDED_ALLOWANCE: Final = 15e-6
 
 # The part of the goodbye's time given to the rooms' answers to exits over
 # sockets; the rest is for POSTing those not answered by then.

@@ -829,10 +829,10 @@ async def test_every_exits_task_starts_before_any_of_them_runs(
 def test_the_allowance_is_kept_at_the_rate_the_clock_moved() -> None:
     """Real time kept on trio's clock: whole where it follows real time, none where it stands."""
     whole = Allowance(holder=UNWIND_ALLOWANCE, exit=EXIT_ALLOWANCE, handed=HANDED_ALLOWANCE)
-    assert (UNWIND_ALLOWANCE, EXIT_ALLOWANCE, HANDED_ALLOWANCE) == (100e-6, 30e-6, 5e-6)
+    assert (UNWIND_ALLOWANCE, EXIT_ALLOWANCE, HANDED_ALLOWANCE) == (100e-6, 30e-6, 15e-6)
     assert measured_allowance(0.25, 0.25) == whole
     assert measured_allowance(0.0, 0.25) == Allowance(holder=0, exit=0, handed=0)
-    assert measured_allowance(0.125, 0.25) == Allowance(holder=50e-6, exit=15e-6, handed=2.5e-6)
+    assert measured_allowance(0.125, 0.25) == Allowance(holder=50e-6, exit=15e-6, handed=7.5e-6)
     assert measured_allowance(0.0, 0.0) == whole  # too short to tell: kept whole
 
 
