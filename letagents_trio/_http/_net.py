@@ -32,9 +32,9 @@ once is paid once:
   buffering BIO: some 30 KiB); a thousand at once leave them as free holes
   between what the streams keep, resident for the process's life. Resumed,
   a handshake is one round trip and little work, so the turns cost the
-  opening nothing measurable on loopback; over a link with a round trip of
-  ``R`` seconds they bound the rate at ``MAX_HANDSHAKES / R`` handshakes a
-  second.
+  opening less than they save in memory (``docs/performance.md``); over a
+  link with a round trip of ``R`` seconds they bound the rate at
+  ``MAX_HANDSHAKES / R`` handshakes a second.
 
 Proxies are not this module's: a client whose environment configures one
 sends the process connection through httpx2 instead (see
@@ -65,7 +65,7 @@ MAX_CACHED_ORIGINS: Final = 64
 # (RFC 8305 section 8's recommended value, and trio's default).
 HAPPY_EYEBALLS_DELAY: Final = 0.25
 # TLS handshakes under way at once: few enough that their passing buffers leave no
-# lasting holes in the C heap, enough that resumed ones keep the opening as fast.
+# lasting holes in the C heap, enough to keep a burst of resumed ones going.
 MAX_HANDSHAKES: Final = 128
 
 Address = tuple[int, tuple[object, ...]]
