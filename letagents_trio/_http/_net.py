@@ -31,10 +31,10 @@ once is paid once:
   under way holds OpenSSL's passing buffers (its handshake messages, the
   buffering BIO: some 30 KiB); a thousand at once leave them as free holes
   between what the streams keep, resident for the process's life. Resumed,
-  a handshake is one round trip and little work, so the turns cost the
-  opening less than they save in memory (``docs/performance.md``); over a
-  link with a round trip of ``R`` seconds they bound the rate at
-  ``MAX_HANDSHAKES / R`` handshakes a second.
+  a handshake is one round trip and little work, and the turns slow a
+  burst's opening by a part of what full handshakes cost it (both figures
+  in ``docs/performance.md``); over a link with a round trip of ``R``
+  seconds they bound the rate at ``MAX_HANDSHAKES / R`` handshakes a second.
 
 Proxies are not this module's: a client whose environment configures one
 sends the process connection through httpx2 instead (see
