@@ -23,6 +23,9 @@ once is paid once:
   :class:`~._tls.TLSStream` wraps the socket (a held stream's read is one
   wait and every record it completes) and the handshake is done before the
   stream is handed over.
+* **TLS sessions** are resumed (:mod:`._resume`): a room's session, kept
+  after one full handshake, is offered to its next connections, and the
+  first connection to a room goes ahead of the others opening with it.
 
 Proxies are not this module's: a client whose environment configures one
 sends the process connection through httpx2 instead (see
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Final, final
 
 import trio
 
+from ._resume import TLSSessions
 from ._tls import open_tls
 
 if TYPE_CHECKING:
@@ -139,6 +143,7 @@ class NetworkOpener:
         happy_eyeballs_delay: float = HAPPY_EYEBALLS_DELAY,
     ) -> None:
         self._ssl_context = ssl_context
+        self._sessions: TLSSessions | None = None
         self._delay = happy_eyeballs_delay
         self._resolved: dict[tuple[str, int], _Resolution] = {}
 
@@ -151,6 +156,13 @@ class NetworkOpener:
         if self._ssl_context is None:
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
+
+    @property
+    def tls_sessions(self) -> TLSSessions:
+        """The TLS sessions kept for resuming, per room, under :attr:`ssl_context`."""
+        if self._sessions is None:
+            self._sessions = TLSSessions(self.ssl_context)
+        return self._sessions
 
     async def open_stream(self, origin: Origin) -> trio.abc.Stream:
         """Connect to ``origin`` (see :class:`~._request.Opener`).
@@ -166,7 +178,8 @@ class NetworkOpener:
         if origin.scheme != "https":
             return stream
         try:
-            return await open_tls(stream, self.ssl_context, origin.host)
+            sessions = self.tls_sessions.room(origin.host, origin.port)
+            return await open_tls(stream, self.ssl_context, origin.host, sessions=sessions)
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise

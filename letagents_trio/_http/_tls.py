@@ -41,6 +41,7 @@ from typing import final
 
 import trio
 
+from ._resume import RoomSessions, resumable
 from ._sockio import READ_SIZE, close_now, read_some, socket_now
 
 __all__ = ["TLSStream", "open_tls"]
@@ -68,6 +69,9 @@ class TLSStream(trio.abc.Stream):
         self._unsent = b""
         # Set once the peer ended the stream (with or without close_notify).
         self._eof = False
+        # Where a full handshake's session goes once a ticket was read, and the
+        # event that lets the burst go when this one went first; None once told.
+        self._resumption: tuple[RoomSessions, trio.Event | None] | None = None
 
     def __repr__(self) -> str:
         return f"<TLSStream {self._ssl.version()}>"
@@ -97,6 +101,8 @@ class TLSStream(trio.abc.Stream):
         if size < 1:
             raise ValueError("max_bytes must be at least 1")
         data = self._decrypt(size)
+        if self._resumption is not None:
+            self._tell_session(data is not None)
         if data is not None:
             await self._flush()
             return data
@@ -107,6 +113,8 @@ class TLSStream(trio.abc.Stream):
             else:
                 self._incoming.write_eof()
             data = self._decrypt(size)
+            if self._resumption is not None:
+                self._tell_session(data is not None)
             if data is not None:
                 if self._outgoing.pending:
                     await self._flush()
@@ -137,6 +145,28 @@ class TLSStream(trio.abc.Stream):
             self._release_write_buffer()
             return b"".join(parts)
         return b"" if self._eof else None
+
+    def keep_session_in(self, sessions: RoomSessions, first: trio.Event | None) -> None:
+        """Keep this connection's session in ``sessions`` once it can be resumed (:mod:`._resume`).
+
+        Now, when it can already (TLS 1.2), else at the reads that bring the
+        room's tickets; with ``first``, the outcome, whatever it is, sets it.
+        """
+        self._resumption = (sessions, first)
+        self._tell_session(ended=False)
+
+    def _tell_session(self, ended: bool) -> None:
+        """Keep the room's session once a ticket was read; else, at the first data or the end, none.
+
+        TLS 1.3 tickets come before the room's first data: a stream that read
+        data, or its end, with no ticket has none to give.
+        """
+        assert self._resumption is not None
+        session = resumable(self._ssl)
+        if session is not None or ended:
+            sessions, first = self._resumption
+            self._resumption = None
+            sessions.keep(session, first)
 
     def _release_write_buffer(self) -> None:
         """Let OpenSSL free the write buffer that reading a post-handshake message set up.
@@ -235,6 +265,8 @@ class TLSStream(trio.abc.Stream):
         Cancellation:
             Closes even when cancelled.
         """
+        if self._resumption is not None:
+            self._tell_session(ended=True)
         if not close_now(self.transport_stream):
             await trio.aclose_forcefully(self.transport_stream)
         else:
@@ -242,12 +274,20 @@ class TLSStream(trio.abc.Stream):
 
 
 async def open_tls(
-    transport_stream: trio.abc.Stream, context: ssl.SSLContext, server_hostname: str
+    transport_stream: trio.abc.Stream,
+    context: ssl.SSLContext,
+    server_hostname: str,
+    *,
+    sessions: RoomSessions | None = None,
 ) -> TLSStream:
     """The TLS handshake over ``transport_stream``, as a client of ``server_hostname``.
 
     The context's checks apply (with ``ssl.create_default_context()``: the
-    certificate chain and the host name).
+    certificate chain and the host name). With ``sessions`` (the room's, for
+    this context and this server name: see :mod:`._resume`), the room's kept
+    session is offered, and a full handshake's session is kept there for the
+    next connections; the first connection to a room goes alone and the
+    others wait for its session, briefly.
 
     Raises:
         trio.BrokenResourceError: the handshake failed (raised from the
@@ -258,9 +298,30 @@ async def open_tls(
         A checkpoint; cancelled, the handshake is left unfinished and the
         caller closes ``transport_stream``.
     """
+    session, first = (None, None) if sessions is None else await sessions.offer()
+    try:
+        stream = await _handshake(transport_stream, context, server_hostname, session)
+    except BaseException:
+        if sessions is not None:
+            sessions.keep(None, first)
+        raise
+    if sessions is not None and not stream._ssl.session_reused:
+        if session is not None:
+            sessions.refused(session)
+        stream.keep_session_in(sessions, first)
+    await trio.lowlevel.checkpoint()
+    return stream
+
+
+async def _handshake(
+    transport_stream: trio.abc.Stream,
+    context: ssl.SSLContext,
+    server_hostname: str,
+    session: ssl.SSLSession | None,
+) -> TLSStream:
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     ssl_object = context.wrap_bio(
-        incoming, outgoing, server_side=False, server_hostname=server_hostname
+        incoming, outgoing, server_side=False, server_hostname=server_hostname, session=session
     )
     while True:
         try:
@@ -280,6 +341,4 @@ async def open_tls(
         if not raw:
             raise trio.BrokenResourceError("the connection closed during the TLS handshake")
         incoming.write(raw)
-    stream = TLSStream(transport_stream, ssl_object, incoming, outgoing)
-    await trio.lowlevel.checkpoint()
-    return stream
+    return TLSStream(transport_stream, ssl_object, incoming, outgoing)

@@ -85,7 +85,7 @@ async def serve_tiny_room(
 
 
 def self_signed(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A server context with a fresh certificate for 127.0.0.1, and a client context trusting it.
+    """A server context with a new certificate (127.0.0.1, localhost), a client context trusting it.
 
     The certificate is written to ``tmp_path / "cert.pem"`` (for ``SSL_CERT_FILE``).
     """
@@ -107,7 +107,9 @@ def self_signed(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(hours=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
