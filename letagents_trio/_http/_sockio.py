@@ -208,7 +208,7 @@ def discard_unread(stream: trio.abc.Stream, *, limit: int = 1 << 20) -> None:
 
 
 def _drain(fd: int, limit: int) -> None:
-    """Read and drop at most ``limit`` bytes from ``fd`` until it has none (see :func:`discard_unread`)."""
+    """Read and drop at most ``limit`` bytes of ``fd``, until it has none (see discard_unread)."""
     while fd != -1 and limit > 0:
         try:
             data = os.read(fd, min(limit, READ_SIZE))
@@ -268,7 +268,7 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
 
 @final
 class SocketNow:
-    """:func:`send_now`, :func:`unsent_size`, :func:`discard_unread` and :func:`close_now` of one stream.
+    """One stream's :func:`send_now`, :func:`unsent_size`, :func:`discard_unread` and close.
 
     The same steps, for a stream :func:`send_now` can write (a plain socket
     on a POSIX system, or the lean path's TLS over one), with its socket

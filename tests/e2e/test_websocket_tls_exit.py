@@ -31,7 +31,6 @@ from letagents_trio import (
     WebSocketConnector,
     open_connection_manager,
 )
-from letagents_trio import _ws_socket
 from letagents_trio._errors import RoomUnreachable
 from letagents_trio._http import NetworkOpener
 from letagents_trio._http._sockio import SocketNow, socket_now, unsent_size
@@ -120,14 +119,14 @@ async def test_a_reader_woken_by_the_exits_close_ends_without_an_error_made(
 
     No :class:`RoomUnreachable` is made for it (thousands of readers wake so at once).
     """
-    made: list[str] = []
+    made: list[tuple[object, ...]] = []
+    real_init = RoomUnreachable.__init__
 
-    class Counted(RoomUnreachable):
-        def __init__(self, *args: object) -> None:
-            made.append(str(args))
-            super().__init__(*args)
+    def counted(error: RoomUnreachable, *args: object) -> None:
+        made.append(args)
+        real_init(error, *args)
 
-    monkeypatch.setattr(_ws_socket, "RoomUnreachable", Counted)
+    monkeypatch.setattr(RoomUnreachable, "__init__", counted)
     with trio.fail_after(10):
         async with socket_over_tls(tmp_path) as (socket, _room):
             news: list[object] = []
