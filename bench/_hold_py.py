@@ -7,7 +7,7 @@ then closes every stream and announces every exit within the exit deadline).
 
     python bench/_hold_py.py --api URL (--room R --sessions N | --sessions-file FILE)
         [--jitter J] [--transport T] [--pause-collector] [--wait-go] [--tracemalloc FILE]
-        [--census FILE] [--cprofile-dir DIR] [--gc-freeze] [--trim-heap] [--exit-at-once]
+        [--census FILE] [--cprofile-dir DIR] [--gc-freeze] [--trim-heap]
 
 Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them, or
 the sessions a room registered: ``--sessions-file`` names a JSON list of the
@@ -136,14 +136,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="gc.freeze() once every stream is open (an embedder's mitigation, for comparison)",
     )
     parser.add_argument(
-        "--trim-heap",
-        action="store_true",
-        help="glibc's malloc_trim(0) once every stream is open: an operator's opt-in",
-    )
-    parser.add_argument(
         "--exit-at-once",
         action="store_true",
         help="keep the holders and end with os._exit once the goodbye is done (as the MCP server)",
+    )
+    parser.add_argument(
+        "--trim-heap",
+        action="store_true",
+        help="glibc's malloc_trim(0) once every stream is open: an operator's opt-in",
     )
     args = parser.parse_args(argv)
     if (args.sessions is None) == (args.sessions_file is None):
