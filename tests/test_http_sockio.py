@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 
+from letagents_trio._http import _sockio
 from letagents_trio._http._sockio import (
     READ_SIZE,
     Prefixed,
@@ -166,6 +167,20 @@ async def test_socket_now_writes_drains_and_closes_a_plain_socket_as_the_functio
             assert stream.socket.fileno() == -1
             assert await peer.recv(100) == b"exit"
             assert await peer.recv(100) == b""  # drained first: an end, not a reset
+
+
+async def test_socket_now_drains_at_most_what_discard_unread_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One limit for both: a megabyte of what the peer sent before the close, no more."""
+    limits: list[int] = []
+    monkeypatch.setattr(_sockio, "_drain", lambda fd, limit: limits.append(limit))
+    async with tcp_pair() as (stream, _peer):
+        now = socket_now(stream)
+        assert now is not None
+        now.discard_unread()
+        discard_unread(stream)
+    assert limits == [1 << 20, 1 << 20]
 
 
 def test_socket_now_is_none_where_send_now_cannot_write() -> None:

@@ -50,6 +50,8 @@ __all__ = [
 
 # One read from the socket; an SSE heartbeat or an exit answer fits many times over.
 READ_SIZE: Final = 65_536
+# The most a drain before a close reads (discard_unread).
+DISCARD_LIMIT: Final = 1 << 20
 # How long before its deadline a quiet read looks at what the kernel kept.
 CHECK_MARGIN: Final = 1.0
 # Where struct tcp_info (linux/tcp.h) keeps tcpi_last_data_recv, in ms: after
@@ -188,7 +190,7 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
             raise _stream_error(exc) from exc
 
 
-def discard_unread(stream: trio.abc.Stream, *, limit: int = 1 << 20) -> None:
+def discard_unread(stream: trio.abc.Stream, *, limit: int = DISCARD_LIMIT) -> None:
     """Read and drop, without a checkpoint, what the peer already sent on a socket about to close.
 
     Closing a TCP socket whose receive buffer still holds bytes sends a reset
@@ -298,7 +300,7 @@ class SocketNow:
 
     def discard_unread(self) -> None:
         """As :func:`discard_unread`."""
-        _drain(self._socket.socket.fileno(), 1 << 20)
+        _drain(self._socket.socket.fileno(), DISCARD_LIMIT)
 
     def close(self) -> None:
         """As :func:`close_now`, which closes such a stream at once."""
@@ -312,7 +314,9 @@ def socket_now(stream: trio.abc.Stream) -> SocketNow | None:
     if plain is not None:
         return SocketNow(plain, None)
     transport = _under_tls(unprefixed)
-    plain = None if transport is None else _plain_socket(transport)
+    if transport is None:
+        return None
+    plain = _plain_socket(transport)
     if plain is None or not isinstance(unprefixed, _RecordsNow) or unprefixed.unsent_size() is None:
         return None
     return SocketNow(plain, unprefixed)

@@ -153,6 +153,10 @@ async def test_socket_now_writes_the_lean_tls_streams_records_and_not_trios(
             assert now.send(b"hello") == 5
             assert now.unsent_size() == 0
             assert await room.receive_some() == b"hello"
+            tls = socket._stream
+            assert isinstance(tls, TLSStream)
+            async with tls._send_lock:
+                assert now.send(b"waits") == 0  # another writer is under way
             assert socket_now(room) is None
 
 
