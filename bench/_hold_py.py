@@ -7,7 +7,7 @@ then closes every stream and announces every exit within the exit deadline).
 
     python bench/_hold_py.py --api URL (--room R --sessions N | --sessions-file FILE)
         [--jitter J] [--transport T] [--pause-collector] [--wait-go] [--tracemalloc FILE]
-        [--census FILE] [--cprofile-dir DIR] [--gc-freeze] [--trim-heap]
+        [--census FILE] [--cprofile-dir DIR] [--gc-freeze] [--trim-heap] [--heap-stats]
 
 Sessions are session_1..N with tokens tok_1..N, as hold.mjs stores them, or
 the sessions a room registered: ``--sessions-file`` names a JSON list of the
@@ -21,6 +21,7 @@ One JSON line per event on stdout:
     {"event":"tracemalloc",...}            with --tracemalloc: traced bytes while holding
     {"event":"census",...}                 with --census: GC-tracked objects, a full collection
     {"event":"trimmed","ms":M}             with --trim-heap: the C heap's free pages given back
+    {"event":"heap","rss":B,...}           with --heap-stats: where memory is, 1 s after "open"
     {"event":"signal","signal":"SIGTERM"}
     {"event":"exited","ms":M,"recorded":K,"errors":{...}}
                                            M ms from the signal to the manager's block left
@@ -145,6 +146,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="glibc's malloc_trim(0) once every stream is open: an operator's opt-in",
     )
+    parser.add_argument(
+        "--heap-stats",
+        action="store_true",
+        help="RSS, the C heap (in use, free inside) and Python's blocks once every stream is open",
+    )
     args = parser.parse_args(argv)
     if (args.sessions is None) == (args.sessions_file is None):
         parser.error("give exactly one of --sessions and --sessions-file")
@@ -224,6 +230,39 @@ def trim_heap() -> None:
     emit(event="trimmed", ms=round((time.perf_counter() - started) * 1000, 1))
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2``: the main arena's counts, in bytes."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def heap_stats(count: int) -> None:
+    """Emit where the memory held is: RSS, the C heap's bytes in use and free inside it, Python's.
+
+    The C heap's figures are glibc's (``mallinfo2``), absent elsewhere; Python's
+    small objects are counted in blocks (``sys.getallocatedblocks``).
+    """
+    rss = 0
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+    fields: dict[str, object] = {"rss": rss, "py_blocks": sys.getallocatedblocks()}
+    path = ctypes.util.find_library("c")
+    mallinfo2 = getattr(ctypes.CDLL(path), "mallinfo2", None) if path else None
+    if mallinfo2 is not None:
+        mallinfo2.restype = _MallInfo2
+        info = mallinfo2()
+        fields |= {"c_in_use": info.uordblks, "c_free": info.fordblks, "c_mapped": info.hblkhd}
+    emit(event="heap", n=count, **fields)
+
+
 async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None:
     sessions: list[AgentSession] | None = args.registered
     if sessions is None:
@@ -260,9 +299,11 @@ async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None
     emit(event="open", n=len(holders), ms=elapsed, **GC.report())
     if args.trim_heap:
         trim_heap()
-    if args.tracemalloc or args.census:
+    if args.tracemalloc or args.census or args.heap_stats:
         # Let the open events (connection ids) arrive before looking.
         await trio.sleep(1)
+    if args.heap_stats:
+        heap_stats(len(holders))
     if args.tracemalloc:
         snapshot_heap(args.tracemalloc, len(holders))
         tracemalloc.stop()

@@ -26,6 +26,15 @@ once is paid once:
 * **TLS sessions** are resumed (:mod:`._resume`): a room's session, kept
   after one full handshake, is offered to its next connections, and the
   first connection to a room goes ahead of the others opening with it.
+* **At most** :data:`MAX_HANDSHAKES` **TLS handshakes are under way at
+  once**, the other connections waiting their turn, connected. A handshake
+  under way holds OpenSSL's passing buffers (its handshake messages, the
+  buffering BIO: some 30 KiB); a thousand at once leave them as free holes
+  between what the streams keep, resident for the process's life. Resumed,
+  a handshake is one round trip and little work, and the turns slow a
+  burst's opening by a part of what full handshakes cost it (both figures
+  in ``docs/performance.md``); over a link with a round trip of ``R``
+  seconds they bound the rate at ``MAX_HANDSHAKES / R`` handshakes a second.
 
 Proxies are not this module's: a client whose environment configures one
 sends the process connection through httpx2 instead (see
@@ -46,7 +55,7 @@ from ._tls import open_tls
 if TYPE_CHECKING:
     from ._request import Origin
 
-__all__ = ["HAPPY_EYEBALLS_DELAY", "RESOLVE_TTL", "NetworkOpener"]
+__all__ = ["HAPPY_EYEBALLS_DELAY", "MAX_HANDSHAKES", "RESOLVE_TTL", "NetworkOpener"]
 
 # How long a resolved address list is trusted; a room that moves is found again.
 RESOLVE_TTL: Final = 60.0
@@ -55,6 +64,9 @@ MAX_CACHED_ORIGINS: Final = 64
 # How long one connection attempt runs before the next starts beside it
 # (RFC 8305 section 8's recommended value, and trio's default).
 HAPPY_EYEBALLS_DELAY: Final = 0.25
+# TLS handshakes under way at once: few enough that their passing buffers leave no
+# lasting holes in the C heap, enough to keep a burst of resumed ones going.
+MAX_HANDSHAKES: Final = 128
 
 Address = tuple[int, tuple[object, ...]]
 
@@ -134,6 +146,7 @@ class NetworkOpener:
             ``ssl.create_default_context()`` (the system trust store).
         happy_eyeballs_delay: how long one attempt runs before the next
             address is tried beside it.
+        max_handshakes: how many TLS handshakes may be under way at once.
     """
 
     def __init__(
@@ -141,9 +154,11 @@ class NetworkOpener:
         *,
         ssl_context: ssl.SSLContext | None = None,
         happy_eyeballs_delay: float = HAPPY_EYEBALLS_DELAY,
+        max_handshakes: int = MAX_HANDSHAKES,
     ) -> None:
         self._ssl_context = ssl_context
         self._sessions: TLSSessions | None = None
+        self._handshakes = trio.CapacityLimiter(max_handshakes)
         self._delay = happy_eyeballs_delay
         self._resolved: dict[tuple[str, int], _Resolution] = {}
 
@@ -179,7 +194,13 @@ class NetworkOpener:
             return stream
         try:
             sessions = self.tls_sessions.room(origin.host, origin.port)
-            return await open_tls(stream, self.ssl_context, origin.host, sessions=sessions)
+            return await open_tls(
+                stream,
+                self.ssl_context,
+                origin.host,
+                sessions=sessions,
+                handshakes=self._handshakes,
+            )
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise

@@ -279,6 +279,7 @@ async def open_tls(
     server_hostname: str,
     *,
     sessions: RoomSessions | None = None,
+    handshakes: trio.CapacityLimiter | None = None,
 ) -> TLSStream:
     """The TLS handshake over ``transport_stream``, as a client of ``server_hostname``.
 
@@ -287,7 +288,8 @@ async def open_tls(
     this context and this server name: see :mod:`._resume`), the room's kept
     session is offered, and a full handshake's session is kept there for the
     next connections; the first connection to a room goes alone and the
-    others wait for its session, briefly.
+    others wait for its session, briefly. With ``handshakes``, the handshake
+    itself (not that wait) waits its turn among the limiter's.
 
     Raises:
         trio.BrokenResourceError: the handshake failed (raised from the
@@ -300,7 +302,11 @@ async def open_tls(
     """
     session, first = (None, None) if sessions is None else await sessions.offer()
     try:
-        stream = await _handshake(transport_stream, context, server_hostname, session)
+        if handshakes is None:
+            stream = await _handshake(transport_stream, context, server_hostname, session)
+        else:
+            async with handshakes:
+                stream = await _handshake(transport_stream, context, server_hostname, session)
     except BaseException:
         if sessions is not None:
             sessions.keep(None, first)

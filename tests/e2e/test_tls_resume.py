@@ -1,4 +1,5 @@
-"""TLS session resumption on the lean path (``letagents_trio._http._resume``), over loopback.
+"""TLS session resumption on the lean path (``letagents_trio._http._resume``), and the cap on
+handshakes under way at once, over loopback.
 
 The room is ``trio.SSLStream`` with a certificate made for the test
 (:func:`.tiny_room.self_signed`), which sends its session tickets after each
@@ -10,6 +11,7 @@ lean path's :class:`~letagents_trio._http.NetworkOpener` or
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from letagents_trio._http import NetworkOpener, Origin, _resume
 from letagents_trio._http._resume import TLSSessions
@@ -217,3 +220,61 @@ async def test_the_first_connection_lets_the_burst_go_when_its_handshake_fails(
             session, goes_first = await room_sessions.offer()
             assert session is None
             assert goes_first is not None
+
+
+async def test_at_most_max_handshakes_are_under_way_and_the_others_wait_their_turn_connected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The room holds each ClientHello it gets until told: two reach it, three wait, connected."""
+    monkeypatch.setattr(_resume, "SESSION_WAIT", 0.0)  # no session to wait for: the cap alone
+    server_tls, client_tls = self_signed(tmp_path)
+    opener = NetworkOpener(ssl_context=client_tls, max_handshakes=2)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    [listener] = listeners
+    origin = Origin("https", "127.0.0.1", listener.socket.getsockname()[1])
+    accepted: list[trio.SocketStream] = []
+    hellos: list[trio.SocketStream] = []
+    two_hellos, answer = trio.Event(), trio.Event()
+    opened: list[trio.abc.Stream] = []
+
+    async def serve(stream: trio.SocketStream) -> None:
+        theirs = trio.SSLStream(stream, server_tls, server_side=True)
+        try:
+            await stream.socket.recv(1, socket.MSG_PEEK)  # the ClientHello is here, left unread
+            hellos.append(stream)
+            if len(hellos) == 2:
+                two_hellos.set()
+            await answer.wait()
+            await theirs.do_handshake()
+            await theirs.send_all(b"hello")
+            await trio.sleep_forever()
+        finally:
+            await trio.aclose_forcefully(theirs)
+
+    async def accept_all(room: trio.Nursery) -> None:
+        while True:
+            stream = await listener.accept()
+            accepted.append(stream)
+            room.start_soon(serve, stream)
+
+    async def open_one() -> None:
+        stream = await opener.open_stream(origin)
+        await _read_hello(stream)
+        opened.append(stream)
+
+    with trio.fail_after(10):
+        async with listener, trio.open_nursery() as room:
+            room.start_soon(accept_all, room)
+            async with trio.open_nursery() as clients:
+                for _ in range(5):
+                    clients.start_soon(open_one)
+                await two_hellos.wait()
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert (len(accepted), len(hellos)) == (5, 2)
+                statistics = opener._handshakes.statistics()
+                assert (statistics.borrowed_tokens, statistics.tasks_waiting) == (2, 3)
+                answer.set()
+            assert len(opened) == 5
+            for stream in opened:
+                await stream.aclose()
+            room.cancel_scope.cancel(reason="the test is done")
