@@ -26,6 +26,11 @@ One JSON line per event on stdout:
     {"event":"exited","ms":M,"recorded":K,"errors":{...}}
                                            M ms from the signal to the manager's block left
 
+--exit-at-once: the program keeps its holders to the end and, once "exited" is
+written, ends the process at once (``os._exit``), as ``letagents-trio mcp`` ends:
+nothing held is freed one object at a time, and the interpreter's teardown is
+skipped. A program's choice; the library never ends a process.
+
 "open", "signal" and "exited" also carry gc_ms and gc_runs: the wall time spent in
 the cyclic garbage collector so far, and its runs, per generation.
 
@@ -41,6 +46,7 @@ import ctypes
 import ctypes.util
 import gc
 import json
+import os
 import signal
 import sys
 import time
@@ -93,6 +99,8 @@ class GCClock:
 
 
 GC = GCClock()
+# With --exit-at-once: every holder, kept until the process ends.
+KEPT: list[object] = []
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -127,6 +135,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--gc-freeze",
         action="store_true",
         help="gc.freeze() once every stream is open (an embedder's mitigation, for comparison)",
+    )
+    parser.add_argument(
+        "--exit-at-once",
+        action="store_true",
+        help="keep the holders and end with os._exit once the goodbye is done (as the MCP server)",
     )
     parser.add_argument(
         "--trim-heap",
@@ -268,6 +281,8 @@ async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None
     if profile:
         profile.enable()
     holders = [manager.hold(session) for session in sessions]
+    if args.exit_at_once:
+        KEPT.extend(holders)
     emit(event="holding", n=len(holders))
     started = time.perf_counter()
     with trio.move_on_after(args.open_timeout) as scope:
@@ -344,4 +359,8 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, parse(sys.argv[1:]))
+    arguments = parse(sys.argv[1:])
+    trio.run(main, arguments)
+    if arguments.exit_at_once:
+        sys.stdout.flush()
+        os._exit(0)

@@ -175,9 +175,12 @@ def client_argv(
 ) -> list[str]:
     """The command that holds ``sessions`` sessions with ``client``.
 
-    ``node``: hold.mjs; ``py``: _hold_py.py, with the collector's pauses
-    opted in (as an operator of thousands of sessions would); ``py-ws``: the
-    same over the WebSocket form; ``py-plain`` and ``py-ws-plain``: without
+    ``node``: hold.mjs, which ends with ``process.exit`` once its exits are
+    settled; ``py``: _hold_py.py, with the collector's pauses opted in (as an
+    operator of thousands of sessions would), ending the same way once the
+    goodbye is done, as ``letagents-trio mcp`` ends (``--exit-at-once``:
+    nothing held is freed one object at a time); ``py-ws``: the same over
+    the WebSocket form; ``py-plain`` and ``py-ws-plain``: without
     the collector's pauses (the library's default); ``py-freeze``:
     _hold_py.py calling gc.freeze() once every stream is open. With ``sessions_file``
     (Python clients only), the sessions a room registered, read from that 0600
@@ -189,7 +192,7 @@ def client_argv(
         if sessions_file is not None:
             raise ValueError("hold.mjs holds session_1..N only")
         return [NODE, str(HOLD_MJS), "--room", ROOM_ID, "--sessions", str(sessions), "--api", url]
-    argv = [sys.executable, str(HOLD_PY), "--api", url, "--jitter", str(jitter)]
+    argv = [sys.executable, str(HOLD_PY), "--api", url, "--jitter", str(jitter), "--exit-at-once"]
     if sessions_file is None:
         argv += ["--room", ROOM_ID, "--sessions", str(sessions)]
     else:

@@ -6,7 +6,9 @@ For each session count, each case and each client, a fresh fake room
 * ``py``: bench/_hold_py.py, the package's public API (RoomClient,
   open_connection_manager, HoldPolicy defaults, the collector's pauses opted
   in as an operator of thousands of sessions would), SIGTERM caught with
-  trio.open_signal_receiver cancelling the scope around the manager;
+  trio.open_signal_receiver cancelling the scope around the manager, the
+  process ended at once once the goodbye is done (``--exit-at-once``, as
+  ``letagents-trio mcp`` ends and as hold.mjs ends with ``process.exit``);
 * ``node``: peer/node/hold.mjs, the unmodified Node process-connection module;
 * ``py-ws`` (only when asked for with ``--clients``): ``py`` with
   ``WebSocketConnector``, the WebSocket form fastroom.mjs also

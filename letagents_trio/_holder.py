@@ -238,6 +238,9 @@ class ProcessHolder:
         self._connection_id: str | None = None
         self._tally = _Tally()
         self._stop_reason = "stopped"
+        # Set by stop(); and once run() has returned, when stopping cancels nothing.
+        self._stopped = False
+        self._unwound = False
 
     def __repr__(self) -> str:
         return (
@@ -301,9 +304,14 @@ class ProcessHolder:
         Idempotent. The holder's status becomes ``STOPPED`` once its task has
         unwound; :meth:`wait_status` tells when.
         """
-        if not self._scope.cancel_called:
-            self._stop_reason = reason
-        self._scope.cancel(reason=f"process holder: {reason}")
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop_reason = reason
+        if not self._unwound:
+            # Its task still runs (or is yet to): whatever it does is cancelled. A
+            # goodbye stops thousands of holders whose tasks its closes ended.
+            self._scope.cancel(reason=f"process holder: {reason}")
 
     def reconnect_now(self) -> bool:
         """Cut a backoff wait short and attempt at once.
@@ -366,7 +374,7 @@ class ProcessHolder:
         """
         self._begin_leaving()
         stream, connection_id = self._stream, self._connection_id
-        if stream is not None and connection_id is not None and not self._scope.cancel_called:
+        if stream is not None and connection_id is not None and not self._stopped:
             return await stream.leave(connection_id)
         self.stop("process exit")
         await self.wait_status(*_DONE)
@@ -400,6 +408,7 @@ class ProcessHolder:
             if self._status is not HolderStatus.ENDED:
                 self._set_status(HolderStatus.STOPPED)
                 self._event(EventKind.STOPPED, detail=self._stop_reason)
+            self._unwound = True
 
     async def _loop(self) -> None:
         while True:
@@ -408,7 +417,7 @@ class ProcessHolder:
             outcome, detail = await self._attempt()
             if self._leaving and outcome is not Outcome.ENDED:
                 # The goodbye closed the stream for the exit: a stop, not an outcome.
-                if not self._scope.cancel_called:
+                if not self._stopped:
                     self._stop_reason = "process exit"
                 return
             closed_id = self._connection_id

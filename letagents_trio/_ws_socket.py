@@ -42,7 +42,7 @@ from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._errors import RoomUnreachable
-from ._http import QuietReads, close_now, discard_unread, send_now, unsent_size
+from ._http import QuietReads, SocketNow, close_now, discard_unread, send_now, socket_now
 from ._ws_frames import NOTHING_NEW, FrameBounds, FrameEdges, read_exit_answer, read_news
 
 if TYPE_CHECKING:
@@ -127,17 +127,17 @@ class _ExitWrite:
         # Set once the exit (and its close, unless kept) is out whole: the socket may close then.
         self.written = False
 
-    def now(self, stream: trio.abc.Stream, data: bytes) -> bool:
+    def now(self, now: SocketNow, data: bytes) -> bool:
         """Write ``data`` at once, without a checkpoint; whether it is out whole.
 
         False also when the stream cannot take it (closed, broken).
         """
         try:
-            sent = send_now(stream, data)
+            sent = now.send(data)
         except (OSError, trio.BrokenResourceError):
             return False
-        self.unsent = data[sent or 0 :]
-        self.kept = not self.unsent and bool(unsent_size(stream))
+        self.unsent = data[sent:]
+        self.kept = not self.unsent and bool(now.unsent_size())
         self.written = not self.unsent and not self.kept
         return self.written
 
@@ -177,6 +177,8 @@ class ProcessSocket:
         announce_exit: Callable[[str | None], Awaitable[bool]],
     ) -> None:
         self._stream = stream
+        # The stream written, drained and closed at once, when its socket allows.
+        self._now = socket_now(stream)
         self._reads = QuietReads(stream)
         # POSTs the exit (the room client's, for this socket's session): for an
         # exit the socket cannot carry, or one its room should have answered.
@@ -198,6 +200,8 @@ class ProcessSocket:
         # stopped after the exit (see _leave) waits on _close_waiter meanwhile.
         self._closed = False
         self._close_waiter: trio.Event | None = None
+        # Set once close() closed the stream itself: a later close has nothing to do.
+        self._shut = False
         # The room said (in its open frame) that it acknowledges exits; the
         # connection the exit named, and the room's answer once it came.
         self.exit_ack = False
@@ -274,6 +278,9 @@ class ProcessSocket:
             try:
                 data = await self._reads.read_by(_RECEIVE_BYTES, liveness.deadline, keep=keep)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                if self._closed and self.leaving:
+                    # Closed after the exit (close()): the end expected, told as one.
+                    return b""
                 raise RoomUnreachable(f"process socket broke: {type(exc).__name__}") from exc
             if data is not None:
                 liveness.heard(self._reads.heard_at)
@@ -348,7 +355,8 @@ class ProcessSocket:
             the kernel took only part of it (over TLS, part of its record),
             and :meth:`leave` must send the rest before the socket closes.
         """
-        if self._send_lock.locked() or unsent_size(self._stream) is None:
+        now = self._now
+        if now is None or self._send_lock.locked():
             return None
         frames = self._exit_bytes(connection_id)
         if frames is None:
@@ -358,7 +366,7 @@ class ProcessSocket:
             data += close_frame
         else:
             self._exit_write.close_frame = close_frame
-        return self._exit_write.now(self._stream, data)
+        return self._exit_write.now(now, data)
 
     def leave_nowait(self, connection_id: str) -> bool | None:
         """Write the exit at once, without a checkpoint, when the socket takes it.
@@ -442,7 +450,7 @@ class ProcessSocket:
         if sent:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return True
-        if sent is None and self._send_lock.locked() and unsent_size(self._stream) is not None:
+        if sent is None and self._send_lock.locked() and self._now is not None:
             # On a stream written at once a pong takes the lock only when the
             # kernel would not take it at once: the room does not read, and the
             # exit could not get through either, so it is POSTed instead.
@@ -529,17 +537,30 @@ class ProcessSocket:
         an exit, what the room sent meanwhile is read and dropped first, so
         that the close is an orderly end, not a reset that could cost the
         room the exit (see :func:`~letagents_trio._http.discard_unread`);
-        after an exit written alone, its normal close goes first.
+        after an exit written alone, its normal close goes first. Once it
+        has closed the stream, a second call (the holder's block, leaving)
+        does nothing more.
         """
+        if self._shut:
+            return True
         self._closed = True
         self._exit_settled.set()
         if self._close_waiter is not None:
             self._close_waiter.set()
+        now = self._now
         if self.leaving:
-            discard_unread(self._stream)
+            if now is not None:
+                now.discard_unread()
+            else:
+                discard_unread(self._stream)
             exit_write = self._exit_write
             close_frame, exit_write.close_frame = exit_write.close_frame, b""
             if close_frame and exit_write.written:
                 with contextlib.suppress(OSError):
                     send_now(self._stream, close_frame)
-        return close_now(self._stream)
+        if now is not None:
+            now.close()
+            self._shut = True
+        else:
+            self._shut = close_now(self._stream)
+        return self._shut

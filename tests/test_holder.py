@@ -713,6 +713,37 @@ async def test_release_during_a_backoff_stops_at_once(
     assert fake_room.exits == []
 
 
+async def test_stopping_a_holder_whose_task_has_ended_cancels_nothing(
+    autojump_clock: MockClock,
+    fake_room: FakeRoom,
+    state: LocalStateStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A goodbye stops thousands of holders its closes already ended: no cancel for any."""
+    session = await stored_worker(fake_room, state)
+    cancels: list[str | None] = []
+    real_cancel = trio.CancelScope.cancel
+
+    def counted(scope: trio.CancelScope, reason: str | None = None) -> None:
+        cancels.append(reason)
+        real_cancel(scope, reason)
+
+    async with managed(fake_room, state) as manager:
+        holder = manager.hold(session)
+        await holder.wait_status(HolderStatus.OPEN)
+        with monkeypatch.context() as patched:
+            patched.setattr(trio.CancelScope, "cancel", counted)
+            assert manager.release(session.session_id)
+        await holder.wait_status(HolderStatus.STOPPED)
+        assert cancels == ["process holder: released"]
+        with monkeypatch.context() as patched:
+            patched.setattr(trio.CancelScope, "cancel", counted)
+            holder.stop("process exit")
+            holder.stop("again")
+        assert cancels == ["process holder: released"]
+        assert holder.status is HolderStatus.STOPPED
+
+
 async def test_release_of_an_open_stream_closes_it(
     autojump_clock: MockClock, fake_room: FakeRoom, state: LocalStateStore
 ) -> None:

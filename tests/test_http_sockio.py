@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 
+from letagents_trio._http import _sockio
 from letagents_trio._http._sockio import (
     READ_SIZE,
     Prefixed,
@@ -22,6 +23,7 @@ from letagents_trio._http._sockio import (
     discard_unread,
     read_some,
     send_now,
+    socket_now,
     unsent_size,
 )
 
@@ -133,6 +135,70 @@ def test_a_plain_socket_keeps_nothing_back() -> None:
             pass
         assert unsent_size(stream) == 0
         assert unsent_size(Prefixed(stream, b"ahead")) == 0
+
+
+# --- SocketNow: the same steps, the socket found once -------------------------------------------
+
+
+async def test_socket_now_writes_drains_and_closes_a_plain_socket_as_the_functions_do() -> None:
+    """Found through bytes read ahead; an orderly end after the drain, and the reader woken."""
+    async with tcp_pair() as (stream, peer):
+        with trio.fail_after(5):
+            now = socket_now(Prefixed(stream, b"read ahead"))
+            assert now is not None
+            assert now.send(b"exit") == 4
+            assert now.unsent_size() == 0
+            await peer.send(b"heartbeat")
+            await trio.lowlevel.wait_readable(stream.socket)
+            woken: list[BaseException] = []
+
+            async def reader() -> None:
+                try:
+                    await read_some(stream, 100)
+                except trio.ClosedResourceError as exc:
+                    woken.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                now.discard_unread()
+                nursery.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked()
+                now.close()
+            assert len(woken) == 1
+            assert stream.socket.fileno() == -1
+            assert await peer.recv(100) == b"exit"
+            assert await peer.recv(100) == b""  # drained first: an end, not a reset
+
+
+async def test_socket_now_drains_at_most_what_discard_unread_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One limit for both: a megabyte of what the peer sent before the close, no more."""
+    limits: list[int] = []
+    monkeypatch.setattr(_sockio, "_drain", lambda fd, limit: limits.append(limit))
+    async with tcp_pair() as (stream, _peer):
+        now = socket_now(stream)
+        assert now is not None
+        now.discard_unread()
+        discard_unread(stream)
+    assert limits == [1 << 20, 1 << 20]
+
+
+def test_socket_now_is_none_where_send_now_cannot_write() -> None:
+    client_end, _server_end = trio.testing.memory_stream_pair()
+    assert socket_now(client_end) is None
+    assert socket_now(Prefixed(client_end, b"ahead")) is None
+
+
+async def test_socket_now_says_0_when_the_buffer_is_full() -> None:
+    left, right = trio.socket.socketpair()
+    with left, right:
+        now = socket_now(trio.SocketStream(left))
+        assert now is not None
+        while now.send(b"x" * 65536):
+            pass
+        assert now.send(b"x") == 0
+        assert now.unsent_size() == 0
+    await trio.lowlevel.checkpoint()
 
 
 # --- read_some: the lean read of a plain socket ------------------------------------------------

@@ -53,11 +53,13 @@ from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
 from ._sockio import (
     Prefixed,
     QuietReads,
+    SocketNow,
     can_send_now,
     close_now,
     discard_unread,
     read_some,
     send_now,
+    socket_now,
     unsent_size,
 )
 
@@ -78,6 +80,7 @@ __all__ = [
     "QuietReads",
     "Response",
     "Settled",
+    "SocketNow",
     "Stack",
     "bound_informational",
     "can_send_now",
@@ -88,6 +91,7 @@ __all__ = [
     "proxy_configured",
     "read_some",
     "send_now",
+    "socket_now",
     "split_url",
     "unsent_size",
 ]

@@ -42,7 +42,7 @@ from typing import final
 import trio
 
 from ._resume import RoomSessions, resumable
-from ._sockio import READ_SIZE, can_send_now, close_now, read_some, send_now
+from ._sockio import READ_SIZE, close_now, read_some, socket_now
 
 __all__ = ["TLSStream", "open_tls"]
 
@@ -63,6 +63,8 @@ class TLSStream(trio.abc.Stream):
         self._incoming = incoming
         self._outgoing = outgoing
         self._send_lock = trio.StrictFIFOLock()
+        # The socket's writes at once (send_now), when it is a plain one.
+        self._now = socket_now(transport_stream)
         # Records send_now made that the kernel did not take: they go first.
         self._unsent = b""
         # Set once the peer ended the stream (with or without close_notify).
@@ -230,12 +232,13 @@ class TLSStream(trio.abc.Stream):
             OSError: the connection is broken.
             trio.BrokenResourceError: TLS failed.
         """
-        if not can_send_now(self.transport_stream):
+        now = self._now
+        if now is None:
             return None
         if self._send_lock.locked() or not data:
             return 0
         if self._unsent:
-            self._unsent = self._unsent[send_now(self.transport_stream, self._unsent) or 0 :]
+            self._unsent = self._unsent[now.send(self._unsent) :]
             if self._unsent:
                 return 0
         try:
@@ -243,8 +246,7 @@ class TLSStream(trio.abc.Stream):
         except ssl.SSLError as exc:
             raise trio.BrokenResourceError(f"TLS failed: {type(exc).__name__}") from exc
         out = self._outgoing.read()
-        sent = send_now(self.transport_stream, out) or 0
-        self._unsent = out[sent:]
+        self._unsent = out[now.send(out) :]
         return len(data)
 
     def unsent_size(self) -> int | None:
@@ -252,9 +254,7 @@ class TLSStream(trio.abc.Stream):
 
         None when :meth:`send_now` cannot write this stream.
         """
-        if not can_send_now(self.transport_stream):
-            return None
-        return len(self._unsent)
+        return None if self._now is None else len(self._unsent)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()

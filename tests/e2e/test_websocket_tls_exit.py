@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -31,8 +31,9 @@ from letagents_trio import (
     WebSocketConnector,
     open_connection_manager,
 )
+from letagents_trio._errors import RoomUnreachable
 from letagents_trio._http import NetworkOpener
-from letagents_trio._http._sockio import unsent_size
+from letagents_trio._http._sockio import SocketNow, socket_now, unsent_size
 from letagents_trio._http._tls import TLSStream, open_tls
 from letagents_trio._ws_socket import ProcessSocket
 
@@ -105,10 +106,59 @@ async def test_the_exit_over_tls_goes_at_once_with_its_close(tmp_path: Path) -> 
         async with socket_over_tls(tmp_path) as (socket, room):
             with trio.testing.assert_no_checkpoints():
                 assert socket.leave_nowait("conn-1") is None  # done: no task needed
+                await socket.aclose()  # closed already: nothing more, no checkpoint
             assert socket.leaving
             assert socket_of(socket).fileno() == -1
             assert await heard_to_the_end(room) == EXIT_EVENTS
             assert socket.leave_nowait("conn-1") is False  # once
+
+
+async def test_a_reader_woken_by_the_exits_close_ends_without_an_error_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The goodbye closed the socket after its exit: the held read ends as the end it is.
+
+    No :class:`RoomUnreachable` is made for it (thousands of readers wake so at once).
+    """
+    made: list[tuple[object, ...]] = []
+    real_init = RoomUnreachable.__init__
+
+    def counted(error: RoomUnreachable, *args: object) -> None:
+        made.append(args)
+        real_init(error, *args)
+
+    monkeypatch.setattr(RoomUnreachable, "__init__", counted)
+    with trio.fail_after(10):
+        async with socket_over_tls(tmp_path) as (socket, _room):
+            news: list[object] = []
+
+            async def hold() -> None:
+                news.extend([item async for item in socket])
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(hold)
+                await trio.testing.wait_all_tasks_blocked()
+                assert socket.leave_nowait("conn-1") is None
+            assert news == []
+    assert made == []
+
+
+async def test_socket_now_writes_the_lean_tls_streams_records_and_not_trios(
+    tmp_path: Path,
+) -> None:
+    """The lean path's TLS over a plain socket is written at once; trio's TLS is not."""
+    with trio.fail_after(10):
+        async with socket_over_tls(tmp_path) as (socket, room):
+            now = socket_now(socket._stream)
+            assert now is not None
+            assert now.send(b"hello") == 5
+            assert now.unsent_size() == 0
+            assert await room.receive_some() == b"hello"
+            tls = socket._stream
+            assert isinstance(tls, TLSStream)
+            async with tls._send_lock:
+                assert now.send(b"waits") == 0  # another writer is under way
+            assert socket_now(room) is None
 
 
 async def test_an_exit_record_the_kernel_took_part_of_goes_whole_before_the_close(
@@ -207,8 +257,20 @@ class SpawnCount(trio.abc.Instrument):
 async def test_a_goodbye_over_tls_starts_no_task_per_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every session's exit over TLS goes in the goodbye's own loop, and the room has each."""
+    """Every session's exit over TLS goes in the goodbye's own loop, and the room has each.
+
+    Each socket is drained and closed once: the holder's block, unwinding, finds it closed.
+    """
     clear_proxy_environment(monkeypatch)
+    steps: list[str] = []
+    for step in ("discard_unread", "close"):
+        real = getattr(SocketNow, step)
+
+        def counted(now: SocketNow, real: Callable[[SocketNow], None] = real) -> None:
+            steps.append(real.__name__)
+            real(now)
+
+        monkeypatch.setattr(SocketNow, step, counted)
     sessions = 20
     server_tls, client_tls = self_signed(tmp_path)
     room = TLSWebSocketRoom(server_tls)
@@ -246,6 +308,7 @@ async def test_a_goodbye_over_tls_starts_no_task_per_exit(
             await room.all_exits.wait()
             nursery.cancel_scope.cancel()
     assert [name for name in count.spawned if "Goodbye" in name] == []
+    assert sorted(steps) == ["close"] * sessions + ["discard_unread"] * sessions
     assert [(item.recorded, item.error) for item in report] == [(None, None)] * sessions
     assert sorted(map(str, room.exits)) == sorted(map(str, named))
 
