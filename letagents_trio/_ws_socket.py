@@ -141,6 +141,21 @@ class _ExitWrite:
         self.written = not self.unsent and not self.kept
         return self.written
 
+    def take(self, frames: tuple[bytes, bytes], *, keep_close: bool) -> bytes:
+        """The exit frame to write, and its close unless ``keep_close`` (kept for the close)."""
+        exit_frame, close_frame = frames
+        if keep_close:
+            self.close_frame = close_frame
+            return exit_frame
+        return exit_frame + close_frame
+
+    def send_close(self, stream: trio.abc.Stream) -> None:
+        """Write the close kept for the socket's close once the exit is out whole; no checkpoint."""
+        close_frame, self.close_frame = self.close_frame, b""
+        if close_frame and self.written:
+            with contextlib.suppress(OSError):
+                send_now(stream, close_frame)
+
     def rest(self) -> bytes | None:
         """What is still to be sent of an exit begun at once, with its close; None: nothing.
 
@@ -361,12 +376,7 @@ class ProcessSocket:
         frames = self._exit_bytes(connection_id)
         if frames is None:
             return False
-        data, close_frame = frames
-        if close:
-            data += close_frame
-        else:
-            self._exit_write.close_frame = close_frame
-        return self._exit_write.now(now, data)
+        return self._exit_write.now(now, self._exit_write.take(frames, keep_close=not close))
 
     def leave_nowait(self, connection_id: str) -> bool | None:
         """Write the exit at once, without a checkpoint, when the socket takes it.
@@ -461,12 +471,8 @@ class ProcessSocket:
         data = self._exit_write.rest()
         if data is None and sent is None:
             frames = self._exit_bytes(connection_id)
-            if frames is None:
-                data = None
-            elif self.exit_ack:
-                data, self._exit_write.close_frame = frames
-            else:
-                data = b"".join(frames)
+            if frames is not None:
+                data = self._exit_write.take(frames, keep_close=self.exit_ack)
         if data is None:
             await trio.lowlevel.checkpoint()
             return False
@@ -553,11 +559,7 @@ class ProcessSocket:
                 now.discard_unread()
             else:
                 discard_unread(self._stream)
-            exit_write = self._exit_write
-            close_frame, exit_write.close_frame = exit_write.close_frame, b""
-            if close_frame and exit_write.written:
-                with contextlib.suppress(OSError):
-                    send_now(self._stream, close_frame)
+            self._exit_write.send_close(self._stream)
         if now is not None:
             now.close()
             self._shut = True
