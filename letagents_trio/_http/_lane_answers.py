@@ -41,6 +41,11 @@ async def next_answer(
         AnswerFailed: it is over ``max_body`` or has too many informational heads.
         h11.ProtocolError, OSError, trio.BrokenResourceError: the connection
             broke, or the room broke HTTP's rules.
+
+    Cancellation:
+        A checkpoint only while it waits for the room's bytes (none when not
+        ``more``); cancelled there, what was read stays in ``lane``'s buffer
+        and the caller decides the connection's fate.
     """
     buffer = lane.buffer
     while not lane.h11:
