@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from letagents_trio._http import _sockio
+from letagents_trio._http import _sockio, _socknow
 from letagents_trio._http._sockio import (
     READ_SIZE,
     Prefixed,
@@ -23,9 +23,9 @@ from letagents_trio._http._sockio import (
     discard_unread,
     read_some,
     send_now,
-    socket_now,
     unsent_size,
 )
+from letagents_trio._http._socknow import socket_now
 
 from .sockets import OnlyAsyncClose, tcp_pair
 
@@ -175,6 +175,7 @@ async def test_socket_now_drains_at_most_what_discard_unread_does(
     """One limit for both: a megabyte of what the peer sent before the close, no more."""
     limits: list[int] = []
     monkeypatch.setattr(_sockio, "_drain", lambda fd, limit: limits.append(limit))
+    monkeypatch.setattr(_socknow, "_drain", lambda fd, limit: limits.append(limit))
     async with tcp_pair() as (stream, _peer):
         now = socket_now(stream)
         assert now is not None

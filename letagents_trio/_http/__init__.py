@@ -53,15 +53,14 @@ from ._request import HTTP1Response, HTTPFailure, Opener, Origin, split_url
 from ._sockio import (
     Prefixed,
     QuietReads,
-    SocketNow,
     can_send_now,
     close_now,
     discard_unread,
     read_some,
     send_now,
-    socket_now,
     unsent_size,
 )
+from ._socknow import SocketNow, socket_now
 
 if TYPE_CHECKING:
     import httpx2

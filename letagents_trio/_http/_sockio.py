@@ -30,7 +30,7 @@ import struct
 import sys
 import termios
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol, final, runtime_checkable
+from typing import Final, final
 
 import trio
 
@@ -38,13 +38,12 @@ __all__ = [
     "READ_SIZE",
     "Prefixed",
     "QuietReads",
-    "SocketNow",
     "can_send_now",
     "close_now",
     "discard_unread",
+    "read_socket",
     "read_some",
     "send_now",
-    "socket_now",
     "unsent_size",
 ]
 
@@ -149,7 +148,7 @@ def _stream_error(exc: OSError) -> trio.BrokenResourceError | trio.ClosedResourc
     return trio.BrokenResourceError(f"socket connection broken: {exc}")
 
 
-async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
+def read_some(stream: trio.abc.Stream, max_bytes: int) -> Awaitable[bytes]:
     """``stream.receive_some(max_bytes)``, straight from the socket when it is a plain one.
 
     A held stream is read tens of thousands of times an hour, each read a
@@ -170,8 +169,24 @@ async def read_some(stream: trio.abc.Stream, max_bytes: int) -> bytes:
     """
     plain = None if isinstance(stream, Prefixed) and stream._prefix else _plain_socket(stream)
     if plain is None:
-        return bytes(await stream.receive_some(max_bytes))
-    socket = plain.socket
+        return _received(stream, max_bytes)
+    return read_socket(plain.socket, max_bytes)
+
+
+async def _received(stream: trio.abc.Stream, max_bytes: int) -> bytes:
+    return bytes(await stream.receive_some(max_bytes))
+
+
+async def read_socket(socket: trio.socket.SocketType, max_bytes: int) -> bytes:
+    """:func:`read_some` of a plain socket's own trio socket: one wait, then one ``read``.
+
+    Raises:
+        trio.ClosedResourceError: the socket was closed, before or during the wait.
+        trio.BrokenResourceError: the connection broke.
+
+    Cancellation:
+        A checkpoint: the wait comes before the read.
+    """
     while True:
         if socket.fileno() == -1:
             raise trio.ClosedResourceError("the socket was already closed")
@@ -266,69 +281,6 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
         return os.write(plain.socket.fileno(), data)
     except BlockingIOError:
         return 0
-
-
-@final
-class SocketNow:
-    """One stream's :func:`send_now`, :func:`unsent_size`, :func:`discard_unread` and close.
-
-    The same steps, for a stream :func:`send_now` can write (a plain socket
-    on a POSIX system, or the lean path's TLS over one), with its socket
-    found once (:func:`socket_now`) rather than at every call: a goodbye
-    does all four for each of thousands of streams in one loop.
-    """
-
-    __slots__ = ("_socket", "_tls")
-
-    def __init__(self, socket: trio.SocketStream, tls: _RecordsNow | None) -> None:
-        self._socket = socket
-        # The TLS stream over the socket, which makes the records; None: plain.
-        self._tls = tls
-
-    def send(self, data: bytes) -> int:
-        """As :func:`send_now`: how much of ``data`` the stream took at once."""
-        if self._tls is not None:
-            return self._tls.send_now(data) or 0
-        try:
-            return os.write(self._socket.socket.fileno(), data)
-        except BlockingIOError:
-            return 0
-
-    def unsent_size(self) -> int:
-        """As :func:`unsent_size`: what the stream took and its socket has not."""
-        return 0 if self._tls is None else self._tls.unsent_size() or 0
-
-    def discard_unread(self) -> None:
-        """As :func:`discard_unread`."""
-        _drain(self._socket.socket.fileno(), DISCARD_LIMIT)
-
-    def close(self) -> None:
-        """As :func:`close_now`, which closes such a stream at once."""
-        self._socket.socket.close()
-
-
-def socket_now(stream: trio.abc.Stream) -> SocketNow | None:
-    """``stream``'s :class:`SocketNow`; None when :func:`send_now` cannot write it."""
-    unprefixed = _unprefixed(stream)
-    plain = _plain_socket(unprefixed)
-    if plain is not None:
-        return SocketNow(plain, None)
-    transport = _under_tls(unprefixed)
-    if transport is None:
-        return None
-    plain = _plain_socket(transport)
-    if plain is None or not isinstance(unprefixed, _RecordsNow) or unprefixed.unsent_size() is None:
-        return None
-    return SocketNow(plain, unprefixed)
-
-
-@runtime_checkable
-class _RecordsNow(Protocol):
-    """A TLS stream that makes and writes its records at once (the lean path's)."""
-
-    def send_now(self, data: bytes) -> int | None: ...
-
-    def unsent_size(self) -> int | None: ...
 
 
 def unsent_size(stream: trio.abc.Stream) -> int | None:

@@ -33,7 +33,8 @@ from letagents_trio import (
 )
 from letagents_trio._errors import RoomUnreachable
 from letagents_trio._http import NetworkOpener
-from letagents_trio._http._sockio import SocketNow, socket_now, unsent_size
+from letagents_trio._http._sockio import unsent_size
+from letagents_trio._http._socknow import SocketNow, socket_now
 from letagents_trio._http._tls import TLSStream, open_tls
 from letagents_trio._ws_socket import ProcessSocket
 
