@@ -42,7 +42,8 @@ from typing import final
 import trio
 
 from ._resume import RoomSessions, resumable
-from ._sockio import READ_SIZE, close_now, read_some, socket_now
+from ._sockio import READ_SIZE, close_now, read_some
+from ._socknow import socket_now
 
 __all__ = ["TLSStream", "open_tls"]
 
@@ -106,8 +107,12 @@ class TLSStream(trio.abc.Stream):
         if data is not None:
             await self._flush()
             return data
+        now = self._now
         while True:
-            raw = await read_some(self.transport_stream, READ_SIZE)
+            if now is not None:
+                raw = await now.receive_plain(READ_SIZE)
+            else:
+                raw = await read_some(self.transport_stream, READ_SIZE)
             if raw:
                 self._incoming.write(raw)
             else:
@@ -126,7 +131,12 @@ class TLSStream(trio.abc.Stream):
             return b""
         parts: list[bytes] = []
         wanted = size
+        incoming = self._incoming
         while wanted > 0:
+            if not incoming.pending and not incoming.eof and not self._ssl.pending():
+                # Nothing to decrypt: a read would only raise SSLWantReadError
+                # (records come whole from the BIO, none read ahead).
+                break
             try:
                 part = self._ssl.read(wanted)
             except ssl.SSLWantReadError:
