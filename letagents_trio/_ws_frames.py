@@ -100,8 +100,8 @@ class FrameBounds:
         if finished:
             self._message_bytes = self._message_pieces = 0
 
-    def count_ping(self) -> None:
-        """Count one of the room's pings.
+    def count_ping(self, pings: int = 1) -> None:
+        """Count ``pings`` of the room's pings, all read now.
 
         Raises:
             StreamProtocolError: more than :data:`MAX_PINGS_PER_INTERVAL` in
@@ -110,7 +110,7 @@ class FrameBounds:
         now = trio.current_time()
         if now - self._pings_since >= self.ping_interval:
             self._pings, self._pings_since = 0, now
-        self._pings += 1
+        self._pings += pings
         if self._pings > MAX_PINGS_PER_INTERVAL:
             raise StreamProtocolError("the room floods the process socket with pings")
 
@@ -221,8 +221,7 @@ def read_news(
     if data and edges is not None and ws.state is ConnectionState.OPEN:
         pings = edges.bare_pings(data)
         if pings:
-            for _ in range(pings):
-                bounds.count_ping()
+            bounds.count_ping(pings)
             pong = _EMPTY_PONG + os.urandom(4)
             return Heard(connection_id=None, exit_ack=False, ended=False, closed=False, reply=pong)
     if data:

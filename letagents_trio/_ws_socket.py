@@ -229,7 +229,9 @@ class ProcessSocket:
         return self
 
     async def __anext__(self) -> StreamNews:
-        news = self._news()
+        # Every chunk read goes to _news, which takes every event wsproto has:
+        # it has none left but for what _exit_bytes gave it as the exit began.
+        news = self._news() if self.leaving else None
         while news is None:
             if self._finished:
                 await self._flush()
@@ -324,9 +326,8 @@ class ProcessSocket:
         if not data or self.leaving:
             return
         try:
-            if not self._send_lock.locked():
-                sent = send_now(self._stream, data)
-                data = data[sent:] if sent is not None else data
+            if self._now is not None and not self._send_lock.locked():
+                data = data[self._now.send(data) :]
                 if not data:
                     return
             with trio.move_on_after(self._liveness.pong_timeout) as waited:
