@@ -285,6 +285,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     # it, and the real loopback (plain and TLS) where the kernel keeps a
     # heartbeat: the quiet reads act only on a real TCP socket on Linux.
     "_http/_sockio": _SOCKET_IO_TESTS,
+    "_http/_socknow": _SOCKET_IO_TESTS,
     "_http/_tls": (
         *_SOCKET_IO_TESTS,
         "tests/e2e/test_lean_http.py",
