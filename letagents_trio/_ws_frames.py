@@ -33,6 +33,7 @@ __all__ = [
     "FrameBounds",
     "FrameEdges",
     "Heard",
+    "bare_pong",
     "read_exit_answer",
     "read_news",
     "server_frame",
@@ -143,6 +144,22 @@ class FrameEdges:
         self.walk(data)
         return 0
 
+    def heartbeat_pong(self, data: bytes, bounds: FrameBounds) -> bytes:
+        """The pong for a chunk of nothing but bare pings (counted), read between two frames.
+
+        One pong, for the latest (RFC 6455, section 5.5.3, lets the earlier
+        ones go unanswered); ``b""`` when ``data`` is anything else, which
+        goes to wsproto.
+
+        Raises:
+            StreamProtocolError: the pings broke the bound (see :class:`FrameBounds`).
+        """
+        pings = self.bare_pings(data)
+        if not pings:
+            return b""
+        bounds.count_ping(pings)
+        return bare_pong()
+
     def walk(self, data: bytes) -> None:
         """Follow ``data`` (bytes wsproto is given) to the end of its last frame, or into one."""
         at, size = 0, len(data)
@@ -206,24 +223,12 @@ class Heard:
         return StreamNews(connection_id=self.connection_id, ended=self.ended)
 
 
-def read_news(
-    ws: Connection, bounds: FrameBounds, data: bytes = b"", edges: FrameEdges | None = None
-) -> Heard | None:
+def read_news(ws: Connection, bounds: FrameBounds, data: bytes = b"") -> Heard | None:
     """Give ``data`` to wsproto and read the events it has; None when it has none.
-
-    With ``edges``: a chunk of nothing but the room's bare pings, read
-    between two frames while the socket is open (the room's heartbeat), is
-    counted and answered here, without wsproto: one pong, for the latest.
 
     Raises:
         StreamProtocolError: the room broke a bound (see :class:`FrameBounds`).
     """
-    if data and edges is not None and ws.state is ConnectionState.OPEN:
-        pings = edges.bare_pings(data)
-        if pings:
-            bounds.count_ping(pings)
-            pong = _EMPTY_PONG + os.urandom(4)
-            return Heard(connection_id=None, exit_ack=False, ended=False, closed=False, reply=pong)
     if data:
         ws.receive_data(data)
     connection_id: str | None = None
@@ -263,6 +268,15 @@ def read_news(
     )
 
 
+def bare_pong() -> bytes:
+    """The pong answering a ping that carries nothing, as a client writes it.
+
+    A final pong frame with no payload, masked with a fresh key (RFC 6455,
+    section 5.3).
+    """
+    return _EMPTY_PONG + os.urandom(4)
+
+
 def _pong(ws: Connection, ping: Ping) -> bytes:
     """The pong answering ``ping``, as a client writes it (masked: RFC 6455, section 5.3).
 
@@ -272,7 +286,7 @@ def _pong(ws: Connection, ping: Ping) -> bytes:
     """
     if ping.payload:
         return ws.send(ping.response())
-    return _EMPTY_PONG + os.urandom(4)
+    return bare_pong()
 
 
 def read_exit_answer(

@@ -43,7 +43,13 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._errors import RoomUnreachable
 from ._http import QuietReads, SocketNow, close_now, discard_unread, send_now, socket_now
-from ._ws_frames import NOTHING_NEW, FrameBounds, FrameEdges, read_exit_answer, read_news
+from ._ws_frames import (
+    NOTHING_NEW,
+    FrameBounds,
+    FrameEdges,
+    read_exit_answer,
+    read_news,
+)
 
 if TYPE_CHECKING:
     from ._connector import StreamNews
@@ -201,8 +207,7 @@ class ProcessSocket:
         self._ws = ws
         self._liveness = _Liveness(ping_interval, pong_timeout)
         self._bounds, self._edges = FrameBounds(max_event_bytes, ping_interval), FrameEdges()
-        self._finished = False
-        self._reply = b""
+        self._finished, self._reply = False, b""
         # What of the exit is still to go once it began at once (leave sends it).
         self._exit_write = _ExitWrite()
         self._send_lock = trio.Lock()
@@ -229,8 +234,7 @@ class ProcessSocket:
         return self
 
     async def __anext__(self) -> StreamNews:
-        # Every chunk read goes to _news, which takes every event wsproto has:
-        # it has none left but for what _exit_bytes gave it as the exit began.
+        # _news took every event of each chunk read: only _exit_bytes leaves any.
         news = self._news() if self.leaving else None
         while news is None:
             if self._finished:
@@ -265,7 +269,11 @@ class ProcessSocket:
 
     def _news(self, data: bytes = b"") -> StreamNews | None:
         """The news in ``data`` and the events wsproto has; None when there is none."""
-        heard = read_news(self._ws, self._bounds, data, self._edges)
+        opened = self._ws.state is ConnectionState.OPEN
+        if opened and (pong := self._edges.heartbeat_pong(data, self._bounds)):
+            self._reply += pong
+            return NOTHING_NEW
+        heard = read_news(self._ws, self._bounds, data)
         if heard is None:
             return None
         self._reply += heard.reply
@@ -312,11 +320,11 @@ class ProcessSocket:
     async def _flush(self) -> None:
         """Send the pongs and pings (or the close echo) waiting to go.
 
-        Written at once when the socket takes them (:func:`send_now`: a pong
-        is one small write), else in turn with any other sender, waiting at
-        most the pong timeout for the room to take them: a room that stopped
-        reading would otherwise hold the reader until the holder's silence
-        deadline, its own pings unanswered meanwhile.
+        Written at once when the socket takes them (its :class:`SocketNow`: a
+        pong is one small write), else in turn with any other sender, waiting
+        at most the pong timeout for the room to take them: a room that
+        stopped reading would otherwise hold the reader until the holder's
+        silence deadline, its own pings unanswered meanwhile.
 
         Raises:
             RoomUnreachable: the socket broke, or the room took nothing within
@@ -540,13 +548,12 @@ class ProcessSocket:
 
         The reader waiting on it wakes, sees :attr:`leaving` and ends the
         iteration (the holder, leaving, stops), also when it was waiting to be
-        stopped after the exit. After
-        an exit, what the room sent meanwhile is read and dropped first, so
-        that the close is an orderly end, not a reset that could cost the
-        room the exit (see :func:`~letagents_trio._http.discard_unread`);
-        after an exit written alone, its normal close goes first. Once it
-        has closed the stream, a second call (the holder's block, leaving)
-        does nothing more.
+        stopped after the exit. After an exit, what the room sent meanwhile is
+        read and dropped first, so that the close is an orderly end, not a
+        reset that could cost the room the exit (see
+        :func:`~letagents_trio._http.discard_unread`); after an exit written
+        alone, its normal close goes first. Once it has closed the stream, a
+        second call (the holder's block, leaving) does nothing more.
         """
         if self._shut:
             return True

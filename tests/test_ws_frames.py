@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, Event, Ping, Pong, TextMessage
 
-from letagents_trio._ws_frames import FrameEdges
+from letagents_trio._errors import StreamProtocolError
+from letagents_trio._ws_frames import MAX_PINGS_PER_INTERVAL, FrameBounds, FrameEdges
 
 BARE_PING = b"\x89\x00"
 
@@ -86,3 +88,21 @@ def test_the_rest_of_a_head_and_the_frames_after_it_in_one_chunk() -> None:
     assert walker.bare_pings(data[:1]) == 0
     assert walker.bare_pings(data[1:]) == 0  # the head's second byte, "abc", "hi"
     assert walker.bare_pings(BARE_PING) == 1
+
+
+async def test_a_heartbeat_of_bare_pings_is_counted_and_answered_with_one_masked_pong() -> None:
+    """One pong for a chunk of bare pings (a fresh key each time); nothing for anything else."""
+    bounds, edges = FrameBounds(max_event_bytes=1024, ping_interval=40.0), FrameEdges()
+    first = edges.heartbeat_pong(BARE_PING * 2, bounds)
+    second = edges.heartbeat_pong(BARE_PING, bounds)
+    assert first[:2] == second[:2] == b"\x8a\x80"  # final pong, masked, no payload
+    assert len(first) == len(second) == 6
+    keys = {edges.heartbeat_pong(BARE_PING, FrameBounds(1024, 40.0))[2:] for _ in range(16)}
+    assert len(keys) > 1  # a key drawn for each pong
+    room = Connection(ConnectionType.SERVER)
+    room.receive_data(first)
+    assert list(room.events()) == [Pong(payload=b"")]
+    assert edges.heartbeat_pong(Connection(ConnectionType.SERVER).send(Ping(b"x")), bounds) == b""
+    assert edges.heartbeat_pong(BARE_PING * (MAX_PINGS_PER_INTERVAL - 3), bounds)
+    with pytest.raises(StreamProtocolError, match=r"^the room floods .* with pings$"):
+        edges.heartbeat_pong(BARE_PING, bounds)  # the chunk's pings all count
