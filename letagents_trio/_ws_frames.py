@@ -33,7 +33,6 @@ __all__ = [
     "FrameBounds",
     "FrameEdges",
     "Heard",
-    "bare_pong",
     "read_exit_answer",
     "read_news",
     "server_frame",
@@ -158,7 +157,7 @@ class FrameEdges:
         if not pings:
             return b""
         bounds.count_ping(pings)
-        return bare_pong()
+        return _bare_pong()
 
     def walk(self, data: bytes) -> None:
         """Follow ``data`` (bytes wsproto is given) to the end of its last frame, or into one."""
@@ -268,7 +267,7 @@ def read_news(ws: Connection, bounds: FrameBounds, data: bytes = b"") -> Heard |
     )
 
 
-def bare_pong() -> bytes:
+def _bare_pong() -> bytes:
     """The pong answering a ping that carries nothing, as a client writes it.
 
     A final pong frame with no payload, masked with a fresh key (RFC 6455,
@@ -286,7 +285,7 @@ def _pong(ws: Connection, ping: Ping) -> bytes:
     """
     if ping.payload:
         return ws.send(ping.response())
-    return bare_pong()
+    return _bare_pong()
 
 
 def read_exit_answer(

@@ -43,13 +43,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from ._errors import RoomUnreachable
 from ._http import QuietReads, SocketNow, close_now, discard_unread, send_now, socket_now
-from ._ws_frames import (
-    NOTHING_NEW,
-    FrameBounds,
-    FrameEdges,
-    read_exit_answer,
-    read_news,
-)
+from ._ws_frames import NOTHING_NEW, FrameBounds, FrameEdges, read_exit_answer, read_news
 
 if TYPE_CHECKING:
     from ._connector import StreamNews
