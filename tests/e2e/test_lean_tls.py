@@ -398,3 +398,49 @@ async def test_the_last_bytes_read_with_close_notify_come_before_the_end(tmp_pat
             await trio.testing.wait_all_tasks_blocked(0.05)  # both records arrive
             assert await ours.receive_some() == b"last"
             assert await ours.receive_some() == b""
+
+
+async def test_over_a_stream_not_a_socket_a_read_gives_whole_records_and_keeps_a_cut_one(
+    tmp_path: Path,
+) -> None:
+    """A transport that is not a socket is read through its own ``receive_some``; a read
+    gives the records that came whole, and a record that came in part waits for its rest."""
+    server_tls, client_tls = self_signed(tmp_path)
+    client_end, room_side_of_client = trio.testing.memory_stream_pair()
+    client_side_of_room, room_end = trio.testing.memory_stream_pair()
+
+    async def forward(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
+        while data := await source.receive_some():
+            await sink.send_all(data)
+
+    with trio.fail_after(10):
+        theirs = trio.SSLStream(room_end, server_tls, server_side=True)
+        async with trio.open_nursery() as relay:
+            relay.start_soon(forward, room_side_of_client, client_side_of_room)
+            relay.start_soon(forward, client_side_of_room, room_side_of_client)
+            relay.start_soon(theirs.do_handshake)
+            ours = await open_tls(client_end, client_tls, "127.0.0.1")
+            await theirs.send_all(b"warm")  # after the room's tickets
+            assert await ours.receive_some() == b"warm"
+            await trio.testing.wait_all_tasks_blocked()
+            relay.cancel_scope.cancel()
+        await theirs.send_all(b"first")
+        await theirs.send_all(b"second")
+        records = b""
+        while len(records) < 10 or len(records) < _records_end(records, 2):
+            records += await client_side_of_room.receive_some()
+        first_end = _records_end(records, 1)
+        await room_side_of_client.send_all(records[: first_end + 5])  # the second's head only
+        assert await ours.receive_some() == b"first"
+        await room_side_of_client.send_all(records[first_end + 5 :])
+        assert await ours.receive_some() == b"second"
+
+
+def _records_end(data: bytes, count: int) -> int:
+    """Where the first ``count`` TLS records of ``data`` end (each a 5-byte head and its length)."""
+    end = 0
+    for _ in range(count):
+        if len(data) < end + 5:
+            return end + 5
+        end += 5 + int.from_bytes(data[end + 3 : end + 5], "big")
+    return end
