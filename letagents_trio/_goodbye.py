@@ -364,7 +364,12 @@ class Goodbye:
         return False
 
     async def _deliver(self, carrier: ExitCarrier) -> None:
-        """The carrier's delivery of the exits handed to it: they settle as their answers come."""
+        """The carrier's delivery of the exits handed to it: they settle as their answers come.
+
+        Cancellation:
+            A checkpoint; the goodbye's deadline cancels it, and the exits not
+            settled then are given up (see ``ExitCarrier.deliver_exits``).
+        """
         await carrier.deliver_exits()
         self._task_done()
 

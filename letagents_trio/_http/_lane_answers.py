@@ -81,7 +81,12 @@ def _hand_to_h11(lane: Lane, stand_in: h11.Request) -> None:
 
 
 async def _h11_answer(lane: Lane, max_body: int, stand_in: h11.Request) -> tuple[Answer, bool]:
-    """Read the next answer on ``lane`` with h11 (see :meth:`_answer`)."""
+    """Read the next answer on ``lane`` with h11 (see :meth:`_answer`).
+
+    Cancellation:
+        A checkpoint only while it waits for the room's bytes; what h11 was
+        given stays in ``lane.conn``, and what it parsed in ``lane``.
+    """
     conn = lane.conn
     stream = lane.stream
     assert stream is not None
@@ -139,6 +144,9 @@ async def _read_more(lane: Lane) -> None:
 
     Raises:
         h11.RemoteProtocolError: the room closed the connection (mid-answer, or before one).
+
+    Cancellation:
+        A checkpoint: the wait comes before the read, and nothing is lost.
     """
     assert lane.stream is not None
     data = await read_some(lane.stream, READ_SIZE)

@@ -234,7 +234,13 @@ class PipelinedPool:
         self._write_now(lane)
 
     async def _await(self, request: Request) -> None:
-        """Take turns at ``request``'s lane's work until it is answered or failed."""
+        """Take turns at ``request``'s lane's work until it is answered or failed.
+
+        Cancellation:
+            A checkpoint at each turn it takes (none when ``request`` is
+            already settled); cancelled, ``request`` is left as it is (its
+            caller marks it gone).
+        """
         while not request.done:
             await self._take_turn(request)
 

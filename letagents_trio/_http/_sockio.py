@@ -174,6 +174,7 @@ def read_some(stream: trio.abc.Stream, max_bytes: int) -> Awaitable[bytes]:
 
 
 async def _received(stream: trio.abc.Stream, max_bytes: int) -> bytes:
+    """:func:`read_some` of any other stream: its own ``receive_some``, as bytes (a checkpoint)."""
     return bytes(await stream.receive_some(max_bytes))
 
 
