@@ -41,18 +41,15 @@ exit.pstats (signal until the block is left). Bench helper, not part of the pack
 from __future__ import annotations
 
 import argparse
-import cProfile
-import ctypes
-import ctypes.util
 import gc
 import json
 import os
 import signal
 import sys
 import time
-import tracemalloc
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import trio
 
@@ -159,6 +156,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def import_probes() -> ModuleType:
+    """bench/_probes.py, imported only when a flag asks for a probe (its imports are start-up)."""
+    import _probes
+
+    return _probes
+
+
 def read_sessions(path: Path) -> list[AgentSession]:
     """The registered sessions in ``path``, which no one but its owner may read."""
     if path.stat().st_mode & 0o077:
@@ -175,94 +179,6 @@ async def cancel_on_signal(scope: trio.CancelScope, signalled: list[float]) -> N
             return
 
 
-def snapshot_heap(path: Path, count: int) -> None:
-    """Write the top allocation sites of the traced heap while holding."""
-    snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(False, tracemalloc.__file__)]
-    )
-    total = sum(stat.size for stat in snapshot.statistics("filename"))
-    lines = [f"traced {total} bytes while holding {count} streams ({total / count:.0f} B/stream)"]
-    for key in ("filename", "lineno", "traceback"):
-        lines.append(f"\n== top by {key} ==")
-        for stat in snapshot.statistics(key)[: 12 if key == "traceback" else 30]:
-            lines.append(
-                f"{stat.size / count:9.0f} B/stream {stat.count / count:7.2f} blocks/stream "
-                f"{stat.traceback[0]}"
-            )
-            if key == "traceback":
-                lines.extend(f"        {frame}" for frame in stat.traceback.format()[-16:])
-    path.write_text("\n".join(lines) + "\n")
-    emit(event="tracemalloc", bytes=total, per_stream=round(total / count))
-
-
-def census(path: Path, count: int) -> None:
-    """Write the objects the cyclic GC tracks, by type, per stream; time a full collection."""
-    objects = gc.get_objects()
-    by_type = Counter(type(o).__qualname__ for o in objects)
-    started = time.perf_counter()
-    gc.collect()
-    full = time.perf_counter() - started
-    lines = [
-        f"{len(objects)} GC-tracked objects while holding {count} streams "
-        f"({len(objects) / count:.1f} per stream); one full gc.collect(): {full * 1000:.0f} ms"
-    ]
-    lines += [f"{n / count:8.2f} per stream  {name}" for name, n in by_type.most_common(40)]
-    path.write_text("\n".join(lines) + "\n")
-    emit(event="census", objects=len(objects), full_collect_ms=round(full * 1000, 1))
-
-
-def trim_heap() -> None:
-    """Give the free pages inside the C heap back to the system, once (glibc's malloc_trim).
-
-    Opening thousands of TLS streams at once leaves the handshakes' passing
-    buffers as free holes between what the streams keep; the pages stay
-    resident until trimmed. An operator's setting, as docs/performance.md
-    says: the library never does this. Where the C library is not glibc,
-    nothing is done.
-    """
-    path = ctypes.util.find_library("c")
-    malloc_trim = getattr(ctypes.CDLL(path), "malloc_trim", None) if path else None
-    if malloc_trim is None:
-        emit(event="trimmed", ms=None)
-        return
-    started = time.perf_counter()
-    malloc_trim(0)
-    emit(event="trimmed", ms=round((time.perf_counter() - started) * 1000, 1))
-
-
-class _MallInfo2(ctypes.Structure):
-    """glibc's ``struct mallinfo2``: the main arena's counts, in bytes."""
-
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd",
-            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
-        )
-    ]  # fmt: skip
-
-
-def heap_stats(count: int) -> None:
-    """Emit where the memory held is: RSS, the C heap's bytes in use and free inside it, Python's.
-
-    The C heap's figures are glibc's (``mallinfo2``), absent elsewhere; Python's
-    small objects are counted in blocks (``sys.getallocatedblocks``).
-    """
-    rss = 0
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-    fields: dict[str, object] = {"rss": rss, "py_blocks": sys.getallocatedblocks()}
-    path = ctypes.util.find_library("c")
-    mallinfo2 = getattr(ctypes.CDLL(path), "mallinfo2", None) if path else None
-    if mallinfo2 is not None:
-        mallinfo2.restype = _MallInfo2
-        info = mallinfo2()
-        fields |= {"c_in_use": info.uordblks, "c_free": info.fordblks, "c_mapped": info.hblkhd}
-    emit(event="heap", n=count, **fields)
-
-
 async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None:
     sessions: list[AgentSession] | None = args.registered
     if sessions is None:
@@ -275,9 +191,11 @@ async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None
             )
             for i in range(1, args.sessions + 1)
         ]
-    profile = cProfile.Profile() if args.cprofile_dir else None
-    if args.tracemalloc:
-        tracemalloc.start(25)
+    looking = args.tracemalloc or args.census or args.heap_stats
+    probes = import_probes() if looking or args.trim_heap or args.cprofile_dir else None
+    profile = probes.profiler() if probes and args.cprofile_dir else None
+    if probes and args.tracemalloc:
+        probes.start_tracing()
     if profile:
         profile.enable()
     holders = [manager.hold(session) for session in sessions]
@@ -297,18 +215,18 @@ async def hold_all(manager: ConnectionManager, args: argparse.Namespace) -> None
         return
     elapsed = round((time.perf_counter() - started) * 1000, 1)
     emit(event="open", n=len(holders), ms=elapsed, **GC.report())
-    if args.trim_heap:
-        trim_heap()
-    if args.tracemalloc or args.census or args.heap_stats:
-        # Let the open events (connection ids) arrive before looking.
-        await trio.sleep(1)
-    if args.heap_stats:
-        heap_stats(len(holders))
-    if args.tracemalloc:
-        snapshot_heap(args.tracemalloc, len(holders))
-        tracemalloc.stop()
-    if args.census:
-        census(args.census, len(holders))
+    if probes is not None:
+        if args.trim_heap:
+            emit(event="trimmed", **probes.trim_heap())
+        if looking:
+            # Let the open events (connection ids) arrive before looking.
+            await trio.sleep(1)
+        if args.heap_stats:
+            emit(event="heap", n=len(holders), **probes.heap_stats())
+        if args.tracemalloc:
+            emit(event="tracemalloc", **probes.snapshot_heap(args.tracemalloc, len(holders)))
+        if args.census:
+            emit(event="census", **probes.census(args.census, len(holders)))
     if args.gc_freeze:
         gc.freeze()
         emit(event="gc_frozen", objects=gc.get_freeze_count())
@@ -319,7 +237,7 @@ async def main(args: argparse.Namespace) -> None:
         emit(event="ready")
         await trio.to_thread.run_sync(sys.stdin.readline)
     signalled: list[float] = []
-    profile = cProfile.Profile() if args.cprofile_dir else None
+    profile = import_probes().profiler() if args.cprofile_dir else None
     policy = HoldPolicy(jitter=args.jitter)
     held: ConnectionManager | None = None
     with trio.CancelScope() as scope:
