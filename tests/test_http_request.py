@@ -314,6 +314,92 @@ async def test_an_upgrade_h11_would_refuse_is_not_sent_and_quotes_nothing() -> N
     assert "secret" not in repr(caught.value.__cause__)
 
 
+STREAM = [("Accept", "text/event-stream"), ("Authorization", "Bearer secret-token-1")]
+
+
+async def test_a_streams_plain_answer_is_read_without_h11_its_request_written_as_h11_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thousands of streams open at once: neither the GET nor its chunked answer needs h11."""
+    seen: list[bytes] = []
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        seen.append(await read_head(stream))
+        # The head in pieces, the first chunk right behind it, the next one cut.
+        await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-")
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.send_all(b"Encoding: chunked\r\n\r\n5\r\nopen!\r\n8\r\nheart")
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.send_all(b"bit\r\n0\r\n\r\n")
+
+    def no_h11(*args: object, **kwargs: object) -> h11.Connection:
+        raise AssertionError("h11 was used")
+
+    monkeypatch.setattr(h11, "Connection", no_h11)
+    origin = Origin("http", "room.test", 80)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            response = await start_request(opener, origin, "/p", "GET", STREAM)
+            try:
+                assert response.status == 200
+                assert response.header("Transfer-Encoding") == "chunked"
+                # What came with the head, in one piece; then the rest of the cut chunk.
+                assert await response.next_chunk() == b"open!heart"
+                assert await response.next_chunk() == b"bit"
+                assert await response.next_chunk() == b""
+                with pytest.raises(RuntimeError, match="did not switch"):
+                    response.detach()
+            finally:
+                await response.aclose()
+    monkeypatch.undo()
+    assert seen == [h11_request_bytes(origin, "/p", "GET", STREAM, None)]
+
+
+@pytest.mark.parametrize(
+    ("method", "answer", "status", "body"),
+    [
+        ("GET", b"HTTP/1.1 200 OK\r\n\r\nuntil the end", 200, b"until the end"),
+        ("GET", b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n2\r\nok\r\n0\r\n\r\n", 200, b"ok"),
+        (
+            "GET",
+            b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            200,
+            b"ok",
+        ),
+        ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", 200, b""),
+    ],
+    ids=["ends-with-the-connection", "bare-line-feeds", "informational-first", "head"],
+)
+async def test_a_streams_answer_that_is_not_plain_is_read_by_h11(
+    monkeypatch: pytest.MonkeyPatch, method: str, answer: bytes, status: int, body: bytes
+) -> None:
+    made: list[h11.Connection] = []
+    real = h11.Connection
+
+    def counted(*args: object, **kwargs: object) -> h11.Connection:
+        made.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return made[-1]
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(answer)
+        await stream.aclose()
+
+    monkeypatch.setattr(h11, "Connection", counted)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            origin = Origin("http", "room.test", 80)
+            response = await start_request(opener, origin, "/p", method, STREAM)
+            try:
+                assert response.status == status
+                assert await response.read(100) == body
+            finally:
+                await response.aclose()
+    assert len(made) == 1
+
+
 async def test_the_response_reads_its_body_chunk_by_chunk_then_says_it_ended() -> None:
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:

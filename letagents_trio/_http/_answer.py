@@ -1,4 +1,4 @@
-"""The common answer heads read without h11: a sized answer, and the ``101`` of an upgrade.
+"""The common answer heads read without h11: a sized answer, a stream's, and an upgrade's.
 
 A goodbye reads thousands of pipelined answers within its deadline, each
 ``200`` with ``{"recorded":true}``, and h11 would spend on each its state
@@ -16,6 +16,12 @@ answer after it on that connection.
 ``101 Switching Protocols`` answering each process socket's upgrade, in the
 same way: a plain ``HTTP/1.1 101`` head with no framing field is read here,
 anything else is h11's.
+
+:func:`framed_head` reads the third, the answer to each process stream's
+``GET``: a plain head whose body is framed by ``Content-Length`` or by
+``Transfer-Encoding: chunked`` alone, read by a reader of
+:mod:`~letagents_trio._http._body`; anything else is h11's, body included.
+:func:`field_line` is the check of one field line they share.
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ from typing import Final, final
 
 import attrs
 
-__all__ = ["HEAD_END", "SimpleHead", "simple_head", "switched_head"]
+__all__ = [
+    "HEAD_END",
+    "FramedHead",
+    "SimpleHead",
+    "field_line",
+    "framed_head",
+    "simple_head",
+    "switched_head",
+]
 
 # Where a head ends, as h11 finds it: a blank line, CRLF or bare LF.
 HEAD_END: Final = re.compile(rb"\n\r?\n")
@@ -61,6 +75,26 @@ class SimpleHead:
     size: int
 
 
+@final
+@attrs.frozen
+class FramedHead:
+    """A head :func:`framed_head` read.
+
+    Attributes:
+        status: the status code (200-599, not 204 or 304).
+        headers: the fields, names in lower case, values without surrounding white space.
+        length: the body's length (``Content-Length``); None when it is chunked.
+        close: the room closes the connection after this answer (``Connection: close``).
+        size: the head's length in bytes, blank line included.
+    """
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    length: int | None
+    close: bool
+    size: int
+
+
 def _head_lines(data: bytes | bytearray) -> tuple[int, list[bytes], int] | None:
     """The status, the field lines and the size of a complete CRLF head; None otherwise."""
     end = HEAD_END.search(data)
@@ -73,12 +107,51 @@ def _head_lines(data: bytes | bytearray) -> tuple[int, list[bytes], int] | None:
     return int(status_line.group(1)), lines[1:], end.end()
 
 
-def _field(line: bytes) -> tuple[bytes, bytes] | None:
+def field_line(line: bytes) -> tuple[bytes, bytes] | None:
     """One field line's name (in lower case) and value; None for one h11 would refuse."""
     field = _FIELD.fullmatch(line)
     if field is None:
         return None  # bare LF, a folded line, or a field h11 would refuse
     return field.group(1).lower(), field.group(2)
+
+
+def _final_head(
+    data: bytes | bytearray,
+) -> tuple[int, list[tuple[bytes, bytes]], int | None, bool, int] | None:
+    """A complete head at the start of ``data`` with a body framed by a length or by
+    chunks alone (the fields h11 would accept): its status, fields, length (None
+    when chunked), whether the room closes the connection after it, and its
+    size; None otherwise."""
+    found = _head_lines(data)
+    if found is None:
+        return None
+    status, lines, size = found
+    if status < 200 or status in _BODILESS:
+        return None
+    headers: list[tuple[bytes, bytes]] = []
+    length: int | None = None
+    chunked = False
+    close = False
+    for line in lines:
+        field = field_line(line)
+        if field is None:
+            return None
+        name, value = field
+        if name == b"content-length":
+            if length is not None or not _LENGTH.fullmatch(value):
+                return None
+            length = int(value)
+        elif name == b"transfer-encoding":
+            value = value.lower()  # as h11 gives it
+            if chunked or value != b"chunked":
+                return None
+            chunked = True
+        elif name == b"connection":
+            close = close or any(token.strip().lower() == b"close" for token in value.split(b","))
+        headers.append((name, value))
+    if (length is None) == chunked:
+        return status, headers, length, close, size
+    return None
 
 
 def simple_head(data: bytes | bytearray) -> SimpleHead | None:
@@ -88,32 +161,23 @@ def simple_head(data: bytes | bytearray) -> SimpleHead | None:
     two apart with :data:`HEAD_END` (a head not simple is given to h11,
     which reads it or says what is wrong with it).
     """
-    found = _head_lines(data)
-    if found is None:
+    head = _final_head(data)
+    if head is None:
         return None
-    status, lines, size = found
-    if status < 200 or status in _BODILESS:
-        return None
-    headers: list[tuple[bytes, bytes]] = []
-    length: int | None = None
-    close = False
-    for line in lines:
-        field = _field(line)
-        if field is None:
-            return None
-        name, value = field
-        if name == b"content-length":
-            if length is not None or not _LENGTH.fullmatch(value):
-                return None
-            length = int(value)
-        elif name == b"transfer-encoding":
-            return None
-        elif name == b"connection":
-            close = close or any(token.strip().lower() == b"close" for token in value.split(b","))
-        headers.append((name, value))
-    if length is None:
-        return None
-    return SimpleHead(status, tuple(headers), length, close, size)
+    status, headers, length, close, size = head
+    return None if length is None else SimpleHead(status, tuple(headers), length, close, size)
+
+
+def framed_head(data: bytes | bytearray) -> FramedHead | None:
+    """The head at the start of ``data`` when it is complete and its body is framed
+    by ``Content-Length`` or by ``Transfer-Encoding: chunked`` alone, else None.
+
+    For a ``GET``'s answer (a ``HEAD``'s has no body whatever its fields say).
+    None also when ``data`` holds no complete head yet: the caller tells the
+    two apart with :data:`HEAD_END` and gives the second to h11.
+    """
+    head = _final_head(data)
+    return None if head is None else FramedHead(*head)
 
 
 def switched_head(data: bytes | bytearray) -> tuple[list[tuple[bytes, bytes]], int] | None:
@@ -131,7 +195,7 @@ def switched_head(data: bytes | bytearray) -> tuple[list[tuple[bytes, bytes]], i
     _status, lines, size = found
     headers: list[tuple[bytes, bytes]] = []
     for line in lines:
-        field = _field(line)
+        field = field_line(line)
         if field is None or field[0] in _FRAMING:
             return None
         headers.append(field)

@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 path: one request on a connection of its own, h11 over a trio stream.
+"""The lean HTTP/1.1 path: one request on a connection of its own, over a trio stream.
 
 The two requests a connection manager sends by the thousand, the long-lived
 ``GET …/process`` and the ``POST …/process/exit`` of the goodbye, need one
@@ -9,7 +9,8 @@ cookie jar) is cost they do not need. Here a request is:
 1. a stream from an :class:`Opener` for the URL's :class:`Origin`
    (:class:`~letagents_trio._http.NetworkOpener` dials TCP and TLS; the
    testing kit serves an app in memory);
-2. the request written with one ``h11.Connection``, then the response head read;
+2. the request written as h11 writes it (:func:`request_bytes`), then the
+   answer's head read;
 3. :class:`HTTP1Response` handed to the caller, who reads the body chunk by
    chunk (:meth:`~HTTP1Response.next_chunk`) and closes it: one socket close,
    no generator to unwind.
@@ -17,16 +18,23 @@ cookie jar) is cost they do not need. Here a request is:
 There is no timeout here at all: the holder's scope owns the answer time and
 silence, the manager's shielded deadline owns the goodbye.
 
+**Without h11, where the answer is plain.** Thousands of streams open, or
+sockets upgrade, at once when a process starts, and h11 would spend on each
+its request object and checks, its state machine and an event a chunk
+(``docs/performance.md``, *The SSE stream read without h11*). A plain
+``101`` to an upgrade (:func:`~._answer.switched_head`) and a plain head
+whose body is framed by ``Content-Length`` or by chunks alone
+(:func:`~._answer.framed_head`, its body read by
+:mod:`~letagents_trio._http._body`) are read here. Any other answer (an
+informational one first, a head that is not plain, a body that ends with
+the connection) goes to an h11 connection told of the request as it was
+sent, which reads its head and its body.
+
 **Upgrades.** A request carrying ``Upgrade`` that the server answers with
 ``101`` switches the connection to another protocol;
 :meth:`HTTP1Response.detach` then returns the raw stream, with any bytes
 read past the response head put back in front (:class:`Prefixed`). The stream
-still belongs to the response, which closes it. Thousands of process sockets
-upgrade at once, so an upgrade is written without h11, as h11 writes it
-(:func:`request_bytes`), and a plain ``101`` is read without it
-(:func:`~._answer.switched_head`); any other answer goes to an h11
-connection told of the request as it was sent, which reads it as it reads
-every other answer.
+still belongs to the response, which closes it.
 """
 
 from __future__ import annotations
@@ -41,7 +49,8 @@ import h11
 import trio
 
 from .._version import __version__
-from ._answer import HEAD_END, switched_head
+from ._answer import HEAD_END, framed_head, switched_head
+from ._body import BodyReader, ChunkedBody, SizedBody
 from ._sockio import READ_SIZE, Prefixed, QuietReads, close_now, read_some, send_now
 
 __all__ = [
@@ -163,14 +172,17 @@ class HTTP1Response:
         headers: list[tuple[bytes, bytes]],
         *,
         switched: bytes | None = None,
+        body: BodyReader | None = None,
     ) -> None:
         self._stream = stream
-        # None for a 101 read without h11: ``switched`` holds the bytes read past it.
+        # h11 reads the body, unless the head was read without it: ``body``
+        # reads the body then, and a 101's ``switched`` holds the bytes read past it.
         self._conn = conn
+        self._body = body
         self._switched = switched
         self.status = status
         self.headers = headers
-        self._done = conn is None
+        self._done = conn is None and body is None
         self._reads = QuietReads(stream)
 
     def __repr__(self) -> str:
@@ -230,11 +242,25 @@ class HTTP1Response:
         if self._done:
             await trio.lowlevel.checkpoint()
             return b""
+        body = self._body
+        if body is None:
+            return await self._h11_chunk(keep)
+        try:
+            while True:
+                data, self._done = body.take()
+                if data or self._done:
+                    return data
+                body.receive(await self._reads.read(READ_SIZE, keep=keep))
+        except NETWORK_ERRORS as exc:
+            raise HTTPFailure(failure_kind(exc)) from exc
+
+    async def _h11_chunk(self, keep: int) -> bytes:
+        """:meth:`next_chunk`, the body read by h11."""
         # Every piece of the body already received, in one: a quiet read takes
         # many heartbeats at once, each its own chunk of a chunked body.
         parts: list[bytes] = []
         conn = self._conn
-        assert conn is not None  # a response read without h11 is done from the start
+        assert conn is not None  # a 101 read without h11 is done from the start
         try:
             while True:
                 try:
@@ -287,9 +313,9 @@ class HTTP1Response:
         Raises:
             RuntimeError: the server did not switch protocols.
         """
-        if self._conn is None:
-            data = self._switched or b""
-        elif self._conn.their_state is h11.SWITCHED_PROTOCOL:
+        if self._switched is not None:
+            data = self._switched
+        elif self._conn is not None and self._conn.their_state is h11.SWITCHED_PROTOCOL:
             data = bytes(self._conn.trailing_data[0])
         else:
             raise RuntimeError(f"HTTP {self.status} did not switch protocols")
@@ -419,47 +445,27 @@ async def _read_head(
 
 async def _exchange(
     stream: trio.abc.Stream,
-    target: str,
-    method: str,
-    fields: list[tuple[str, str]],
-    body: bytes | None,
-) -> HTTP1Response:
-    """Write the request with h11 and read the answer's head with it (a ``101`` is returned).
-
-    Raises:
-        HTTPFailure: the network failed or the peer broke HTTP's rules
-            (``TooManyInformational`` past the cap).
-
-    Cancellation:
-        A checkpoint; the stream is left unusable.
-    """
-    conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-    try:
-        request = h11.Request(method=method, target=target, headers=fields)
-        await stream.send_all(_h11_request(conn, request, body))
-        head = await _read_head(stream, conn)
-    except NETWORK_ERRORS as exc:
-        raise HTTPFailure(failure_kind(exc)) from exc
-    return HTTP1Response(stream, conn, head.status_code, list(head.headers))
-
-
-async def _upgrade(
-    stream: trio.abc.Stream,
     origin: Origin,
     target: str,
     method: str,
     headers: Sequence[tuple[str, str]],
     body: bytes | None,
+    *,
+    upgrade: bool,
 ) -> HTTP1Response:
-    """An upgrade, written as h11 writes it; a plain ``101`` read without h11.
+    """Write the request as h11 writes it; read a plain answer's head without h11.
 
-    Any other answer (an error, an informational answer first, a head that
-    is not plain) goes to an h11 connection told of the request as it was
-    sent, and is read as :func:`_exchange` reads it.
+    A plain ``101`` (when ``upgrade``) and a plain final head whose body is
+    framed by ``Content-Length`` or by chunks alone are read here
+    (:func:`_plain_answer`). Any other answer (an informational one first, a
+    head that is not plain, a body that ends with the connection) goes to an
+    h11 connection told of the request as it was sent, which reads it and its
+    body.
 
     Raises:
-        HTTPFailure: as for :func:`_exchange`; ``LocalProtocolError`` for a
-            request h11 would refuse.
+        HTTPFailure: the network failed or the peer broke HTTP's rules
+            (``TooManyInformational`` past the cap; ``LocalProtocolError`` for
+            a request h11 would refuse).
 
     Cancellation:
         A checkpoint; the stream is left unusable.
@@ -471,11 +477,9 @@ async def _upgrade(
             received += chunk
             if HEAD_END.search(received) is None and len(received) <= MAX_HEAD_BYTES:
                 continue
-            switched = switched_head(received)
-            if switched is not None:
-                fields, size = switched
-                rest = bytes(received[size:])
-                return HTTP1Response(stream, None, 101, fields, switched=rest)
+            answer = _plain_answer(stream, received, upgrade=upgrade, method=method)
+            if answer is not None:
+                return answer
             break
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         request = h11.Request(method=method, target=target, headers=_fields(origin, headers, body))
@@ -487,6 +491,32 @@ async def _upgrade(
     except NETWORK_ERRORS as exc:
         raise HTTPFailure(failure_kind(exc)) from exc
     return HTTP1Response(stream, conn, head.status_code, list(head.headers))
+
+
+def _plain_answer(
+    stream: trio.abc.Stream, received: bytearray, *, upgrade: bool, method: str
+) -> HTTP1Response | None:
+    """The answer whose whole head ``received`` starts with, when it is read without h11.
+
+    A plain ``101`` to an upgrade (:func:`~._answer.switched_head`: the bytes
+    past it are the new protocol's), or a plain final head to any request
+    but ``HEAD`` whose body is framed by a length or by chunks
+    (:func:`~._answer.framed_head`: the bytes past it are its body's start);
+    None for any other.
+    """
+    if upgrade:
+        switched = switched_head(received)
+        if switched is not None:
+            fields, size = switched
+            return HTTP1Response(stream, None, 101, fields, switched=bytes(received[size:]))
+    head = framed_head(received) if method != "HEAD" else None
+    if head is None:
+        return None
+    reader: BodyReader
+    reader = ChunkedBody(MAX_HEAD_BYTES) if head.length is None else SizedBody(head.length)
+    if len(received) > head.size:
+        reader.receive(bytes(received[head.size :]))
+    return HTTP1Response(stream, None, head.status, head.headers, body=reader)
 
 
 async def start_request(
@@ -522,9 +552,8 @@ async def start_request(
     except NETWORK_ERRORS as exc:
         raise HTTPFailure(failure_kind(exc)) from exc
     try:
-        if any(name.lower() == "upgrade" and value.strip() for name, value in headers):
-            return await _upgrade(stream, origin, target, method, headers, body)
-        return await _exchange(stream, target, method, _fields(origin, headers, body), body)
+        upgrade = any(name.lower() == "upgrade" and value.strip() for name, value in headers)
+        return await _exchange(stream, origin, target, method, headers, body, upgrade=upgrade)
     except BaseException:
         if not close_now(stream):
             await trio.aclose_forcefully(stream)
