@@ -90,7 +90,7 @@ def test_the_rest_of_a_head_and_the_frames_after_it_in_one_chunk() -> None:
     assert walker.bare_pings(BARE_PING) == 1
 
 
-async def test_a_heartbeat_of_bare_pings_is_counted_and_answered_with_one_masked_pong() -> None:
+async def test_a_heartbeat_of_bare_pings_is_counted_and_answered_with_one_masked_pong() -> None:  # noqa: ASYNC124 (counting reads trio's clock)
     """One pong for a chunk of bare pings (a fresh key each time); nothing for anything else."""
     bounds, edges = FrameBounds(max_event_bytes=1024, ping_interval=40.0), FrameEdges()
     first = edges.heartbeat_pong(BARE_PING * 2, bounds)
