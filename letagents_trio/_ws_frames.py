@@ -33,6 +33,7 @@ __all__ = [
     "FrameBounds",
     "FrameEdges",
     "Heard",
+    "client_frame",
     "read_exit_answer",
     "read_news",
     "server_frame",
@@ -265,6 +266,29 @@ def read_news(ws: Connection, bounds: FrameBounds, data: bytes = b"") -> Heard |
         closed=closed,
         reply=reply + pong,
     )
+
+
+def client_frame(opcode: int, payload: bytes) -> bytes:
+    """One final frame of ``opcode`` carrying ``payload``, as a client writes it.
+
+    RFC 6455, section 5.2: the head (final, the opcode; masked, the length in
+    7, 16 or 64 bits), a fresh four-byte masking key, the payload masked
+    with it (section 5.3): the bytes wsproto writes for the same frame, with
+    its key. Made without a connection object, so that a socket's exit frames
+    can be made ahead for the price of their bytes.
+    """
+    size = len(payload)
+    if size < 126:
+        head = bytes((0x80 | opcode, 0x80 | size))
+    elif size < 0x10000:
+        head = bytes((0x80 | opcode, 0xFE)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 0xFF)) + size.to_bytes(8, "big")
+    key = os.urandom(4)
+    if size:
+        mask = int.from_bytes((key * (size // 4 + 1))[:size], "big")
+        payload = (int.from_bytes(payload, "big") ^ mask).to_bytes(size, "big")
+    return head + key + payload
 
 
 def _bare_pong() -> bytes:

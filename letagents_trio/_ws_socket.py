@@ -38,12 +38,19 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
 import trio
-from wsproto.connection import Connection, ConnectionState, ConnectionType
-from wsproto.events import CloseConnection, Ping, TextMessage
+from wsproto.connection import Connection, ConnectionState
+from wsproto.events import Ping
 
 from ._errors import RoomUnreachable
 from ._http import QuietReads, SocketNow, close_now, discard_unread, send_now, socket_now
-from ._ws_frames import NOTHING_NEW, FrameBounds, FrameEdges, read_exit_answer, read_news
+from ._ws_frames import (
+    NOTHING_NEW,
+    FrameBounds,
+    FrameEdges,
+    client_frame,
+    read_exit_answer,
+    read_news,
+)
 
 if TYPE_CHECKING:
     from ._connector import StreamNews
@@ -54,6 +61,9 @@ __all__ = ["ProcessSocket"]
 _RECEIVE_BYTES: Final = 4096
 # The normal close code (RFC 6455, section 7.4.1).
 _NORMAL_CLOSURE: Final = 1000
+# The opcodes of the frames a socket makes ahead (RFC 6455, section 5.2).
+_TEXT: Final = 0x1
+_CLOSE: Final = 0x8
 # What the kernel may keep unread: one ping with no payload, the room's
 # heartbeat (two bytes, in one TLS record over TLS). A second ping wakes the
 # read, and so does anything else the room sends (its smallest, a close frame
@@ -67,16 +77,17 @@ def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
     """The exit frame and a normal close, as a client writes them (each with a fresh mask).
 
     Two frames, written together, or the close later to a room that answers
-    exits (:meth:`ProcessSocket.leave_nowait`).
-    Serialized by a connection of their own, so that they can be made before
-    they are sent: WebSocket frames stand alone, and the socket's own
-    connection sends nothing after them.
+    exits (:meth:`ProcessSocket.leave_nowait`). WebSocket frames stand
+    alone, so they are made before they are sent (:func:`client_frame`), and
+    the socket's own connection sends nothing after them.
     """
     text = json.dumps(
         {"event": "exit", "process_connection_id": connection_id}, separators=(",", ":")
     )
-    frames = Connection(ConnectionType.CLIENT)
-    return frames.send(TextMessage(data=text)), frames.send(CloseConnection(code=_NORMAL_CLOSURE))
+    return (
+        client_frame(_TEXT, text.encode()),
+        client_frame(_CLOSE, _NORMAL_CLOSURE.to_bytes(2, "big")),
+    )
 
 
 @final

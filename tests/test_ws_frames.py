@@ -1,23 +1,30 @@
-"""Where the room's frames end (``_ws_frames.FrameEdges``), against the frames' own edges.
+"""Where the room's frames end (``_ws_frames.FrameEdges``), and a client's frames made by hand.
 
 Frames made by wsproto (a server's, unmasked, and a client's, masked; payloads
 of every length class: short, 16-bit and 64-bit), joined and cut anywhere:
 a chunk is taken for bare pings exactly when it starts between two frames
-and is nothing but whole bare pings.
+and is nothing but whole bare pings. The frames a socket makes ahead
+(``client_frame``) are byte for byte wsproto's for the same masking key.
 """
 
 from __future__ import annotations
 
 import itertools
+import unittest.mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wsproto.connection import Connection, ConnectionType
-from wsproto.events import BytesMessage, Event, Ping, Pong, TextMessage
+from wsproto.events import BytesMessage, CloseConnection, Event, Ping, Pong, TextMessage
 
 from letagents_trio._errors import StreamProtocolError
-from letagents_trio._ws_frames import MAX_PINGS_PER_INTERVAL, FrameBounds, FrameEdges
+from letagents_trio._ws_frames import (
+    MAX_PINGS_PER_INTERVAL,
+    FrameBounds,
+    FrameEdges,
+    client_frame,
+)
 
 BARE_PING = b"\x89\x00"
 
@@ -106,3 +113,42 @@ async def test_a_heartbeat_of_bare_pings_is_counted_and_answered_with_one_masked
     assert edges.heartbeat_pong(BARE_PING * (MAX_PINGS_PER_INTERVAL - 3), bounds)
     with pytest.raises(StreamProtocolError, match=r"^the room floods .* with pings$"):
         edges.heartbeat_pong(BARE_PING, bounds)  # the chunk's pings all count
+
+
+# --- a client's frames made without a connection ------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    event=st.one_of(
+        st.builds(TextMessage, data=st.text(max_size=300)),
+        st.builds(TextMessage, data=st.sampled_from(["x" * 125, "x" * 126, "y" * 65_535])),
+        st.builds(TextMessage, data=st.just("z" * 65_536)),
+        st.builds(CloseConnection, code=st.sampled_from([1000, 1001, 4000])),
+    ),
+    key=st.binary(min_size=4, max_size=4),
+)
+def test_a_client_frame_is_the_frame_wsproto_writes_with_the_same_key(
+    event: TextMessage | CloseConnection, key: bytes
+) -> None:
+    """Head, length class, masking: byte for byte wsproto's, and read back as sent."""
+    with unittest.mock.patch("os.urandom", return_value=key):
+        expected = Connection(ConnectionType.CLIENT).send(event)
+        if isinstance(event, TextMessage):
+            made = client_frame(0x1, event.data.encode())
+        else:
+            made = client_frame(0x8, event.code.to_bytes(2, "big"))
+    assert made == expected
+    server = Connection(ConnectionType.SERVER)
+    server.receive_data(made)
+    [read] = server.events()
+    if isinstance(event, TextMessage):
+        assert read == event
+    else:
+        assert isinstance(read, CloseConnection)
+        assert (read.code, read.reason) == (event.code, "")
+
+
+def test_each_client_frame_has_a_fresh_key() -> None:
+    keys = {client_frame(0x1, b"exit")[2:6] for _ in range(16)}
+    assert len(keys) > 1
