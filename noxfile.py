@@ -280,6 +280,8 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_http/_lanes": _HTTP_TESTS,
     "_http/_lane_answers": _HTTP_TESTS,
     "_http/_request": _HTTP_TESTS,
+    # A stream's body read without h11: its own tests (held to h11's) and the requests'.
+    "_http/_body": (*_HTTP_TESTS, "tests/test_http_body.py"),
     "_http/_lean": _HTTP_TESTS,
     # The lean path's socket I/O: its own tests, the requests that read through
     # it, and the real loopback (plain and TLS) where the kernel keeps a
