@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from letagents_trio._http._answer import FramedHead, framed_head
+from letagents_trio._http._answer import framed_head
 from letagents_trio._http._body import BodyReader, ChunkedBody, SizedBody
 
 STREAM_HEAD = (
@@ -86,24 +86,23 @@ def cut(data: bytes, at: list[int]) -> list[bytes]:
 
 
 def test_the_rooms_stream_head_is_framed_by_chunks() -> None:
-    assert framed_head(STREAM_HEAD + OPEN) == FramedHead(
-        status=200,
-        headers=[
+    assert framed_head(STREAM_HEAD + OPEN) == (
+        200,
+        [
             (b"content-type", b"text/event-stream"),
             (b"cache-control", b"no-cache"),
             (b"connection", b"keep-alive"),
             (b"transfer-encoding", b"chunked"),
         ],
-        length=None,
-        close=False,
-        size=len(STREAM_HEAD),
+        None,
+        len(STREAM_HEAD),
     )
 
 
 def test_a_refusal_with_a_length_is_framed_by_it() -> None:
     head = framed_head(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\n{}")
     assert head is not None
-    assert (head.status, head.length) == (401, 2)
+    assert (head[0], head[2]) == (401, 2)
 
 
 @pytest.mark.parametrize(
@@ -178,8 +177,9 @@ def test_what_framed_head_reads_h11_reads_the_same_way(
         return
     read = h11_reads(data)
     assert read is not None
-    reader: BodyReader = ChunkedBody(64 * 1024) if head.length is None else SizedBody(head.length)
-    assert read == (head.status, head.headers, *body_reads(reader, [data[head.size :]]))
+    code, fields, length, size = head
+    reader: BodyReader = ChunkedBody(64 * 1024) if length is None else SizedBody(length)
+    assert read == (code, fields, *body_reads(reader, [data[size:]]))
 
 
 # --- a chunked body ----------------------------------------------------------------

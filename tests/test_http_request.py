@@ -8,7 +8,7 @@ tests/e2e/test_lean_http.py; the socket helpers are in test_http_sockio.py.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import h11
 import pytest
@@ -204,9 +204,20 @@ async def test_a_101_detaches_the_raw_stream_with_bytes_read_ahead() -> None:
 UPGRADE = [("Upgrade", "websocket"), ("Connection", "Upgrade")]
 
 
-async def test_a_plain_101_is_read_without_h11_its_request_written_as_h11_writes_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def without_h11(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No h11 connection may be made while the test runs."""
+
+    def no_h11(*args: object, **kwargs: object) -> h11.Connection:
+        raise AssertionError("h11 was used")
+
+    monkeypatch.setattr(h11, "Connection", no_h11)
+    yield
+    monkeypatch.undo()
+
+
+@pytest.mark.usefixtures("without_h11")
+async def test_a_plain_101_is_read_without_h11_its_request_written_as_h11_writes_it() -> None:
     """Thousands of sockets upgrade at once: neither the request nor a plain 101 needs h11."""
     seen: list[bytes] = []
 
@@ -217,10 +228,6 @@ async def test_a_plain_101_is_read_without_h11_its_request_written_as_h11_writes
         await trio.testing.wait_all_tasks_blocked()
         await stream.send_all(b"socket\r\nConnection: Upgrade\r\n\r\nEARLY")
 
-    def no_h11(*args: object, **kwargs: object) -> h11.Connection:
-        raise AssertionError("h11 was used")
-
-    monkeypatch.setattr(h11, "Connection", no_h11)
     origin = Origin("http", "room.test", 80)
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
@@ -317,9 +324,8 @@ async def test_an_upgrade_h11_would_refuse_is_not_sent_and_quotes_nothing() -> N
 STREAM = [("Accept", "text/event-stream"), ("Authorization", "Bearer secret-token-1")]
 
 
-async def test_a_streams_plain_answer_is_read_without_h11_its_request_written_as_h11_writes_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.usefixtures("without_h11")
+async def test_a_streams_plain_answer_and_its_get_go_without_h11() -> None:
     """Thousands of streams open at once: neither the GET nor its chunked answer needs h11."""
     seen: list[bytes] = []
 
@@ -332,10 +338,6 @@ async def test_a_streams_plain_answer_is_read_without_h11_its_request_written_as
         await trio.testing.wait_all_tasks_blocked()
         await stream.send_all(b"bit\r\n0\r\n\r\n")
 
-    def no_h11(*args: object, **kwargs: object) -> h11.Connection:
-        raise AssertionError("h11 was used")
-
-    monkeypatch.setattr(h11, "Connection", no_h11)
     origin = Origin("http", "room.test", 80)
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
@@ -352,8 +354,7 @@ async def test_a_streams_plain_answer_is_read_without_h11_its_request_written_as
                     response.detach()
             finally:
                 await response.aclose()
-    monkeypatch.undo()
-    assert seen == [h11_request_bytes(origin, "/p", "GET", STREAM, None)]
+    assert seen == [request_bytes(origin, "/p", "GET", STREAM)]
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,6 @@ import attrs
 
 __all__ = [
     "HEAD_END",
-    "FramedHead",
     "SimpleHead",
     "field_line",
     "framed_head",
@@ -71,26 +70,6 @@ class SimpleHead:
     status: int
     headers: tuple[tuple[bytes, bytes], ...]
     length: int
-    close: bool
-    size: int
-
-
-@final
-@attrs.frozen
-class FramedHead:
-    """A head :func:`framed_head` read.
-
-    Attributes:
-        status: the status code (200-599, not 204 or 304).
-        headers: the fields, names in lower case, values without surrounding white space.
-        length: the body's length (``Content-Length``); None when it is chunked.
-        close: the room closes the connection after this answer (``Connection: close``).
-        size: the head's length in bytes, blank line included.
-    """
-
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    length: int | None
     close: bool
     size: int
 
@@ -168,16 +147,25 @@ def simple_head(data: bytes | bytearray) -> SimpleHead | None:
     return None if length is None else SimpleHead(status, tuple(headers), length, close, size)
 
 
-def framed_head(data: bytes | bytearray) -> FramedHead | None:
+def framed_head(
+    data: bytes | bytearray,
+) -> tuple[int, list[tuple[bytes, bytes]], int | None, int] | None:
     """The head at the start of ``data`` when it is complete and its body is framed
     by ``Content-Length`` or by ``Transfer-Encoding: chunked`` alone, else None.
+
+    Returns:
+        The status, the fields (names in lower case), the body's length (None
+        when it is chunked) and the head's size, blank line included.
 
     For a ``GET``'s answer (a ``HEAD``'s has no body whatever its fields say).
     None also when ``data`` holds no complete head yet: the caller tells the
     two apart with :data:`HEAD_END` and gives the second to h11.
     """
     head = _final_head(data)
-    return None if head is None else FramedHead(*head)
+    if head is None:
+        return None
+    status, headers, length, _close, size = head
+    return status, headers, length, size
 
 
 def switched_head(data: bytes | bytearray) -> tuple[list[tuple[bytes, bytes]], int] | None:

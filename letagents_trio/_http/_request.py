@@ -512,11 +512,11 @@ def _plain_answer(
     head = framed_head(received) if method != "HEAD" else None
     if head is None:
         return None
-    reader: BodyReader
-    reader = ChunkedBody(MAX_HEAD_BYTES) if head.length is None else SizedBody(head.length)
-    if len(received) > head.size:
-        reader.receive(bytes(received[head.size :]))
-    return HTTP1Response(stream, None, head.status, head.headers, body=reader)
+    status, fields, length, size = head
+    reader: BodyReader = ChunkedBody(MAX_HEAD_BYTES) if length is None else SizedBody(length)
+    if len(received) > size:
+        reader.receive(bytes(received[size:]))
+    return HTTP1Response(stream, None, status, fields, body=reader)
 
 
 async def start_request(
