@@ -46,7 +46,6 @@ class ChunkedBody:
         "_buffer",
         "_ended",
         "_eof",
-        "_error",
         "_footer",
         "_left",
         "_max_line",
@@ -63,8 +62,6 @@ class ChunkedBody:
         self._trailer = False
         self._ended = False
         self._eof = False
-        # Broken framing met after bytes that came before it: raised at the next take.
-        self._error: h11.RemoteProtocolError | None = None
 
     def receive(self, data: bytes) -> None:
         """What the connection read next; ``b""`` once it has closed."""
@@ -82,15 +79,14 @@ class ChunkedBody:
                 connection closed before the last chunk (once every byte
                 before it was taken).
         """
-        if self._error is not None:
-            raise self._error
         parts: list[bytes] = []
         try:
             self._read(parts)
-        except h11.RemoteProtocolError as exc:
+        except h11.RemoteProtocolError:
+            # What came before the broken framing first; the framing, still
+            # unread, is refused again at the next call.
             if not parts:
                 raise
-            self._error = exc
         if self._eof and not self._ended and not parts:
             raise h11.RemoteProtocolError(
                 "peer closed connection without sending complete message body"
