@@ -258,13 +258,14 @@ def test_a_body_cut_short_is_refused_once_what_came_is_taken() -> None:
     ],
     ids=["size-line", "extension", "trailer"],
 )
+@pytest.mark.parametrize("before", [b"", b"3\r\nabc\r\n"], ids=["alone", "after-a-chunk"])
 def test_a_line_longer_than_the_bound_is_refused_before_it_ends(
-    start: bytes, waiting: bytes, message: str
+    start: bytes, waiting: bytes, message: str, before: bytes
 ) -> None:
     """Up to the bound a line may wait for its end; one byte more is refused."""
     reader = ChunkedBody(16)
-    reader.receive(start + waiting)
-    assert reader.take() == (b"", False)
+    reader.receive(before + start + waiting)
+    assert reader.take() == (before[3:6], False)
     reader.receive(b"z")
     with pytest.raises(h11.RemoteProtocolError, match=f"^{message}$"):
         reader.take()
@@ -300,6 +301,16 @@ def test_a_malformed_trailer_is_refused(pieces: list[bytes]) -> None:
     assert reader.take() == (b"ok" if not before else b"\n\n", False)
     with pytest.raises(h11.RemoteProtocolError, match=r"^illegal trailer field$"):
         reader.take()
+
+
+@pytest.mark.parametrize(
+    "trailer", [b"X-Sum: 1\r\n", b"X-Sum: 1\r\nX-Count: 2\n"], ids=["one-field", "two-fields"]
+)
+def test_a_trailer_after_data_with_blank_lines_ends_the_body(trailer: bytes) -> None:
+    """An event's blank line in the data is not the trailer section's end."""
+    reader = ChunkedBody(64 * 1024)
+    reader.receive(b"3\r\n\n\n\n\r\n0\r\n" + trailer + b"\r\n")
+    assert reader.take() == (b"\n\n\n", True)
 
 
 def test_bytes_after_the_last_chunk_are_not_read() -> None:

@@ -108,7 +108,7 @@ class ChunkedBody:
                     at += len(got)
                     self._footer -= len(got)
                 elif self._trailer:
-                    at = self._end_trailer(buffer, at)
+                    self._end_trailer(buffer, at)
                     if not self._ended:
                         break
                 elif self._left:
@@ -135,22 +135,21 @@ class ChunkedBody:
         finally:
             del buffer[:at]
 
-    def _end_trailer(self, buffer: bytearray, at: int) -> int:
-        """Read the trailer section from ``at`` if it is whole (fields checked, then
-        dropped); where reading stops."""
+    def _end_trailer(self, buffer: bytearray, at: int) -> None:
+        """End the body once the trailer section from ``at`` is whole (its fields
+        checked, then dropped; what follows it is not read)."""
         if buffer.startswith(b"\n", at) or buffer.startswith(_CRLF, at):
             self._ended = True
-            return at + (1 if buffer[at] == 0x0A else 2)
+            return
         blank = _BLANK_LINE.search(buffer, at)
         if blank is None:
             if len(buffer) - at > self._max_line:
                 raise h11.RemoteProtocolError("trailer section too long")
-            return at
+            return
         for line in bytes(buffer[at : blank.start()]).split(b"\n"):
             if field_line(line.removesuffix(b"\r")) is None:
                 raise h11.RemoteProtocolError("illegal trailer field")
         self._ended = True
-        return blank.end()
 
 
 @final
