@@ -313,6 +313,24 @@ def test_a_trailer_after_data_with_blank_lines_ends_the_body(trailer: bytes) -> 
     assert reader.take() == (b"\n\n\n", True)
 
 
+@pytest.mark.parametrize("end", [b"\r\n", b"\n"], ids=["crlf", "bare-line-feed"])
+def test_an_empty_trailer_section_ends_the_body(end: bytes) -> None:
+    reader = ChunkedBody(64 * 1024)
+    reader.receive(b"2\r\nok\r\n0\r\n" + end)
+    assert reader.take() == (b"ok", True)
+    assert h11_reads(STREAM_HEAD + b"2\r\nok\r\n0\r\n" + end, eof=False) == (
+        200,
+        [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            (b"connection", b"keep-alive"),
+            (b"transfer-encoding", b"chunked"),
+        ],
+        b"ok",
+        True,
+    )
+
+
 def test_bytes_after_the_last_chunk_are_not_read() -> None:
     reader = ChunkedBody(64 * 1024)
     reader.receive(b"2\r\nok\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n")
