@@ -271,6 +271,14 @@ def test_a_line_longer_than_the_bound_is_refused_before_it_ends(
         reader.take()
 
 
+def test_the_bound_counts_only_the_line_after_a_chunks_end() -> None:
+    reader = ChunkedBody(16)
+    reader.receive(b"3\r\nabc")
+    assert reader.take() == (b"abc", False)
+    reader.receive(b"\r\n" + b"1" * 16)
+    assert reader.take() == (b"", False)
+
+
 def test_an_empty_size_line_is_refused_at_once() -> None:
     reader = ChunkedBody(64 * 1024)
     reader.receive(b"\r\n")
