@@ -279,7 +279,8 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "_http/_pool": _HTTP_TESTS,
     "_http/_lanes": _HTTP_TESTS,
     "_http/_lane_answers": _HTTP_TESTS,
-    "_http/_request": _HTTP_TESTS,
+    # The requests, and the quiet reads of a held stream's body on a real socket.
+    "_http/_request": (*_HTTP_TESTS, "tests/test_http_body.py", "tests/e2e/test_events_at_once.py"),
     # A stream's body read without h11: its own tests (held to h11's) and the requests'.
     "_http/_body": (*_HTTP_TESTS, "tests/test_http_body.py"),
     "_http/_lean": _HTTP_TESTS,

@@ -236,6 +236,7 @@ async def test_a_plain_101_is_read_without_h11_its_request_written_as_h11_writes
             try:
                 assert response.status == 101
                 assert response.headers == [(b"upgrade", b"websocket"), (b"connection", b"Upgrade")]
+                assert await response.next_chunk() == b""  # a 101 has no body
                 raw = response.detach()
                 assert await response.next_chunk() == b""
                 assert await raw.receive_some() == b"EARLY"
@@ -399,6 +400,51 @@ async def test_a_streams_answer_that_is_not_plain_is_read_by_h11(
             finally:
                 await response.aclose()
     assert len(made) == 1
+
+
+async def serve_a_head_h11_reads_then_chunks(stream: trio.abc.Stream) -> None:
+    """A head that is not plain (bare line feeds) after a 103 read apart; then chunks."""
+    await read_head(stream)
+    await stream.send_all(b"HTTP/1.1 103 Early Hints\r\n\r\n")
+    await trio.testing.wait_all_tasks_blocked()
+    await stream.send_all(b"HTTP/1.1 200 OK\nX-Big: " + b"b" * 20_000 + b"\n")
+    await stream.send_all(b"Transfer-Encoding: chunked\n\n3\r\none\r\n")
+    await trio.testing.wait_all_tasks_blocked()
+    await stream.send_all(b"3\r\ntwo\r\n5\r\nthree\r\nzz\r\n")
+
+
+async def test_an_answer_h11_reads_gives_its_head_and_chunks_as_they_come() -> None:
+    """The h11 path: a final head after a 103, larger than h11's default bound, read
+    apart; chunks as they come, every chunk already received in one piece, then the
+    misframing refused."""
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve_a_head_h11_reads_then_chunks)
+            response = await start_request(opener, Origin("http", "room.test", 80), "/", "GET", [])
+            try:
+                assert response.status == 200
+                assert response.headers == [
+                    (b"x-big", b"b" * 20_000),
+                    (b"transfer-encoding", b"chunked"),
+                ]
+                assert await response.next_chunk() == b"one"
+                assert await response.next_chunk() == b"twothree"
+                with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
+                    await response.next_chunk()
+            finally:
+                await response.aclose()
+
+
+async def test_a_101_to_a_request_that_asked_for_no_upgrade_is_refused() -> None:
+    async def serve(stream: trio.abc.Stream) -> None:
+        await read_head(stream)
+        await stream.send_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            opener = ScriptedOpener(nursery, serve)
+            with pytest.raises(HTTPFailure, match=r"^RemoteProtocolError$"):
+                await start_request(opener, Origin("http", "room.test", 80), "/", "GET", STREAM)
 
 
 async def test_the_response_reads_its_body_chunk_by_chunk_then_says_it_ended() -> None:

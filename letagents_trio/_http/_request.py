@@ -408,12 +408,12 @@ async def _send(stream: trio.abc.Stream, data: bytes) -> None:
         await stream.send_all(data[sent or 0 :])
 
 
-def _h11_request(conn: h11.Connection, request: h11.Request, body: bytes | None) -> bytes:
-    """What ``conn`` writes for ``request`` and its ``body``, the request then over."""
-    data = conn.send(request) or b""
+def _tell_h11(conn: h11.Connection, request: h11.Request, body: bytes | None) -> None:
+    """Tell ``conn`` of ``request`` and its ``body``, already sent: what answer to expect."""
+    conn.send(request)
     if body:
-        data += conn.send(h11.Data(data=body)) or b""
-    return data + (conn.send(h11.EndOfMessage()) or b"")
+        conn.send(h11.Data(data=body))
+    conn.send(h11.EndOfMessage())
 
 
 async def _read_head(
@@ -483,7 +483,7 @@ async def _exchange(
             break
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         request = h11.Request(method=method, target=target, headers=_fields(origin, headers, body))
-        _h11_request(conn, request, body)  # already sent: h11 learns what to expect
+        _tell_h11(conn, request, body)
         conn.receive_data(bytes(received))
         if not chunk:
             conn.receive_data(b"")
