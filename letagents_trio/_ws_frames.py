@@ -6,8 +6,11 @@ pieces, pings per interval); :func:`read_news` reads what a chunk of the
 room's bytes says through wsproto's events (the ``open`` frame, ``ended``,
 pings to answer, the close), answering a chunk of nothing but bare pings
 itself when :class:`FrameEdges` knows it starts a frame, and
-:func:`read_exit_answer` the room's answer to an exit. Neither reads nor
-writes the stream: the socket sends the answers they make.
+:func:`read_exit_answer` the room's answer to an exit. The frames a client
+writes without wsproto are made here too: :func:`exit_frames` (made ahead,
+once the room names the connection) and the bare pong, both by
+:func:`client_frame`. Nothing here reads or writes the stream: the socket
+sends what they make.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "FrameEdges",
     "Heard",
     "client_frame",
+    "exit_frames",
     "read_exit_answer",
     "read_news",
     "server_frame",
@@ -51,9 +55,12 @@ MAX_PINGS_PER_INTERVAL: Final = 100
 # The news of a read that brought nothing the holder acts on (pings, part of a
 # frame): one for every socket, rather than one more object per wake-up.
 NOTHING_NEW: Final = StreamNews()
-# A pong frame's head with no payload, as a client sends it: final, opcode 0xA;
-# masked, length 0. Its four-byte masking key follows.
-_EMPTY_PONG: Final = b"\x8a\x80"
+# The opcodes of the frames a client makes here (RFC 6455, section 5.2).
+_TEXT: Final = 0x1
+_CLOSE: Final = 0x8
+_PONG: Final = 0xA
+# The normal close code (RFC 6455, section 7.4.1).
+_NORMAL_CLOSURE: Final = 1000
 # The room's ping, as a server sends it: final, opcode 0x9; unmasked, no payload.
 _BARE_PING: Final = b"\x89\x00"
 # The longest head a frame has: two bytes, an 8-byte length, a 4-byte mask.
@@ -291,13 +298,25 @@ def client_frame(opcode: int, payload: bytes) -> bytes:
     return head + key + payload
 
 
-def _bare_pong() -> bytes:
-    """The pong answering a ping that carries nothing, as a client writes it.
+def exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
+    """The exit naming ``connection_id`` and a normal close, as a client writes them.
 
-    A final pong frame with no payload, masked with a fresh key (RFC 6455,
-    section 5.3).
+    Each with a fresh mask. WebSocket frames stand alone, so a socket makes
+    them before it sends them (when the room names its connection), and its
+    own connection sends nothing after them.
     """
-    return _EMPTY_PONG + os.urandom(4)
+    text = json.dumps(
+        {"event": "exit", "process_connection_id": connection_id}, separators=(",", ":")
+    )
+    return (
+        client_frame(_TEXT, text.encode()),
+        client_frame(_CLOSE, _NORMAL_CLOSURE.to_bytes(2, "big")),
+    )
+
+
+def _bare_pong() -> bytes:
+    """The pong answering a ping that carries nothing: no payload, a fresh mask."""
+    return client_frame(_PONG, b"")
 
 
 def _pong(ws: Connection, ping: Ping) -> bytes:

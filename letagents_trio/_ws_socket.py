@@ -33,7 +33,6 @@ tests), with no task of its own. It iterates as the holder's news:
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NoReturn, final
 
@@ -47,7 +46,7 @@ from ._ws_frames import (
     NOTHING_NEW,
     FrameBounds,
     FrameEdges,
-    client_frame,
+    exit_frames,
     read_exit_answer,
     read_news,
 )
@@ -59,11 +58,6 @@ __all__ = ["ProcessSocket"]
 
 # Bytes asked for per read: the room's frames are tens of bytes.
 _RECEIVE_BYTES: Final = 4096
-# The normal close code (RFC 6455, section 7.4.1).
-_NORMAL_CLOSURE: Final = 1000
-# The opcodes of the frames a socket makes ahead (RFC 6455, section 5.2).
-_TEXT: Final = 0x1
-_CLOSE: Final = 0x8
 # What the kernel may keep unread: one ping with no payload, the room's
 # heartbeat (two bytes, in one TLS record over TLS). A second ping wakes the
 # read, and so does anything else the room sends (its smallest, a close frame
@@ -71,23 +65,6 @@ _CLOSE: Final = 0x8
 # one), so nothing but a lone ping ever waits, and at most one of the room's
 # ping intervals.
 _KEPT_BYTES: Final = 2
-
-
-def _exit_frames(connection_id: str | None) -> tuple[bytes, bytes]:
-    """The exit frame and a normal close, as a client writes them (each with a fresh mask).
-
-    Two frames, written together, or the close later to a room that answers
-    exits (:meth:`ProcessSocket.leave_nowait`). WebSocket frames stand
-    alone, so they are made before they are sent (:func:`client_frame`), and
-    the socket's own connection sends nothing after them.
-    """
-    text = json.dumps(
-        {"event": "exit", "process_connection_id": connection_id}, separators=(",", ":")
-    )
-    return (
-        client_frame(_TEXT, text.encode()),
-        client_frame(_CLOSE, _NORMAL_CLOSURE.to_bytes(2, "big")),
-    )
 
 
 @final
@@ -287,7 +264,7 @@ class ProcessSocket:
         if heard.connection_id is not None:
             self.connection_id = heard.connection_id
             # Made now rather than at the goodbye, which writes thousands of them.
-            self._exit = _exit_frames(heard.connection_id)
+            self._exit = exit_frames(heard.connection_id)
         return heard.news
 
     @property
@@ -371,7 +348,7 @@ class ProcessSocket:
                 self._ws.receive_data(kept)
         if connection_id is not None and connection_id == self.connection_id:
             return self._exit
-        return _exit_frames(connection_id)
+        return exit_frames(connection_id)
 
     def _write_now(self, connection_id: str | None, *, close: bool) -> bool | None:
         """Write the exit frame (and, when ``close``, a normal close) without a checkpoint.

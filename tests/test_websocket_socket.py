@@ -435,7 +435,7 @@ async def test_the_exit_is_made_when_the_room_names_the_connection(
     with trio.fail_after(1):
         await room.send(frame(event="open", connection_id="conn-1"))
         assert await anext(socket) == StreamNews(connection_id="conn-1")
-        monkeypatch.setattr(_ws_socket, "_exit_frames", not_now)
+        monkeypatch.setattr(_ws_socket, "exit_frames", not_now)
         assert await socket._send_exit("conn-1")
         assert await room.heard() == EXIT_EVENTS
 
