@@ -174,8 +174,8 @@ async def test_socket_now_drains_at_most_what_discard_unread_does(
 ) -> None:
     """One limit for both: a megabyte of what the peer sent before the close, no more."""
     limits: list[int] = []
-    monkeypatch.setattr(_sockio, "_drain", lambda fd, limit: limits.append(limit))
-    monkeypatch.setattr(_socknow, "_drain", lambda fd, limit: limits.append(limit))
+    monkeypatch.setattr(_sockio, "drain_fd", lambda fd, limit: limits.append(limit))
+    monkeypatch.setattr(_socknow, "drain_fd", lambda fd, limit: limits.append(limit))
     async with tcp_pair() as (stream, _peer):
         now = socket_now(stream)
         assert now is not None

@@ -41,10 +41,14 @@ __all__ = [
     "can_send_now",
     "close_now",
     "discard_unread",
+    "drain_fd",
+    "plain_socket",
     "read_socket",
     "read_some",
     "send_now",
+    "tls_transport",
     "unsent_size",
+    "unwrap_prefixed",
 ]
 
 # One read from the socket; an SSE heartbeat or an exit answer fits many times over.
@@ -121,21 +125,21 @@ def close_now(stream: trio.abc.Stream) -> bool:
         if isinstance(stream, Prefixed):
             stream = stream._stream
         else:
-            transport = _under_tls(stream)
+            transport = tls_transport(stream)
             if transport is None:
                 return False
             stream = transport
 
 
-def _under_tls(stream: trio.abc.Stream) -> trio.abc.Stream | None:
+def tls_transport(stream: trio.abc.Stream) -> trio.abc.Stream | None:
     """The stream a TLS layer runs over (trio's ``SSLStream`` or the lean path's), or None."""
     transport = getattr(stream, "transport_stream", None)
     return transport if isinstance(transport, trio.abc.Stream) else None
 
 
-def _plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
+def plain_socket(stream: trio.abc.Stream) -> trio.SocketStream | None:
     """The plain socket under ``stream`` when it can be written without trio (POSIX only)."""
-    stream = _unprefixed(stream)
+    stream = unwrap_prefixed(stream)
     if os.name != "posix" or not isinstance(stream, trio.SocketStream):
         return None
     return stream
@@ -167,7 +171,7 @@ def read_some(stream: trio.abc.Stream, max_bytes: int) -> Awaitable[bytes]:
     Cancellation:
         A checkpoint: the wait comes before the read.
     """
-    plain = None if isinstance(stream, Prefixed) and stream._prefix else _plain_socket(stream)
+    plain = None if isinstance(stream, Prefixed) and stream._prefix else plain_socket(stream)
     if plain is None:
         return _received(stream, max_bytes)
     return read_socket(plain.socket, max_bytes)
@@ -219,13 +223,13 @@ def discard_unread(stream: trio.abc.Stream, *, limit: int = DISCARD_LIMIT) -> No
     nothing for streams not over a socket on a POSIX system, or on any error
     (the close follows anyway).
     """
-    unprefixed = _unprefixed(stream)
-    plain = _plain_socket(_under_tls(unprefixed) or unprefixed)
+    unprefixed = unwrap_prefixed(stream)
+    plain = plain_socket(tls_transport(unprefixed) or unprefixed)
     if plain is not None:
-        _drain(plain.socket.fileno(), limit)
+        drain_fd(plain.socket.fileno(), limit)
 
 
-def _drain(fd: int, limit: int) -> None:
+def drain_fd(fd: int, limit: int) -> None:
     """Read and drop at most ``limit`` bytes of ``fd``, until it has none (see discard_unread)."""
     while fd != -1 and limit > 0:
         try:
@@ -242,7 +246,7 @@ def can_send_now(stream: trio.abc.Stream) -> bool:
 
     What it takes is then in the kernel: :func:`unsent_size` is always 0.
     """
-    return _plain_socket(stream) is not None
+    return plain_socket(stream) is not None
 
 
 def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
@@ -272,10 +276,10 @@ def send_now(stream: trio.abc.Stream, data: bytes) -> int | None:
         OSError: the connection is broken.
         trio.BrokenResourceError: TLS failed.
     """
-    plain = _plain_socket(stream)
+    plain = plain_socket(stream)
     if plain is None:
         # The lean path's TLS stream writes a record at once where it can.
-        write_now = getattr(_unprefixed(stream), "send_now", None)
+        write_now = getattr(unwrap_prefixed(stream), "send_now", None)
         result: int | None = write_now(data) if callable(write_now) else None
         return result
     try:
@@ -294,14 +298,14 @@ def unsent_size(stream: trio.abc.Stream) -> int | None:
     which keeps nothing back; None when :func:`send_now` cannot write
     ``stream`` at all.
     """
-    if _plain_socket(stream) is not None:
+    if plain_socket(stream) is not None:
         return 0
-    size_of = getattr(_unprefixed(stream), "unsent_size", None)
+    size_of = getattr(unwrap_prefixed(stream), "unsent_size", None)
     size: int | None = size_of() if callable(size_of) else None
     return size
 
 
-def _unprefixed(stream: trio.abc.Stream) -> trio.abc.Stream:
+def unwrap_prefixed(stream: trio.abc.Stream) -> trio.abc.Stream:
     """The stream a :class:`Prefixed` reads ahead of, which its writes go to; else ``stream``."""
     while isinstance(stream, Prefixed):
         stream = stream._stream
@@ -312,7 +316,7 @@ def _quiet_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
     """The TCP socket under ``stream`` (plain or TLS) when its kernel can keep bytes (Linux)."""
     while isinstance(stream, Prefixed):
         stream = stream._stream
-    stream = _under_tls(stream) or stream
+    stream = tls_transport(stream) or stream
     if not isinstance(stream, trio.SocketStream) or not sys.platform.startswith("linux"):
         return None
     sock = stream.socket
@@ -330,7 +334,7 @@ def _record_overhead(stream: trio.abc.Stream) -> int | None:
     """
     while isinstance(stream, Prefixed):
         stream = stream._stream
-    if _under_tls(stream) is None:
+    if tls_transport(stream) is None:
         return 0
     cipher_of = getattr(stream, "cipher", None)
     cipher = cipher_of() if callable(cipher_of) else None
@@ -381,7 +385,7 @@ class QuietReads:
         self._margin = margin
         self._socket = _quiet_socket(stream)
         # Read straight from the socket (else through the stream's TLS).
-        self._plain = _plain_socket(stream) is not None
+        self._plain = plain_socket(stream) is not None
         # The bytes the kernel keeps now (its low-water mark less one).
         self._kept = 0
         # What TLS adds to a record (0: plain), once asked; None: it varies.

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 
 from ._sockio import (
     DISCARD_LIMIT,
-    _drain,
-    _plain_socket,
-    _under_tls,
-    _unprefixed,
+    drain_fd,
+    plain_socket,
     read_socket,
+    tls_transport,
+    unwrap_prefixed,
 )
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class SocketNow:
 
     def discard_unread(self) -> None:
         """As :func:`discard_unread`."""
-        _drain(self._socket.socket.fileno(), DISCARD_LIMIT)
+        drain_fd(self._socket.socket.fileno(), DISCARD_LIMIT)
 
     def close(self) -> None:
         """As :func:`close_now`, which closes such a stream at once."""
@@ -82,14 +82,14 @@ class SocketNow:
 
 def socket_now(stream: trio.abc.Stream) -> SocketNow | None:
     """``stream``'s :class:`SocketNow`; None when :func:`send_now` cannot write it."""
-    unprefixed = _unprefixed(stream)
-    plain = _plain_socket(unprefixed)
+    unprefixed = unwrap_prefixed(stream)
+    plain = plain_socket(unprefixed)
     if plain is not None:
         return SocketNow(plain, None)
-    transport = _under_tls(unprefixed)
+    transport = tls_transport(unprefixed)
     if transport is None:
         return None
-    plain = _plain_socket(transport)
+    plain = plain_socket(transport)
     if plain is None or not isinstance(unprefixed, _RecordsNow) or unprefixed.unsent_size() is None:
         return None
     return SocketNow(plain, unprefixed)
