@@ -199,7 +199,10 @@ class ServerSentEvent:
 
 
 @final
-@attrs.define(eq=False)
+# The arguments are checked once, as the decoder is made; every field set after
+# that is its own bookkeeping, set per line read, with no hook (a hook made
+# each assignment a Python call).
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class SSEDecoder:
     """Decode one response's event stream, chunk by chunk.
 
