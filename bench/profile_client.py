@@ -177,8 +177,10 @@ async def one_run(
     tls = await hosted_tls(out) if args.hosted else None
     log = out / f"room-{kind}.log"
     async with Room.open(log, keepalive_ms=args.keepalive_ms, hosted=tls) as room:
+        # Ended as bench_vs_node.py's clients end (and letagents-trio mcp):
+        # nothing held is freed one object at a time after the goodbye.
         argv = [sys.executable, str(HOLD_PY), "--api", room.url, "--sessions", str(n)]
-        argv += ["--transport", args.transport, "--wait-go", *extra]
+        argv += ["--transport", args.transport, "--wait-go", "--exit-at-once", *extra]
         if args.pause_collector:
             argv.append("--pause-collector")
         env = None if tls is None else tls.trust("py")
