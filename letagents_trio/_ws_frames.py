@@ -40,7 +40,6 @@ __all__ = [
     "exit_frames",
     "read_exit_answer",
     "read_news",
-    "server_frame",
 ]
 
 logger = logging.getLogger("letagents_trio.transport")
@@ -246,7 +245,7 @@ def read_news(ws: Connection, bounds: FrameBounds, data: bytes = b"") -> Heard |
         if isinstance(event, TextMessage):
             text = bounds.message(event)
             if text is not None:
-                kind, frame = server_frame(text)
+                kind, frame = _text_event(text)
                 if kind == "open":
                     named = _protocol.connection_id_or_none(frame.get("connection_id"))
                     connection_id = named or connection_id
@@ -347,7 +346,7 @@ def read_exit_answer(
     for event in ws.events():
         if isinstance(event, TextMessage):
             text = bounds.message(event)
-            kind, frame = server_frame(text) if text is not None else (None, {})
+            kind, frame = _text_event(text) if text is not None else (None, {})
             value = frame.get("recorded")
             if (
                 kind == "exit_recorded"
@@ -360,8 +359,8 @@ def read_exit_answer(
     return recorded, closed
 
 
-def server_frame(text: str) -> tuple[str | None, dict[str, object]]:
-    """The ``event`` of a server text frame, and the frame's fields (empty when not JSON)."""
+def _text_event(text: str) -> tuple[str | None, dict[str, object]]:
+    """The ``event`` a room's text frame names, and its fields (empty when not JSON)."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):

@@ -97,10 +97,13 @@ def field_line(line: bytes) -> tuple[bytes, bytes] | None:
 def _final_head(
     data: bytes | bytearray,
 ) -> tuple[int, list[tuple[bytes, bytes]], int | None, bool, int] | None:
-    """A complete head at the start of ``data`` with a body framed by a length or by
-    chunks alone (the fields h11 would accept): its status, fields, length (None
-    when chunked), whether the room closes the connection after it, and its
-    size; None otherwise."""
+    """A complete head at the start of ``data`` whose body is framed by a length or by chunks.
+
+    Returns:
+        Its status, fields (those h11 would accept), the body's length (None
+        when chunked), whether the room closes the connection after it, and
+        the head's size; None for any other head, or none complete yet.
+    """
     found = _head_lines(data)
     if found is None:
         return None

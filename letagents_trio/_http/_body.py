@@ -21,15 +21,13 @@ from typing import Final, final
 
 import h11
 
-from ._answer import field_line
+from ._answer import HEAD_END, field_line
 
 __all__ = ["BodyReader", "ChunkedBody", "SizedBody"]
 
 # A chunk's size line, as h11 reads it: 1-20 hex digits, any extension
 # (ignored), white space, CRLF.
 _CHUNK_LINE: Final = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
-# The end of the trailer section, as h11 finds it.
-_BLANK_LINE: Final = re.compile(rb"\n\r?\n")
 _CRLF: Final = b"\r\n"
 
 
@@ -136,12 +134,15 @@ class ChunkedBody:
             del buffer[:at]
 
     def _end_trailer(self, buffer: bytearray, at: int) -> None:
-        """End the body once the trailer section from ``at`` is whole (its fields
-        checked, then dropped; what follows it is not read)."""
+        """End the body once the trailer section from ``at`` is whole.
+
+        Its fields are checked, then dropped; what follows it is not read.
+        """
         if buffer.startswith(b"\n", at) or buffer.startswith(_CRLF, at):
             self._ended = True
             return
-        blank = _BLANK_LINE.search(buffer, at)
+        # A trailer section ends as a head does.
+        blank = HEAD_END.search(buffer, at)
         if blank is None:
             if len(buffer) - at > self._max_line:
                 raise h11.RemoteProtocolError("trailer section too long")
